@@ -1,0 +1,144 @@
+// `hetsim collective`: one collective, simulated as nccl-tests would measure it.
+#include <iostream>
+
+#include "sim/cli/commands.h"
+#include "sim/config/units.h"
+#include "sim/core/error.h"
+#include "sim/network/collective_runner.h"
+#include "sim/report/collective_report.h"
+
+namespace hetsim::cli {
+
+std::vector<uint32_t> parse_ranks(const std::string& text, size_t gpu_count) {
+  auto bad = [&](const std::string& why) {
+    return InputError("--ranks " + text + ": " + why + " (the cluster has " +
+                      std::to_string(gpu_count) + " GPUs, 0 to " + std::to_string(gpu_count - 1) +
+                      ")");
+  };
+  auto number = [&](const std::string& s) -> long {
+    size_t used = 0;
+    long v = -1;
+    try {
+      v = std::stol(s, &used);
+    } catch (const std::exception&) {
+      throw bad("expected a count or a list such as 0,1,8-15");
+    }
+    if (used != s.size() || v < 0) throw bad("expected a count or a list such as 0,1,8-15");
+    return v;
+  };
+  std::vector<uint32_t> out;
+  if (text.find_first_of(",-") == std::string::npos) {
+    const long n = number(text);
+    if (n < 1 || static_cast<size_t>(n) > gpu_count) throw bad("count out of range");
+    for (long i = 0; i < n; ++i) out.push_back(static_cast<uint32_t>(i));
+    return out;
+  }
+  std::vector<bool> seen(gpu_count, false);
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    const size_t comma = std::min(text.find(',', pos), text.size());
+    const std::string item = text.substr(pos, comma - pos);
+    const size_t dash = item.find('-');
+    const long lo = number(item.substr(0, dash));
+    const long hi = dash == std::string::npos ? lo : number(item.substr(dash + 1));
+    if (hi < lo) throw bad("range " + item + " runs backwards");
+    for (long g = lo; g <= hi; ++g) {
+      if (static_cast<size_t>(g) >= gpu_count) throw bad("GPU " + std::to_string(g) + " does not exist");
+      if (seen[g]) throw bad("GPU " + std::to_string(g) + " is listed twice");
+      seen[g] = true;
+      out.push_back(static_cast<uint32_t>(g));
+    }
+    pos = comma + 1;
+  }
+  return out;
+}
+
+void add_collective_command(CLI::App& app, Action& action) {
+  struct Opts {
+    ClusterFlags cluster;
+    std::string op = "allreduce";
+    std::string bytes = "1GiB";
+    std::string ranks;
+    std::string algorithm = "auto";
+    std::string protocol = "auto";
+    std::string expansion = "steady";
+    bool json = false;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* cmd = app.add_subcommand(
+      "collective",
+      "Simulate one collective on a cluster; prints time, algbw and busbw as nccl-tests defines "
+      "them");
+  o->cluster.add_to(*cmd, "dgx-a100");
+  cmd->add_option("--op", o->op, "allreduce | allgather | reducescatter | alltoall | broadcast | sendrecv")
+      ->capture_default_str();
+  cmd->add_option("--bytes", o->bytes,
+                  "Size as nccl-tests counts it (per rank; the total for allgather and "
+                  "reducescatter), e.g. 1GiB, 64MB, 1048576")
+      ->capture_default_str();
+  cmd->add_option("--ranks", o->ranks, "A GPU count N (the first N GPUs) or a list: 0,1,8-15; default all");
+  cmd->add_option("--algorithm", o->algorithm, "auto | ring | tree | hierarchical | direct")
+      ->capture_default_str();
+  cmd->add_option("--protocol", o->protocol, "auto | LL | LL128 | Simple")->capture_default_str();
+  cmd->add_option("--expansion", o->expansion,
+                  "steady (one flow per ring) | stepwise (one flow per step and rank)")
+      ->capture_default_str();
+  cmd->add_flag("--json", o->json, "Print JSON (keys time_s, algbw_Bps, busbw_Bps, ...)");
+  cmd->callback([o, &action] {
+    action = [o] {
+      const auto op = network::parse_op(o->op);
+      if (!op) {
+        throw InputError("--op: unknown collective \"" + o->op +
+                         "\" (expected allreduce, allgather, reducescatter, alltoall, broadcast "
+                         "or sendrecv)");
+      }
+      network::CollectiveRequest req;
+      req.op = *op;
+      try {
+        req.bytes = config::parse_quantity(o->bytes, config::Dimension::bytes);
+      } catch (const InputError& e) {
+        throw InputError(std::string("--bytes: ") + e.what());
+      }
+      if (o->algorithm != "auto") {
+        req.algorithm = network::parse_algorithm(o->algorithm);
+        if (!req.algorithm) {
+          throw InputError("--algorithm: unknown algorithm \"" + o->algorithm +
+                           "\" (expected auto, ring, tree, hierarchical or direct)");
+        }
+      }
+      if (o->protocol != "auto") {
+        req.protocol = network::parse_protocol(o->protocol);
+        if (!req.protocol) {
+          throw InputError("--protocol: unknown protocol \"" + o->protocol +
+                           "\" (expected auto, LL, LL128 or Simple)");
+        }
+      }
+      if (o->expansion == "steady") {
+        req.expansion = network::Expansion::steady;
+      } else if (o->expansion == "stepwise") {
+        req.expansion = network::Expansion::stepwise;
+      } else {
+        throw InputError("--expansion: expected steady or stepwise, got \"" + o->expansion + "\"");
+      }
+      const platform::Cluster cluster(config::load_cluster(o->cluster.cluster, o->cluster.options()));
+      if (o->ranks.empty()) {
+        for (platform::GpuId g = 0; g < cluster.gpu_count(); ++g) req.ranks.push_back(g);
+      } else {
+        req.ranks = parse_ranks(o->ranks, cluster.gpu_count());
+      }
+      if (req.op == network::Op::sendrecv && req.ranks.size() < 2) {
+        throw InputError("--ranks: sendrecv needs at least two ranks");
+      }
+      const network::CollectiveResult result = network::simulate_collective(cluster, req);
+      const report::CollectiveReport rep = report::make_collective_report(cluster, req, result);
+      if (o->json) {
+        std::cout << report::to_json(rep).dump(2) << "\n";
+      } else {
+        std::cout << report::to_text(rep);
+      }
+      return 0;
+    };
+  });
+}
+
+}  // namespace hetsim::cli

@@ -1,0 +1,58 @@
+// hetsim: the command-line entry point. Exit codes: 0 success, 1 run-time failure, 2 bad input.
+#include <yaml-cpp/yaml.h>
+
+#include <iostream>
+
+#include "sim/cli/commands.h"
+#include "sim/core/error.h"
+
+namespace hetsim::cli {
+
+void ClusterFlags::add_to(CLI::App& app, const std::string& default_cluster) {
+  cluster = default_cluster;
+  app.add_option("--cluster", cluster,
+                 "Cluster file, or a built-in cluster name (see topologies/)")
+      ->capture_default_str();
+  app.add_option("--nodes", nodes, "Node count of a single-group cluster");
+  app.add_option("--set", sets,
+                 "Override a field of the cluster file: PATH=VALUE, e.g. groups[0].count=16 "
+                 "(repeatable)");
+}
+
+config::ClusterOptions ClusterFlags::options() const {
+  config::ClusterOptions o;
+  if (nodes != 0) o.nodes = nodes;
+  o.sets = sets;
+  return o;
+}
+
+}  // namespace hetsim::cli
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "hetsim: a discrete-event simulator of distributed deep-learning training on heterogeneous "
+      "GPU clusters"};
+  app.set_version_flag("--version", std::string("hetsim ") + HETSIM_VERSION);
+  app.require_subcommand(1);
+  hetsim::cli::Action action;
+  hetsim::cli::add_collective_command(app, action);
+  hetsim::cli::add_bench_command(app, action);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? 0 : 2;
+  }
+  try {
+    return action();
+  } catch (const hetsim::InputError& e) {
+    std::cerr << "hetsim: error: " << e.what() << "\n";
+    return 2;
+  } catch (const YAML::Exception& e) {
+    std::cerr << "hetsim: error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "hetsim: failure: " << e.what() << "\n";
+    return 1;
+  }
+}

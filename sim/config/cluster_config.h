@@ -1,0 +1,126 @@
+// Plain, validated structs for GPU profiles, link classes and clusters, as read from YAML.
+// Parsing and validation live in cluster_loader.cpp; nothing here knows YAML.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace hetsim::config {
+
+struct GpuProfile {
+  std::string name;
+  std::string description;
+  std::string architecture;
+  int sms = 0;
+  double memory_bytes = 0;
+  double memory_bandwidth_Bps = 0;
+  double l2_bytes = 0;
+  std::map<std::string, double> peak_flops;  // precision -> FLOP/s (dense)
+  double tdp_w = 0;
+  std::optional<double> price_per_hour;
+  std::string source;  // file it came from
+};
+
+// Link kinds select NCCL's per-step latency row (sim/network/protocol.h).
+enum class LinkKind { nvlink, pcie, socket, network };
+
+struct LinkClass {
+  std::string name;
+  LinkKind kind = LinkKind::network;
+  double efficiency = 1;  // usable share of the line rate
+  double latency_s = 0;   // per hop
+};
+
+enum class IntraKind { nvswitch, nvlink_mesh, pcie };
+
+struct MeshLink {
+  int a = 0, b = 0, count = 1;
+};
+
+struct PcieTree {
+  bool present = false;
+  std::string link_class;
+  double bandwidth_Bps = 0;
+  std::vector<std::vector<int>> switches;  // GPUs under each PCIe switch
+  std::vector<std::vector<int>> sockets;   // switches under each CPU socket
+  std::string socket_class;
+  double socket_bandwidth_Bps = 0;
+};
+
+struct NicSpec {
+  std::string link_class;
+  double bandwidth_Bps = 0;
+  std::vector<int> gpus;  // GPUs that use this NIC
+};
+
+struct NodeType {
+  std::string name;
+  std::string gpu;
+  int gpus = 0;
+  IntraKind intra = IntraKind::nvswitch;
+  std::string intra_class;
+  double intra_bandwidth_Bps = 0;  // nvswitch: per GPU per direction; mesh: per NVLink
+  std::vector<MeshLink> mesh;
+  PcieTree pcie;
+  std::vector<NicSpec> nics;
+};
+
+struct Group {
+  std::string node_type;
+  int count = 0;
+};
+
+enum class FabricKind { single_switch, fat_tree, rail_optimized, explicit_links };
+
+struct ExplicitSwitch {
+  std::string name;
+  double latency_s = 0;
+};
+
+struct ExplicitLink {
+  std::string a, b;
+  double bandwidth_Bps = 0;
+  std::string link_class;
+  std::string where;  // file:line, for errors found while building
+};
+
+struct Fabric {
+  FabricKind kind = FabricKind::single_switch;
+  int nics_per_leaf = 0;
+  int nodes_per_unit = 0;
+  int spines = 0;
+  double oversubscription = 1;
+  double latency_s = 0;
+  std::vector<ExplicitSwitch> switches;
+  std::vector<ExplicitLink> links;
+};
+
+struct ClusterConfig {
+  std::string name;
+  std::string file;
+  std::vector<NodeType> node_types;
+  std::vector<Group> groups;
+  Fabric fabric;
+  std::map<std::string, GpuProfile> gpu_types;    // every profile the cluster uses
+  std::map<std::string, LinkClass> link_classes;  // every class known
+};
+
+struct ClusterOptions {
+  std::optional<int> nodes;       // --nodes N (single-group clusters)
+  std::vector<std::string> sets;  // --set PATH=VALUE
+};
+
+// Reads a cluster from a file path, or from a built-in name such as "dgx-a100".
+// Throws InputError naming the file, the line, the field and what was expected.
+ClusterConfig load_cluster(const std::string& path_or_name, const ClusterOptions& options = {});
+ClusterConfig load_cluster_text(const std::string& text, const std::string& file,
+                                const ClusterOptions& options = {});
+
+// The built-in GPU profiles and link classes (topologies/gpus/*.yaml, link_classes.yaml).
+const std::map<std::string, GpuProfile>& builtin_gpus();
+const std::map<std::string, LinkClass>& builtin_link_classes();
+std::vector<std::string> builtin_cluster_names();
+
+}  // namespace hetsim::config

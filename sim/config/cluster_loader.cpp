@@ -1,0 +1,525 @@
+// YAML -> ClusterConfig, GpuProfile and LinkClass, with strict validation; see cluster_config.h.
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "sim/config/cluster_config.h"
+#include "sim/config/embedded_data.h"
+#include "sim/config/yaml_util.h"
+#include "sim/core/error.h"
+
+namespace hetsim::config {
+
+namespace {
+
+std::string idx(std::string_view path, size_t i) {
+  return std::string(path) + "[" + std::to_string(i) + "]";
+}
+
+YAML::Node parse_yaml(const std::string& text, const std::string& file) {
+  try {
+    return YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    throw InputError(file + ":" + std::to_string(e.mark.line + 1) + ": invalid YAML: " + e.msg);
+  }
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path + ": cannot open file");
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+double positive(const std::string& file, const YAML::Node& node, std::string_view path,
+                std::string_view key, Dimension dim) {
+  const double v = get_quantity(file, node, path, key, dim);
+  if (!(v > 0)) {
+    throw InputError(where(file, node[std::string(key)]) + ": " + join_path(path, key) +
+                     ": expected a positive " + dimension_name(dim) + ", got \"" +
+                     node[std::string(key)].as<std::string>() + "\"");
+  }
+  return v;
+}
+
+std::vector<std::string> keys_of(const auto& map) {
+  std::vector<std::string> k;
+  for (const auto& [name, _] : map) k.push_back(name);
+  return k;
+}
+
+std::string list_names(const std::vector<std::string>& names) {
+  std::string s;
+  for (const std::string& n : names) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
+// One of `choices`, or an error listing them.
+std::string get_choice(const std::string& file, const YAML::Node& node, std::string_view path,
+                       std::string_view key, const std::vector<std::string>& choices,
+                       std::optional<std::string> def = std::nullopt) {
+  const std::string v = get_string(file, node, path, key, def);
+  if (std::find(choices.begin(), choices.end(), v) == choices.end()) {
+    throw InputError(where(file, node[std::string(key)]) + ": " + join_path(path, key) +
+                     ": unknown value \"" + v + "\" (expected one of " + list_names(choices) + ")" +
+                     did_you_mean(v, choices));
+  }
+  return v;
+}
+
+std::vector<int> int_list(const std::string& file, const YAML::Node& node, const std::string& path,
+                          int limit, const char* what) {
+  if (!node.IsSequence()) {
+    throw InputError(where(file, node) + ": " + path + ": expected a list of " + what);
+  }
+  std::vector<int> out;
+  for (size_t i = 0; i < node.size(); ++i) {
+    int v = -1;
+    try {
+      v = node[i].as<int>();
+    } catch (const YAML::Exception&) {
+    }
+    if (v < 0 || v >= limit) {
+      throw InputError(where(file, node[i]) + ": " + idx(path, i) + ": expected a " + what +
+                       " index in [0, " + std::to_string(limit) + ")");
+    }
+    out.push_back(v);
+  }
+  return out;
+}
+
+std::vector<std::vector<int>> int_lists(const std::string& file, const YAML::Node& node,
+                                        const std::string& path, int limit, const char* what) {
+  if (!node.IsSequence()) {
+    throw InputError(where(file, node) + ": " + path + ": expected a list of lists of " + what);
+  }
+  std::vector<std::vector<int>> out;
+  for (size_t i = 0; i < node.size(); ++i) out.push_back(int_list(file, node[i], idx(path, i), limit, what));
+  return out;
+}
+
+// Every value in [0, n) appears exactly once across the lists.
+void check_partition(const std::string& file, const YAML::Node& node, const std::string& path,
+                     const std::vector<std::vector<int>>& lists, int n, const char* what) {
+  std::vector<int> seen(n, 0);
+  for (const auto& l : lists) {
+    for (int v : l) ++seen[v];
+  }
+  for (int v = 0; v < n; ++v) {
+    if (seen[v] != 1) {
+      throw InputError(where(file, node) + ": " + path + ": " + what + " " + std::to_string(v) +
+                       (seen[v] == 0 ? " is in no entry" : " is in more than one entry") +
+                       " (each must be in exactly one)");
+    }
+  }
+}
+
+GpuProfile parse_gpu(const std::string& file, const YAML::Node& n, const std::string& path) {
+  check_keys(file, n, path,
+             {"name", "description", "architecture", "sms", "memory", "memory_bandwidth",
+              "l2_cache", "peak", "tdp", "price_per_hour"});
+  GpuProfile g;
+  g.source = file;
+  g.name = get_string(file, n, path, "name");
+  g.description = get_string(file, n, path, "description", g.name);
+  g.architecture = get_string(file, n, path, "architecture", "");
+  g.sms = static_cast<int>(get_int(file, n, path, "sms", 1));
+  g.memory_bytes = positive(file, n, path, "memory", Dimension::bytes);
+  g.memory_bandwidth_Bps = positive(file, n, path, "memory_bandwidth", Dimension::bandwidth);
+  g.l2_bytes = get_quantity(file, n, path, "l2_cache", Dimension::bytes, 0.0);
+  const std::string ppath = join_path(path, "peak");
+  const YAML::Node peak = require(file, n, path, "peak");
+  const std::vector<std::string> precisions = {"fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "int8"};
+  check_keys(file, peak, ppath, precisions);
+  for (const std::string& p : precisions) {
+    if (peak[p]) g.peak_flops[p] = positive(file, peak, ppath, p, Dimension::flop_rate);
+  }
+  if (g.peak_flops.empty()) {
+    throw InputError(where(file, peak) + ": " + ppath + ": expected at least one precision");
+  }
+  g.tdp_w = get_quantity(file, n, path, "tdp", Dimension::power, 0.0);
+  if (n["price_per_hour"]) g.price_per_hour = get_number(file, n, path, "price_per_hour");
+  return g;
+}
+
+std::map<std::string, LinkClass> parse_link_classes(const std::string& file, const YAML::Node& n,
+                                                    const std::string& path) {
+  if (!n.IsMap()) throw InputError(where(file, n) + ": " + path + ": expected a map");
+  std::map<std::string, LinkClass> out;
+  for (const auto& kv : n) {
+    const std::string name = kv.first.as<std::string>();
+    const std::string p = join_path(path, name);
+    const YAML::Node c = kv.second;
+    check_keys(file, c, p, {"kind", "efficiency", "latency"});
+    LinkClass lc;
+    lc.name = name;
+    const std::string kind = get_choice(file, c, p, "kind", {"nvlink", "pcie", "socket", "network"});
+    lc.kind = kind == "nvlink"   ? LinkKind::nvlink
+              : kind == "pcie"   ? LinkKind::pcie
+              : kind == "socket" ? LinkKind::socket
+                                 : LinkKind::network;
+    lc.efficiency = get_number(file, c, p, "efficiency", 1.0);
+    if (!(lc.efficiency > 0 && lc.efficiency <= 1)) {
+      throw InputError(where(file, c["efficiency"]) + ": " + join_path(p, "efficiency") +
+                       ": expected a number in (0, 1]");
+    }
+    lc.latency_s = get_quantity(file, c, p, "latency", Dimension::time, 0.0);
+    out[name] = lc;
+  }
+  return out;
+}
+
+const EmbeddedFile* find_embedded(const std::string& path) {
+  for (const EmbeddedFile& f : embedded_files()) {
+    if (path == f.path) return &f;
+  }
+  return nullptr;
+}
+
+class ClusterParser {
+ public:
+  ClusterParser(const std::string& file, const YAML::Node& root) : file_(file), root_(root) {}
+
+  ClusterConfig parse() {
+    check_keys(file_, root_, "", {"name", "node_types", "groups", "fabric", "gpu_types", "link_classes"});
+    ClusterConfig c;
+    c.file = file_;
+    c.name = get_string(file_, root_, "", "name", std::filesystem::path(file_).stem().string());
+    c.link_classes = builtin_link_classes();
+    if (root_["link_classes"]) {
+      for (auto& [k, v] : parse_link_classes(file_, root_["link_classes"], "link_classes")) {
+        c.link_classes[k] = v;
+      }
+    }
+    classes_ = &c.link_classes;
+    std::map<std::string, GpuProfile> known = builtin_gpus();
+    if (const YAML::Node g = root_["gpu_types"]) {
+      if (!g.IsSequence()) throw InputError(where(file_, g) + ": gpu_types: expected a list");
+      for (size_t i = 0; i < g.size(); ++i) {
+        GpuProfile p = parse_gpu(file_, g[i], idx("gpu_types", i));
+        known[p.name] = p;
+      }
+    }
+    const YAML::Node types = require(file_, root_, "", "node_types");
+    if (!types.IsSequence() || types.size() == 0) {
+      throw InputError(where(file_, types) + ": node_types: expected a non-empty list");
+    }
+    for (size_t i = 0; i < types.size(); ++i) {
+      NodeType t = parse_node_type(types[i], idx("node_types", i));
+      for (const NodeType& other : c.node_types) {
+        if (other.name == t.name) {
+          throw InputError(where(file_, types[i]) + ": " + idx("node_types", i) +
+                           ".name: duplicate node type \"" + t.name + "\"");
+        }
+      }
+      auto it = known.find(t.gpu);
+      if (it == known.end()) {
+        throw InputError(where(file_, types[i]["gpu"]) + ": " + idx("node_types", i) +
+                         ".gpu: unknown GPU type \"" + t.gpu +
+                         "\" (no profile; add one under gpu_types or use a built-in one)" +
+                         did_you_mean(t.gpu, keys_of(known)));
+      }
+      c.gpu_types[t.gpu] = it->second;
+      c.node_types.push_back(std::move(t));
+    }
+    const YAML::Node groups = require(file_, root_, "", "groups");
+    if (!groups.IsSequence() || groups.size() == 0) {
+      throw InputError(where(file_, groups) + ": groups: expected a non-empty list");
+    }
+    std::vector<std::string> type_names;
+    for (const NodeType& t : c.node_types) type_names.push_back(t.name);
+    int total_nodes = 0;
+    for (size_t i = 0; i < groups.size(); ++i) {
+      const std::string p = idx("groups", i);
+      check_keys(file_, groups[i], p, {"node_type", "count"});
+      Group g;
+      g.node_type = get_string(file_, groups[i], p, "node_type");
+      if (std::find(type_names.begin(), type_names.end(), g.node_type) == type_names.end()) {
+        throw InputError(where(file_, groups[i]["node_type"]) + ": " + p +
+                         ".node_type: unknown node type \"" + g.node_type + "\"" +
+                         did_you_mean(g.node_type, type_names));
+      }
+      g.count = static_cast<int>(get_int(file_, groups[i], p, "count", 1));
+      total_nodes += g.count;
+      c.groups.push_back(g);
+    }
+    if (total_nodes > 1) {
+      for (size_t i = 0; i < c.node_types.size(); ++i) {
+        if (c.node_types[i].nics.empty()) {
+          throw InputError(where(file_, types[i]) + ": " + idx("node_types", i) +
+                           ".nics: a cluster of several nodes needs NICs on every node type");
+        }
+      }
+    }
+    c.fabric = parse_fabric(total_nodes);
+    return c;
+  }
+
+ private:
+  std::string link_class(const YAML::Node& n, std::string_view path) {
+    const std::string v = get_string(file_, n, path, "link_class");
+    if (!classes_->count(v)) {
+      throw InputError(where(file_, n["link_class"]) + ": " + join_path(path, "link_class") +
+                       ": unknown link class \"" + v + "\"" + did_you_mean(v, keys_of(*classes_)));
+    }
+    return v;
+  }
+
+  NodeType parse_node_type(const YAML::Node& n, const std::string& path) {
+    check_keys(file_, n, path, {"name", "gpu", "gpus", "intra", "pcie", "nics"});
+    NodeType t;
+    t.name = get_string(file_, n, path, "name");
+    t.gpu = get_string(file_, n, path, "gpu");
+    t.gpus = static_cast<int>(get_int(file_, n, path, "gpus", 1));
+    const std::string ip = join_path(path, "intra");
+    const YAML::Node intra = require(file_, n, path, "intra");
+    const std::string kind = get_choice(file_, intra, ip, "kind", {"nvswitch", "nvlink_mesh", "pcie"});
+    if (kind == "nvswitch") {
+      check_keys(file_, intra, ip, {"kind", "link_class", "bandwidth"});
+      t.intra = IntraKind::nvswitch;
+      t.intra_class = link_class(intra, ip);
+      t.intra_bandwidth_Bps = positive(file_, intra, ip, "bandwidth", Dimension::bandwidth);
+    } else if (kind == "nvlink_mesh") {
+      check_keys(file_, intra, ip, {"kind", "link_class", "link_bandwidth", "links"});
+      t.intra = IntraKind::nvlink_mesh;
+      t.intra_class = link_class(intra, ip);
+      t.intra_bandwidth_Bps = positive(file_, intra, ip, "link_bandwidth", Dimension::bandwidth);
+      const YAML::Node links = require(file_, intra, ip, "links");
+      const std::string lp = join_path(ip, "links");
+      if (!links.IsSequence()) throw InputError(where(file_, links) + ": " + lp + ": expected a list");
+      for (size_t i = 0; i < links.size(); ++i) {
+        const std::vector<int> v = int_list(file_, links[i], idx(lp, i), std::max(t.gpus, 1 << 20), "GPU");
+        if (v.size() != 3 || v[0] >= t.gpus || v[1] >= t.gpus || v[0] == v[1] || v[2] < 1) {
+          throw InputError(where(file_, links[i]) + ": " + idx(lp, i) +
+                           ": expected [gpu a, gpu b, number of links] with two different GPUs in "
+                           "[0, " + std::to_string(t.gpus) + ") and at least one link");
+        }
+        t.mesh.push_back(MeshLink{v[0], v[1], v[2]});
+      }
+    } else {
+      check_keys(file_, intra, ip, {"kind"});
+      t.intra = IntraKind::pcie;
+    }
+    if (const YAML::Node pcie = n["pcie"]) {
+      const std::string pp = join_path(path, "pcie");
+      check_keys(file_, pcie, pp, {"link_class", "bandwidth", "switches", "sockets", "inter_socket"});
+      PcieTree& tree = t.pcie;
+      tree.present = true;
+      tree.link_class = link_class(pcie, pp);
+      tree.bandwidth_Bps = positive(file_, pcie, pp, "bandwidth", Dimension::bandwidth);
+      const std::string sp = join_path(pp, "switches");
+      tree.switches = int_lists(file_, require(file_, pcie, pp, "switches"), sp, t.gpus, "GPU");
+      check_partition(file_, pcie["switches"], sp, tree.switches, t.gpus, "GPU");
+      const int nsw = static_cast<int>(tree.switches.size());
+      if (pcie["sockets"]) {
+        const std::string kp = join_path(pp, "sockets");
+        tree.sockets = int_lists(file_, pcie["sockets"], kp, nsw, "PCIe switch");
+        check_partition(file_, pcie["sockets"], kp, tree.sockets, nsw, "PCIe switch");
+      } else {
+        tree.sockets.emplace_back();
+        for (int s = 0; s < nsw; ++s) tree.sockets.back().push_back(s);
+      }
+      if (tree.sockets.size() > 1) {
+        const std::string xp = join_path(pp, "inter_socket");
+        const YAML::Node x = require(file_, pcie, pp, "inter_socket");
+        check_keys(file_, x, xp, {"link_class", "bandwidth"});
+        tree.socket_class = link_class(x, xp);
+        tree.socket_bandwidth_Bps = positive(file_, x, xp, "bandwidth", Dimension::bandwidth);
+      }
+    } else if (t.intra == IntraKind::pcie) {
+      throw InputError(where(file_, n) + ": " + path + ".pcie: missing required field (intra kind "
+                       "pcie needs the PCIe tree)");
+    }
+    if (const YAML::Node nics = n["nics"]) {
+      const std::string np = join_path(path, "nics");
+      if (nics.IsMap()) {
+        check_keys(file_, nics, np, {"count", "link_class", "bandwidth"});
+        const int count = static_cast<int>(get_int(file_, nics, np, "count", 1));
+        if (count > t.gpus) {
+          throw InputError(where(file_, nics["count"]) + ": " + np +
+                           ".count: more NICs than GPUs; list them with their GPUs instead");
+        }
+        NicSpec spec;
+        spec.link_class = link_class(nics, np);
+        spec.bandwidth_Bps = positive(file_, nics, np, "bandwidth", Dimension::bandwidth);
+        t.nics.assign(count, spec);
+        for (int g = 0; g < t.gpus; ++g) t.nics[static_cast<size_t>(g) * count / t.gpus].gpus.push_back(g);
+      } else if (nics.IsSequence()) {
+        std::vector<std::vector<int>> owners;
+        for (size_t i = 0; i < nics.size(); ++i) {
+          const std::string p = idx(np, i);
+          check_keys(file_, nics[i], p, {"link_class", "bandwidth", "gpus"});
+          NicSpec spec;
+          spec.link_class = link_class(nics[i], p);
+          spec.bandwidth_Bps = positive(file_, nics[i], p, "bandwidth", Dimension::bandwidth);
+          spec.gpus = int_list(file_, require(file_, nics[i], p, "gpus"), join_path(p, "gpus"), t.gpus, "GPU");
+          if (spec.gpus.empty()) {
+            throw InputError(where(file_, nics[i]) + ": " + p + ".gpus: expected at least one GPU");
+          }
+          owners.push_back(spec.gpus);
+          t.nics.push_back(spec);
+        }
+        check_partition(file_, nics, np, owners, t.gpus, "GPU");
+      } else {
+        throw InputError(where(file_, nics) + ": " + np + ": expected a list of NICs or a map with count");
+      }
+    }
+    return t;
+  }
+
+  Fabric parse_fabric(int total_nodes) {
+    Fabric f;
+    const YAML::Node n = root_["fabric"];
+    if (!n) {
+      if (total_nodes > 1) throw InputError(file_ + ": fabric: missing required field");
+      return f;
+    }
+    const std::string kind = get_choice(file_, n, "fabric", "kind",
+                                        {"single_switch", "fat_tree", "rail_optimized", "explicit"});
+    f.latency_s = get_quantity(file_, n, "fabric", "latency", Dimension::time, 100e-9);
+    if (kind == "single_switch") {
+      check_keys(file_, n, "fabric", {"kind", "latency"});
+      f.kind = FabricKind::single_switch;
+    } else if (kind == "fat_tree" || kind == "rail_optimized") {
+      const bool rail = kind == "rail_optimized";
+      check_keys(file_, n, "fabric",
+                 {"kind", "latency", rail ? "nodes_per_unit" : "nics_per_leaf", "spines",
+                  "oversubscription"});
+      f.kind = rail ? FabricKind::rail_optimized : FabricKind::fat_tree;
+      if (rail) {
+        f.nodes_per_unit = static_cast<int>(get_int(file_, n, "fabric", "nodes_per_unit", 1));
+      } else {
+        f.nics_per_leaf = static_cast<int>(get_int(file_, n, "fabric", "nics_per_leaf", 1));
+      }
+      f.spines = static_cast<int>(get_int(file_, n, "fabric", "spines", 1, 1));
+      f.oversubscription = get_number(file_, n, "fabric", "oversubscription", 1.0);
+      if (!(f.oversubscription >= 1)) {
+        throw InputError(where(file_, n["oversubscription"]) +
+                         ": fabric.oversubscription: expected a number >= 1 (down:up ratio)");
+      }
+    } else {
+      check_keys(file_, n, "fabric", {"kind", "latency", "switches", "links"});
+      f.kind = FabricKind::explicit_links;
+      const YAML::Node sw = require(file_, n, "fabric", "switches");
+      if (!sw.IsSequence()) throw InputError(where(file_, sw) + ": fabric.switches: expected a list");
+      std::set<std::string> names;
+      for (size_t i = 0; i < sw.size(); ++i) {
+        const std::string p = idx("fabric.switches", i);
+        check_keys(file_, sw[i], p, {"name", "latency"});
+        ExplicitSwitch s{get_string(file_, sw[i], p, "name"),
+                         get_quantity(file_, sw[i], p, "latency", Dimension::time, f.latency_s)};
+        if (!names.insert(s.name).second) {
+          throw InputError(where(file_, sw[i]) + ": " + p + ".name: duplicate switch \"" + s.name + "\"");
+        }
+        f.switches.push_back(s);
+      }
+      const YAML::Node links = require(file_, n, "fabric", "links");
+      if (!links.IsSequence()) throw InputError(where(file_, links) + ": fabric.links: expected a list");
+      for (size_t i = 0; i < links.size(); ++i) {
+        const std::string p = idx("fabric.links", i);
+        check_keys(file_, links[i], p, {"a", "b", "bandwidth", "link_class"});
+        ExplicitLink l;
+        l.a = get_string(file_, links[i], p, "a");
+        l.b = get_string(file_, links[i], p, "b");
+        l.bandwidth_Bps = positive(file_, links[i], p, "bandwidth", Dimension::bandwidth);
+        l.link_class = link_class(links[i], p);
+        l.where = where(file_, links[i]) + ": " + p;
+        f.links.push_back(l);
+      }
+    }
+    return f;
+  }
+
+  const std::string& file_;
+  const YAML::Node& root_;
+  const std::map<std::string, LinkClass>* classes_ = nullptr;
+};
+
+}  // namespace
+
+const std::map<std::string, GpuProfile>& builtin_gpus() {
+  static const std::map<std::string, GpuProfile> gpus = [] {
+    std::map<std::string, GpuProfile> m;
+    for (const EmbeddedFile& f : embedded_files()) {
+      const std::string path = f.path;
+      if (path.rfind("topologies/gpus/", 0) != 0) continue;
+      GpuProfile g = parse_gpu(path, parse_yaml(f.text, path), "");
+      const std::string expected = std::filesystem::path(path).stem().string();
+      if (g.name != expected) {
+        throw InputError(path + ": name: \"" + g.name + "\" must match the file name \"" + expected + "\"");
+      }
+      m[g.name] = g;
+    }
+    return m;
+  }();
+  return gpus;
+}
+
+const std::map<std::string, LinkClass>& builtin_link_classes() {
+  static const std::map<std::string, LinkClass> classes = [] {
+    const std::string path = "topologies/link_classes.yaml";
+    const EmbeddedFile* f = find_embedded(path);
+    if (!f) throw RunError("built-in data is missing " + path);
+    const YAML::Node root = parse_yaml(f->text, path);
+    check_keys(path, root, "", {"classes"});
+    return parse_link_classes(path, require(path, root, "", "classes"), "classes");
+  }();
+  return classes;
+}
+
+std::vector<std::string> builtin_cluster_names() {
+  std::vector<std::string> names;
+  for (const EmbeddedFile& f : embedded_files()) {
+    const std::filesystem::path p(f.path);
+    if (p.parent_path() == "topologies" && p.extension() == ".yaml" && p.stem() != "link_classes") {
+      names.push_back(p.stem().string());
+    }
+  }
+  return names;
+}
+
+ClusterConfig load_cluster_text(const std::string& text, const std::string& file,
+                                const ClusterOptions& options) {
+  YAML::Node root = parse_yaml(text, file);
+  if (!root.IsMap()) throw InputError(file + ": expected a map at the top level");
+  for (const std::string& s : options.sets) {
+    try {
+      apply_override(root, s);
+    } catch (const InputError& e) {
+      throw InputError(file + ": " + e.what());
+    }
+  }
+  if (options.nodes) {
+    if (*options.nodes < 1) throw InputError("--nodes: expected an integer >= 1");
+    const YAML::Node groups = root["groups"];
+    if (!groups.IsSequence() || groups.size() != 1) {
+      throw InputError(file + ": --nodes needs a cluster with exactly one group; use --set "
+                       "groups[i].count=N instead");
+    }
+    YAML::Node g0 = groups[0];
+    g0["count"] = *options.nodes;
+  }
+  return ClusterParser(file, root).parse();
+}
+
+ClusterConfig load_cluster(const std::string& path_or_name, const ClusterOptions& options) {
+  if (std::filesystem::is_regular_file(path_or_name)) {
+    return load_cluster_text(read_file(path_or_name), path_or_name, options);
+  }
+  for (const std::string& candidate :
+       {path_or_name, "topologies/" + path_or_name, "topologies/" + path_or_name + ".yaml"}) {
+    if (const EmbeddedFile* f = find_embedded(candidate)) {
+      return load_cluster_text(f->text, f->path, options);
+    }
+  }
+  const std::vector<std::string> names = builtin_cluster_names();
+  throw InputError(path_or_name + ": no such cluster file, nor a built-in cluster (built-in: " +
+                   list_names(names) + ")" + did_you_mean(path_or_name, names));
+}
+
+}  // namespace hetsim::config

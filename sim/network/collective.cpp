@@ -1,0 +1,378 @@
+// Collective -> flows; see collective.h.
+#include "sim/network/collective.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <unordered_map>
+
+#include "sim/core/error.h"
+#include "sim/network/rings.h"
+
+namespace hetsim::network {
+
+using platform::Cluster;
+using platform::GpuId;
+
+std::string to_string(Op op) {
+  static const char* names[] = {"allreduce", "allgather", "reducescatter",
+                                "alltoall",  "broadcast", "sendrecv"};
+  return names[static_cast<int>(op)];
+}
+
+std::optional<Op> parse_op(const std::string& s) {
+  for (int i = 0; i <= static_cast<int>(Op::sendrecv); ++i) {
+    if (to_string(static_cast<Op>(i)) == s) return static_cast<Op>(i);
+  }
+  return std::nullopt;
+}
+
+std::optional<Algorithm> parse_algorithm(const std::string& s) {
+  for (Algorithm a : {Algorithm::ring, Algorithm::tree, Algorithm::hierarchical, Algorithm::direct}) {
+    if (to_string(a) == s) return a;
+  }
+  return std::nullopt;
+}
+
+std::optional<Protocol> parse_protocol(const std::string& s) {
+  for (Protocol p : {Protocol::ll, Protocol::ll128, Protocol::simple}) {
+    std::string lower = to_string(p);
+    std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
+    if (to_string(p) == s || lower == s) return p;
+  }
+  return std::nullopt;
+}
+
+double busbw_factor(Op op, size_t n) {
+  const double dn = static_cast<double>(n);
+  switch (op) {
+    case Op::allreduce:
+      return 2 * (dn - 1) / dn;
+    case Op::allgather:
+    case Op::reducescatter:
+    case Op::alltoall:
+      return (dn - 1) / dn;
+    default:
+      return 1;
+  }
+}
+
+namespace {
+
+struct Edge {
+  std::vector<platform::LinkId> links;
+  config::LinkKind kind = config::LinkKind::nvlink;
+  Time wire_latency;
+};
+
+// Builds the flows of one plan; routes are cached across the plans tried for one request.
+class Builder {
+ public:
+  Builder(const Cluster& c, const CollectiveRequest& r) : c_(c), r_(r) {
+    nodes_ = order_by_node(c, r.ranks);
+  }
+
+  CollectivePlan build(Algorithm a, Protocol p) {
+    CollectivePlan plan;
+    plan.op = r_.op;
+    plan.algorithm = a;
+    plan.protocol = p;
+    plan.payload_bytes = r_.bytes;
+    plan.ranks = r_.ranks.size();
+    plan.start_delay = launch_overhead() + base_latency(a, p);
+    a_ = a;
+    p_ = p;
+    plan_ = &plan;
+    const double wire = r_.bytes / payload_fraction(p);  // bytes the protocol puts on the wire
+    const size_t n = r_.ranks.size();
+    if (n < 2) return plan;
+    switch (a) {
+      case Algorithm::ring: {
+        const auto& rings = this->rings();
+        plan.channels = static_cast<int>(rings.size());
+        const double per_channel = wire / static_cast<double>(rings.size());
+        for (const auto& ring : rings) {
+          switch (r_.op) {
+            case Op::allreduce:
+              add_ring(ring, 2 * (n - 1), per_channel / n, {});
+              break;
+            case Op::allgather:
+            case Op::reducescatter:
+              add_ring(ring, n - 1, per_channel / n, {});
+              break;
+            case Op::broadcast:
+              add_chain_from(ring, r_.ranks.front(), per_channel);
+              break;
+            default:
+              throw InputError("--algorithm ring does not apply to " + to_string(r_.op));
+          }
+        }
+        break;
+      }
+      case Algorithm::tree: {
+        if (r_.op != Op::allreduce) {
+          throw InputError("--algorithm tree applies to allreduce only");
+        }
+        const auto trees = build_trees(c_, nodes_);
+        plan.channels = static_cast<int>(trees.size());
+        for (const TreeEdges& t : trees) add_tree(t, wire / static_cast<double>(trees.size()));
+        break;
+      }
+      case Algorithm::hierarchical:
+        if (r_.op != Op::allreduce) {
+          throw InputError("--algorithm hierarchical applies to allreduce only");
+        }
+        if (nodes_.nodes.size() < 2 || !nodes_.equal_sizes) {
+          throw InputError(
+              "--algorithm hierarchical needs ranks on two or more nodes, the same number on each");
+        }
+        add_hierarchical(wire);
+        break;
+      case Algorithm::direct: {
+        if (r_.op != Op::alltoall && r_.op != Op::sendrecv) {
+          throw InputError("--algorithm direct applies to alltoall and sendrecv only");
+        }
+        const auto& ranks = r_.ranks;
+        for (size_t i = 0; i < n; ++i) {
+          if (r_.op == Op::sendrecv) {
+            add_p2p(ranks[i], ranks[(i + 1) % n], wire);
+          } else {
+            for (size_t k = 1; k < n; ++k) add_p2p(ranks[i], ranks[(i + k) % n], wire / n);
+          }
+        }
+        break;
+      }
+    }
+    return plan;
+  }
+
+  bool hierarchical_possible() const { return nodes_.nodes.size() >= 2 && nodes_.equal_sizes; }
+
+ private:
+  const Edge& edge(GpuId a, GpuId b) {
+    const uint64_t key = (static_cast<uint64_t>(a) << 32) | b;
+    auto it = edges_.find(key);
+    if (it != edges_.end()) return it->second;
+    Edge e;
+    e.links = c_.route(a, b);
+    e.kind = c_.route_kind(e.links);
+    e.wire_latency = c_.route_latency(e.links);
+    return edges_.emplace(key, std::move(e)).first->second;
+  }
+
+  Time step_lat(const Edge& e) const { return step_latency(a_, p_, e.kind) + e.wire_latency; }
+
+  const std::vector<std::vector<GpuId>>& rings() {
+    if (rings_.empty()) rings_ = build_rings(c_, nodes_);
+    return rings_;
+  }
+
+  static std::vector<LinkUse> merge(std::vector<platform::LinkId>& ids) {
+    std::sort(ids.begin(), ids.end());
+    std::vector<LinkUse> out;
+    for (platform::LinkId l : ids) {
+      if (!out.empty() && out.back().link == l) {
+        ++out.back().count;
+      } else {
+        out.push_back(LinkUse{l, 1});
+      }
+    }
+    return out;
+  }
+
+  uint32_t add_step(std::vector<LinkUse> links, double bytes, Time latency,
+                    std::vector<uint32_t> deps) {
+    plan_->steps.push_back(PlanStep{std::move(links), bytes, latency, std::move(deps)});
+    return static_cast<uint32_t>(plan_->steps.size() - 1);
+  }
+
+  // A ring of `steps` steps moving `chunk` bytes per edge per step. Returns the steps that end it.
+  std::vector<uint32_t> add_ring(const std::vector<GpuId>& ring, size_t steps, double chunk,
+                                 const std::vector<uint32_t>& deps) {
+    const size_t n = ring.size();
+    std::vector<const Edge*> edges;
+    for (size_t i = 0; i < n; ++i) edges.push_back(&edge(ring[i], ring[(i + 1) % n]));
+    if (r_.expansion == Expansion::stepwise) {
+      if (n * steps > 4'000'000) {
+        throw InputError("stepwise expansion would need " + std::to_string(n * steps) +
+                         " flows; use the steady expansion at this scale");
+      }
+      std::vector<uint32_t> prev(n), cur(n);
+      for (size_t k = 0; k < steps; ++k) {
+        for (size_t i = 0; i < n; ++i) {
+          std::vector<uint32_t> d = k == 0 ? deps : std::vector<uint32_t>{prev[i], prev[(i + n - 1) % n]};
+          std::vector<platform::LinkId> ids = edges[i]->links;
+          cur[i] = add_step(merge(ids), chunk, step_lat(*edges[i]), std::move(d));
+        }
+        prev = cur;
+      }
+      return prev;
+    }
+    // Steady: one flow over every edge; latency of the longest chain of `steps` consecutive edges.
+    std::vector<platform::LinkId> ids;
+    std::vector<int64_t> lat(2 * n + 1, 0);
+    for (size_t i = 0; i < n; ++i) ids.insert(ids.end(), edges[i]->links.begin(), edges[i]->links.end());
+    for (size_t i = 0; i < 2 * n; ++i) lat[i + 1] = lat[i] + step_lat(*edges[i % n]).ps();
+    int64_t worst = 0;
+    const size_t full = steps / n, rest = steps % n;
+    const int64_t cycle = lat[n];
+    for (size_t i = 0; i < n; ++i) {
+      worst = std::max<int64_t>(worst, static_cast<int64_t>(full) * cycle + lat[i + rest] - lat[i]);
+    }
+    return {add_step(merge(ids), chunk * static_cast<double>(steps), Time::ps(worst), deps)};
+  }
+
+  // A pipelined chain from `root` along the ring order: every edge carries all the bytes.
+  void add_chain_from(const std::vector<GpuId>& ring, GpuId root, double bytes) {
+    const size_t n = ring.size();
+    const size_t start = std::find(ring.begin(), ring.end(), root) - ring.begin();
+    std::vector<platform::LinkId> ids;
+    Time latency;
+    for (size_t k = 0; k + 1 < n; ++k) {
+      const Edge& e = edge(ring[(start + k) % n], ring[(start + k + 1) % n]);
+      ids.insert(ids.end(), e.links.begin(), e.links.end());
+      latency += step_lat(e);
+    }
+    add_step(merge(ids), bytes, latency, {});
+  }
+
+  // Tree all-reduce, pipelined: reduce up and broadcast down at once; each edge carries all of
+  // its tree's bytes in each direction.
+  void add_tree(const TreeEdges& t, double bytes) {
+    std::vector<platform::LinkId> ids;
+    std::unordered_map<GpuId, std::pair<GpuId, Time>> parent;
+    for (const auto& [child, par] : t.edges) {
+      const Edge& up = edge(child, par);
+      const Edge& down = edge(par, child);
+      ids.insert(ids.end(), up.links.begin(), up.links.end());
+      ids.insert(ids.end(), down.links.begin(), down.links.end());
+      parent[child] = {par, step_lat(up)};
+    }
+    Time deepest;
+    for (const auto& [child, _] : parent) {
+      Time depth;
+      for (GpuId g = child; parent.count(g); g = parent[g].first) depth += parent[g].second;
+      deepest = std::max(deepest, depth);
+    }
+    add_step(merge(ids), bytes, deepest * 2, {});
+  }
+
+  // Intra-node reduce-scatter, inter-node all-reduce per local rank (rail), intra-node all-gather.
+  void add_hierarchical(double wire) {
+    const size_t g = nodes_.order.front().size();
+    const size_t m = nodes_.nodes.size();
+    std::vector<uint32_t> phase1, phase2;
+    auto local_rings = [&](size_t i) {
+      NodeOrders one;
+      one.nodes = {nodes_.nodes[i]};
+      one.order = {nodes_.order[i]};
+      return build_rings(c_, one);
+    };
+    std::vector<std::vector<std::vector<GpuId>>> intra(m);
+    for (size_t i = 0; i < m; ++i) intra[i] = local_rings(i);
+    plan_->channels = static_cast<int>(g);
+    if (g > 1) {
+      for (size_t i = 0; i < m; ++i) {
+        const double per = wire / static_cast<double>(intra[i].size());
+        for (const auto& ring : intra[i]) {
+          for (uint32_t s : add_ring(ring, g - 1, per / g, {})) phase1.push_back(s);
+        }
+      }
+    }
+    for (size_t j = 0; j < g; ++j) {
+      std::vector<GpuId> rail;
+      for (size_t i = 0; i < m; ++i) rail.push_back(nodes_.order[i][j]);
+      for (uint32_t s : add_ring(rail, 2 * (m - 1), wire / g / m, phase1)) phase2.push_back(s);
+    }
+    if (g > 1) {
+      for (size_t i = 0; i < m; ++i) {
+        const double per = wire / static_cast<double>(intra[i].size());
+        for (const auto& ring : intra[i]) add_ring(ring, g - 1, per / g, phase2);
+      }
+    }
+  }
+
+  void add_p2p(GpuId a, GpuId b, double bytes) {
+    const Edge& e = edge(a, b);
+    std::vector<platform::LinkId> ids = e.links;
+    add_step(merge(ids), bytes, step_lat(e), {});
+  }
+
+  const Cluster& c_;
+  const CollectiveRequest& r_;
+  NodeOrders nodes_;
+  std::vector<std::vector<GpuId>> rings_;
+  std::unordered_map<uint64_t, Edge> edges_;
+  Algorithm a_ = Algorithm::ring;
+  Protocol p_ = Protocol::simple;
+  CollectivePlan* plan_ = nullptr;
+};
+
+}  // namespace
+
+double estimate_seconds(const Cluster& c, const CollectivePlan& p) {
+  // Steps at the same depth of the dependency graph are taken to run together; each gets the
+  // smallest equal share of the links it crosses.
+  const size_t n = p.steps.size();
+  std::vector<uint32_t> depth(n, 0);
+  uint32_t max_depth = 0;
+  for (size_t i = 0; i < n; ++i) {
+    for (uint32_t d : p.steps[i].deps) depth[i] = std::max(depth[i], depth[d] + 1);
+    max_depth = std::max(max_depth, depth[i]);
+  }
+  std::vector<std::unordered_map<platform::LinkId, double>> load(max_depth + 1);
+  for (size_t i = 0; i < n; ++i) {
+    for (const LinkUse& u : p.steps[i].links) load[depth[i]][u.link] += u.count;
+  }
+  std::vector<double> finish(n, 0);
+  double end = 0;
+  for (size_t i = 0; i < n; ++i) {
+    double start = 0;
+    for (uint32_t d : p.steps[i].deps) start = std::max(start, finish[d]);
+    double rate = std::numeric_limits<double>::infinity();
+    for (const LinkUse& u : p.steps[i].links) {
+      rate = std::min(rate, c.links()[u.link].capacity_Bps / load[depth[i]][u.link]);
+    }
+    finish[i] = start + p.steps[i].latency.seconds() + (std::isinf(rate) ? 0 : p.steps[i].bytes / rate);
+    end = std::max(end, finish[i]);
+  }
+  return p.start_delay.seconds() + end;
+}
+
+CollectivePlan plan_collective(const Cluster& c, const CollectiveRequest& r) {
+  if (r.ranks.empty()) throw InputError("a collective needs at least one rank");
+  if (!(r.bytes >= 0)) throw InputError("--bytes: expected a non-negative size");
+  Builder b(c, r);
+  std::vector<Algorithm> algorithms;
+  if (r.algorithm) {
+    algorithms = {*r.algorithm};
+  } else if (r.op == Op::alltoall || r.op == Op::sendrecv) {
+    algorithms = {Algorithm::direct};
+  } else if (r.op == Op::allreduce) {
+    algorithms = {Algorithm::ring, Algorithm::tree};
+    if (b.hierarchical_possible()) algorithms.push_back(Algorithm::hierarchical);
+  } else {
+    algorithms = {Algorithm::ring};
+  }
+  std::vector<Protocol> protocols;
+  if (r.protocol) {
+    protocols = {*r.protocol};
+  } else {
+    protocols = {Protocol::ll, Protocol::ll128, Protocol::simple};
+  }
+  CollectivePlan best;
+  bool have = false;
+  for (Algorithm a : algorithms) {
+    for (Protocol p : protocols) {
+      CollectivePlan plan = b.build(a, p);
+      plan.estimate_s = estimate_seconds(c, plan);
+      if (!have || plan.estimate_s < best.estimate_s) {
+        best = std::move(plan);
+        have = true;
+      }
+    }
+  }
+  return best;
+}
+
+}  // namespace hetsim::network

@@ -1,0 +1,71 @@
+// Collectives decomposed by algorithm into flows with dependencies (a CollectivePlan), and the
+// NCCL-style rule that picks the algorithm and protocol by size and topology.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sim/network/flow_network.h"
+#include "sim/network/protocol.h"
+#include "sim/platform/cluster.h"
+
+namespace hetsim::network {
+
+enum class Op { allreduce, allgather, reducescatter, alltoall, broadcast, sendrecv };
+std::string to_string(Op op);
+std::optional<Op> parse_op(const std::string& s);
+std::optional<Algorithm> parse_algorithm(const std::string& s);
+std::optional<Protocol> parse_protocol(const std::string& s);
+
+// How ring and tree collectives become flows. steady: each ring (channel) is one flow over all
+// of its edges, moving at the pace of its slowest edge, after the latency of its longest chain
+// of steps. stepwise: every step of every rank is its own flow, started when the rank has sent
+// its previous chunk and received the one it forwards. The two agree exactly on an otherwise
+// idle network (tests/unit/collective_test.cpp proves it); stepwise exists to show that and to
+// study transients, at O(ranks^2) flows.
+enum class Expansion { steady, stepwise };
+
+struct CollectiveRequest {
+  Op op = Op::allreduce;
+  // nccl-tests' size: the buffer of one rank for all-reduce, broadcast, send/recv and
+  // all-to-all; the total (count x ranks) for all-gather and reduce-scatter.
+  double bytes = 0;
+  std::vector<platform::GpuId> ranks;
+  std::optional<Algorithm> algorithm;  // nullopt: choose
+  std::optional<Protocol> protocol;    // nullopt: choose
+  Expansion expansion = Expansion::steady;
+};
+
+// One flow of a plan; deps index earlier steps of the same plan.
+struct PlanStep {
+  std::vector<LinkUse> links;
+  double bytes = 0;
+  Time latency;
+  std::vector<uint32_t> deps;
+};
+
+struct CollectivePlan {
+  Op op = Op::allreduce;
+  Algorithm algorithm = Algorithm::ring;
+  Protocol protocol = Protocol::simple;
+  int channels = 1;
+  Time start_delay;  // launch overhead + base latency, before any flow starts
+  std::vector<PlanStep> steps;
+  double estimate_s = 0;  // the analytic estimate the choice was made on
+  double payload_bytes = 0;
+  size_t ranks = 0;
+};
+
+// Builds the plan, choosing algorithm and protocol unless the request fixes them.
+// Throws InputError for an algorithm that does not apply (e.g. tree for all-gather).
+CollectivePlan plan_collective(const platform::Cluster& c, const CollectiveRequest& r);
+
+// Analytic estimate of a plan on an idle network (used to choose, not to report).
+double estimate_seconds(const platform::Cluster& c, const CollectivePlan& p);
+
+// nccl-tests' bus bandwidth factor: 2(n-1)/n for all-reduce, (n-1)/n for all-gather,
+// reduce-scatter and all-to-all, 1 otherwise.
+double busbw_factor(Op op, size_t ranks);
+
+}  // namespace hetsim::network

@@ -1,0 +1,106 @@
+// The flow model: transfers ("flows") cross directional links and share each link's capacity
+// max-min fairly; rates are recomputed whenever a flow starts or ends. A flow may cross a link
+// several times (count > 1) and may span many links at once: a ring collective in steady state
+// is one flow whose links are all of its ring edges, progressing at one common rate. The model
+// talks to the engine only through scheduled events, and reports to observers.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "sim/core/engine.h"
+
+namespace hetsim::network {
+
+using LinkId = uint32_t;
+using FlowId = uint32_t;
+
+struct LinkUse {
+  LinkId link;
+  uint32_t count;  // how many times the flow crosses this link (its weight in max-min sharing)
+};
+
+struct FlowSpec {
+  std::vector<LinkUse> links;  // empty: a local transfer, done right after its latency
+  double bytes = 0;            // bytes carried on each crossing
+  Time latency;                // paid before the first byte moves
+  Callback on_done;
+  uint64_t tag = 0;  // free for the caller; passed to observers
+};
+
+class FlowNetwork;
+
+class FlowObserver {
+ public:
+  virtual ~FlowObserver() = default;
+  virtual void on_flow_start(const FlowNetwork&, FlowId, Time) {}
+  virtual void on_flow_end(const FlowNetwork&, FlowId, Time) {}
+  // After every rate recomputation; query the network for rates and loads.
+  virtual void on_rates(const FlowNetwork&, Time) {}
+};
+
+class FlowNetwork {
+ public:
+  FlowNetwork(Engine& engine, std::vector<double> capacity_Bps);
+
+  FlowId start(FlowSpec spec);
+  void add_observer(FlowObserver* o) { observers_.push_back(o); }
+
+  size_t link_count() const { return capacity_.size(); }
+  double capacity(LinkId l) const { return capacity_[l]; }
+  // Current rate of an active flow (bytes/s per crossing).
+  double rate(FlowId f) const { return flows_[f].rate; }
+  const FlowSpec& spec(FlowId f) const { return flows_[f].spec; }
+  std::span<const FlowId> active_flows() const { return active_; }
+  // Sum over active flows of rate * count on each link (bytes/s); sized link_count().
+  std::vector<double> link_loads() const;
+  // Bytes moved so far, counting every crossing: sum of bytes * count over links.
+  double delivered_bytes() const { return delivered_; }
+  double started_bytes() const { return started_; }
+  uint64_t recomputations() const { return recomputations_; }
+
+ private:
+  struct Flow {
+    FlowSpec spec;
+    double remaining = 0;
+    double rate = 0;
+    uint32_t weight = 0;  // sum of counts
+    bool live = false;
+  };
+
+  void activate(FlowId f);
+  void request_update();
+  void update();
+  void settle();
+  void recompute_rates();
+  void schedule_next_completion();
+
+  Engine& engine_;
+  std::vector<double> capacity_;
+  std::vector<Flow> flows_;
+  std::vector<FlowId> free_ids_;
+  std::vector<FlowId> active_;
+  std::vector<FlowId> pending_;
+  std::vector<FlowObserver*> observers_;
+  Time last_settle_;
+  EventId update_event_;
+  EventId completion_event_;
+  bool in_update_ = false;
+  bool request_update_now_ = false;
+  double delivered_ = 0;
+  double started_ = 0;
+  uint64_t recomputations_ = 0;
+
+  // Scratch for recompute_rates, kept to avoid reallocating.
+  std::vector<double> rem_;
+  std::vector<double> weight_;
+  std::vector<uint32_t> version_;
+  std::vector<uint32_t> adj_start_;
+  std::vector<FlowId> adj_;
+  std::vector<LinkId> touched_;
+};
+
+}  // namespace hetsim::network

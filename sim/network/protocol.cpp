@@ -1,0 +1,65 @@
+// NCCL latency and protocol constants; see protocol.h for the sources.
+#include "sim/network/protocol.h"
+
+namespace hetsim::network {
+
+namespace {
+Time us(double v) { return Time::from_seconds(v * 1e-6); }
+}  // namespace
+
+std::string to_string(Algorithm a) {
+  switch (a) {
+    case Algorithm::ring:
+      return "ring";
+    case Algorithm::tree:
+      return "tree";
+    case Algorithm::hierarchical:
+      return "hierarchical";
+    case Algorithm::direct:
+      return "direct";
+  }
+  return "?";
+}
+
+std::string to_string(Protocol p) {
+  switch (p) {
+    case Protocol::ll:
+      return "LL";
+    case Protocol::ll128:
+      return "LL128";
+    case Protocol::simple:
+      return "Simple";
+  }
+  return "?";
+}
+
+double payload_fraction(Protocol p) {
+  switch (p) {
+    case Protocol::ll:
+      return 0.5;
+    case Protocol::ll128:
+      return 120.0 / 128.0;
+    case Protocol::simple:
+      return 1.0;
+  }
+  return 1.0;
+}
+
+Time step_latency(Algorithm a, Protocol p, config::LinkKind kind) {
+  // Rows: NVLink, PCIe (and the CPU socket link), network; columns LL, LL128, Simple [nccl-tune].
+  static const double ring[3][3] = {{0.6, 1.9, 3.4}, {1.0, 2.5, 5.7}, {2.7, 4.0, 14.0}};
+  static const double tree[3][3] = {{0.6, 1.25, 4.0}, {1.0, 1.9, 4.0}, {5.0, 8.5, 14.0}};
+  const int row = kind == config::LinkKind::nvlink ? 0 : kind == config::LinkKind::network ? 2 : 1;
+  const int col = static_cast<int>(p);
+  return us(a == Algorithm::tree ? tree[row][col] : ring[row][col]);
+}
+
+Time base_latency(Algorithm a, Protocol p) {
+  static const double ring[3] = {6.6, 14.0, 8.4};
+  static const double tree[3] = {6.8, 14.0, 8.4};
+  return us(a == Algorithm::tree ? tree[static_cast<int>(p)] : ring[static_cast<int>(p)]);
+}
+
+Time launch_overhead() { return us(24.0); }
+
+}  // namespace hetsim::network

@@ -1,0 +1,495 @@
+// Builds the cluster graph and answers routes; see cluster.h.
+#include "sim/platform/cluster.h"
+
+#include <algorithm>
+#include <deque>
+#include <cstdio>
+#include <limits>
+#include <map>
+
+#include "sim/core/error.h"
+
+namespace hetsim::platform {
+
+namespace {
+constexpr uint32_t kNone = std::numeric_limits<uint32_t>::max();
+constexpr uint16_t kFar = std::numeric_limits<uint16_t>::max();
+
+uint64_t mix(uint64_t x) {  // splitmix64 finaliser: a fixed, portable hash
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+int kind_rank(config::LinkKind k) {
+  switch (k) {
+    case config::LinkKind::nvlink:
+      return 0;
+    case config::LinkKind::pcie:
+      return 1;
+    case config::LinkKind::socket:
+      return 2;
+    case config::LinkKind::network:
+      return 3;
+  }
+  return 3;
+}
+}  // namespace
+
+Cluster::Cluster(config::ClusterConfig cfg) : cfg_(std::move(cfg)) {
+  for (const config::NodeType& t : cfg_.node_types) build_template(t);
+  build_nodes();
+  build_fabric();
+  build_switch_routes();
+}
+
+void Cluster::build_template(const config::NodeType& t) {
+  NodeTemplate tp;
+  auto add_vertex = [&](VertexKind k) {
+    tp.kinds.push_back(k);
+    return static_cast<uint32_t>(tp.kinds.size() - 1);
+  };
+  auto add_pair = [&](uint32_t a, uint32_t b, double bw, const std::string& cls) {
+    tp.links.push_back({a, b, bw, cls});
+    tp.links.push_back({b, a, bw, cls});
+  };
+  for (int g = 0; g < t.gpus; ++g) tp.gpu_vertex.push_back(add_vertex(VertexKind::gpu));
+  if (t.intra == config::IntraKind::nvswitch) {
+    const uint32_t sw = add_vertex(VertexKind::nvswitch);
+    for (int g = 0; g < t.gpus; ++g) add_pair(tp.gpu_vertex[g], sw, t.intra_bandwidth_Bps, t.intra_class);
+  } else if (t.intra == config::IntraKind::nvlink_mesh) {
+    for (const config::MeshLink& m : t.mesh) {
+      add_pair(tp.gpu_vertex[m.a], tp.gpu_vertex[m.b], t.intra_bandwidth_Bps * m.count,
+               t.intra_class);
+      tp.direct.push_back(m);
+    }
+  }
+  std::vector<uint32_t> gpu_switch(t.gpus, kNone);
+  std::vector<uint32_t> pcie_switch_vertex;
+  if (t.pcie.present) {
+    for (size_t s = 0; s < t.pcie.switches.size(); ++s) {
+      const uint32_t v = add_vertex(VertexKind::pcie_switch);
+      pcie_switch_vertex.push_back(v);
+      for (int g : t.pcie.switches[s]) {
+        gpu_switch[g] = v;
+        add_pair(tp.gpu_vertex[g], v, t.pcie.bandwidth_Bps, t.pcie.link_class);
+      }
+    }
+    std::vector<uint32_t> socket_vertex;
+    for (const auto& sock : t.pcie.sockets) {
+      const uint32_t v = add_vertex(VertexKind::socket);
+      socket_vertex.push_back(v);
+      for (int s : sock) add_pair(pcie_switch_vertex[s], v, t.pcie.bandwidth_Bps, t.pcie.link_class);
+    }
+    for (size_t a = 0; a < socket_vertex.size(); ++a) {
+      for (size_t b = a + 1; b < socket_vertex.size(); ++b) {
+        add_pair(socket_vertex[a], socket_vertex[b], t.pcie.socket_bandwidth_Bps,
+                 t.pcie.socket_class);
+      }
+    }
+  }
+  tp.gpu_nic.assign(t.gpus, -1);
+  for (size_t n = 0; n < t.nics.size(); ++n) {
+    const config::NicSpec& nic = t.nics[n];
+    const uint32_t v = add_vertex(VertexKind::nic);
+    tp.nic_vertex.push_back(v);
+    for (int g : nic.gpus) tp.gpu_nic[g] = static_cast<int>(n);
+    if (t.pcie.present) {
+      add_pair(v, gpu_switch[nic.gpus.front()], t.pcie.bandwidth_Bps, t.pcie.link_class);
+    } else {
+      for (int g : nic.gpus) add_pair(tp.gpu_vertex[g], v, nic.bandwidth_Bps, nic.link_class);
+    }
+  }
+  // Endpoint-to-endpoint paths by BFS that never passes through a GPU or a NIC.
+  std::vector<uint32_t> endpoints = tp.gpu_vertex;
+  endpoints.insert(endpoints.end(), tp.nic_vertex.begin(), tp.nic_vertex.end());
+  tp.endpoints = static_cast<uint32_t>(endpoints.size());
+  std::vector<std::vector<uint32_t>> out(tp.kinds.size());
+  for (uint32_t l = 0; l < tp.links.size(); ++l) out[tp.links[l].src].push_back(l);
+  tp.paths.assign(tp.endpoints * tp.endpoints, {});
+  for (uint32_t e = 0; e < tp.endpoints; ++e) {
+    std::vector<uint32_t> parent(tp.kinds.size(), kNone);
+    std::vector<bool> seen(tp.kinds.size(), false);
+    std::deque<uint32_t> queue{endpoints[e]};
+    seen[endpoints[e]] = true;
+    while (!queue.empty()) {
+      const uint32_t u = queue.front();
+      queue.pop_front();
+      const bool terminal = u != endpoints[e] &&
+                            (tp.kinds[u] == VertexKind::gpu || tp.kinds[u] == VertexKind::nic);
+      if (terminal) continue;
+      for (uint32_t l : out[u]) {
+        const uint32_t v = tp.links[l].dst;
+        if (seen[v]) continue;
+        seen[v] = true;
+        parent[v] = l;
+        queue.push_back(v);
+      }
+    }
+    for (uint32_t f = 0; f < tp.endpoints; ++f) {
+      if (f == e) continue;
+      if (!seen[endpoints[f]]) {
+        const bool f_gpu = f < tp.gpu_vertex.size();
+        const bool e_gpu = e < tp.gpu_vertex.size();
+        if (e_gpu && f_gpu) {
+          throw InputError(cfg_.file + ": node_types: node type \"" + t.name + "\": GPU " +
+                           std::to_string(e) + " cannot reach GPU " + std::to_string(f) +
+                           " (add a PCIe tree or links)");
+        }
+        continue;  // a NIC not reachable from every GPU is fine: routes use the GPU's own NIC
+      }
+      std::vector<uint32_t> path;
+      for (uint32_t v = endpoints[f]; v != endpoints[e]; v = tp.links[parent[v]].src) {
+        path.push_back(parent[v]);
+      }
+      std::reverse(path.begin(), path.end());
+      tp.paths[e * tp.endpoints + f] = std::move(path);
+    }
+  }
+  templates_.push_back(std::move(tp));
+}
+
+LinkId Cluster::add_link(VertexId a, VertexId b, double bandwidth, const std::string& cls,
+                         Time extra_latency, const std::string& where) {
+  auto it = cfg_.link_classes.find(cls);
+  if (it == cfg_.link_classes.end()) {
+    throw InputError(where + ": unknown link class \"" + cls + "\"");
+  }
+  Link l;
+  l.src = a;
+  l.dst = b;
+  l.bandwidth_Bps = bandwidth;
+  l.capacity_Bps = bandwidth * it->second.efficiency;
+  l.latency = Time::from_seconds(it->second.latency_s) + extra_latency;
+  l.cls = &it->second;
+  links_.push_back(l);
+  return static_cast<LinkId>(links_.size() - 1);
+}
+
+void Cluster::build_nodes() {
+  uint32_t nic_count = 0;
+  for (size_t gi = 0; gi < cfg_.groups.size(); ++gi) {
+    const config::Group& group = cfg_.groups[gi];
+    uint32_t type = 0;
+    while (cfg_.node_types[type].name != group.node_type) ++type;
+    const config::NodeType& t = cfg_.node_types[type];
+    const NodeTemplate& tp = templates_[type];
+    const config::GpuProfile* profile = &cfg_.gpu_types.at(t.gpu);
+    for (int c = 0; c < group.count; ++c) {
+      Node n;
+      n.type = type;
+      n.first_gpu = static_cast<GpuId>(gpus_.size());
+      n.gpu_count = static_cast<uint32_t>(t.gpus);
+      n.vertex_base = static_cast<VertexId>(vertex_kind_.size());
+      n.link_base = static_cast<LinkId>(links_.size());
+      n.first_nic = nic_count;
+      nic_count += static_cast<uint32_t>(t.nics.size());
+      const uint32_t node_index = static_cast<uint32_t>(nodes_.size());
+      vertex_kind_.insert(vertex_kind_.end(), tp.kinds.begin(), tp.kinds.end());
+      for (const TemplateLink& tl : tp.links) {
+        add_link(n.vertex_base + tl.src, n.vertex_base + tl.dst, tl.bandwidth_Bps, tl.cls, Time(),
+                 cfg_.file + ": node_types: \"" + t.name + "\"");
+      }
+      for (int g = 0; g < t.gpus; ++g) {
+        gpus_.push_back(Gpu{node_index, static_cast<uint32_t>(g), profile});
+      }
+      for (size_t k = 0; k < t.nics.size(); ++k) {
+        nics_.push_back(NicPort{node_index, static_cast<uint32_t>(k), kNone, 0, 0});
+      }
+      nodes_.push_back(n);
+    }
+  }
+}
+
+void Cluster::build_fabric() {
+  const config::Fabric& f = cfg_.fabric;
+  auto add_switch = [&](std::string name) {
+    switch_vertex_.push_back(static_cast<VertexId>(vertex_kind_.size()));
+    vertex_kind_.push_back(VertexKind::fabric_switch);
+    switch_name_.push_back(std::move(name));
+    return static_cast<uint32_t>(switch_vertex_.size() - 1);
+  };
+  auto nic_spec = [&](const NicPort& p) -> const config::NicSpec& {
+    return node_type(p.node).nics[p.index];
+  };
+  auto nic_vertex = [&](const NicPort& p) {
+    return nodes_[p.node].vertex_base + templates_[nodes_[p.node].type].nic_vertex[p.index];
+  };
+  const Time hop = Time::from_seconds(f.latency_s);
+  auto attach = [&](NicPort& p, uint32_t sw, Time switch_latency) {
+    const config::NicSpec& spec = nic_spec(p);
+    const std::string where = cfg_.file + ": fabric";
+    p.fabric_switch = sw;
+    p.up = add_link(nic_vertex(p), switch_vertex_[sw], spec.bandwidth_Bps, spec.link_class, Time(),
+                    where);
+    p.down = add_link(switch_vertex_[sw], nic_vertex(p), spec.bandwidth_Bps, spec.link_class,
+                      switch_latency, where);
+  };
+  // Leaves in [0, leaves) link to every spine; the leaf's uplink total is its NIC total / oversub.
+  auto connect_spines = [&](uint32_t leaves, int spines) {
+    if (leaves <= 1) return;
+    const int s_count = std::max(1, spines);
+    std::vector<uint32_t> spine;
+    for (int s = 0; s < s_count; ++s) spine.push_back(add_switch("spine" + std::to_string(s)));
+    std::vector<double> total(leaves, 0);
+    std::vector<std::string> cls(leaves);
+    for (const NicPort& p : nics_) {
+      total[p.fabric_switch] += nic_spec(p).bandwidth_Bps;
+      if (cls[p.fabric_switch].empty()) cls[p.fabric_switch] = nic_spec(p).link_class;
+    }
+    for (uint32_t l = 0; l < leaves; ++l) {
+      if (total[l] == 0) continue;
+      const double bw = total[l] / f.oversubscription / s_count;
+      for (uint32_t s : spine) {
+        add_link(switch_vertex_[l], switch_vertex_[s], bw, cls[l], hop, cfg_.file + ": fabric");
+        add_link(switch_vertex_[s], switch_vertex_[l], bw, cls[l], hop, cfg_.file + ": fabric");
+      }
+    }
+  };
+  switch (f.kind) {
+    case config::FabricKind::single_switch: {
+      const uint32_t sw = add_switch("switch");
+      for (NicPort& p : nics_) attach(p, sw, hop);
+      break;
+    }
+    case config::FabricKind::fat_tree: {
+      const uint32_t per = static_cast<uint32_t>(f.nics_per_leaf);
+      const uint32_t leaves = (static_cast<uint32_t>(nics_.size()) + per - 1) / per;
+      for (uint32_t l = 0; l < leaves; ++l) add_switch("leaf" + std::to_string(l));
+      for (size_t i = 0; i < nics_.size(); ++i) attach(nics_[i], static_cast<uint32_t>(i / per), hop);
+      connect_spines(leaves, f.spines);
+      break;
+    }
+    case config::FabricKind::rail_optimized: {
+      uint32_t rails = 0;
+      for (const config::NodeType& t : cfg_.node_types) {
+        rails = std::max(rails, static_cast<uint32_t>(t.nics.size()));
+      }
+      const uint32_t per = static_cast<uint32_t>(f.nodes_per_unit);
+      const uint32_t units = (static_cast<uint32_t>(nodes_.size()) + per - 1) / per;
+      for (uint32_t u = 0; u < units; ++u) {
+        for (uint32_t r = 0; r < rails; ++r) {
+          add_switch("unit" + std::to_string(u) + ".rail" + std::to_string(r));
+        }
+      }
+      for (NicPort& p : nics_) attach(p, (p.node / per) * rails + p.index, hop);
+      connect_spines(units * rails, f.spines);
+      pxn_ = true;
+      break;
+    }
+    case config::FabricKind::explicit_links: {
+      std::map<std::string, uint32_t> by_name;
+      for (const config::ExplicitSwitch& s : f.switches) by_name[s.name] = add_switch(s.name);
+      std::vector<int> nic_links(nics_.size(), 0);
+      auto resolve_nic = [&](const std::string& name) -> int {
+        unsigned node = 0, nic = 0;
+        char tail = 0;
+        if (std::sscanf(name.c_str(), "node%u.nic%u%c", &node, &nic, &tail) != 2) return -1;
+        if (node >= nodes_.size() || nic >= node_type(node).nics.size()) return -2;
+        return static_cast<int>(nodes_[node].first_nic + nic);
+      };
+      for (const config::ExplicitLink& l : f.links) {
+        const auto sa = by_name.find(l.a);
+        const auto sb = by_name.find(l.b);
+        const int na = sa == by_name.end() ? resolve_nic(l.a) : -1;
+        const int nb = sb == by_name.end() ? resolve_nic(l.b) : -1;
+        auto dangling = [&](const std::string& end) {
+          return InputError(l.where + ": dangling link: \"" + end +
+                            "\" is neither a switch of fabric.switches nor an existing "
+                            "nodeN.nicK");
+        };
+        if (sa == by_name.end() && na < 0) throw dangling(l.a);
+        if (sb == by_name.end() && nb < 0) throw dangling(l.b);
+        if (sa == by_name.end() && sb == by_name.end()) {
+          throw InputError(l.where + ": a link joins two NICs; NICs connect to switches");
+        }
+        if (sa != by_name.end() && sb != by_name.end()) {
+          const Time la = Time::from_seconds(f.switches[sa->second].latency_s);
+          const Time lb = Time::from_seconds(f.switches[sb->second].latency_s);
+          add_link(switch_vertex_[sa->second], switch_vertex_[sb->second], l.bandwidth_Bps,
+                   l.link_class, la, l.where);
+          add_link(switch_vertex_[sb->second], switch_vertex_[sa->second], l.bandwidth_Bps,
+                   l.link_class, lb, l.where);
+          continue;
+        }
+        const int nic = na >= 0 ? na : nb;
+        const uint32_t sw = sa != by_name.end() ? sa->second : sb->second;
+        if (++nic_links[nic] > 1) {
+          throw InputError(l.where + ": NIC " + (na >= 0 ? l.a : l.b) +
+                           " has more than one link; each NIC connects to exactly one switch");
+        }
+        attach(nics_[nic], sw, Time::from_seconds(f.switches[sw].latency_s));
+      }
+      for (size_t i = 0; i < nics_.size(); ++i) {
+        if (nic_links[i] == 0 && nodes_.size() > 1) {
+          throw InputError(cfg_.file + ": fabric.links: node" + std::to_string(nics_[i].node) +
+                           ".nic" + std::to_string(nics_[i].index) + " has no link");
+        }
+      }
+      break;
+    }
+  }
+}
+
+void Cluster::build_switch_routes() {
+  const size_t s = switch_vertex_.size();
+  vertex_switch_.assign(vertex_kind_.size(), kNone);
+  for (uint32_t i = 0; i < s; ++i) vertex_switch_[switch_vertex_[i]] = i;
+  switch_out_.assign(s, {});
+  for (LinkId l = 0; l < links_.size(); ++l) {
+    const uint32_t a = vertex_switch_[links_[l].src];
+    const uint32_t b = vertex_switch_[links_[l].dst];
+    if (a != kNone && b != kNone) switch_out_[a].push_back(l);
+  }
+  switch_dist_.assign(s * s, kFar);
+  // BFS backwards is the same as forwards: every switch link comes in a pair.
+  for (uint32_t from = 0; from < s; ++from) {
+    uint16_t* dist = &switch_dist_[from * s];
+    dist[from] = 0;
+    std::deque<uint32_t> queue{from};
+    while (!queue.empty()) {
+      const uint32_t u = queue.front();
+      queue.pop_front();
+      for (LinkId l : switch_out_[u]) {
+        const uint32_t v = vertex_switch_[links_[l].dst];
+        if (dist[v] == kFar) {
+          dist[v] = static_cast<uint16_t>(dist[u] + 1);
+          queue.push_back(v);
+        }
+      }
+    }
+  }
+  // Every switch that holds a NIC must reach every other such switch.
+  std::vector<uint32_t> used;
+  for (const NicPort& p : nics_) {
+    if (p.fabric_switch != kNone) used.push_back(p.fabric_switch);
+  }
+  std::sort(used.begin(), used.end());
+  used.erase(std::unique(used.begin(), used.end()), used.end());
+  for (uint32_t a : used) {
+    for (uint32_t b : used) {
+      if (switch_dist_[a * s + b] == kFar) {
+        throw InputError(cfg_.file + ": fabric: switch \"" + switch_name_[a] +
+                         "\" cannot reach switch \"" + switch_name_[b] + "\"");
+      }
+    }
+  }
+}
+
+std::vector<double> Cluster::capacities() const {
+  std::vector<double> c;
+  c.reserve(links_.size());
+  for (const Link& l : links_) c.push_back(l.capacity_Bps);
+  return c;
+}
+
+std::string Cluster::gpu_name(GpuId g) const {
+  return "node" + std::to_string(gpus_[g].node) + ".gpu" + std::to_string(gpus_[g].local);
+}
+
+std::string Cluster::link_name(LinkId l) const {
+  auto vname = [&](VertexId v) -> std::string {
+    if (vertex_switch_[v] != kNone) return switch_name_[vertex_switch_[v]];
+    const auto it = std::upper_bound(nodes_.begin(), nodes_.end(), v,
+                                     [](VertexId x, const Node& n) { return x < n.vertex_base; });
+    const Node& n = *(it - 1);
+    const uint32_t local = v - n.vertex_base;
+    const uint32_t idx = static_cast<uint32_t>(it - 1 - nodes_.begin());
+    static const char* names[] = {"gpu", "nvswitch", "pcie", "socket", "nic", "switch"};
+    return "node" + std::to_string(idx) + "." + names[static_cast<int>(vertex_kind_[v])] +
+           std::to_string(local);
+  };
+  return vname(links_[l].src) + "->" + vname(links_[l].dst);
+}
+
+void Cluster::append_node_path(std::vector<LinkId>& out, uint32_t node, uint32_t from_ep,
+                               uint32_t to_ep) const {
+  const Node& n = nodes_[node];
+  for (uint32_t tl : templates_[n.type].path(from_ep, to_ep)) out.push_back(n.link_base + tl);
+}
+
+void Cluster::append_switch_path(std::vector<LinkId>& out, uint32_t from_sw, uint32_t to_sw,
+                                 uint64_t hash) const {
+  const size_t s = switch_vertex_.size();
+  uint32_t u = from_sw;
+  std::vector<LinkId> options;
+  while (u != to_sw) {
+    options.clear();
+    const uint16_t want = static_cast<uint16_t>(switch_dist_[u * s + to_sw] - 1);
+    for (LinkId l : switch_out_[u]) {
+      if (switch_dist_[vertex_switch_[links_[l].dst] * s + to_sw] == want) options.push_back(l);
+    }
+    const LinkId pick = options[mix(hash ^ (static_cast<uint64_t>(u) << 40)) % options.size()];
+    out.push_back(pick);
+    u = vertex_switch_[links_[pick].dst];
+  }
+}
+
+std::vector<LinkId> Cluster::route(GpuId a, GpuId b) const {
+  std::vector<LinkId> out;
+  if (a == b) return out;
+  const Gpu& ga = gpus_[a];
+  const Gpu& gb = gpus_[b];
+  if (ga.node == gb.node) {
+    append_node_path(out, ga.node, ga.local, gb.local);
+    return out;
+  }
+  const Node& na = nodes_[ga.node];
+  const Node& nb = nodes_[gb.node];
+  const NodeTemplate& ta = templates_[na.type];
+  const NodeTemplate& tb = templates_[nb.type];
+  const int dst_nic = tb.gpu_nic[gb.local];
+  int src_nic = ta.gpu_nic[ga.local];
+  if (src_nic < 0 || dst_nic < 0) {
+    throw RunError("route " + gpu_name(a) + " -> " + gpu_name(b) + ": a node without NICs");
+  }
+  const uint32_t a_gpus = static_cast<uint32_t>(ta.gpu_vertex.size());
+  const uint32_t b_gpus = static_cast<uint32_t>(tb.gpu_vertex.size());
+  // PXN: on NVSwitch nodes of a rail-optimised fabric, go to the destination's rail over NVLink.
+  const config::NodeType& type_a = cfg_.node_types[na.type];
+  if (pxn_ && type_a.intra == config::IntraKind::nvswitch && dst_nic != src_nic &&
+      dst_nic < static_cast<int>(ta.nic_vertex.size())) {
+    const int relay = type_a.nics[dst_nic].gpus.front();
+    if (relay != static_cast<int>(ga.local)) append_node_path(out, ga.node, ga.local, relay);
+    src_nic = dst_nic;
+    append_node_path(out, ga.node, relay, a_gpus + src_nic);
+  } else {
+    append_node_path(out, ga.node, ga.local, a_gpus + src_nic);
+  }
+  const NicPort& pa = nics_[na.first_nic + src_nic];
+  const NicPort& pb = nics_[nb.first_nic + dst_nic];
+  out.push_back(pa.up);
+  append_switch_path(out, pa.fabric_switch, pb.fabric_switch,
+                     mix((static_cast<uint64_t>(na.first_nic + src_nic) << 32) |
+                         (nb.first_nic + dst_nic)));
+  out.push_back(pb.down);
+  append_node_path(out, gb.node, b_gpus + dst_nic, gb.local);
+  return out;
+}
+
+config::LinkKind Cluster::route_kind(std::span<const LinkId> route) const {
+  config::LinkKind k = config::LinkKind::nvlink;
+  for (LinkId l : route) {
+    if (kind_rank(links_[l].cls->kind) > kind_rank(k)) k = links_[l].cls->kind;
+  }
+  return k;
+}
+
+Time Cluster::route_latency(std::span<const LinkId> route) const {
+  Time t;
+  for (LinkId l : route) t += links_[l].latency;
+  return t;
+}
+
+double Cluster::route_capacity(std::span<const LinkId> route) const {
+  double c = std::numeric_limits<double>::infinity();
+  for (LinkId l : route) c = std::min(c, links_[l].capacity_Bps);
+  return c;
+}
+
+const std::vector<config::MeshLink>& Cluster::direct_links(uint32_t node_type) const {
+  return templates_[node_type].direct;
+}
+
+}  // namespace hetsim::platform

@@ -1,0 +1,124 @@
+// The cluster graph: GPUs, switches, NICs and directional links built from a ClusterConfig,
+// and the routes between GPUs. Each node type is laid out once as a template (its vertices,
+// links and intra-node paths); nodes instantiate it at an offset, so routing inside a node is
+// a table lookup and routing between nodes only searches the (small) switch graph.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "sim/config/cluster_config.h"
+#include "sim/core/time.h"
+
+namespace hetsim::platform {
+
+using GpuId = uint32_t;
+using LinkId = uint32_t;
+using VertexId = uint32_t;
+
+enum class VertexKind { gpu, nvswitch, pcie_switch, socket, nic, fabric_switch };
+
+struct Link {
+  VertexId src = 0, dst = 0;
+  double bandwidth_Bps = 0;  // line rate, per direction
+  double capacity_Bps = 0;   // bandwidth * class efficiency
+  Time latency;
+  const config::LinkClass* cls = nullptr;
+};
+
+struct Gpu {
+  uint32_t node = 0;
+  uint32_t local = 0;
+  const config::GpuProfile* profile = nullptr;
+};
+
+struct Node {
+  uint32_t type = 0;  // index into config().node_types
+  GpuId first_gpu = 0;
+  uint32_t gpu_count = 0;
+  VertexId vertex_base = 0;
+  LinkId link_base = 0;
+  uint32_t first_nic = 0;  // global NIC index of its NIC 0
+};
+
+class Cluster {
+ public:
+  explicit Cluster(config::ClusterConfig cfg);
+
+  const config::ClusterConfig& config() const { return cfg_; }
+  size_t gpu_count() const { return gpus_.size(); }
+  size_t node_count() const { return nodes_.size(); }
+  const Gpu& gpu(GpuId g) const { return gpus_[g]; }
+  const Node& node(uint32_t n) const { return nodes_[n]; }
+  const config::NodeType& node_type(uint32_t n) const { return cfg_.node_types[nodes_[n].type]; }
+  std::span<const Link> links() const { return links_; }
+  std::vector<double> capacities() const;
+  size_t vertex_count() const { return vertex_kind_.size(); }
+  VertexKind vertex_kind(VertexId v) const { return vertex_kind_[v]; }
+  std::string gpu_name(GpuId g) const;
+  std::string link_name(LinkId l) const;
+
+  // Directional route from GPU a to GPU b; empty when a == b. Deterministic.
+  std::vector<LinkId> route(GpuId a, GpuId b) const;
+  // The slowest kind of link on a route (network > socket > pcie > nvlink), as NCCL classes paths.
+  config::LinkKind route_kind(std::span<const LinkId> route) const;
+  Time route_latency(std::span<const LinkId> route) const;
+  // Line-rate bottleneck of a route (bytes/s), ignoring other traffic.
+  double route_capacity(std::span<const LinkId> route) const;
+  // Local GPU pairs joined by direct NVLink in a node type (for ring search), with link count.
+  const std::vector<config::MeshLink>& direct_links(uint32_t node_type) const;
+
+ private:
+  struct TemplateLink {
+    uint32_t src, dst;
+    double bandwidth_Bps;
+    std::string cls;
+  };
+  struct NodeTemplate {
+    std::vector<VertexKind> kinds;
+    std::vector<TemplateLink> links;
+    std::vector<uint32_t> gpu_vertex, nic_vertex;
+    std::vector<int> gpu_nic;  // local GPU -> NIC index, -1 when the node has no NIC
+    // Paths between endpoints (GPUs first, then NICs) as template link lists.
+    std::vector<std::vector<uint32_t>> paths;
+    uint32_t endpoints = 0;
+    std::vector<config::MeshLink> direct;
+    const std::vector<uint32_t>& path(uint32_t from, uint32_t to) const {
+      return paths[from * endpoints + to];
+    }
+  };
+  struct NicPort {
+    uint32_t node = 0, index = 0;
+    uint32_t fabric_switch = 0;  // index among fabric switches
+    LinkId up = 0, down = 0;
+  };
+
+  void build_template(const config::NodeType& t);
+  void build_nodes();
+  void build_fabric();
+  void build_switch_routes();
+  LinkId add_link(VertexId a, VertexId b, double bandwidth, const std::string& cls,
+                  Time extra_latency, const std::string& where);
+  void append_node_path(std::vector<LinkId>& out, uint32_t node, uint32_t from_ep,
+                        uint32_t to_ep) const;
+  void append_switch_path(std::vector<LinkId>& out, uint32_t from_sw, uint32_t to_sw,
+                          uint64_t hash) const;
+
+  config::ClusterConfig cfg_;
+  std::vector<NodeTemplate> templates_;
+  std::vector<Gpu> gpus_;
+  std::vector<Node> nodes_;
+  std::vector<Link> links_;
+  std::vector<VertexKind> vertex_kind_;
+  std::vector<NicPort> nics_;
+  std::vector<VertexId> switch_vertex_;
+  std::vector<std::string> switch_name_;
+  std::vector<std::vector<LinkId>> switch_out_;  // switch -> links to other switches
+  std::vector<uint16_t> switch_dist_;            // [from * S + to], hop count
+  std::vector<uint32_t> vertex_switch_;          // vertex -> switch index, or UINT32_MAX
+  bool pxn_ = false;
+};
+
+}  // namespace hetsim::platform
