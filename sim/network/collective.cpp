@@ -70,6 +70,14 @@ class Builder {
  public:
   Builder(const Cluster& c, const CollectiveRequest& r) : c_(c), r_(r) {
     nodes_ = order_by_node(c, r.ranks);
+    // An NCCL channel crosses one NVLink per hop of a mesh: its bandwidth is one link's
+    // (NCCL's per-channel NVLink figure, [nccl-topo]), however many links join the pair.
+    for (uint32_t node : nodes_.nodes) {
+      const config::NodeType& t = c.node_type(node);
+      if (t.intra != config::IntraKind::nvlink_mesh) continue;
+      const double one_link = t.intra_bandwidth_Bps * c.config().link_classes.at(t.intra_class).efficiency;
+      channel_cap_ = channel_cap_ == 0 ? one_link : std::min(channel_cap_, one_link);
+    }
   }
 
   CollectivePlan build(Algorithm a, Protocol p) {
@@ -181,8 +189,9 @@ class Builder {
   }
 
   uint32_t add_step(std::vector<LinkUse> links, double bytes, Time latency,
-                    std::vector<uint32_t> deps) {
-    plan_->steps.push_back(PlanStep{std::move(links), bytes, latency, std::move(deps)});
+                    std::vector<uint32_t> deps, bool channel = true) {
+    plan_->steps.push_back(PlanStep{std::move(links), bytes, latency, std::move(deps),
+                                    channel ? channel_cap_ : 0.0});
     return static_cast<uint32_t>(plan_->steps.size() - 1);
   }
 
@@ -295,7 +304,7 @@ class Builder {
   void add_p2p(GpuId a, GpuId b, double bytes) {
     const Edge& e = edge(a, b);
     std::vector<platform::LinkId> ids = e.links;
-    add_step(merge(ids), bytes, step_lat(e), {});
+    add_step(merge(ids), bytes, step_lat(e), {}, false);
   }
 
   const Cluster& c_;
@@ -306,6 +315,7 @@ class Builder {
   Algorithm a_ = Algorithm::ring;
   Protocol p_ = Protocol::simple;
   CollectivePlan* plan_ = nullptr;
+  double channel_cap_ = 0;
 };
 
 }  // namespace
@@ -333,6 +343,7 @@ double estimate_seconds(const Cluster& c, const CollectivePlan& p) {
     for (const LinkUse& u : p.steps[i].links) {
       rate = std::min(rate, c.links()[u.link].capacity_Bps / load[depth[i]][u.link]);
     }
+    if (p.steps[i].max_rate_Bps > 0) rate = std::min(rate, p.steps[i].max_rate_Bps);
     finish[i] = start + p.steps[i].latency.seconds() + (std::isinf(rate) ? 0 : p.steps[i].bytes / rate);
     end = std::max(end, finish[i]);
   }

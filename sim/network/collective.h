@@ -43,6 +43,7 @@ struct PlanStep {
   double bytes = 0;
   Time latency;
   std::vector<uint32_t> deps;
+  double max_rate_Bps = 0;  // per-channel cap (one NVLink on mesh nodes), 0: none
 };
 
 struct CollectivePlan {

@@ -42,6 +42,7 @@ void CollectiveRun::launch(uint32_t step) {
   spec.links = s.links;
   spec.bytes = s.bytes;
   spec.latency = s.latency;
+  spec.max_rate_Bps = s.max_rate_Bps;
   spec.tag = step;
   spec.on_done = [this, step] { complete(step); };
   net_.start(std::move(spec));

@@ -143,17 +143,28 @@ void FlowNetwork::recompute_rates() {
       weight_[local] += u.count;
     }
   }
-  const size_t n = touched_.size();
+  // A flow's own cap is one more constraint that only it crosses.
+  capped_local_.resize(flows_.size(), kNone);
+  for (FlowId id : active_) {
+    if (flows_[id].spec.max_rate_Bps > 0 && !flows_[id].spec.links.empty()) {
+      capped_local_[id] = static_cast<uint32_t>(rem_.size());
+      rem_.push_back(flows_[id].spec.max_rate_Bps);
+      weight_.push_back(1);
+    }
+  }
+  const size_t n = rem_.size();
   // CSR adjacency: local link -> flows crossing it.
   adj_start_.assign(n + 1, 0);
   for (FlowId id : active_) {
     for (const LinkUse& u : flows_[id].spec.links) ++adj_start_[version_[u.link] + 1];
+    if (capped_local_[id] != kNone) ++adj_start_[capped_local_[id] + 1];
   }
   for (size_t i = 0; i < n; ++i) adj_start_[i + 1] += adj_start_[i];
   adj_.resize(adj_start_[n]);
   std::vector<uint32_t> fill(adj_start_.begin(), adj_start_.end() - 1);
   for (FlowId id : active_) {
     for (const LinkUse& u : flows_[id].spec.links) adj_[fill[version_[u.link]]++] = id;
+    if (capped_local_[id] != kNone) adj_[fill[capped_local_[id]]++] = id;
   }
   // Progressive filling: repeatedly saturate the link with the smallest fair share.
   using Item = std::tuple<double, uint32_t, uint32_t>;  // share, local link, stamp
@@ -175,6 +186,10 @@ void FlowNetwork::recompute_rates() {
         weight_[j] -= u.count;
         ++stamp[j];
         if (weight_[j] > 0) heap.emplace(std::max(0.0, rem_[j]) / weight_[j], j, stamp[j]);
+      }
+      if (capped_local_[adj_[k]] != kNone) {
+        weight_[capped_local_[adj_[k]]] = 0;
+        capped_local_[adj_[k]] = kNone;
       }
     }
   }

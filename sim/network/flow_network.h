@@ -27,6 +27,7 @@ struct FlowSpec {
   std::vector<LinkUse> links;  // empty: a local transfer, done right after its latency
   double bytes = 0;            // bytes carried on each crossing
   Time latency;                // paid before the first byte moves
+  double max_rate_Bps = 0;     // a cap of the flow's own (0: none), e.g. one NCCL channel's link
   Callback on_done;
   uint64_t tag = 0;  // free for the caller; passed to observers
 };
@@ -101,6 +102,7 @@ class FlowNetwork {
   std::vector<uint32_t> adj_start_;
   std::vector<FlowId> adj_;
   std::vector<LinkId> touched_;
+  std::vector<uint32_t> capped_local_;  // per flow id: local index of its cap, or none
 };
 
 }  // namespace hetsim::network

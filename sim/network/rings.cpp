@@ -82,18 +82,18 @@ std::vector<std::vector<int>> pack_cycles(const std::vector<std::vector<int>>& c
   return best;
 }
 
-// The cycle (or, with open = true, the path) with the fewest steps off NVLink.
+// The cycle (or, with open = true, the path) with the fewest steps off NVLink. A cycle may
+// start anywhere; a path is tried from every start.
 std::vector<int> fewest_gaps(const std::vector<std::vector<int>>& cap, bool open) {
   const int n = static_cast<int>(cap.size());
-  std::vector<int> best, path{0};
+  std::vector<int> best, path;
   int best_cost = n + 1;
   long budget = 500000;
   std::vector<bool> used(n, false);
-  used[0] = true;
   std::function<void(int)> dfs = [&](int cost) {
     if (cost >= best_cost || --budget < 0) return;
     if (static_cast<int>(path.size()) == n) {
-      const int total = cost + (open ? 0 : (cap[path.back()][0] > 0 ? 0 : 1));
+      const int total = cost + (open ? 0 : (cap[path.back()][path.front()] > 0 ? 0 : 1));
       if (total < best_cost) {
         best_cost = total;
         best = path;
@@ -109,7 +109,12 @@ std::vector<int> fewest_gaps(const std::vector<std::vector<int>>& cap, bool open
       used[v] = false;
     }
   };
-  dfs(0);
+  for (int start = 0; start < (open ? n : 1) && best_cost > 0; ++start) {
+    used[start] = true;
+    path = {start};
+    dfs(0);
+    used[start] = false;
+  }
   if (best.empty()) {
     for (int v = 0; v < n; ++v) best.push_back(v);
   }
