@@ -202,20 +202,26 @@ class Builder {
     std::vector<const Edge*> edges;
     for (size_t i = 0; i < n; ++i) edges.push_back(&edge(ring[i], ring[(i + 1) % n]));
     if (r_.expansion == Expansion::stepwise) {
-      if (n * steps > 4'000'000) {
-        throw InputError("stepwise expansion would need " + std::to_string(n * steps) +
+      if (n * steps > 2'000'000) {
+        throw InputError("stepwise expansion would need " + std::to_string(2 * n * steps) +
                          " flows; use the steady expansion at this scale");
       }
-      std::vector<uint32_t> prev(n), cur(n);
+      // Per rank and step: a transfer, then the arrival of its chunk one step latency later. A
+      // rank sends step k+1 once its own step-k transfer is out and the chunk it forwards has
+      // arrived, so latencies overlap with transfers as NCCL's pipelined slots do.
+      std::vector<uint32_t> sent(n), arrived(n), next_sent(n), next_arrived(n);
       for (size_t k = 0; k < steps; ++k) {
         for (size_t i = 0; i < n; ++i) {
-          std::vector<uint32_t> d = k == 0 ? deps : std::vector<uint32_t>{prev[i], prev[(i + n - 1) % n]};
+          std::vector<uint32_t> d =
+              k == 0 ? deps : std::vector<uint32_t>{sent[i], arrived[(i + n - 1) % n]};
           std::vector<platform::LinkId> ids = edges[i]->links;
-          cur[i] = add_step(merge(ids), chunk, step_lat(*edges[i]), std::move(d));
+          next_sent[i] = add_step(merge(ids), chunk, Time(), std::move(d));
+          next_arrived[i] = add_step({}, 0, step_lat(*edges[i]), {next_sent[i]});
         }
-        prev = cur;
+        std::swap(sent, next_sent);
+        std::swap(arrived, next_arrived);
       }
-      return prev;
+      return arrived;
     }
     // Steady: one flow over every edge; latency of the longest chain of `steps` consecutive edges.
     std::vector<platform::LinkId> ids;

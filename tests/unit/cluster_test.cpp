@@ -1,0 +1,177 @@
+// The cluster graph: node layouts, routes inside and between nodes, ECMP, fabric sizing, and the
+// cluster-file options (--nodes, --set).
+#include "sim/platform/cluster.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "sim/core/error.h"
+
+namespace hetsim::platform {
+namespace {
+
+Cluster builtin(const std::string& name, config::ClusterOptions o = {}) {
+  return Cluster(config::load_cluster(name, o));
+}
+
+std::vector<VertexKind> hops(const Cluster& c, const std::vector<LinkId>& route) {
+  std::vector<VertexKind> v;
+  for (LinkId l : route) v.push_back(c.vertex_kind(c.links()[l].dst));
+  return v;
+}
+
+TEST(Cluster, DgxA100HasEightGpusPerNodeAndTheDefaultNodeCount) {
+  const Cluster c = builtin("dgx-a100");
+  EXPECT_EQ(c.node_count(), 4u);
+  EXPECT_EQ(c.gpu_count(), 32u);
+  EXPECT_EQ(c.gpu(9).node, 1u);
+  EXPECT_EQ(c.gpu(9).local, 1u);
+  EXPECT_EQ(c.gpu(9).profile->name, "a100-sxm4-80gb");
+  EXPECT_EQ(c.gpu_name(9), "node1.gpu1");
+}
+
+TEST(Cluster, NvSwitchRouteIsUpAndDownOneSwitch) {
+  const Cluster c = builtin("dgx-a100");
+  const auto r = c.route(0, 5);
+  EXPECT_EQ(hops(c, r), (std::vector<VertexKind>{VertexKind::nvswitch, VertexKind::gpu}));
+  EXPECT_EQ(c.route_kind(r), config::LinkKind::nvlink);
+  // 300 GB/s NVLink3 per GPU per direction at 0.8 efficiency.
+  EXPECT_DOUBLE_EQ(c.route_capacity(r), 300e9 * 0.8);
+}
+
+TEST(Cluster, MeshRouteUsesDirectNvlinkOrElsePcieThroughTheSockets) {
+  const Cluster c = builtin("dgx1-v100");
+  const auto direct = c.route(0, 3);  // two NVLinks
+  ASSERT_EQ(direct.size(), 1u);
+  EXPECT_DOUBLE_EQ(c.links()[direct[0]].bandwidth_Bps, 2 * 25e9);
+  const auto indirect = c.route(0, 5);  // no NVLink: GPU never relays, so PCIe and QPI
+  EXPECT_EQ(hops(c, indirect),
+            (std::vector<VertexKind>{VertexKind::pcie_switch, VertexKind::socket,
+                                     VertexKind::socket, VertexKind::pcie_switch, VertexKind::gpu}));
+  EXPECT_EQ(c.route_kind(indirect), config::LinkKind::socket);
+}
+
+TEST(Cluster, SameRailRouteCrossesOneLeafOnly) {
+  const Cluster c = builtin("dgx-a100");
+  const auto r = c.route(0, 8);  // node0.gpu0 -> node1.gpu0: rail 0 both ends
+  EXPECT_EQ(hops(c, r),
+            (std::vector<VertexKind>{VertexKind::pcie_switch, VertexKind::nic,
+                                     VertexKind::fabric_switch, VertexKind::nic,
+                                     VertexKind::pcie_switch, VertexKind::gpu}));
+  EXPECT_EQ(c.route_kind(r), config::LinkKind::network);
+}
+
+TEST(Cluster, CrossRailRouteIsRelayedOverNvlinkToTheDestinationRail) {
+  const Cluster c = builtin("dgx-a100");
+  const auto r = c.route(1, 8);  // node0.gpu1 -> node1.gpu0: PXN through node0.gpu0's NIC
+  const std::vector<VertexKind> h = hops(c, r);
+  EXPECT_EQ(h.front(), VertexKind::nvswitch);
+  EXPECT_EQ(std::count(h.begin(), h.end(), VertexKind::fabric_switch), 1);
+}
+
+TEST(Cluster, RoutesAreDeterministicAndEcmpSpreadsAcrossSpines) {
+  config::ClusterOptions o;
+  o.nodes = 64;  // two scalable units of 32 nodes: traffic between them crosses the spines
+  const Cluster c = builtin("dgx-h100", o);
+  std::set<LinkId> first_uplinks;
+  for (GpuId g = 0; g < 256; g += 8) {
+    const auto r1 = c.route(g, g + 256);
+    const auto r2 = c.route(g, g + 256);
+    EXPECT_EQ(r1, r2);
+    ASSERT_GE(r1.size(), 4u);
+    // gpu->pcie->nic->leaf->spine: the 4th link is the leaf-to-spine uplink.
+    EXPECT_EQ(c.vertex_kind(c.links()[r1[3]].dst), VertexKind::fabric_switch);
+    first_uplinks.insert(r1[3]);
+  }
+  EXPECT_GT(first_uplinks.size(), 4u) << "32 flows should hash onto several of the 16 spines";
+}
+
+TEST(Cluster, FatTreeUplinksCarryLeafBandwidthOverOversubscriptionAndSpines) {
+  const Cluster c = builtin("mixed-a100-v100");
+  // Leaf 0 holds the 8 HDR NICs of node 0 (8 x 200 Gb/s = 200 GB/s); oversubscription 2, 4
+  // spines: 25 GB/s per leaf-spine link.
+  bool found = false;
+  for (const Link& l : c.links()) {
+    if (c.vertex_kind(l.src) == VertexKind::fabric_switch &&
+        c.vertex_kind(l.dst) == VertexKind::fabric_switch && l.src == c.links()[c.route(0, 8)[2]].dst) {
+      EXPECT_DOUBLE_EQ(l.bandwidth_Bps, 25e9);
+      found = true;
+    }
+  }
+  EXPECT_TRUE(found);
+}
+
+TEST(Cluster, MixedClusterKeepsEachGroupsGpuType) {
+  const Cluster c = builtin("mixed-a100-v100");
+  EXPECT_EQ(c.gpu(0).profile->name, "a100-sxm4-80gb");
+  EXPECT_EQ(c.gpu(c.gpu_count() - 1).profile->architecture, "volta");
+  // A100 to V100 crosses the fabric and the 25 GbE NIC is the bottleneck.
+  const auto r = c.route(0, static_cast<GpuId>(c.gpu_count() - 1));
+  EXPECT_EQ(c.route_kind(r), config::LinkKind::network);
+  EXPECT_LT(c.route_capacity(r), 25e9 / 8 + 1);
+}
+
+TEST(ClusterOptions, NodesAndSetOverrideTheFile) {
+  config::ClusterOptions o;
+  o.nodes = 2;
+  EXPECT_EQ(builtin("dgx-a100", o).gpu_count(), 16u);
+  config::ClusterOptions s;
+  s.sets = {"groups[0].count=3", "node_types[0].intra.bandwidth=150GB/s"};
+  const Cluster c = builtin("dgx-a100", s);
+  EXPECT_EQ(c.gpu_count(), 24u);
+  EXPECT_DOUBLE_EQ(c.route_capacity(c.route(0, 1)), 150e9 * 0.8);
+}
+
+TEST(ClusterOptions, NodesNeedsASingleGroup) {
+  config::ClusterOptions o;
+  o.nodes = 2;
+  EXPECT_THROW(builtin("mixed-a100-v100", o), InputError);
+}
+
+constexpr const char* kTwoNodes = R"(
+name: tiny
+node_types:
+  - name: box
+    gpus: 2
+    gpu: h100-sxm5-80gb
+    intra: {kind: nvswitch, link_class: nvlink4, bandwidth: 450GB/s}
+    nics: {count: 2, link_class: ib_ndr, bandwidth: 400Gbps}
+groups: [{node_type: box, count: 2}]
+fabric: {kind: single_switch, latency: 100ns}
+)";
+
+constexpr const char* kTwoNodesReordered = R"(
+fabric: {latency: 100ns, kind: single_switch}
+groups: [{count: 2, node_type: box}]
+node_types:
+  - nics: {bandwidth: 400Gbps, link_class: ib_ndr, count: 2}
+    intra: {bandwidth: 450GB/s, link_class: nvlink4, kind: nvswitch}
+    gpu: h100-sxm5-80gb
+    gpus: 2
+    name: box
+name: tiny
+)";
+
+TEST(ClusterFile, PermutingKeyOrderChangesNothing) {
+  const Cluster a(config::load_cluster_text(kTwoNodes, "a.yaml"));
+  const Cluster b(config::load_cluster_text(kTwoNodesReordered, "b.yaml"));
+  ASSERT_EQ(a.links().size(), b.links().size());
+  for (size_t l = 0; l < a.links().size(); ++l) {
+    EXPECT_EQ(a.links()[l].capacity_Bps, b.links()[l].capacity_Bps);
+    EXPECT_EQ(a.links()[l].latency, b.links()[l].latency);
+  }
+  EXPECT_EQ(a.route(0, 3), b.route(0, 3));
+}
+
+TEST(ClusterFile, SingleSwitchFabricLatencyIsNicHopsPlusSwitchHop) {
+  const Cluster c(config::load_cluster_text(kTwoNodes, "a.yaml"));
+  const auto r = c.route(0, 2);  // gpu -> nic -> switch -> nic -> gpu
+  ASSERT_EQ(r.size(), 4u);
+  const auto& classes = c.config().link_classes;
+  const Time expected = Time::from_seconds(classes.at("ib_ndr").latency_s) * 4 + Time::ns(100);
+  EXPECT_EQ(c.route_latency(r), expected);
+}
+
+}  // namespace
+}  // namespace hetsim::platform

@@ -1,0 +1,231 @@
+// Collectives as flows: formula oracles (ring on an idle ring, hierarchical across nodes,
+// latency-bound sizes), steady == stepwise expansion, conservation and the algorithm choice.
+#include "sim/network/collective.h"
+
+#include <gtest/gtest.h>
+
+#include "sim/core/error.h"
+#include "sim/network/collective_runner.h"
+#include "sim/network/rings.h"
+
+namespace hetsim::network {
+namespace {
+
+using platform::Cluster;
+using platform::GpuId;
+
+Cluster builtin(const std::string& name, int nodes = 0) {
+  config::ClusterOptions o;
+  if (nodes) o.nodes = nodes;
+  return Cluster(config::load_cluster(name, o));
+}
+
+std::vector<GpuId> first(size_t n) {
+  std::vector<GpuId> r;
+  for (GpuId g = 0; g < n; ++g) r.push_back(g);
+  return r;
+}
+
+CollectiveRequest request(Op op, double bytes, std::vector<GpuId> ranks,
+                          std::optional<Algorithm> a = Algorithm::ring,
+                          std::optional<Protocol> p = Protocol::simple,
+                          Expansion x = Expansion::steady) {
+  CollectiveRequest r;
+  r.op = op;
+  r.bytes = bytes;
+  r.ranks = std::move(ranks);
+  r.algorithm = a;
+  r.protocol = p;
+  r.expansion = x;
+  return r;
+}
+
+TEST(Collective, RingAllReduceOnAnIdleRingMatchesTheAlphaBetaFormula) {
+  const Cluster c = builtin("dgx-a100", 1);
+  const double S = 256.0 * (1 << 20);
+  for (size_t n : {2, 4, 8}) {
+    const CollectiveResult r = simulate_collective(c, request(Op::allreduce, S, first(n)));
+    const auto route = c.route(0, 1);
+    const double B = c.route_capacity(route);  // each GPU's NVSwitch uplink
+    const double alpha =
+        (step_latency(Algorithm::ring, Protocol::simple, config::LinkKind::nvlink) +
+         c.route_latency(route))
+            .seconds();
+    const double expected = (launch_overhead() + base_latency(Algorithm::ring, Protocol::simple))
+                                .seconds() +
+                            2.0 * (n - 1) * alpha + 2.0 * (n - 1) / n * S / B;
+    EXPECT_NEAR(r.time.seconds(), expected, 1e-11) << n << " GPUs";
+  }
+}
+
+TEST(Collective, RingAllGatherAndReduceScatterMoveNMinusOneOverNOfTheBuffer) {
+  const Cluster c = builtin("dgx-a100", 1);
+  const double S = 64.0 * (1 << 20);
+  const double B = c.route_capacity(c.route(0, 1));
+  const double fixed = (launch_overhead() + base_latency(Algorithm::ring, Protocol::simple)).seconds() +
+                       7 * (step_latency(Algorithm::ring, Protocol::simple, config::LinkKind::nvlink) +
+                            c.route_latency(c.route(0, 1)))
+                               .seconds();
+  for (Op op : {Op::allgather, Op::reducescatter}) {
+    const CollectiveResult r = simulate_collective(c, request(op, S, first(8)));
+    EXPECT_NEAR(r.time.seconds(), fixed + 7.0 / 8 * S / B, 1e-11) << to_string(op);
+  }
+}
+
+// The steady form (one flow per ring) and the step-by-step form (one flow per rank and step,
+// with the ring's dependencies) give the same time on rings whose edges are alike. Where one
+// edge is slower (the NIC hop of a multi-node ring), stepwise hides the other edges' step
+// latencies behind the slow edge's transfers while steady adds the whole chain latency, as
+// NCCL's cost model and the alpha-beta formula do: the two then differ by less than that
+// latency, never more.
+struct ExpansionCase {
+  std::string cluster;
+  int nodes;
+  size_t ranks;
+  Op op;
+  Algorithm algorithm;
+  bool alike_edges = true;
+};
+
+class SteadyEqualsStepwise : public ::testing::TestWithParam<ExpansionCase> {};
+
+TEST_P(SteadyEqualsStepwise, SameTime) {
+  const ExpansionCase& k = GetParam();
+  const Cluster c = builtin(k.cluster, k.nodes);
+  for (double S : {1.0 * (1 << 20), 64.0 * (1 << 20)}) {
+    const auto steady = simulate_collective(c, request(k.op, S, first(k.ranks), k.algorithm));
+    const auto step = simulate_collective(
+        c, request(k.op, S, first(k.ranks), k.algorithm, Protocol::simple, Expansion::stepwise));
+    EXPECT_GT(step.plan.steps.size(), steady.plan.steps.size());
+    if (k.alike_edges) {
+      EXPECT_NEAR(step.time.seconds() / steady.time.seconds(), 1.0, 1e-6)
+          << "steady " << steady.time.seconds() << " s, stepwise " << step.time.seconds() << " s";
+    } else {
+      Time chain;
+      for (const PlanStep& s : steady.plan.steps) chain = std::max(chain, s.latency);
+      EXPECT_LE(step.time, steady.time);
+      EXPECT_LT((steady.time - step.time).seconds(), chain.seconds())
+          << "steady " << steady.time.seconds() << " s, stepwise " << step.time.seconds() << " s";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Rings, SteadyEqualsStepwise,
+    ::testing::Values(ExpansionCase{"dgx-a100", 1, 8, Op::allreduce, Algorithm::ring},
+                      ExpansionCase{"dgx-a100", 1, 5, Op::allgather, Algorithm::ring},
+                      ExpansionCase{"dgx1-v100", 1, 8, Op::allreduce, Algorithm::ring},
+                      ExpansionCase{"dgx1-v100", 1, 6, Op::reducescatter, Algorithm::ring},
+                      ExpansionCase{"dgx-a100", 2, 16, Op::allreduce, Algorithm::ring, false},
+                      ExpansionCase{"dgx-h100", 4, 32, Op::allreduce, Algorithm::hierarchical}));
+
+TEST(Collective, HierarchicalAllReduceIsIntraReduceScatterInterAllReduceIntraAllGather) {
+  const Cluster c = builtin("dgx-h100", 4);
+  const double S = 512.0 * (1 << 20);
+  const size_t g = 8, m = 4;
+  const auto r =
+      simulate_collective(c, request(Op::allreduce, S, first(32), Algorithm::hierarchical));
+  const double b_nv = c.route_capacity(c.route(0, 1));
+  const double b_nic = c.route_capacity(c.route(0, 8));  // rail 0, node0 -> node1
+  const Time lat_nv = step_latency(Algorithm::hierarchical, Protocol::simple, config::LinkKind::nvlink) +
+                      c.route_latency(c.route(0, 1));
+  const Time lat_net =
+      step_latency(Algorithm::hierarchical, Protocol::simple, config::LinkKind::network) +
+      c.route_latency(c.route(0, 8));
+  const double intra = (g - 1) * lat_nv.seconds() + (g - 1.0) / g * S / b_nv;
+  const double inter = 2 * (m - 1) * lat_net.seconds() + 2 * (m - 1.0) / m * (S / g) / b_nic;
+  const double expected =
+      (launch_overhead() + base_latency(Algorithm::hierarchical, Protocol::simple)).seconds() +
+      2 * intra + inter;
+  EXPECT_NEAR(r.time.seconds(), expected, 1e-9);
+}
+
+TEST(Collective, TinyMessagesAreLatencyBoundAndPickLowLatencyProtocols) {
+  const Cluster c = builtin("dgx-a100", 1);
+  const auto tiny = simulate_collective(c, request(Op::allreduce, 8, first(8), std::nullopt, std::nullopt));
+  EXPECT_EQ(tiny.plan.protocol, Protocol::ll);
+  const double fixed =
+      (launch_overhead() + base_latency(tiny.plan.algorithm, Protocol::ll)).seconds();
+  EXPECT_GT(tiny.time.seconds(), fixed);
+  EXPECT_LT(tiny.time.seconds(), fixed + 20e-6);
+  const auto big =
+      simulate_collective(c, request(Op::allreduce, 1 << 30, first(8), std::nullopt, std::nullopt));
+  EXPECT_EQ(big.plan.protocol, Protocol::simple);
+}
+
+TEST(Collective, MultiNodeRingBusBandwidthIsTheNodesNicBandwidth) {
+  // hardware.md §3: multi-node ring all-reduce busbw ~ the sum of a node's effective NIC bandwidth.
+  const Cluster c = builtin("dgx-a100", 4);
+  const double S = 4.0 * (1 << 30);
+  const auto r = simulate_collective(c, request(Op::allreduce, S, first(32)));
+  const double busbw = S / r.time.seconds() * busbw_factor(Op::allreduce, 32);
+  const double nic_sum = 8 * 200e9 / 8 * c.config().link_classes.at("ib_hdr").efficiency;
+  EXPECT_NEAR(busbw / nic_sum, 1.0, 0.03);
+  EXPECT_EQ(r.plan.channels, 8);
+}
+
+TEST(Collective, DgxOneMeshPacksThreeNvlinkCyclesIntoSixRings) {
+  const Cluster c = builtin("dgx1-v100", 1);
+  const NodeOrders nodes = order_by_node(c, first(8));
+  const auto rings = build_rings(c, nodes);
+  EXPECT_EQ(rings.size(), 6u);
+  for (const auto& ring : rings) {
+    for (size_t i = 0; i < ring.size(); ++i) {
+      EXPECT_EQ(c.route(ring[i], ring[(i + 1) % ring.size()]).size(), 1u) << "direct NVLink";
+    }
+  }
+}
+
+TEST(Collective, BytesOnLinksAreConserved) {
+  struct Bytes : FlowObserver {
+    const FlowNetwork* net = nullptr;
+    void on_rates(const FlowNetwork& n, Time) override { net = &n; }
+  };
+  const Cluster c = builtin("dgx-a100", 2);
+  Engine e;
+  FlowNetwork net(e, c.capacities());
+  const CollectivePlan plan = plan_collective(c, request(Op::allreduce, 1 << 26, first(16)));
+  CollectiveRun run(e, net, plan, nullptr);
+  run.start();
+  e.run();
+  double planned = 0;
+  for (const PlanStep& s : plan.steps) {
+    for (const LinkUse& u : s.links) planned += s.bytes * u.count;
+  }
+  EXPECT_NEAR(net.delivered_bytes(), planned, planned * 1e-12);
+  EXPECT_NEAR(net.started_bytes(), planned, planned * 1e-12);
+}
+
+TEST(Collective, BusBandwidthFactorsAreNcclTests) {
+  EXPECT_DOUBLE_EQ(busbw_factor(Op::allreduce, 8), 14.0 / 8);
+  EXPECT_DOUBLE_EQ(busbw_factor(Op::allgather, 8), 7.0 / 8);
+  EXPECT_DOUBLE_EQ(busbw_factor(Op::reducescatter, 4), 3.0 / 4);
+  EXPECT_DOUBLE_EQ(busbw_factor(Op::alltoall, 2), 0.5);
+  EXPECT_DOUBLE_EQ(busbw_factor(Op::broadcast, 8), 1.0);
+  EXPECT_DOUBLE_EQ(busbw_factor(Op::sendrecv, 8), 1.0);
+}
+
+TEST(Collective, AlgorithmsThatDoNotApplyAreRejected) {
+  const Cluster c = builtin("dgx-a100", 1);
+  EXPECT_THROW(plan_collective(c, request(Op::allgather, 1e6, first(8), Algorithm::tree)), InputError);
+  EXPECT_THROW(plan_collective(c, request(Op::allreduce, 1e6, first(8), Algorithm::hierarchical)),
+               InputError);
+  EXPECT_THROW(plan_collective(c, request(Op::alltoall, 1e6, first(8), Algorithm::ring)), InputError);
+}
+
+TEST(Collective, SendRecvBetweenTwoGpusIsOneTransferEachWay) {
+  const Cluster c = builtin("dgx-a100", 2);
+  const double S = 1 << 28;
+  const auto r = simulate_collective(c, request(Op::sendrecv, S, {0, 8}, Algorithm::direct));
+  const auto route = c.route(0, 8);
+  const double expected =
+      (launch_overhead() + base_latency(Algorithm::direct, Protocol::simple) +
+       step_latency(Algorithm::direct, Protocol::simple, config::LinkKind::network) +
+       c.route_latency(route))
+          .seconds() +
+      S / c.route_capacity(route);
+  EXPECT_NEAR(r.time.seconds(), expected, 1e-11);
+}
+
+}  // namespace
+}  // namespace hetsim::network

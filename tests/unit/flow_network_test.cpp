@@ -1,0 +1,175 @@
+// The flow model: max-min sharing oracles, isolation of disjoint paths, latency, caps, and the
+// properties every run must keep (capacity, conservation of bytes, determinism).
+#include "sim/network/flow_network.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+namespace hetsim::network {
+namespace {
+
+struct Finish {
+  std::vector<double> at;  // completion time in seconds, by start order
+};
+
+// Starts each spec at time 0 and records when it finishes.
+Finish run_flows(std::vector<double> caps, std::vector<FlowSpec> specs,
+                 FlowObserver* obs = nullptr) {
+  Engine e;
+  FlowNetwork net(e, std::move(caps));
+  if (obs) net.add_observer(obs);
+  Finish f;
+  f.at.assign(specs.size(), -1);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    specs[i].on_done = [&f, &e, i] { f.at[i] = e.now().seconds(); };
+    net.start(std::move(specs[i]));
+  }
+  e.run();
+  return f;
+}
+
+FlowSpec flow(std::vector<LinkUse> links, double bytes, Time latency = Time()) {
+  FlowSpec s;
+  s.links = std::move(links);
+  s.bytes = bytes;
+  s.latency = latency;
+  return s;
+}
+
+TEST(FlowNetwork, SingleFlowTakesLatencyPlusBytesOverCapacity) {
+  const Finish f = run_flows({10e9}, {flow({{0, 1}}, 1e9, Time::us(5))});
+  // 1 GB at 10 GB/s = 0.1 s, plus 5 us; rounding is up to the next picosecond.
+  EXPECT_NEAR(f.at[0], 0.1 + 5e-6, 1e-12);
+}
+
+TEST(FlowNetwork, EqualFlowsOnOneBottleneckShareItEqually) {
+  const Finish f = run_flows({30e9}, {flow({{0, 1}}, 1e9), flow({{0, 1}}, 1e9), flow({{0, 1}}, 1e9)});
+  for (double t : f.at) EXPECT_NEAR(t, 0.1, 1e-11);  // 10 GB/s each
+}
+
+TEST(FlowNetwork, MaxMinGivesTheLeftoverToUnconstrainedFlows) {
+  // Link 0: 30 GB/s shared by A, B, C. Link 1: 6 GB/s, crossed by C only. Max-min: C = 6,
+  // A = B = 12. A and B carry 1.2 GB (0.1 s); C carries 0.6 GB (0.1 s).
+  struct Rates : FlowObserver {
+    std::vector<double> first;
+    void on_rates(const FlowNetwork& net, Time) override {
+      if (!first.empty()) return;
+      for (FlowId id : net.active_flows()) first.push_back(net.rate(id));
+    }
+  } rates;
+  const Finish f = run_flows(
+      {30e9, 6e9}, {flow({{0, 1}}, 1.2e9), flow({{0, 1}}, 1.2e9), flow({{0, 1}, {1, 1}}, 0.6e9)},
+      &rates);
+  ASSERT_EQ(rates.first.size(), 3u);
+  EXPECT_DOUBLE_EQ(rates.first[0], 12e9);
+  EXPECT_DOUBLE_EQ(rates.first[1], 12e9);
+  EXPECT_DOUBLE_EQ(rates.first[2], 6e9);
+  for (double t : f.at) EXPECT_NEAR(t, 0.1, 1e-11);
+}
+
+TEST(FlowNetwork, RatesAreRecomputedWhenAFlowEnds) {
+  // Two flows share 20 GB/s: the short one (1 GB) ends at 0.1 s; the long one (3 GB) has moved
+  // 1 GB by then and takes its remaining 2 GB at the full 20 GB/s: ends at 0.2 s.
+  const Finish f = run_flows({20e9}, {flow({{0, 1}}, 1e9), flow({{0, 1}}, 3e9)});
+  EXPECT_NEAR(f.at[0], 0.1, 1e-11);
+  EXPECT_NEAR(f.at[1], 0.2, 1e-11);
+}
+
+TEST(FlowNetwork, FlowsOnDisjointPathsDoNotInteract) {
+  const Finish alone = run_flows({10e9, 10e9, 5e9}, {flow({{0, 1}, {2, 1}}, 1e9)});
+  const Finish both = run_flows({10e9, 10e9, 5e9},
+                                {flow({{0, 1}, {2, 1}}, 1e9), flow({{1, 1}}, 7e9)});
+  EXPECT_EQ(alone.at[0], both.at[0]);
+  EXPECT_NEAR(both.at[1], 0.7, 1e-11);
+}
+
+TEST(FlowNetwork, CrossingALinkTwiceHalvesTheRate) {
+  const Finish f = run_flows({10e9}, {flow({{0, 2}}, 1e9)});
+  EXPECT_NEAR(f.at[0], 0.2, 1e-11);
+}
+
+TEST(FlowNetwork, OwnCapLimitsAFlowAndFreesTheRest) {
+  FlowSpec capped = flow({{0, 1}}, 1e9);
+  capped.max_rate_Bps = 2e9;
+  const Finish f = run_flows({10e9}, {std::move(capped), flow({{0, 1}}, 0.8e9)});
+  EXPECT_NEAR(f.at[0], 0.5, 1e-11);  // 2 GB/s
+  EXPECT_NEAR(f.at[1], 0.1, 1e-11);  // the other 8 GB/s
+}
+
+TEST(FlowNetwork, SmallMessagesAreLatencyBound) {
+  const Finish f = run_flows({100e9}, {flow({{0, 1}}, 8, Time::us(2)), flow({}, 1e6, Time::us(3))});
+  EXPECT_NEAR(f.at[0], 2e-6 + 8e-11, 1e-12);  // 8 B at 100 GB/s is 80 ps: latency dominates
+  EXPECT_NEAR(f.at[1], 3e-6, 1e-12);  // no links: a local copy done after its latency
+}
+
+// Random flows on a random small network: check capacity at every rate change, bytes at the end.
+class CapacityAndBytes : public FlowObserver {
+ public:
+  void on_rates(const FlowNetwork& net, Time) override {
+    const std::vector<double> load = net.link_loads();
+    for (size_t l = 0; l < load.size(); ++l) {
+      max_ratio = std::max(max_ratio, load[l] / net.capacity(static_cast<LinkId>(l)));
+    }
+    ++checks;
+  }
+  double max_ratio = 0;
+  int checks = 0;
+};
+
+std::vector<double> random_run(uint32_t seed, CapacityAndBytes* obs, double* delivered,
+                               double* started) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> cap(1e9, 50e9), bytes(1e3, 1e9);
+  std::uniform_int_distribution<uint32_t> link(0, 11), hops(1, 4), count(1, 2), lat(0, 5000);
+  std::vector<double> caps(12);
+  for (double& c : caps) c = cap(rng);
+  Engine e;
+  FlowNetwork net(e, caps);
+  if (obs) net.add_observer(obs);
+  std::vector<double> ends;
+  int budget = 400;
+  std::function<void()> spawn = [&] {
+    if (--budget < 0) return;
+    FlowSpec s;
+    for (uint32_t h = hops(rng); h > 0; --h) s.links.push_back({link(rng), count(rng)});
+    s.bytes = bytes(rng);
+    s.latency = Time::ns(lat(rng));
+    s.on_done = [&] {
+      ends.push_back(e.now().seconds());
+      spawn();
+      if (budget % 3 == 0) spawn();
+    };
+    net.start(std::move(s));
+  };
+  for (int i = 0; i < 20; ++i) spawn();
+  e.run();
+  *delivered = net.delivered_bytes();
+  *started = net.started_bytes();
+  return ends;
+}
+
+TEST(FlowNetworkProperties, NoLinkAboveCapacityAndBytesDeliveredEqualBytesSent) {
+  for (uint32_t seed = 1; seed <= 5; ++seed) {
+    CapacityAndBytes obs;
+    double delivered = 0, started = 0;
+    random_run(seed, &obs, &delivered, &started);
+    EXPECT_GT(obs.checks, 100);
+    EXPECT_LE(obs.max_ratio, 1 + 1e-9) << "seed " << seed;
+    EXPECT_GT(obs.max_ratio, 0.999) << "some link should be saturated, seed " << seed;
+    EXPECT_NEAR(delivered, started, started * 1e-9) << "seed " << seed;
+  }
+}
+
+TEST(FlowNetworkProperties, SameInputGivesBitIdenticalTimes) {
+  double d1, s1, d2, s2;
+  const std::vector<double> a = random_run(42, nullptr, &d1, &s1);
+  const std::vector<double> b = random_run(42, nullptr, &d2, &s2);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]);
+  EXPECT_EQ(d1, d2);
+}
+
+}  // namespace
+}  // namespace hetsim::network
