@@ -1,10 +1,10 @@
-// Max-min fair flow model by progressive filling; see flow_network.h.
+// Max-min fair flow model by progressive filling over the changed component, with lazy
+// settling of progress and a heap of completion times; see flow_network.h.
 #include "sim/network/flow_network.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <queue>
 #include <tuple>
 
 #include "sim/core/error.h"
@@ -21,7 +21,8 @@ FlowNetwork::FlowNetwork(Engine& engine, std::vector<double> capacity_Bps)
   for (double c : capacity_) {
     if (!(c > 0) || !std::isfinite(c)) throw RunError("flow network: link capacity must be > 0");
   }
-  version_.assign(capacity_.size(), kNone);  // doubles as link -> local index map
+  link_flows_.resize(capacity_.size());
+  local_.assign(capacity_.size(), kNone);
 }
 
 FlowId FlowNetwork::start(FlowSpec spec) {
@@ -33,6 +34,18 @@ FlowId FlowNetwork::start(FlowSpec spec) {
     id = static_cast<FlowId>(flows_.size());
     flows_.emplace_back();
   }
+  // One entry per link: repeated crossings add to its count.
+  std::sort(spec.links.begin(), spec.links.end(),
+            [](const LinkUse& a, const LinkUse& b) { return a.link < b.link; });
+  size_t out = 0;
+  for (size_t i = 0; i < spec.links.size(); ++i) {
+    if (out > 0 && spec.links[out - 1].link == spec.links[i].link) {
+      spec.links[out - 1].count += spec.links[i].count;
+    } else {
+      spec.links[out++] = spec.links[i];
+    }
+  }
+  spec.links.resize(out);
   Flow& f = flows_[id];
   f.weight = 0;
   for (const LinkUse& u : spec.links) {
@@ -41,7 +54,9 @@ FlowId FlowNetwork::start(FlowSpec spec) {
   }
   f.remaining = spec.bytes;
   f.rate = 0;
-  f.live = true;
+  f.active = false;
+  f.queued = false;
+  ++f.version;
   started_ += spec.bytes * f.weight;
   const Time latency = spec.latency;
   f.spec = std::move(spec);
@@ -65,75 +80,103 @@ void FlowNetwork::request_update() {
   });
 }
 
-void FlowNetwork::settle() {
-  const Time now = engine_.now();
-  const double dt = (now - last_settle_).seconds();
-  last_settle_ = now;
-  if (dt <= 0) return;
-  for (FlowId id : active_) {
-    Flow& f = flows_[id];
-    const double moved = std::min(f.remaining, f.rate * dt);
-    f.remaining -= moved;
-    delivered_ += moved * f.weight;
-  }
+double FlowNetwork::remaining_now(const Flow& f) const {
+  const double dt = (engine_.now() - f.since).seconds();
+  return std::max(0.0, f.remaining - f.rate * dt);
 }
 
 void FlowNetwork::update() {
   in_update_ = true;
-  settle();
+  const Time now = engine_.now();
+  // Flows whose completion time has come.
   std::vector<FlowId> done;
-  auto is_done = [this](FlowId id) {
-    const Flow& f = flows_[id];
-    return f.remaining <= 0 || f.remaining / f.rate < 0.5e-12;
-  };
-  auto split = std::stable_partition(active_.begin(), active_.end(),
-                                     [&](FlowId id) { return !is_done(id); });
-  done.assign(split, active_.end());
-  active_.erase(split, active_.end());
+  while (!completions_.empty() && completions_.top().at <= now) {
+    const Completion c = completions_.top();
+    completions_.pop();
+    Flow& f = flows_[c.flow];
+    if (f.active && f.queued && f.version == c.version) {
+      f.queued = false;
+      done.push_back(c.flow);
+    }
+  }
+  std::sort(done.begin(), done.end());
+  std::vector<FlowId> seeds;
   for (FlowId id : done) {
     Flow& f = flows_[id];
-    delivered_ += f.remaining * f.weight;  // the sub-picosecond remainder
+    f.active = false;
     f.remaining = 0;
-    for (FlowObserver* o : observers_) o->on_flow_end(*this, id, engine_.now());
+    --active_count_;
+    finished_bytes_ += f.spec.bytes * f.weight;
+    for (const LinkUse& u : f.spec.links) {
+      auto& on = link_flows_[u.link];
+      on.erase(std::find(on.begin(), on.end(), id));
+      if (!on.empty()) seeds.push_back(on.front());
+    }
+    if (f.spec.links.empty()) unlinked_.erase(std::find(unlinked_.begin(), unlinked_.end(), id));
+    for (FlowObserver* o : observers_) o->on_flow_end(*this, id, now);
   }
-  const bool changed = !done.empty() || !pending_.empty();
-  for (FlowId id : pending_) {
-    active_.push_back(id);
-    for (FlowObserver* o : observers_) o->on_flow_start(*this, id, engine_.now());
-  }
-  pending_.clear();
-  if (changed) {
-    recompute_rates();
-    // Flows with nothing left (local or empty transfers) finish at once.
-    if (std::any_of(active_.begin(), active_.end(), is_done)) request_update_now_ = true;
-  }
-  schedule_next_completion();
-  in_update_ = false;
-  if (request_update_now_) {
-    request_update_now_ = false;
-    request_update();
-  }
+  // Their callbacks may start flows; those join this same recomputation.
   for (FlowId id : done) {
     Callback cb = std::move(flows_[id].spec.on_done);
     flows_[id].spec.on_done = nullptr;
-    flows_[id].live = false;
-    free_ids_.push_back(id);
+    ++flows_[id].version;
     if (cb) cb();
   }
+  for (FlowId id : done) free_ids_.push_back(id);
+  std::vector<FlowId> started;
+  started.swap(pending_);
+  for (FlowId id : started) {
+    Flow& f = flows_[id];
+    f.active = true;
+    f.since = now;
+    ++active_count_;
+    for (const LinkUse& u : f.spec.links) link_flows_[u.link].push_back(id);
+    if (f.spec.links.empty()) unlinked_.push_back(id);
+    seeds.push_back(id);
+    for (FlowObserver* o : observers_) o->on_flow_start(*this, id, now);
+  }
+  if (!seeds.empty()) recompute_rates(component(seeds));
+  schedule_next_completion();
+  in_update_ = false;
+  if (!pending_.empty()) request_update();
 }
 
-void FlowNetwork::recompute_rates() {
+std::vector<FlowId> FlowNetwork::component(const std::vector<FlowId>& seeds) {
+  ++mark_;
+  std::vector<FlowId> out;
+  for (FlowId s : seeds) {
+    if (flows_[s].mark == mark_ || !flows_[s].active) continue;
+    flows_[s].mark = mark_;
+    out.push_back(s);
+    for (size_t k = out.size() - 1; k < out.size(); ++k) {
+      for (const LinkUse& u : flows_[out[k]].spec.links) {
+        for (FlowId g : link_flows_[u.link]) {
+          if (flows_[g].mark != mark_) {
+            flows_[g].mark = mark_;
+            out.push_back(g);
+          }
+        }
+      }
+    }
+  }
+  std::sort(out.begin(), out.end());  // a fixed order, whatever the seeds' order
+  return out;
+}
+
+void FlowNetwork::recompute_rates(const std::vector<FlowId>& flows) {
   ++recomputations_;
-  // Local numbering of the links in use; version_ holds link -> local index between passes.
+  const Time now = engine_.now();
+  // Settle progress at the old rates, then number the links in use.
   touched_.clear();
   rem_.clear();
   weight_.clear();
-  for (FlowId id : active_) {
+  for (FlowId id : flows) {
     Flow& f = flows_[id];
-    f.rate = -1;  // unfrozen
-    if (f.spec.links.empty()) f.rate = kInf;
+    f.remaining = remaining_now(f);
+    f.since = now;
+    f.rate = f.spec.links.empty() ? kInf : -1;  // -1: not yet frozen
     for (const LinkUse& u : f.spec.links) {
-      uint32_t& local = version_[u.link];
+      uint32_t& local = local_[u.link];
       if (local == kNone) {
         local = static_cast<uint32_t>(touched_.size());
         touched_.push_back(u.link);
@@ -144,84 +187,120 @@ void FlowNetwork::recompute_rates() {
     }
   }
   // A flow's own cap is one more constraint that only it crosses.
-  capped_local_.resize(flows_.size(), kNone);
-  for (FlowId id : active_) {
+  cap_local_.resize(flows_.size(), kNone);
+  for (FlowId id : flows) {
     if (flows_[id].spec.max_rate_Bps > 0 && !flows_[id].spec.links.empty()) {
-      capped_local_[id] = static_cast<uint32_t>(rem_.size());
+      cap_local_[id] = static_cast<uint32_t>(rem_.size());
       rem_.push_back(flows_[id].spec.max_rate_Bps);
       weight_.push_back(1);
     }
   }
   const size_t n = rem_.size();
-  // CSR adjacency: local link -> flows crossing it.
+  // CSR adjacency: local constraint -> flows under it.
   adj_start_.assign(n + 1, 0);
-  for (FlowId id : active_) {
-    for (const LinkUse& u : flows_[id].spec.links) ++adj_start_[version_[u.link] + 1];
-    if (capped_local_[id] != kNone) ++adj_start_[capped_local_[id] + 1];
+  for (FlowId id : flows) {
+    for (const LinkUse& u : flows_[id].spec.links) ++adj_start_[local_[u.link] + 1];
+    if (cap_local_[id] != kNone) ++adj_start_[cap_local_[id] + 1];
   }
   for (size_t i = 0; i < n; ++i) adj_start_[i + 1] += adj_start_[i];
   adj_.resize(adj_start_[n]);
   std::vector<uint32_t> fill(adj_start_.begin(), adj_start_.end() - 1);
-  for (FlowId id : active_) {
-    for (const LinkUse& u : flows_[id].spec.links) adj_[fill[version_[u.link]]++] = id;
-    if (capped_local_[id] != kNone) adj_[fill[capped_local_[id]]++] = id;
+  for (FlowId id : flows) {
+    for (const LinkUse& u : flows_[id].spec.links) adj_[fill[local_[u.link]]++] = id;
+    if (cap_local_[id] != kNone) adj_[fill[cap_local_[id]]++] = id;
   }
-  // Progressive filling: repeatedly saturate the link with the smallest fair share.
-  using Item = std::tuple<double, uint32_t, uint32_t>;  // share, local link, stamp
+  // Progressive filling: repeatedly saturate the constraint with the smallest fair share.
+  using Item = std::tuple<double, uint32_t, uint32_t>;  // share, local constraint, stamp
   std::priority_queue<Item, std::vector<Item>, std::greater<Item>> heap;
-  std::vector<uint32_t> stamp(n, 0);
+  stamp_.assign(n, 0);
   for (uint32_t i = 0; i < n; ++i) heap.emplace(rem_[i] / weight_[i], i, 0);
   while (!heap.empty()) {
     auto [share, i, s] = heap.top();
     heap.pop();
-    if (s != stamp[i] || weight_[i] <= 0) continue;
+    if (s != stamp_[i] || weight_[i] <= 0) continue;
     share = std::max(0.0, share);
     for (uint32_t k = adj_start_[i]; k < adj_start_[i + 1]; ++k) {
-      Flow& f = flows_[adj_[k]];
+      const FlowId id = adj_[k];
+      Flow& f = flows_[id];
       if (f.rate >= 0) continue;
       f.rate = share;
       for (const LinkUse& u : f.spec.links) {
-        const uint32_t j = version_[u.link];
+        const uint32_t j = local_[u.link];
         rem_[j] -= share * u.count;
         weight_[j] -= u.count;
-        ++stamp[j];
-        if (weight_[j] > 0) heap.emplace(std::max(0.0, rem_[j]) / weight_[j], j, stamp[j]);
+        ++stamp_[j];
+        if (weight_[j] > 0) heap.emplace(std::max(0.0, rem_[j]) / weight_[j], j, stamp_[j]);
       }
-      if (capped_local_[adj_[k]] != kNone) {
-        weight_[capped_local_[adj_[k]]] = 0;
-        capped_local_[adj_[k]] = kNone;
+      if (cap_local_[id] != kNone) {
+        weight_[cap_local_[id]] = 0;
+        cap_local_[id] = kNone;
       }
     }
   }
-  for (LinkId l : touched_) version_[l] = kNone;
-  for (FlowObserver* o : observers_) o->on_rates(*this, engine_.now());
+  for (LinkId l : touched_) local_[l] = kNone;
+  // New completion times.
+  for (FlowId id : flows) {
+    Flow& f = flows_[id];
+    const Time finish =
+        f.remaining <= 0 || f.rate == kInf
+            ? now
+            : (f.rate > 0 ? now + Time::from_seconds_ceil(f.remaining / f.rate) : Time::max());
+    if (!f.queued || finish != f.finish) {
+      f.finish = finish;
+      ++f.version;
+      f.queued = finish != Time::max();
+      if (f.queued) completions_.push(Completion{finish, id, f.version});
+    }
+  }
+  for (FlowObserver* o : observers_) o->on_rates(*this, now);
 }
 
 void FlowNetwork::schedule_next_completion() {
-  if (completion_event_.valid()) {
-    engine_.cancel(completion_event_);
-    completion_event_ = EventId{};
+  while (!completions_.empty()) {
+    const Completion& c = completions_.top();
+    const Flow& f = flows_[c.flow];
+    if (f.active && f.queued && f.version == c.version) break;
+    completions_.pop();
   }
-  double best = kInf;
-  for (FlowId id : active_) {
-    const Flow& f = flows_[id];
-    if (f.rate > 0) best = std::min(best, f.remaining / f.rate);
-  }
-  if (best == kInf) return;
-  completion_event_ = engine_.schedule_in(Time::from_seconds_ceil(best), [this] {
+  const Time next = completions_.empty() ? Time::max() : completions_.top().at;
+  if (next == completion_at_ && completion_event_.valid()) return;
+  if (completion_event_.valid()) engine_.cancel(completion_event_);
+  completion_event_ = EventId{};
+  completion_at_ = next;
+  if (next == Time::max()) return;
+  completion_event_ = engine_.schedule_at(next, [this] {
     completion_event_ = EventId{};
+    completion_at_ = Time::max();
     update();
   });
 }
 
+std::vector<FlowId> FlowNetwork::active_flows() const {
+  std::vector<FlowId> out;
+  for (FlowId id = 0; id < flows_.size(); ++id) {
+    if (flows_[id].active) out.push_back(id);
+  }
+  return out;
+}
+
 std::vector<double> FlowNetwork::link_loads() const {
   std::vector<double> load(capacity_.size(), 0.0);
-  for (FlowId id : active_) {
-    const Flow& f = flows_[id];
-    if (!std::isfinite(f.rate)) continue;
-    for (const LinkUse& u : f.spec.links) load[u.link] += f.rate * u.count;
+  for (size_t l = 0; l < link_flows_.size(); ++l) {
+    for (FlowId id : link_flows_[l]) {
+      for (const LinkUse& u : flows_[id].spec.links) {
+        if (u.link == l) load[l] += flows_[id].rate * u.count;
+      }
+    }
   }
   return load;
+}
+
+double FlowNetwork::delivered_bytes() const {
+  double d = finished_bytes_;
+  for (const Flow& f : flows_) {
+    if (f.active) d += (f.spec.bytes - remaining_now(f)) * f.weight;
+  }
+  return d;
 }
 
 }  // namespace hetsim::network

@@ -1,5 +1,7 @@
 // The flow model: transfers ("flows") cross directional links and share each link's capacity
-// max-min fairly; rates are recomputed whenever a flow starts or ends. A flow may cross a link
+// max-min fairly; rates are recomputed whenever a flow starts or ends, but only for the flows
+// that share links, directly or through other flows, with the one that changed (its
+// component), and progress is settled lazily, so an event costs O(component), not O(all flows). A flow may cross a link
 // several times (count > 1) and may span many links at once: a ring collective in steady state
 // is one flow whose links are all of its ring edges, progressing at one common rate. The model
 // talks to the engine only through scheduled events, and reports to observers.
@@ -7,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <queue>
 #include <span>
 #include <string>
 #include <vector>
@@ -55,54 +58,72 @@ class FlowNetwork {
   // Current rate of an active flow (bytes/s per crossing).
   double rate(FlowId f) const { return flows_[f].rate; }
   const FlowSpec& spec(FlowId f) const { return flows_[f].spec; }
-  std::span<const FlowId> active_flows() const { return active_; }
+  // Active flows in ascending id order.
+  std::vector<FlowId> active_flows() const;
   // Sum over active flows of rate * count on each link (bytes/s); sized link_count().
   std::vector<double> link_loads() const;
   // Bytes moved so far, counting every crossing: sum of bytes * count over links.
-  double delivered_bytes() const { return delivered_; }
+  double delivered_bytes() const;
   double started_bytes() const { return started_; }
   uint64_t recomputations() const { return recomputations_; }
 
  private:
   struct Flow {
     FlowSpec spec;
-    double remaining = 0;
+    double remaining = 0;  // as of `since`
     double rate = 0;
+    Time since;
+    Time finish;
     uint32_t weight = 0;  // sum of counts
-    bool live = false;
+    uint32_t version = 0;
+    uint32_t mark = 0;  // component search stamp
+    bool active = false;
+    bool queued = false;  // has a valid entry in completions_
+  };
+  struct Completion {
+    Time at;
+    FlowId flow;
+    uint32_t version;
+    bool operator>(const Completion& o) const {
+      return at != o.at ? at > o.at : flow > o.flow;
+    }
   };
 
-  void activate(FlowId f);
   void request_update();
   void update();
-  void settle();
-  void recompute_rates();
+  std::vector<FlowId> component(const std::vector<FlowId>& seeds);
+  void recompute_rates(const std::vector<FlowId>& flows);
   void schedule_next_completion();
+  double remaining_now(const Flow& f) const;
 
   Engine& engine_;
   std::vector<double> capacity_;
   std::vector<Flow> flows_;
   std::vector<FlowId> free_ids_;
-  std::vector<FlowId> active_;
+  std::vector<std::vector<FlowId>> link_flows_;  // active flows crossing each link
+  std::vector<FlowId> unlinked_;                 // active flows with no links
   std::vector<FlowId> pending_;
+  std::priority_queue<Completion, std::vector<Completion>, std::greater<Completion>> completions_;
   std::vector<FlowObserver*> observers_;
-  Time last_settle_;
   EventId update_event_;
   EventId completion_event_;
+  Time completion_at_ = Time::max();
   bool in_update_ = false;
-  bool request_update_now_ = false;
-  double delivered_ = 0;
+  size_t active_count_ = 0;
+  uint32_t mark_ = 0;
+  double finished_bytes_ = 0;
   double started_ = 0;
   uint64_t recomputations_ = 0;
 
   // Scratch for recompute_rates, kept to avoid reallocating.
+  std::vector<uint32_t> local_;  // link -> local index, kNone outside a recomputation
   std::vector<double> rem_;
   std::vector<double> weight_;
-  std::vector<uint32_t> version_;
+  std::vector<uint32_t> stamp_;
   std::vector<uint32_t> adj_start_;
   std::vector<FlowId> adj_;
   std::vector<LinkId> touched_;
-  std::vector<uint32_t> capped_local_;  // per flow id: local index of its cap, or none
+  std::vector<uint32_t> cap_local_;  // per flow id: local index of its own cap
 };
 
 }  // namespace hetsim::network

@@ -1,0 +1,176 @@
+// The hetsim command end to end: help and version, the JSON report and its nccl-tests
+// arithmetic, every collective on every built-in cluster, overrides, determinism and bench.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tests/e2e/run_command.h"
+
+namespace hetsim::e2e {
+namespace {
+
+// Runs hetsim with --json and parses its stdout; fails the test unless it exits 0.
+nlohmann::json run_json(std::vector<std::string> args) {
+  args.push_back("--json");
+  const CommandResult r = run_hetsim(args, Capture::stdout_only);
+  EXPECT_EQ(r.exit_code, 0) << command_line(args);
+  const nlohmann::json j = nlohmann::json::parse(r.output, nullptr, /*allow_exceptions=*/false);
+  EXPECT_FALSE(j.is_discarded()) << command_line(args) << " printed no JSON:\n" << r.output;
+  return j;
+}
+
+void expect_contains(const std::string& text, const std::string& part) {
+  EXPECT_NE(text.find(part), std::string::npos) << "missing \"" << part << "\" in:\n" << text;
+}
+
+double relative_difference(double a, double b) { return std::abs(a - b) / std::abs(b); }
+
+TEST(Help, TopLevelHelpExitsZeroAndListsCommands) {
+  const CommandResult r = run_hetsim({"--help"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  for (const char* part : {"collective", "bench", "--version", "--help"}) {
+    expect_contains(r.output, part);
+  }
+}
+
+TEST(Help, CollectiveHelpExitsZeroAndListsOptions) {
+  const CommandResult r = run_hetsim({"collective", "--help"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  for (const char* part : {"--cluster", "--nodes", "--set", "--op", "--bytes", "--ranks",
+                           "--algorithm", "--protocol", "--expansion", "--json"}) {
+    expect_contains(r.output, part);
+  }
+}
+
+TEST(Version, PrintsNameAndProjectVersion) {
+  const CommandResult r = run_hetsim({"--version"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output, std::string("hetsim ") + HETSIM_VERSION + "\n");
+}
+
+TEST(CollectiveJson, AllreduceReportsNcclTestsAlgbwAndBusbw) {
+  const nlohmann::json j = run_json({"collective", "--cluster", "dgx-a100", "--op", "allreduce",
+                                     "--bytes", "1GiB", "--ranks", "8"});
+  ASSERT_TRUE(j.is_object());
+  for (const char* key : {"time_s", "algbw_Bps", "busbw_Bps", "bytes", "ranks"}) {
+    ASSERT_TRUE(j.contains(key)) << "no key " << key << " in " << j.dump();
+  }
+  const double bytes = j["bytes"].get<double>();
+  const double time_s = j["time_s"].get<double>();
+  const double algbw = j["algbw_Bps"].get<double>();
+  const double busbw = j["busbw_Bps"].get<double>();
+  EXPECT_EQ(bytes, 1073741824.0);
+  EXPECT_EQ(j["ranks"].get<int>(), 8);
+  ASSERT_GT(time_s, 0);
+  // nccl-tests: algbw = S / t; all-reduce busbw = algbw * 2 (n - 1) / n.
+  EXPECT_LE(relative_difference(algbw, bytes / time_s), 1e-12)
+      << "algbw " << algbw << " vs bytes / time_s " << bytes / time_s;
+  EXPECT_LE(relative_difference(busbw, algbw * 2 * 7 / 8), 1e-12)
+      << "busbw " << busbw << " vs algbw * 2*7/8 " << algbw * 2 * 7 / 8;
+}
+
+// ---- Every op on every cluster -----------------------------------------------------------
+
+const char* const kOps[] = {"allreduce", "allgather", "reducescatter",
+                            "alltoall",  "broadcast", "sendrecv"};
+
+// Built-in names, and one file path to check the path form of --cluster.
+const std::vector<std::string> kClusters = {
+    "dgx-a100",        "dgx1-v100",
+    "mixed-a100-v100", "mixed-explicit",
+    "mixed-h100-a100", std::string(HETSIM_SOURCE_DIR) + "/topologies/dgx-h100.yaml",
+};
+
+class EveryOpOnEveryCluster : public testing::TestWithParam<std::tuple<std::string, const char*>> {
+};
+
+TEST_P(EveryOpOnEveryCluster, RunsAndReportsAPositiveTime) {
+  const auto& [cluster, op] = GetParam();
+  const nlohmann::json j =
+      run_json({"collective", "--cluster", cluster, "--op", op, "--bytes", "1MiB"});
+  ASSERT_TRUE(j.is_object());
+  EXPECT_EQ(j.value("op", ""), op);
+  EXPECT_GT(j.value("time_s", 0.0), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Clusters, EveryOpOnEveryCluster,
+    testing::Combine(testing::ValuesIn(kClusters), testing::ValuesIn(kOps)),
+    [](const testing::TestParamInfo<std::tuple<std::string, const char*>>& info) {
+      std::string name = std::get<0>(info.param);
+      if (name.find('/') != std::string::npos) name = "file_" + name.substr(name.rfind('/') + 1);
+      name += std::string("_") + std::get<1>(info.param);
+      for (char& c : name) {
+        if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+      }
+      return name;
+    });
+
+// ---- Overrides ---------------------------------------------------------------------------
+
+TEST(Overrides, NodesSetsTheGpuCountOfASingleGroupCluster) {
+  const nlohmann::json base = run_json({"collective", "--cluster", "dgx-a100", "--bytes", "1MiB"});
+  const nlohmann::json two =
+      run_json({"collective", "--cluster", "dgx-a100", "--nodes", "2", "--bytes", "1MiB"});
+  EXPECT_EQ(base.value("ranks", 0), 32);  // the file's 4 nodes of 8 GPUs
+  EXPECT_EQ(two.value("ranks", 0), 16);
+  EXPECT_EQ(two.value("nodes", 0), 2);
+}
+
+TEST(Overrides, SetGroupCountSetsTheGpuCount) {
+  const nlohmann::json j = run_json(
+      {"collective", "--cluster", "dgx-a100", "--set", "groups[0].count=2", "--bytes", "1MiB"});
+  EXPECT_EQ(j.value("ranks", 0), 16);
+  EXPECT_EQ(j.value("nodes", 0), 2);
+}
+
+// ---- Determinism and the two expansions --------------------------------------------------
+
+TEST(Determinism, SameCommandTwiceGivesByteIdenticalOutput) {
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"collective", "--cluster", "mixed-explicit", "--op", "alltoall",
+                                 "--bytes", "16MiB"},
+        std::vector<std::string>{"collective", "--cluster", "dgx1-v100", "--op", "allreduce",
+                                 "--bytes", "64MiB", "--json"}}) {
+    const CommandResult first = run_hetsim(args, Capture::stdout_only);
+    const CommandResult second = run_hetsim(args, Capture::stdout_only);
+    EXPECT_EQ(first.exit_code, 0) << command_line(args);
+    EXPECT_FALSE(first.output.empty()) << command_line(args);
+    EXPECT_EQ(first.output, second.output) << command_line(args);
+  }
+}
+
+TEST(Expansion, StepwiseRingAllreduceMatchesSteadyOnOneNode) {
+  std::vector<std::string> args = {
+      "collective", "--cluster", "dgx-a100",    "--op", "allreduce",  "--bytes", "64MiB",
+      "--ranks",    "8",         "--algorithm", "ring", "--protocol", "Simple",  "--expansion"};
+  args.push_back("steady");
+  const nlohmann::json steady = run_json(args);
+  args.back() = "stepwise";
+  const nlohmann::json stepwise = run_json(args);
+  const double t_steady = steady.value("time_s", 0.0);
+  const double t_stepwise = stepwise.value("time_s", 0.0);
+  ASSERT_GT(t_steady, 0);
+  EXPECT_LE(relative_difference(t_stepwise, t_steady), 1e-6)
+      << "steady " << t_steady << " s, stepwise " << t_stepwise << " s";
+}
+
+// ---- bench -------------------------------------------------------------------------------
+
+TEST(Bench, NetworkPrintsHeaderAndOneRowPerGpuCount) {
+  const CommandResult r = run_hetsim({"bench", "network", "--gpus", "64"}, Capture::stdout_only);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  const size_t eol = r.output.find('\n');
+  ASSERT_NE(eol, std::string::npos) << r.output;
+  const std::string header = r.output.substr(0, eol);
+  expect_contains(header, "wall_s");
+  expect_contains(header, "peak_MiB");
+  const std::string row = r.output.substr(eol + 1);
+  EXPECT_EQ(row.find_first_not_of(' '), row.find("64")) << "row does not start with 64:\n" << row;
+}
+
+}  // namespace
+}  // namespace hetsim::e2e
