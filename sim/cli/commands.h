@@ -17,6 +17,7 @@ using Action = std::function<int()>;
 struct ClusterFlags {
   std::string cluster;
   int nodes = 0;
+  CLI::Option* nodes_option = nullptr;
   std::vector<std::string> sets;
   void add_to(CLI::App& app, const std::string& default_cluster);
   config::ClusterOptions options() const;

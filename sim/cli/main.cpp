@@ -13,7 +13,7 @@ void ClusterFlags::add_to(CLI::App& app, const std::string& default_cluster) {
   app.add_option("--cluster", cluster,
                  "Cluster file, or a built-in cluster name (see topologies/)")
       ->capture_default_str();
-  app.add_option("--nodes", nodes, "Node count of a single-group cluster");
+  nodes_option = app.add_option("--nodes", nodes, "Node count of a single-group cluster");
   app.add_option("--set", sets,
                  "Override a field of the cluster file: PATH=VALUE, e.g. groups[0].count=16 "
                  "(repeatable)");
@@ -21,7 +21,7 @@ void ClusterFlags::add_to(CLI::App& app, const std::string& default_cluster) {
 
 config::ClusterOptions ClusterFlags::options() const {
   config::ClusterOptions o;
-  if (nodes != 0) o.nodes = nodes;
+  if (nodes_option && nodes_option->count() > 0) o.nodes = nodes;
   o.sets = sets;
   return o;
 }
@@ -37,11 +37,26 @@ int main(int argc, char** argv) {
   hetsim::cli::Action action;
   hetsim::cli::add_collective_command(app, action);
   hetsim::cli::add_bench_command(app, action);
+  if (argc > 1 && argv[1][0] != '-') {
+    bool known = false;
+    for (const CLI::App* sub : app.get_subcommands({})) known = known || sub->get_name() == argv[1];
+    if (!known) {
+      std::cerr << "hetsim: error: unknown command \"" << argv[1]
+                << "\" (expected collective or bench; see hetsim --help)\n";
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e);
-    return code == 0 ? 0 : 2;
+    std::cerr << "hetsim: error: " << e.what() << " (see hetsim --help)\n";
+    return 2;
   }
   try {
     return action();

@@ -265,7 +265,8 @@ class ClusterParser {
     const std::string v = get_string(file_, n, path, "link_class");
     if (!classes_->count(v)) {
       throw InputError(where(file_, n["link_class"]) + ": " + join_path(path, "link_class") +
-                       ": unknown link class \"" + v + "\"" + did_you_mean(v, keys_of(*classes_)));
+                       ": unknown link class \"" + v + "\" (expected one of " +
+                       list_names(keys_of(*classes_)) + ")" + did_you_mean(v, keys_of(*classes_)));
     }
     return v;
   }
@@ -376,7 +377,10 @@ class ClusterParser {
     Fabric f;
     const YAML::Node n = root_["fabric"];
     if (!n) {
-      if (total_nodes > 1) throw InputError(file_ + ": fabric: missing required field");
+      if (total_nodes > 1) {
+        throw InputError(file_ + ": fabric: missing required field (a cluster of " +
+                         std::to_string(total_nodes) + " nodes needs a scale-out fabric)");
+      }
       return f;
     }
     const std::string kind = get_choice(file_, n, "fabric", "kind",

@@ -324,7 +324,8 @@ void Cluster::build_fabric() {
       for (size_t i = 0; i < nics_.size(); ++i) {
         if (nic_links[i] == 0 && nodes_.size() > 1) {
           throw InputError(cfg_.file + ": fabric.links: node" + std::to_string(nics_[i].node) +
-                           ".nic" + std::to_string(nics_[i].index) + " has no link");
+                           ".nic" + std::to_string(nics_[i].index) +
+                           " has no link (every NIC needs exactly one link, to a switch)");
         }
       }
       break;
