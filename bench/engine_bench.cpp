@@ -30,8 +30,8 @@ void BM_EngineEvents(benchmark::State& state) {
     }
     engine.run();
     benchmark::DoNotOptimize(engine.events_executed());
-    state.counters["events/s"] = benchmark::Counter(
-        static_cast<double>(engine.events_executed()), benchmark::Counter::kIsIterationInvariantRate);
+    state.counters["events/s"] = benchmark::Counter(static_cast<double>(engine.events_executed()),
+                                                    benchmark::Counter::kIsIterationInvariantRate);
   }
 }
 BENCHMARK(BM_EngineEvents)->Arg(16)->Arg(1024)->Arg(65536)->Unit(benchmark::kMillisecond);

@@ -33,9 +33,10 @@ void churn(benchmark::State& state, uint32_t links, uint32_t groups) {
     };
     for (int i = 0; i < concurrent; ++i) spawn();
     engine.run();
-    state.counters["events/s"] = benchmark::Counter(
-        static_cast<double>(engine.events_executed()), benchmark::Counter::kIsIterationInvariantRate);
-    state.counters["flows/s"] = benchmark::Counter(kFlows, benchmark::Counter::kIsIterationInvariantRate);
+    state.counters["events/s"] = benchmark::Counter(static_cast<double>(engine.events_executed()),
+                                                    benchmark::Counter::kIsIterationInvariantRate);
+    state.counters["flows/s"] =
+        benchmark::Counter(kFlows, benchmark::Counter::kIsIterationInvariantRate);
   }
 }
 

@@ -80,8 +80,8 @@ void add_bench_command(CLI::App& app, Action& action) {
       for (int gpus : o->gpus) {
         if (gpus < 8 || gpus % 8 != 0) throw InputError("--gpus: expected multiples of 8");
       }
-      std::cout << fmt::format("{:>8} {:>10} {:>12} {:>12} {:>12}\n", "gpus", "wall_s",
-                               "peak_MiB", "sim_time", "busbw_GB/s");
+      std::cout << fmt::format("{:>8} {:>10} {:>12} {:>12} {:>12}\n", "gpus", "wall_s", "peak_MiB",
+                               "sim_time", "busbw_GB/s");
       for (int gpus : o->gpus) {
         const CaseResult r = run_isolated([&] {
           const auto t0 = std::chrono::steady_clock::now();

@@ -1,4 +1,5 @@
 // `hetsim collective`: one collective, simulated as nccl-tests would measure it.
+#include <cmath>
 #include <iostream>
 
 #include "sim/cli/commands.h"
@@ -43,7 +44,8 @@ std::vector<uint32_t> parse_ranks(const std::string& text, size_t gpu_count) {
     const long hi = dash == std::string::npos ? lo : number(item.substr(dash + 1));
     if (hi < lo) throw bad("range " + item + " runs backwards");
     for (long g = lo; g <= hi; ++g) {
-      if (static_cast<size_t>(g) >= gpu_count) throw bad("GPU " + std::to_string(g) + " does not exist");
+      if (static_cast<size_t>(g) >= gpu_count)
+        throw bad("GPU " + std::to_string(g) + " does not exist");
       if (seen[g]) throw bad("GPU " + std::to_string(g) + " is listed twice");
       seen[g] = true;
       out.push_back(static_cast<uint32_t>(g));
@@ -62,6 +64,7 @@ void add_collective_command(CLI::App& app, Action& action) {
     std::string algorithm = "auto";
     std::string protocol = "auto";
     std::string expansion = "steady";
+    double factor = 2;
     bool json = false;
   };
   auto o = std::make_shared<Opts>();
@@ -70,13 +73,18 @@ void add_collective_command(CLI::App& app, Action& action) {
       "Simulate one collective on a cluster; prints time, algbw and busbw as nccl-tests defines "
       "them");
   o->cluster.add_to(*cmd, "dgx-a100");
-  cmd->add_option("--op", o->op, "allreduce | allgather | reducescatter | alltoall | broadcast | sendrecv")
+  cmd->add_option("--op", o->op,
+                  "allreduce | allgather | reducescatter | alltoall | broadcast | sendrecv")
       ->capture_default_str();
   cmd->add_option("--bytes", o->bytes,
                   "Size as nccl-tests counts it (per rank; the total for allgather and "
-                  "reducescatter), e.g. 1GiB, 64MB, 1048576")
+                  "reducescatter), e.g. 1GiB, 64MB, 1048576; or a sweep MIN:MAX, as nccl-tests' "
+                  "-b/-e, multiplied by --factor")
       ->capture_default_str();
-  cmd->add_option("--ranks", o->ranks, "A GPU count N (the first N GPUs) or a list: 0,1,8-15; default all");
+  cmd->add_option("--factor", o->factor, "Size multiplier between the sizes of a MIN:MAX sweep")
+      ->capture_default_str();
+  cmd->add_option("--ranks", o->ranks,
+                  "A GPU count N (the first N GPUs) or a list: 0,1,8-15; default all");
   cmd->add_option("--algorithm", o->algorithm, "auto | ring | tree | hierarchical | direct")
       ->capture_default_str();
   cmd->add_option("--protocol", o->protocol, "auto | LL | LL128 | Simple")->capture_default_str();
@@ -94,8 +102,23 @@ void add_collective_command(CLI::App& app, Action& action) {
       }
       network::CollectiveRequest req;
       req.op = *op;
+      std::vector<double> sizes;
       try {
-        req.bytes = config::parse_quantity(o->bytes, config::Dimension::bytes);
+        const size_t colon = o->bytes.find(':');
+        const double lo =
+            config::parse_quantity(o->bytes.substr(0, colon), config::Dimension::bytes);
+        const double hi =
+            colon == std::string::npos
+                ? lo
+                : config::parse_quantity(o->bytes.substr(colon + 1), config::Dimension::bytes);
+        if (hi < lo) throw InputError("the sweep's end is below its start");
+        if (colon != std::string::npos && !(o->factor > 1)) {
+          throw InputError("--factor must be > 1 for a sweep");
+        }
+        for (double s = lo; s <= hi * (1 + 1e-12); s *= o->factor) {
+          sizes.push_back(std::round(s));
+          if (colon == std::string::npos) break;
+        }
       } catch (const InputError& e) {
         throw InputError(std::string("--bytes: ") + e.what());
       }
@@ -120,7 +143,8 @@ void add_collective_command(CLI::App& app, Action& action) {
       } else {
         throw InputError("--expansion: expected steady or stepwise, got \"" + o->expansion + "\"");
       }
-      const platform::Cluster cluster(config::load_cluster(o->cluster.cluster, o->cluster.options()));
+      const platform::Cluster cluster(
+          config::load_cluster(o->cluster.cluster, o->cluster.options()));
       if (o->ranks.empty()) {
         for (platform::GpuId g = 0; g < cluster.gpu_count(); ++g) req.ranks.push_back(g);
       } else {
@@ -129,12 +153,22 @@ void add_collective_command(CLI::App& app, Action& action) {
       if (req.op == network::Op::sendrecv && req.ranks.size() < 2) {
         throw InputError("--ranks: sendrecv needs at least two ranks");
       }
-      const network::CollectiveResult result = network::simulate_collective(cluster, req);
-      const report::CollectiveReport rep = report::make_collective_report(cluster, req, result);
+      std::vector<report::CollectiveReport> reports;
+      for (double s : sizes) {
+        req.bytes = s;
+        const network::CollectiveResult result = network::simulate_collective(cluster, req);
+        reports.push_back(report::make_collective_report(cluster, req, result));
+        if (!o->json && sizes.size() > 1) {
+          if (reports.size() == 1) std::cout << report::sweep_header(reports.front());
+          std::cout << report::sweep_row(reports.back()) << std::flush;
+        }
+      }
       if (o->json) {
-        std::cout << report::to_json(rep).dump(2) << "\n";
-      } else {
-        std::cout << report::to_text(rep);
+        nlohmann::ordered_json out = nlohmann::ordered_json::array();
+        for (const auto& r : reports) out.push_back(report::to_json(r));
+        std::cout << (sizes.size() == 1 ? out[0] : out).dump(2) << "\n";
+      } else if (sizes.size() == 1) {
+        std::cout << report::to_text(reports.front());
       }
       return 0;
     };

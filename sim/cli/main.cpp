@@ -10,8 +10,7 @@ namespace hetsim::cli {
 
 void ClusterFlags::add_to(CLI::App& app, const std::string& default_cluster) {
   cluster = default_cluster;
-  app.add_option("--cluster", cluster,
-                 "Cluster file, or a built-in cluster name (see topologies/)")
+  app.add_option("--cluster", cluster, "Cluster file, or a built-in cluster name (see topologies/)")
       ->capture_default_str();
   nodes_option = app.add_option("--nodes", nodes, "Node count of a single-group cluster");
   app.add_option("--set", sets,

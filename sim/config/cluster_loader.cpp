@@ -99,7 +99,8 @@ std::vector<std::vector<int>> int_lists(const std::string& file, const YAML::Nod
     throw InputError(where(file, node) + ": " + path + ": expected a list of lists of " + what);
   }
   std::vector<std::vector<int>> out;
-  for (size_t i = 0; i < node.size(); ++i) out.push_back(int_list(file, node[i], idx(path, i), limit, what));
+  for (size_t i = 0; i < node.size(); ++i)
+    out.push_back(int_list(file, node[i], idx(path, i), limit, what));
   return out;
 }
 
@@ -134,7 +135,8 @@ GpuProfile parse_gpu(const std::string& file, const YAML::Node& n, const std::st
   g.l2_bytes = get_quantity(file, n, path, "l2_cache", Dimension::bytes, 0.0);
   const std::string ppath = join_path(path, "peak");
   const YAML::Node peak = require(file, n, path, "peak");
-  const std::vector<std::string> precisions = {"fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "int8"};
+  const std::vector<std::string> precisions = {"fp64", "fp32", "tf32", "fp16",
+                                               "bf16", "fp8",  "int8"};
   check_keys(file, peak, ppath, precisions);
   for (const std::string& p : precisions) {
     if (peak[p]) g.peak_flops[p] = positive(file, peak, ppath, p, Dimension::flop_rate);
@@ -158,7 +160,8 @@ std::map<std::string, LinkClass> parse_link_classes(const std::string& file, con
     check_keys(file, c, p, {"kind", "efficiency", "latency"});
     LinkClass lc;
     lc.name = name;
-    const std::string kind = get_choice(file, c, p, "kind", {"nvlink", "pcie", "socket", "network"});
+    const std::string kind =
+        get_choice(file, c, p, "kind", {"nvlink", "pcie", "socket", "network"});
     lc.kind = kind == "nvlink"   ? LinkKind::nvlink
               : kind == "pcie"   ? LinkKind::pcie
               : kind == "socket" ? LinkKind::socket
@@ -186,7 +189,8 @@ class ClusterParser {
   ClusterParser(const std::string& file, const YAML::Node& root) : file_(file), root_(root) {}
 
   ClusterConfig parse() {
-    check_keys(file_, root_, "", {"name", "node_types", "groups", "fabric", "gpu_types", "link_classes"});
+    check_keys(file_, root_, "",
+               {"name", "node_types", "groups", "fabric", "gpu_types", "link_classes"});
     ClusterConfig c;
     c.file = file_;
     c.name = get_string(file_, root_, "", "name", std::filesystem::path(file_).stem().string());
@@ -279,7 +283,8 @@ class ClusterParser {
     t.gpus = static_cast<int>(get_int(file_, n, path, "gpus", 1));
     const std::string ip = join_path(path, "intra");
     const YAML::Node intra = require(file_, n, path, "intra");
-    const std::string kind = get_choice(file_, intra, ip, "kind", {"nvswitch", "nvlink_mesh", "pcie"});
+    const std::string kind =
+        get_choice(file_, intra, ip, "kind", {"nvswitch", "nvlink_mesh", "pcie"});
     if (kind == "nvswitch") {
       check_keys(file_, intra, ip, {"kind", "link_class", "bandwidth"});
       t.intra = IntraKind::nvswitch;
@@ -292,13 +297,16 @@ class ClusterParser {
       t.intra_bandwidth_Bps = positive(file_, intra, ip, "link_bandwidth", Dimension::bandwidth);
       const YAML::Node links = require(file_, intra, ip, "links");
       const std::string lp = join_path(ip, "links");
-      if (!links.IsSequence()) throw InputError(where(file_, links) + ": " + lp + ": expected a list");
+      if (!links.IsSequence())
+        throw InputError(where(file_, links) + ": " + lp + ": expected a list");
       for (size_t i = 0; i < links.size(); ++i) {
-        const std::vector<int> v = int_list(file_, links[i], idx(lp, i), std::max(t.gpus, 1 << 20), "GPU");
+        const std::vector<int> v =
+            int_list(file_, links[i], idx(lp, i), std::max(t.gpus, 1 << 20), "GPU");
         if (v.size() != 3 || v[0] >= t.gpus || v[1] >= t.gpus || v[0] == v[1] || v[2] < 1) {
           throw InputError(where(file_, links[i]) + ": " + idx(lp, i) +
                            ": expected [gpu a, gpu b, number of links] with two different GPUs in "
-                           "[0, " + std::to_string(t.gpus) + ") and at least one link");
+                           "[0, " +
+                           std::to_string(t.gpus) + ") and at least one link");
         }
         t.mesh.push_back(MeshLink{v[0], v[1], v[2]});
       }
@@ -308,7 +316,8 @@ class ClusterParser {
     }
     if (const YAML::Node pcie = n["pcie"]) {
       const std::string pp = join_path(path, "pcie");
-      check_keys(file_, pcie, pp, {"link_class", "bandwidth", "switches", "sockets", "inter_socket"});
+      check_keys(file_, pcie, pp,
+                 {"link_class", "bandwidth", "switches", "sockets", "inter_socket"});
       PcieTree& tree = t.pcie;
       tree.present = true;
       tree.link_class = link_class(pcie, pp);
@@ -333,7 +342,8 @@ class ClusterParser {
         tree.socket_bandwidth_Bps = positive(file_, x, xp, "bandwidth", Dimension::bandwidth);
       }
     } else if (t.intra == IntraKind::pcie) {
-      throw InputError(where(file_, n) + ": " + path + ".pcie: missing required field (intra kind "
+      throw InputError(where(file_, n) + ": " + path +
+                       ".pcie: missing required field (intra kind "
                        "pcie needs the PCIe tree)");
     }
     if (const YAML::Node nics = n["nics"]) {
@@ -349,7 +359,8 @@ class ClusterParser {
         spec.link_class = link_class(nics, np);
         spec.bandwidth_Bps = positive(file_, nics, np, "bandwidth", Dimension::bandwidth);
         t.nics.assign(count, spec);
-        for (int g = 0; g < t.gpus; ++g) t.nics[static_cast<size_t>(g) * count / t.gpus].gpus.push_back(g);
+        for (int g = 0; g < t.gpus; ++g)
+          t.nics[static_cast<size_t>(g) * count / t.gpus].gpus.push_back(g);
       } else if (nics.IsSequence()) {
         std::vector<std::vector<int>> owners;
         for (size_t i = 0; i < nics.size(); ++i) {
@@ -358,7 +369,8 @@ class ClusterParser {
           NicSpec spec;
           spec.link_class = link_class(nics[i], p);
           spec.bandwidth_Bps = positive(file_, nics[i], p, "bandwidth", Dimension::bandwidth);
-          spec.gpus = int_list(file_, require(file_, nics[i], p, "gpus"), join_path(p, "gpus"), t.gpus, "GPU");
+          spec.gpus = int_list(file_, require(file_, nics[i], p, "gpus"), join_path(p, "gpus"),
+                               t.gpus, "GPU");
           if (spec.gpus.empty()) {
             throw InputError(where(file_, nics[i]) + ": " + p + ".gpus: expected at least one GPU");
           }
@@ -367,7 +379,8 @@ class ClusterParser {
         }
         check_partition(file_, nics, np, owners, t.gpus, "GPU");
       } else {
-        throw InputError(where(file_, nics) + ": " + np + ": expected a list of NICs or a map with count");
+        throw InputError(where(file_, nics) + ": " + np +
+                         ": expected a list of NICs or a map with count");
       }
     }
     return t;
@@ -383,8 +396,8 @@ class ClusterParser {
       }
       return f;
     }
-    const std::string kind = get_choice(file_, n, "fabric", "kind",
-                                        {"single_switch", "fat_tree", "rail_optimized", "explicit"});
+    const std::string kind = get_choice(
+        file_, n, "fabric", "kind", {"single_switch", "fat_tree", "rail_optimized", "explicit"});
     f.latency_s = get_quantity(file_, n, "fabric", "latency", Dimension::time, 100e-9);
     if (kind == "single_switch") {
       check_keys(file_, n, "fabric", {"kind", "latency"});
@@ -410,7 +423,8 @@ class ClusterParser {
       check_keys(file_, n, "fabric", {"kind", "latency", "switches", "links"});
       f.kind = FabricKind::explicit_links;
       const YAML::Node sw = require(file_, n, "fabric", "switches");
-      if (!sw.IsSequence()) throw InputError(where(file_, sw) + ": fabric.switches: expected a list");
+      if (!sw.IsSequence())
+        throw InputError(where(file_, sw) + ": fabric.switches: expected a list");
       std::set<std::string> names;
       for (size_t i = 0; i < sw.size(); ++i) {
         const std::string p = idx("fabric.switches", i);
@@ -418,12 +432,14 @@ class ClusterParser {
         ExplicitSwitch s{get_string(file_, sw[i], p, "name"),
                          get_quantity(file_, sw[i], p, "latency", Dimension::time, f.latency_s)};
         if (!names.insert(s.name).second) {
-          throw InputError(where(file_, sw[i]) + ": " + p + ".name: duplicate switch \"" + s.name + "\"");
+          throw InputError(where(file_, sw[i]) + ": " + p + ".name: duplicate switch \"" + s.name +
+                           "\"");
         }
         f.switches.push_back(s);
       }
       const YAML::Node links = require(file_, n, "fabric", "links");
-      if (!links.IsSequence()) throw InputError(where(file_, links) + ": fabric.links: expected a list");
+      if (!links.IsSequence())
+        throw InputError(where(file_, links) + ": fabric.links: expected a list");
       for (size_t i = 0; i < links.size(); ++i) {
         const std::string p = idx("fabric.links", i);
         check_keys(file_, links[i], p, {"a", "b", "bandwidth", "link_class"});
@@ -455,7 +471,8 @@ const std::map<std::string, GpuProfile>& builtin_gpus() {
       GpuProfile g = parse_gpu(path, parse_yaml(f.text, path), "");
       const std::string expected = std::filesystem::path(path).stem().string();
       if (g.name != expected) {
-        throw InputError(path + ": name: \"" + g.name + "\" must match the file name \"" + expected + "\"");
+        throw InputError(path + ": name: \"" + g.name + "\" must match the file name \"" +
+                         expected + "\"");
       }
       m[g.name] = g;
     }
@@ -502,7 +519,8 @@ ClusterConfig load_cluster_text(const std::string& text, const std::string& file
     if (*options.nodes < 1) throw InputError("--nodes: expected an integer >= 1");
     const YAML::Node groups = root["groups"];
     if (!groups.IsSequence() || groups.size() != 1) {
-      throw InputError(file + ": --nodes needs a cluster with exactly one group; use --set "
+      throw InputError(file +
+                       ": --nodes needs a cluster with exactly one group; use --set "
                        "groups[i].count=N instead");
     }
     YAML::Node g0 = groups[0];

@@ -17,7 +17,9 @@ class Time {
   static constexpr Time us(int64_t v) { return Time(v * 1000000); }
   static constexpr Time max() { return Time(std::numeric_limits<int64_t>::max()); }
   // Rounds up to the next picosecond, so a completion is never reported before it happens.
-  static Time from_seconds_ceil(double s) { return Time(static_cast<int64_t>(std::ceil(s * 1e12))); }
+  static Time from_seconds_ceil(double s) {
+    return Time(static_cast<int64_t>(std::ceil(s * 1e12)));
+  }
   // Rounds to the nearest picosecond (for configured latencies).
   static Time from_seconds(double s) { return Time(static_cast<int64_t>(std::llround(s * 1e12))); }
 

@@ -28,7 +28,8 @@ std::optional<Op> parse_op(const std::string& s) {
 }
 
 std::optional<Algorithm> parse_algorithm(const std::string& s) {
-  for (Algorithm a : {Algorithm::ring, Algorithm::tree, Algorithm::hierarchical, Algorithm::direct}) {
+  for (Algorithm a :
+       {Algorithm::ring, Algorithm::tree, Algorithm::hierarchical, Algorithm::direct}) {
     if (to_string(a) == s) return a;
   }
   return std::nullopt;
@@ -75,7 +76,8 @@ class Builder {
     for (uint32_t node : nodes_.nodes) {
       const config::NodeType& t = c.node_type(node);
       if (t.intra != config::IntraKind::nvlink_mesh) continue;
-      const double one_link = t.intra_bandwidth_Bps * c.config().link_classes.at(t.intra_class).efficiency;
+      const double one_link =
+          t.intra_bandwidth_Bps * c.config().link_classes.at(t.intra_class).efficiency;
       channel_cap_ = channel_cap_ == 0 ? one_link : std::min(channel_cap_, one_link);
     }
   }
@@ -190,8 +192,8 @@ class Builder {
 
   uint32_t add_step(std::vector<LinkUse> links, double bytes, Time latency,
                     std::vector<uint32_t> deps, bool channel = true) {
-    plan_->steps.push_back(PlanStep{std::move(links), bytes, latency, std::move(deps),
-                                    channel ? channel_cap_ : 0.0});
+    plan_->steps.push_back(
+        PlanStep{std::move(links), bytes, latency, std::move(deps), channel ? channel_cap_ : 0.0});
     return static_cast<uint32_t>(plan_->steps.size() - 1);
   }
 
@@ -226,7 +228,8 @@ class Builder {
     // Steady: one flow over every edge; latency of the longest chain of `steps` consecutive edges.
     std::vector<platform::LinkId> ids;
     std::vector<int64_t> lat(2 * n + 1, 0);
-    for (size_t i = 0; i < n; ++i) ids.insert(ids.end(), edges[i]->links.begin(), edges[i]->links.end());
+    for (size_t i = 0; i < n; ++i)
+      ids.insert(ids.end(), edges[i]->links.begin(), edges[i]->links.end());
     for (size_t i = 0; i < 2 * n; ++i) lat[i + 1] = lat[i] + step_lat(*edges[i % n]).ps();
     int64_t worst = 0;
     const size_t full = steps / n, rest = steps % n;
@@ -350,7 +353,8 @@ double estimate_seconds(const Cluster& c, const CollectivePlan& p) {
       rate = std::min(rate, c.links()[u.link].capacity_Bps / load[depth[i]][u.link]);
     }
     if (p.steps[i].max_rate_Bps > 0) rate = std::min(rate, p.steps[i].max_rate_Bps);
-    finish[i] = start + p.steps[i].latency.seconds() + (std::isinf(rate) ? 0 : p.steps[i].bytes / rate);
+    finish[i] =
+        start + p.steps[i].latency.seconds() + (std::isinf(rate) ? 0 : p.steps[i].bytes / rate);
     end = std::max(end, finish[i]);
   }
   return p.start_delay.seconds() + end;

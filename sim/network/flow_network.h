@@ -1,10 +1,11 @@
 // The flow model: transfers ("flows") cross directional links and share each link's capacity
 // max-min fairly; rates are recomputed whenever a flow starts or ends, but only for the flows
 // that share links, directly or through other flows, with the one that changed (its
-// component), and progress is settled lazily, so an event costs O(component), not O(all flows). A flow may cross a link
-// several times (count > 1) and may span many links at once: a ring collective in steady state
-// is one flow whose links are all of its ring edges, progressing at one common rate. The model
-// talks to the engine only through scheduled events, and reports to observers.
+// component), and progress is settled lazily, so an event costs O(component), not O(all flows). A
+// flow may cross a link several times (count > 1) and may span many links at once: a ring
+// collective in steady state is one flow whose links are all of its ring edges, progressing at one
+// common rate. The model talks to the engine only through scheduled events, and reports to
+// observers.
 #pragma once
 
 #include <cstdint>
@@ -84,9 +85,7 @@ class FlowNetwork {
     Time at;
     FlowId flow;
     uint32_t version;
-    bool operator>(const Completion& o) const {
-      return at != o.at ? at > o.at : flow > o.flow;
-    }
+    bool operator>(const Completion& o) const { return at != o.at ? at > o.at : flow > o.flow; }
   };
 
   void request_update();

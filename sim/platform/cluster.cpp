@@ -2,8 +2,8 @@
 #include "sim/platform/cluster.h"
 
 #include <algorithm>
-#include <deque>
 #include <cstdio>
+#include <deque>
 #include <limits>
 #include <map>
 
@@ -57,7 +57,8 @@ void Cluster::build_template(const config::NodeType& t) {
   for (int g = 0; g < t.gpus; ++g) tp.gpu_vertex.push_back(add_vertex(VertexKind::gpu));
   if (t.intra == config::IntraKind::nvswitch) {
     const uint32_t sw = add_vertex(VertexKind::nvswitch);
-    for (int g = 0; g < t.gpus; ++g) add_pair(tp.gpu_vertex[g], sw, t.intra_bandwidth_Bps, t.intra_class);
+    for (int g = 0; g < t.gpus; ++g)
+      add_pair(tp.gpu_vertex[g], sw, t.intra_bandwidth_Bps, t.intra_class);
   } else if (t.intra == config::IntraKind::nvlink_mesh) {
     for (const config::MeshLink& m : t.mesh) {
       add_pair(tp.gpu_vertex[m.a], tp.gpu_vertex[m.b], t.intra_bandwidth_Bps * m.count,
@@ -80,7 +81,8 @@ void Cluster::build_template(const config::NodeType& t) {
     for (const auto& sock : t.pcie.sockets) {
       const uint32_t v = add_vertex(VertexKind::socket);
       socket_vertex.push_back(v);
-      for (int s : sock) add_pair(pcie_switch_vertex[s], v, t.pcie.bandwidth_Bps, t.pcie.link_class);
+      for (int s : sock)
+        add_pair(pcie_switch_vertex[s], v, t.pcie.bandwidth_Bps, t.pcie.link_class);
     }
     for (size_t a = 0; a < socket_vertex.size(); ++a) {
       for (size_t b = a + 1; b < socket_vertex.size(); ++b) {
@@ -116,8 +118,8 @@ void Cluster::build_template(const config::NodeType& t) {
     while (!queue.empty()) {
       const uint32_t u = queue.front();
       queue.pop_front();
-      const bool terminal = u != endpoints[e] &&
-                            (tp.kinds[u] == VertexKind::gpu || tp.kinds[u] == VertexKind::nic);
+      const bool terminal =
+          u != endpoints[e] && (tp.kinds[u] == VertexKind::gpu || tp.kinds[u] == VertexKind::nic);
       if (terminal) continue;
       for (uint32_t l : out[u]) {
         const uint32_t v = tp.links[l].dst;
@@ -257,7 +259,8 @@ void Cluster::build_fabric() {
       const uint32_t per = static_cast<uint32_t>(f.nics_per_leaf);
       const uint32_t leaves = (static_cast<uint32_t>(nics_.size()) + per - 1) / per;
       for (uint32_t l = 0; l < leaves; ++l) add_switch("leaf" + std::to_string(l));
-      for (size_t i = 0; i < nics_.size(); ++i) attach(nics_[i], static_cast<uint32_t>(i / per), hop);
+      for (size_t i = 0; i < nics_.size(); ++i)
+        attach(nics_[i], static_cast<uint32_t>(i / per), hop);
       connect_spines(leaves, f.spines);
       break;
     }
@@ -461,9 +464,9 @@ std::vector<LinkId> Cluster::route(GpuId a, GpuId b) const {
   const NicPort& pa = nics_[na.first_nic + src_nic];
   const NicPort& pb = nics_[nb.first_nic + dst_nic];
   out.push_back(pa.up);
-  append_switch_path(out, pa.fabric_switch, pb.fabric_switch,
-                     mix((static_cast<uint64_t>(na.first_nic + src_nic) << 32) |
-                         (nb.first_nic + dst_nic)));
+  append_switch_path(
+      out, pa.fabric_switch, pb.fabric_switch,
+      mix((static_cast<uint64_t>(na.first_nic + src_nic) << 32) | (nb.first_nic + dst_nic)));
   out.push_back(pb.down);
   append_node_path(out, gb.node, b_gpus + dst_nic, gb.local);
   return out;

@@ -57,8 +57,21 @@ std::string to_text(const CollectiveReport& r) {
       "  algbw  {:.2f} GB/s\n"
       "  busbw  {:.2f} GB/s   (nccl-tests definitions, GB = 1e9 bytes)\n",
       r.op, config::format_bytes(r.bytes), r.ranks, r.nodes, r.cluster, r.algorithm, r.protocol,
-      r.channels, r.expansion, config::format_time(r.time_s), r.algbw_Bps / 1e9,
-      r.busbw_Bps / 1e9);
+      r.channels, r.expansion, config::format_time(r.time_s), r.algbw_Bps / 1e9, r.busbw_Bps / 1e9);
+}
+
+std::string sweep_header(const CollectiveReport& r) {
+  return fmt::format(
+      "# {} over {} GPUs on {} node(s) of {} ({} expansion)\n"
+      "# {:>14} {:>12} {:>7} {:>4} {:>12} {:>10} {:>10}\n",
+      r.op, r.ranks, r.nodes, r.cluster, r.expansion, "size(B)", "algorithm", "proto", "ch",
+      "time(us)", "algbw", "busbw");
+}
+
+std::string sweep_row(const CollectiveReport& r) {
+  return fmt::format("  {:>14.0f} {:>12} {:>7} {:>4} {:>12.2f} {:>10.2f} {:>10.2f}\n", r.bytes,
+                     r.algorithm, r.protocol, r.channels, r.time_s * 1e6, r.algbw_Bps / 1e9,
+                     r.busbw_Bps / 1e9);
 }
 
 }  // namespace hetsim::report

@@ -28,5 +28,8 @@ CollectiveReport make_collective_report(const platform::Cluster& c,
                                         const network::CollectiveResult& result);
 nlohmann::ordered_json to_json(const CollectiveReport& r);
 std::string to_text(const CollectiveReport& r);
+// An nccl-tests-like table for a sweep of sizes: the header names the run, then a row per size.
+std::string sweep_header(const CollectiveReport& first);
+std::string sweep_row(const CollectiveReport& r);
 
 }  // namespace hetsim::report

@@ -41,7 +41,8 @@ const BadFileCase kBadFiles[] = {
      ":13: groups[0].node_type: unknown node type \"a100-nodes\" (did you mean \"a100-node\"?)"},
     {"UnknownLinkClassIsRejected", "unknown_link_class.yaml",
      ":9: node_types[0].intra.link_class: unknown link class \"nvlink9\" (expected one of "
-     "ethernet, ib_edr, ib_hdr, ib_ndr, ib_xdr, nvlink1, nvlink2, nvlink3, nvlink4, nvlink5, pcie3, "
+     "ethernet, ib_edr, ib_hdr, ib_ndr, ib_xdr, nvlink1, nvlink2, nvlink3, nvlink4, nvlink5, "
+     "pcie3, "
      "pcie4, pcie5, roce, upi) (did you mean \"nvlink1\"?)"},
     {"UnknownFabricKindListsValidKinds", "unknown_fabric_kind.yaml",
      ":15: fabric.kind: unknown value \"single-switch\" (expected one of single_switch, fat_tree, "

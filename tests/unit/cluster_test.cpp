@@ -46,19 +46,18 @@ TEST(Cluster, MeshRouteUsesDirectNvlinkOrElsePcieThroughTheSockets) {
   ASSERT_EQ(direct.size(), 1u);
   EXPECT_DOUBLE_EQ(c.links()[direct[0]].bandwidth_Bps, 2 * 25e9);
   const auto indirect = c.route(0, 5);  // no NVLink: GPU never relays, so PCIe and QPI
-  EXPECT_EQ(hops(c, indirect),
-            (std::vector<VertexKind>{VertexKind::pcie_switch, VertexKind::socket,
-                                     VertexKind::socket, VertexKind::pcie_switch, VertexKind::gpu}));
+  EXPECT_EQ(hops(c, indirect), (std::vector<VertexKind>{VertexKind::pcie_switch, VertexKind::socket,
+                                                        VertexKind::socket, VertexKind::pcie_switch,
+                                                        VertexKind::gpu}));
   EXPECT_EQ(c.route_kind(indirect), config::LinkKind::socket);
 }
 
 TEST(Cluster, SameRailRouteCrossesOneLeafOnly) {
   const Cluster c = builtin("dgx-a100");
   const auto r = c.route(0, 8);  // node0.gpu0 -> node1.gpu0: rail 0 both ends
-  EXPECT_EQ(hops(c, r),
-            (std::vector<VertexKind>{VertexKind::pcie_switch, VertexKind::nic,
-                                     VertexKind::fabric_switch, VertexKind::nic,
-                                     VertexKind::pcie_switch, VertexKind::gpu}));
+  EXPECT_EQ(hops(c, r), (std::vector<VertexKind>{VertexKind::pcie_switch, VertexKind::nic,
+                                                 VertexKind::fabric_switch, VertexKind::nic,
+                                                 VertexKind::pcie_switch, VertexKind::gpu}));
   EXPECT_EQ(c.route_kind(r), config::LinkKind::network);
 }
 
@@ -94,7 +93,8 @@ TEST(Cluster, FatTreeUplinksCarryLeafBandwidthOverOversubscriptionAndSpines) {
   bool found = false;
   for (const Link& l : c.links()) {
     if (c.vertex_kind(l.src) == VertexKind::fabric_switch &&
-        c.vertex_kind(l.dst) == VertexKind::fabric_switch && l.src == c.links()[c.route(0, 8)[2]].dst) {
+        c.vertex_kind(l.dst) == VertexKind::fabric_switch &&
+        l.src == c.links()[c.route(0, 8)[2]].dst) {
       EXPECT_DOUBLE_EQ(l.bandwidth_Bps, 25e9);
       found = true;
     }

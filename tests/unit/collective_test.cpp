@@ -51,9 +51,9 @@ TEST(Collective, RingAllReduceOnAnIdleRingMatchesTheAlphaBetaFormula) {
         (step_latency(Algorithm::ring, Protocol::simple, config::LinkKind::nvlink) +
          c.route_latency(route))
             .seconds();
-    const double expected = (launch_overhead() + base_latency(Algorithm::ring, Protocol::simple))
-                                .seconds() +
-                            2.0 * (n - 1) * alpha + 2.0 * (n - 1) / n * S / B;
+    const double expected =
+        (launch_overhead() + base_latency(Algorithm::ring, Protocol::simple)).seconds() +
+        2.0 * (n - 1) * alpha + 2.0 * (n - 1) / n * S / B;
     EXPECT_NEAR(r.time.seconds(), expected, 1e-11) << n << " GPUs";
   }
 }
@@ -62,10 +62,11 @@ TEST(Collective, RingAllGatherAndReduceScatterMoveNMinusOneOverNOfTheBuffer) {
   const Cluster c = builtin("dgx-a100", 1);
   const double S = 64.0 * (1 << 20);
   const double B = c.route_capacity(c.route(0, 1));
-  const double fixed = (launch_overhead() + base_latency(Algorithm::ring, Protocol::simple)).seconds() +
-                       7 * (step_latency(Algorithm::ring, Protocol::simple, config::LinkKind::nvlink) +
-                            c.route_latency(c.route(0, 1)))
-                               .seconds();
+  const double fixed =
+      (launch_overhead() + base_latency(Algorithm::ring, Protocol::simple)).seconds() +
+      7 * (step_latency(Algorithm::ring, Protocol::simple, config::LinkKind::nvlink) +
+           c.route_latency(c.route(0, 1)))
+              .seconds();
   for (Op op : {Op::allgather, Op::reducescatter}) {
     const CollectiveResult r = simulate_collective(c, request(op, S, first(8)));
     EXPECT_NEAR(r.time.seconds(), fixed + 7.0 / 8 * S / B, 1e-11) << to_string(op);
@@ -127,8 +128,9 @@ TEST(Collective, HierarchicalAllReduceIsIntraReduceScatterInterAllReduceIntraAll
       simulate_collective(c, request(Op::allreduce, S, first(32), Algorithm::hierarchical));
   const double b_nv = c.route_capacity(c.route(0, 1));
   const double b_nic = c.route_capacity(c.route(0, 8));  // rail 0, node0 -> node1
-  const Time lat_nv = step_latency(Algorithm::hierarchical, Protocol::simple, config::LinkKind::nvlink) +
-                      c.route_latency(c.route(0, 1));
+  const Time lat_nv =
+      step_latency(Algorithm::hierarchical, Protocol::simple, config::LinkKind::nvlink) +
+      c.route_latency(c.route(0, 1));
   const Time lat_net =
       step_latency(Algorithm::hierarchical, Protocol::simple, config::LinkKind::network) +
       c.route_latency(c.route(0, 8));
@@ -142,7 +144,8 @@ TEST(Collective, HierarchicalAllReduceIsIntraReduceScatterInterAllReduceIntraAll
 
 TEST(Collective, TinyMessagesAreLatencyBoundAndPickLowLatencyProtocols) {
   const Cluster c = builtin("dgx-a100", 1);
-  const auto tiny = simulate_collective(c, request(Op::allreduce, 8, first(8), std::nullopt, std::nullopt));
+  const auto tiny =
+      simulate_collective(c, request(Op::allreduce, 8, first(8), std::nullopt, std::nullopt));
   EXPECT_EQ(tiny.plan.protocol, Protocol::ll);
   const double fixed =
       (launch_overhead() + base_latency(tiny.plan.algorithm, Protocol::ll)).seconds();
@@ -207,10 +210,12 @@ TEST(Collective, BusBandwidthFactorsAreNcclTests) {
 
 TEST(Collective, AlgorithmsThatDoNotApplyAreRejected) {
   const Cluster c = builtin("dgx-a100", 1);
-  EXPECT_THROW(plan_collective(c, request(Op::allgather, 1e6, first(8), Algorithm::tree)), InputError);
+  EXPECT_THROW(plan_collective(c, request(Op::allgather, 1e6, first(8), Algorithm::tree)),
+               InputError);
   EXPECT_THROW(plan_collective(c, request(Op::allreduce, 1e6, first(8), Algorithm::hierarchical)),
                InputError);
-  EXPECT_THROW(plan_collective(c, request(Op::alltoall, 1e6, first(8), Algorithm::ring)), InputError);
+  EXPECT_THROW(plan_collective(c, request(Op::alltoall, 1e6, first(8), Algorithm::ring)),
+               InputError);
 }
 
 TEST(Collective, SendRecvBetweenTwoGpusIsOneTransferEachWay) {

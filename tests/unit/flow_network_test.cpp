@@ -45,7 +45,8 @@ TEST(FlowNetwork, SingleFlowTakesLatencyPlusBytesOverCapacity) {
 }
 
 TEST(FlowNetwork, EqualFlowsOnOneBottleneckShareItEqually) {
-  const Finish f = run_flows({30e9}, {flow({{0, 1}}, 1e9), flow({{0, 1}}, 1e9), flow({{0, 1}}, 1e9)});
+  const Finish f =
+      run_flows({30e9}, {flow({{0, 1}}, 1e9), flow({{0, 1}}, 1e9), flow({{0, 1}}, 1e9)});
   for (double t : f.at) EXPECT_NEAR(t, 0.1, 1e-11);  // 10 GB/s each
 }
 
@@ -79,8 +80,8 @@ TEST(FlowNetwork, RatesAreRecomputedWhenAFlowEnds) {
 
 TEST(FlowNetwork, FlowsOnDisjointPathsDoNotInteract) {
   const Finish alone = run_flows({10e9, 10e9, 5e9}, {flow({{0, 1}, {2, 1}}, 1e9)});
-  const Finish both = run_flows({10e9, 10e9, 5e9},
-                                {flow({{0, 1}, {2, 1}}, 1e9), flow({{1, 1}}, 7e9)});
+  const Finish both =
+      run_flows({10e9, 10e9, 5e9}, {flow({{0, 1}, {2, 1}}, 1e9), flow({{1, 1}}, 7e9)});
   EXPECT_EQ(alone.at[0], both.at[0]);
   EXPECT_NEAR(both.at[1], 0.7, 1e-11);
 }
@@ -101,7 +102,7 @@ TEST(FlowNetwork, OwnCapLimitsAFlowAndFreesTheRest) {
 TEST(FlowNetwork, SmallMessagesAreLatencyBound) {
   const Finish f = run_flows({100e9}, {flow({{0, 1}}, 8, Time::us(2)), flow({}, 1e6, Time::us(3))});
   EXPECT_NEAR(f.at[0], 2e-6 + 8e-11, 1e-12);  // 8 B at 100 GB/s is 80 ps: latency dominates
-  EXPECT_NEAR(f.at[1], 3e-6, 1e-12);  // no links: a local copy done after its latency
+  EXPECT_NEAR(f.at[1], 3e-6, 1e-12);          // no links: a local copy done after its latency
 }
 
 // Random flows on a random small network: check capacity at every rate change, bytes at the end.
