@@ -36,8 +36,8 @@ TEST(Cluster, NvSwitchRouteIsUpAndDownOneSwitch) {
   const auto r = c.route(0, 5);
   EXPECT_EQ(hops(c, r), (std::vector<VertexKind>{VertexKind::nvswitch, VertexKind::gpu}));
   EXPECT_EQ(c.route_kind(r), config::LinkKind::nvlink);
-  // 300 GB/s NVLink3 per GPU per direction at 0.8 efficiency.
-  EXPECT_DOUBLE_EQ(c.route_capacity(r), 300e9 * 0.8);
+  // 300 GB/s NVLink3 per GPU per direction at the class's efficiency.
+  EXPECT_DOUBLE_EQ(c.route_capacity(r), 300e9 * c.config().link_classes.at("nvlink3").efficiency);
 }
 
 TEST(Cluster, MeshRouteUsesDirectNvlinkOrElsePcieThroughTheSockets) {
@@ -120,7 +120,8 @@ TEST(ClusterOptions, NodesAndSetOverrideTheFile) {
   s.sets = {"groups[0].count=3", "node_types[0].intra.bandwidth=150GB/s"};
   const Cluster c = builtin("dgx-a100", s);
   EXPECT_EQ(c.gpu_count(), 24u);
-  EXPECT_DOUBLE_EQ(c.route_capacity(c.route(0, 1)), 150e9 * 0.8);
+  EXPECT_DOUBLE_EQ(c.route_capacity(c.route(0, 1)),
+                   150e9 * c.config().link_classes.at("nvlink3").efficiency);
 }
 
 TEST(ClusterOptions, NodesNeedsASingleGroup) {
