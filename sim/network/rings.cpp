@@ -156,6 +156,44 @@ NodeOrders order_by_node(const platform::Cluster& c, std::span<const GpuId> rank
   return out;
 }
 
+std::vector<std::vector<std::vector<GpuId>>> channel_orders(const platform::Cluster& c,
+                                                            const NodeOrders& nodes) {
+  size_t channels = SIZE_MAX;
+  std::vector<std::vector<int>> nic_of(nodes.nodes.size());
+  std::vector<std::vector<int>> nic_list(nodes.nodes.size());
+  for (size_t i = 0; i < nodes.nodes.size(); ++i) {
+    const config::NodeType& t = c.node_type(nodes.nodes[i]);
+    for (GpuId g : nodes.order[i]) {
+      int nic = -1;
+      for (size_t k = 0; k < t.nics.size(); ++k) {
+        const auto& gs = t.nics[k].gpus;
+        if (std::find(gs.begin(), gs.end(), static_cast<int>(c.gpu(g).local)) != gs.end()) {
+          nic = static_cast<int>(k);
+        }
+      }
+      nic_of[i].push_back(nic);
+      if (std::find(nic_list[i].begin(), nic_list[i].end(), nic) == nic_list[i].end()) {
+        nic_list[i].push_back(nic);
+      }
+    }
+    std::sort(nic_list[i].begin(), nic_list[i].end());
+    channels = std::min(channels, nic_list[i].size());
+  }
+  std::vector<std::vector<std::vector<GpuId>>> out(channels);
+  for (size_t ch = 0; ch < channels; ++ch) {
+    for (size_t i = 0; i < nodes.nodes.size(); ++i) {
+      const std::vector<GpuId>& o = nodes.order[i];
+      const int want = nic_list[i][ch];
+      size_t start = 0;
+      while (nic_of[i][start] != want) ++start;
+      std::vector<GpuId> rotated;
+      for (size_t k = 0; k < o.size(); ++k) rotated.push_back(o[(start + k) % o.size()]);
+      out[ch].push_back(std::move(rotated));
+    }
+  }
+  return out;
+}
+
 std::vector<std::vector<GpuId>> build_rings(const platform::Cluster& c, const NodeOrders& nodes) {
   std::vector<std::vector<GpuId>> rings;
   if (nodes.nodes.size() == 1) {
@@ -181,42 +219,15 @@ std::vector<std::vector<GpuId>> build_rings(const platform::Cluster& c, const No
     return rings;
   }
   // Several nodes: one channel per NIC in use on every node.
-  size_t channels = SIZE_MAX;
-  std::vector<std::vector<int>> nic_of(nodes.nodes.size());
-  std::vector<std::vector<int>> nic_list(nodes.nodes.size());
-  for (size_t i = 0; i < nodes.nodes.size(); ++i) {
-    const config::NodeType& t = c.node_type(nodes.nodes[i]);
-    for (GpuId g : nodes.order[i]) {
-      int nic = -1;
-      for (size_t k = 0; k < t.nics.size(); ++k) {
-        const auto& gs = t.nics[k].gpus;
-        if (std::find(gs.begin(), gs.end(), static_cast<int>(c.gpu(g).local)) != gs.end()) {
-          nic = static_cast<int>(k);
-        }
-      }
-      nic_of[i].push_back(nic);
-      if (std::find(nic_list[i].begin(), nic_list[i].end(), nic) == nic_list[i].end()) {
-        nic_list[i].push_back(nic);
-      }
-    }
-    std::sort(nic_list[i].begin(), nic_list[i].end());
-    channels = std::min(channels, nic_list[i].size());
-  }
-  for (size_t ch = 0; ch < channels; ++ch) {
+  for (const auto& per_node : channel_orders(c, nodes)) {
     std::vector<GpuId> ring;
-    for (size_t i = 0; i < nodes.nodes.size(); ++i) {
-      const std::vector<GpuId>& o = nodes.order[i];
-      const int want = nic_list[i][ch];
-      size_t start = 0;
-      while (nic_of[i][start] != want) ++start;
-      for (size_t k = 0; k < o.size(); ++k) ring.push_back(o[(start + k) % o.size()]);
-    }
+    for (const auto& o : per_node) ring.insert(ring.end(), o.begin(), o.end());
     rings.push_back(std::move(ring));
   }
   return rings;
 }
 
-std::vector<TreeEdges> build_trees(const platform::Cluster&, const NodeOrders& nodes) {
+std::vector<TreeEdges> build_trees(const platform::Cluster& c, const NodeOrders& nodes) {
   std::vector<TreeEdges> trees;
   auto chain = [](TreeEdges& t, const std::vector<GpuId>& o) {
     for (size_t k = 1; k < o.size(); ++k) t.edges.emplace_back(o[k], o[k - 1]);
@@ -229,18 +240,21 @@ std::vector<TreeEdges> build_trees(const platform::Cluster&, const NodeOrders& n
     trees.push_back(std::move(t));
     return trees;
   }
-  // Tree 0: heap-shaped binary tree over node positions; tree 1: the same over reversed
-  // positions, so nodes interior in one tree are leaves in the other.
-  for (int which = 0; which < 2; ++which) {
-    TreeEdges t;
-    auto node_at = [&](size_t pos) { return which == 0 ? pos : m - 1 - pos; };
-    t.root = nodes.chain[node_at(0)].front();
-    for (size_t pos = 0; pos < m; ++pos) {
-      const std::vector<GpuId>& o = nodes.chain[node_at(pos)];
-      chain(t, o);
-      if (pos > 0) t.edges.emplace_back(o.front(), nodes.chain[node_at((pos - 1) / 2)].front());
+  // Per channel (NIC): tree 0 is a heap-shaped binary tree over node positions, tree 1 the same
+  // over reversed positions, so nodes interior in one tree are leaves in the other. Each node's
+  // ranks hang in a chain below the GPU of the channel's NIC.
+  for (const auto& per_node : channel_orders(c, nodes)) {
+    for (int which = 0; which < 2; ++which) {
+      TreeEdges t;
+      auto node_at = [&](size_t pos) { return which == 0 ? pos : m - 1 - pos; };
+      t.root = per_node[node_at(0)].front();
+      for (size_t pos = 0; pos < m; ++pos) {
+        const std::vector<GpuId>& o = per_node[node_at(pos)];
+        chain(t, o);
+        if (pos > 0) t.edges.emplace_back(o.front(), per_node[node_at((pos - 1) / 2)].front());
+      }
+      trees.push_back(std::move(t));
     }
-    trees.push_back(std::move(t));
   }
   return trees;
 }

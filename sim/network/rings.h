@@ -32,9 +32,14 @@ NodeOrders order_by_node(const platform::Cluster& c, std::span<const GpuId> rank
 // NIC, nodes in ascending order.
 std::vector<std::vector<GpuId>> build_rings(const platform::Cluster& c, const NodeOrders& nodes);
 
+// Per channel (one per NIC the ranks of every node use), per node: the node's ranks in ring
+// order, starting at a GPU of that channel's NIC.
+std::vector<std::vector<std::vector<GpuId>>> channel_orders(const platform::Cluster& c,
+                                                            const NodeOrders& nodes);
+
 // Trees for the tree all-reduce, as (child, parent) edges. One node: a chain along the node
-// order. Several nodes: two complementary binary trees over the nodes (NCCL's double binary
-// tree), each node's ranks chained below its head.
+// order. Several nodes: per channel, two complementary binary trees over the nodes (NCCL's
+// double binary tree), each node's ranks chained below the GPU of the channel's NIC.
 struct TreeEdges {
   std::vector<std::pair<GpuId, GpuId>> edges;
   GpuId root = 0;
