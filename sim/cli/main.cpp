@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("hetsim ") + HETSIM_VERSION);
   app.require_subcommand(1);
   hetsim::cli::Action action;
+  hetsim::cli::add_simulate_command(app, action);
   hetsim::cli::add_collective_command(app, action);
   hetsim::cli::add_bench_command(app, action);
   if (argc > 1 && argv[1][0] != '-') {
@@ -41,7 +42,7 @@ int main(int argc, char** argv) {
     for (const CLI::App* sub : app.get_subcommands({})) known = known || sub->get_name() == argv[1];
     if (!known) {
       std::cerr << "hetsim: error: unknown command \"" << argv[1]
-                << "\" (expected collective or bench; see hetsim --help)\n";
+                << "\" (expected simulate, collective or bench; see hetsim --help)\n";
       return 2;
     }
   }

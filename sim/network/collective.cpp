@@ -89,7 +89,7 @@ class Builder {
     plan.protocol = p;
     plan.payload_bytes = r_.bytes;
     plan.ranks = r_.ranks.size();
-    plan.start_delay = launch_overhead() + base_latency(a, p);
+    plan.start_delay = (r_.host_launch ? launch_overhead() : Time()) + base_latency(a, p);
     a_ = a;
     p_ = p;
     plan_ = &plan;

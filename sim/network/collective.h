@@ -35,6 +35,9 @@ struct CollectiveRequest {
   std::optional<Algorithm> algorithm;  // nullopt: choose
   std::optional<Protocol> protocol;    // nullopt: choose
   Expansion expansion = Expansion::steady;
+  // Count the host's launch-and-wait cost (nccl-tests' wall-clock view). Off inside a training
+  // iteration, where kernels are queued ahead on their streams.
+  bool host_launch = true;
 };
 
 // One flow of a plan; deps index earlier steps of the same plan.

@@ -1,0 +1,80 @@
+// `hetsim simulate`: replay one training iteration of a model on a cluster under a plan.
+#include <fstream>
+#include <iostream>
+
+#include "sim/cli/commands.h"
+#include "sim/core/error.h"
+#include "sim/report/chrome_trace.h"
+#include "sim/report/training_report.h"
+#include "sim/workload/memory.h"
+#include "sim/workload/replay.h"
+
+namespace hetsim::cli {
+
+void add_simulate_command(CLI::App& app, Action& action) {
+  struct Opts {
+    ClusterFlags cluster;
+    std::string model, plan, trace, efficiency;
+    std::vector<std::string> plan_sets;
+    std::string trace_devices, trace_micro_batches;
+    bool json = false;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* cmd = app.add_subcommand(
+      "simulate",
+      "Replay one training iteration (every micro-batch, kernel, collective and transfer) and "
+      "report time, throughput, MFU, the time split and memory per device");
+  cmd->add_option("--model", o->model,
+                  "Model file (models/*.yaml or a Hugging Face config.json) or a built-in name")
+      ->required();
+  o->cluster.add_to(*cmd, "dgx-a100");
+  cmd->add_option("--plan", o->plan, "Plan file (YAML; see README)")->required();
+  cmd->add_option("--plan-set", o->plan_sets,
+                  "Override a field of the plan: PATH=VALUE, e.g. micro_batch_size=2 (repeatable)");
+  cmd->add_option("--efficiency", o->efficiency,
+                  "Datasheet efficiency constants (default: calibrate/datasheet_efficiency.yaml)");
+  cmd->add_option("--trace", o->trace, "Write a Chrome trace (JSON; open in Perfetto)");
+  cmd->add_option("--trace-devices", o->trace_devices,
+                  "GPUs to trace, e.g. 0-7,64 (default: all up to 64 GPUs, else node 0's)");
+  cmd->add_option("--trace-micro-batches", o->trace_micro_batches,
+                  "Micro-batches to trace, e.g. 0-3 (default: all)");
+  cmd->add_flag("--json", o->json, "Print JSON");
+  cmd->callback([o, &action] {
+    action = [o] {
+      const workload::ModelConfig model = workload::load_model(o->model);
+      const platform::Cluster cluster(config::load_cluster(o->cluster.cluster, o->cluster.options()));
+      workload::PlanOptions popt;
+      popt.sets = o->plan_sets;
+      const workload::Plan plan = workload::load_plan(o->plan, model, cluster, popt);
+      const workload::DatasheetCostModel cost(workload::load_datasheet_efficiency(o->efficiency));
+      report::TraceFilter filter;
+      if (!o->trace.empty()) {
+        filter = report::make_trace_filter(cluster, o->trace_devices, o->trace_micro_batches);
+      }
+      const workload::TrainingJob job = workload::build_training_job(model, plan, cluster, cost);
+      const auto memory = workload::memory_per_group(job);
+      std::unique_ptr<report::ChromeTrace> trace;
+      if (!o->trace.empty()) trace = std::make_unique<report::ChromeTrace>(filter);
+      const workload::ReplayResult result = workload::replay(job, trace.get());
+      const report::TrainingReport rep = report::make_training_report(job, result, memory);
+      if (trace) {
+        std::ofstream out(o->trace, std::ios::binary);
+        if (!out) throw InputError("--trace " + o->trace + ": cannot write the file");
+        trace->write(out, job);
+        if (!out) throw RunError("--trace " + o->trace + ": write failed");
+      }
+      if (o->json) {
+        std::cout << report::to_json(rep).dump(2) << "\n";
+      } else {
+        std::cout << report::to_text(rep);
+        if (trace) {
+          std::cout << "  trace          " << o->trace << " (" << trace->events()
+                    << " events; open in https://ui.perfetto.dev)\n";
+        }
+      }
+      return 0;
+    };
+  });
+}
+
+}  // namespace hetsim::cli

@@ -1,0 +1,52 @@
+// A Chrome trace (JSON, opens in Perfetto) of a replayed iteration: a process per node, a
+// thread per GPU stream (compute, tensor-parallel, data-parallel), slices named by op, layer and
+// micro-batch, pipeline transfers as async slices joined by flow arrows. Filters keep traces of
+// thousands of GPUs usable.
+#pragma once
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "sim/workload/replay.h"
+
+namespace hetsim::report {
+
+struct TraceFilter {
+  std::vector<bool> devices;       // by GPU id; empty: all
+  std::vector<bool> micro_batches;  // by micro-batch; empty: all
+};
+
+// Devices "0-7,64" and micro-batches "0-3"; empty text: the defaults (all devices up to 64 GPUs,
+// else node 0's; all micro-batches).
+TraceFilter make_trace_filter(const platform::Cluster& c, const std::string& devices,
+                              const std::string& micro_batches);
+
+class ChromeTrace : public workload::ReplayObserver {
+ public:
+  explicit ChromeTrace(TraceFilter f) : filter_(std::move(f)) {}
+  void on_compute(const workload::TrainingJob&, uint32_t group, const workload::Task& t,
+                  Time start, Time end) override;
+  void on_collective(const workload::TrainingJob&, uint32_t group, const char* stream,
+                     const std::string& name, const workload::Task& t, Time start,
+                     Time end) override;
+  void on_transfer(const workload::TrainingJob&, uint32_t from, uint32_t to,
+                   const workload::Task& t, Time start, Time end) override;
+  void write(std::ostream& out, const workload::TrainingJob& job);
+  size_t events() const { return written_; }
+
+ private:
+  struct Record {
+    uint8_t kind;  // 0 compute, 1 tp, 2 dp, 3 transfer
+    uint32_t group, to;
+    workload::Task task;
+    Time start, end;
+    std::string name;
+  };
+  bool keep_mb(uint32_t mb) const;
+  TraceFilter filter_;
+  std::vector<Record> records_;
+  size_t written_ = 0;
+};
+
+}  // namespace hetsim::report

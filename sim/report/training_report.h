@@ -1,0 +1,44 @@
+// What a user needs from one simulated iteration: time, throughput, MFU, where the time went,
+// per-device busy time and memory (OOM named per device), as text or JSON (design.md's keys).
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "sim/workload/memory.h"
+#include "sim/workload/replay.h"
+
+namespace hetsim::report {
+
+struct DeviceReport {
+  std::string id;   // node3.gpu5
+  std::string gpu;  // profile name
+  uint32_t replica = 0, stage = 0;
+  double busy_s = 0;
+  workload::DeviceMemory memory;
+};
+
+struct TrainingReport {
+  std::string model, cluster, plan;
+  size_t gpus = 0;
+  double iteration_time_s = 0;
+  double tokens_per_s = 0, samples_per_s = 0;
+  double mfu = 0;
+  double model_flops = 0;  // per iteration
+  double compute_s = 0, communication_exposed_s = 0, bubble_s = 0;
+  double tp_exposed_s = 0, dp_exposed_s = 0;
+  double cost_per_iteration_usd = -1;  // when every GPU type has a price
+  bool oom = false;
+  std::vector<DeviceReport> devices;
+  std::vector<std::string> cost_sources;
+  uint64_t events = 0;
+};
+
+TrainingReport make_training_report(const workload::TrainingJob& job,
+                                    const workload::ReplayResult& result,
+                                    const std::vector<workload::DeviceMemory>& memory);
+nlohmann::ordered_json to_json(const TrainingReport& r);
+std::string to_text(const TrainingReport& r);
+
+}  // namespace hetsim::report

@@ -1,0 +1,117 @@
+// The datasheet cost model; see cost_model.h.
+#include "sim/workload/cost_model.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "sim/config/embedded_data.h"
+#include "sim/config/yaml_util.h"
+#include "sim/core/error.h"
+
+namespace hetsim::workload {
+
+double peak_flops(const config::GpuProfile& gpu, Precision p) {
+  auto get = [&](const char* k) {
+    auto it = gpu.peak_flops.find(k);
+    return it == gpu.peak_flops.end() ? 0.0 : it->second;
+  };
+  double v = 0;
+  switch (p) {
+    case Precision::fp32:
+      v = std::max(get("tf32"), get("fp32"));
+      break;
+    case Precision::fp16:
+      v = get("fp16");
+      break;
+    case Precision::bf16:
+      v = get("bf16") > 0 ? get("bf16") : get("fp16");
+      break;
+    case Precision::fp8:
+      v = get("fp8") > 0 ? get("fp8") : std::max(get("bf16"), get("fp16"));
+      break;
+  }
+  if (v <= 0) {
+    throw InputError("GPU type " + gpu.name + " has no peak for " + to_string(p) + " in " +
+                     gpu.source);
+  }
+  return v;
+}
+
+DatasheetEfficiency load_datasheet_efficiency(const std::string& path) {
+  using namespace config;
+  std::string text, file = path;
+  if (path.empty()) {
+    file = "calibrate/datasheet_efficiency.yaml";
+    for (const EmbeddedFile& f : embedded_files()) {
+      if (file == f.path) text = f.text;
+    }
+    if (text.empty()) throw RunError("built-in data is missing " + file);
+  } else {
+    std::ifstream in(path);
+    if (!in) throw InputError(path + ": cannot open file");
+    std::ostringstream s;
+    s << in.rdbuf();
+    text = s.str();
+  }
+  const YAML::Node root = YAML::Load(text);
+  check_keys(file, root, "", {"gemm", "attention", "memory", "kernel_overhead"});
+  DatasheetEfficiency e;
+  const YAML::Node g = require(file, root, "", "gemm");
+  check_keys(file, g, "gemm", {"max_efficiency", "tile", "k_half"});
+  e.gemm_max = get_number(file, g, "gemm", "max_efficiency");
+  e.tile = get_number(file, g, "gemm", "tile");
+  e.k_half = get_number(file, g, "gemm", "k_half");
+  const YAML::Node a = require(file, root, "", "attention");
+  check_keys(file, a, "attention", {"forward", "backward"});
+  e.attention_forward = get_number(file, a, "attention", "forward");
+  e.attention_backward = get_number(file, a, "attention", "backward");
+  const YAML::Node m = require(file, root, "", "memory");
+  check_keys(file, m, "memory", {"efficiency"});
+  e.memory = get_number(file, m, "memory", "efficiency");
+  e.kernel_overhead =
+      Time::from_seconds(get_quantity(file, root, "", "kernel_overhead", Dimension::time));
+  for (double v : {e.gemm_max, e.attention_forward, e.attention_backward, e.memory}) {
+    if (!(v > 0 && v <= 1)) throw InputError(file + ": efficiencies must lie in (0, 1]");
+  }
+  return e;
+}
+
+Time DatasheetCostModel::duration(const Op& op, const config::GpuProfile& gpu, Precision p) const {
+  const double bw = gpu.memory_bandwidth_Bps * e_.memory;
+  double seconds = 0;
+  switch (op.kind) {
+    case OpKind::gemm: {
+      // Tile quantisation: partial tiles at the edges do full work. Wave quantisation: tiles run
+      // in waves of one per SM; the last wave may be mostly empty [nv-mm].
+      const double t = e_.tile;
+      const double tiles_m = std::ceil(op.m / t), tiles_n = std::ceil(op.n / t);
+      const double tiles = tiles_m * tiles_n;
+      const double sms = std::max(1, gpu.sms);
+      const double waves = std::ceil(tiles / sms);
+      const double wave_eff = tiles / (waves * sms);
+      const double tile_eff = (double(op.m) * op.n) / (tiles_m * t * tiles_n * t);
+      const double k_eff = op.k / (op.k + e_.k_half);
+      const double compute =
+          op.flops / (peak_flops(gpu, p) * e_.gemm_max * wave_eff * tile_eff * k_eff);
+      seconds = std::max(compute, op.bytes / bw);
+      break;
+    }
+    case OpKind::attention_forward:
+    case OpKind::attention_backward: {
+      const double eff = op.kind == OpKind::attention_forward ? e_.attention_forward
+                                                              : e_.attention_backward;
+      seconds = std::max(op.flops / (peak_flops(gpu, p) * eff), op.bytes / bw);
+      break;
+    }
+    case OpKind::memory:
+      seconds = op.bytes / bw;
+      break;
+  }
+  return Time::from_seconds_ceil(seconds) + e_.kernel_overhead;
+}
+
+}  // namespace hetsim::workload

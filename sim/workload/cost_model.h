@@ -1,0 +1,51 @@
+// The cost of one kernel on one GPU type. The datasheet model uses peak FLOP/s and memory
+// bandwidth with efficiency curves (tile and wave quantisation against the SM count, short
+// reductions, memory-bound kernels); calibration data plugs in behind the same interface.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "sim/config/cluster_config.h"
+#include "sim/core/time.h"
+#include "sim/workload/ops.h"
+
+namespace hetsim::workload {
+
+class CostModel {
+ public:
+  virtual ~CostModel() = default;
+  virtual Time duration(const Op& op, const config::GpuProfile& gpu, Precision p) const = 0;
+  // Where the figure comes from: "datasheet", "measured", "derived".
+  virtual std::string source(const Op& op, const config::GpuProfile& gpu) const = 0;
+};
+
+struct DatasheetEfficiency {
+  double gemm_max = 0.8;
+  double tile = 128;
+  double k_half = 64;
+  double attention_forward = 0.55;
+  double attention_backward = 0.45;
+  double memory = 0.8;
+  Time kernel_overhead = Time::us(3);
+};
+
+// The built-in constants (calibrate/datasheet_efficiency.yaml), or a file of the same form.
+DatasheetEfficiency load_datasheet_efficiency(const std::string& path = "");
+
+class DatasheetCostModel : public CostModel {
+ public:
+  explicit DatasheetCostModel(DatasheetEfficiency e = load_datasheet_efficiency()) : e_(e) {}
+  Time duration(const Op& op, const config::GpuProfile& gpu, Precision p) const override;
+  std::string source(const Op&, const config::GpuProfile&) const override { return "datasheet"; }
+  const DatasheetEfficiency& efficiency() const { return e_; }
+
+ private:
+  DatasheetEfficiency e_;
+};
+
+// Peak dense FLOP/s of a GPU at a training precision (fp32 GEMMs use TF32 where the GPU has it,
+// as cuBLAS does when allowed; fp8 falls back to 16-bit where the GPU lacks it).
+double peak_flops(const config::GpuProfile& gpu, Precision p);
+
+}  // namespace hetsim::workload

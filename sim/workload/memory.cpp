@@ -1,0 +1,80 @@
+// The memory model; see memory.h.
+#include "sim/workload/memory.h"
+
+#include <algorithm>
+
+namespace hetsim::workload {
+
+double layer_activation_bytes(const ModelConfig& m, const LayerShape& s, Recompute r) {
+  const double e = element_bytes(s.precision);
+  const double t = s.tensor_parallel;
+  const double sb = static_cast<double>(s.sequence) * s.micro_batch;
+  const double h = m.hidden;
+  const double outside = s.sequence_parallel ? 1.0 / t : 1.0;  // regions sequence parallel splits
+  if (r == Recompute::full) return e * sb * h * outside;       // the layer input only
+  // Outside the tensor-parallel regions: both norm inputs and the QKV and fc1 inputs (4 tensors
+  // of e bytes), two 1-byte dropout masks: 10 s b h at 16 bits (Korthikanti Table 2).
+  const double outside_bytes = sb * (4 * e * h + 2 * h);
+  // Inside: Q, K, V, the projection input, the activation input(s) and fc2's input.
+  const double ffn_in = (m.activation == Activation::swiglu ? 2.0 : 1.0) * m.ffn_hidden;
+  const double inside = sb * e *
+                        (m.q_width() + 2.0 * m.kv_width() + m.q_width() + ffn_in + m.ffn_hidden) /
+                        t;
+  // Standard attention stores the softmax output (16-bit) and its dropout mask (1 byte) and the
+  // scores: 5 a s^2 b; flash attention and selective recompute store none of them.
+  const double scores = (!s.flash_attention && r == Recompute::none)
+                            ? 5.0 * m.heads * static_cast<double>(s.sequence) * sb / t * (e / 2)
+                            : 0.0;
+  return outside_bytes * outside + inside + scores;
+}
+
+std::vector<DeviceMemory> memory_per_group(const TrainingJob& job) {
+  const Plan& p = *job.plan;
+  const ModelConfig& m = *job.model;
+  const double e = element_bytes(p.precision);
+  const double d = static_cast<double>(p.replicas.size());
+  std::vector<DeviceMemory> out;
+  for (const Group& g : job.groups) {
+    DeviceMemory mem;
+    mem.capacity = g.gpu->memory_bytes;
+    const double params = g.params;
+    const double grad_bytes = p.fp32_main_grads ? 4 : e;
+    const double master = p.precision == Precision::fp32 ? 0 : 4;  // fp32 master copy
+    mem.weights = params * e / (p.zero_stage >= 3 ? d : 1);
+    mem.gradients = params * grad_bytes / (p.zero_stage >= 2 ? d : 1);
+    mem.optimizer = params * (master + 8) / (p.zero_stage >= 1 ? d : 1);
+    LayerShape s;
+    s.micro_batch = p.micro_batch_size;
+    s.sequence = p.sequence_length;
+    s.tensor_parallel = static_cast<int>(g.devices.size());
+    s.sequence_parallel = p.sequence_parallel && s.tensor_parallel > 1;
+    s.flash_attention = p.flash_attention;
+    s.precision = p.precision;
+    const double per_layer = layer_activation_bytes(m, s, p.recompute);
+    const StagePlan& st = p.replicas[g.replica].stages[g.stage];
+    // Walk the schedule: a forward pass stores its chunk's activations until its backward.
+    const auto order = stage_schedule(p.schedule, static_cast<int>(g.stage), p.stages(),
+                                      p.replicas[g.replica].micro_batches, job.chunks);
+    double live = 0, peak = 0;
+    const double chunk_bytes = per_layer * st.layers;
+    for (const ScheduleItem& it : order) {
+      live += it.forward ? chunk_bytes : -chunk_bytes;
+      peak = std::max(peak, live);
+    }
+    mem.activations = peak;
+    // Transients: the layer being recomputed, the last stage's fp32 logits and their gradient,
+    // and the gradient buckets in flight.
+    double work = 0;
+    if (p.recompute == Recompute::full) work += layer_activation_bytes(m, s, Recompute::none);
+    if (g.stage + 1 == static_cast<uint32_t>(p.stages())) {
+      work += 2.0 * 4 * static_cast<double>(s.micro_batch) * s.sequence * m.vocab / s.tensor_parallel;
+    }
+    if (p.replicas.size() > 1) work += 2 * std::min(p.bucket_bytes, mem.gradients);
+    mem.workspace = work;
+    mem.peak = mem.weights + mem.gradients + mem.optimizer + mem.activations + mem.workspace;
+    out.push_back(mem);
+  }
+  return out;
+}
+
+}  // namespace hetsim::workload

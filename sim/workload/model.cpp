@@ -1,0 +1,247 @@
+// Model loading from YAML and Hugging Face configs; parameter counts. See model.h.
+#include "sim/workload/model.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "sim/config/embedded_data.h"
+#include "sim/config/yaml_util.h"
+#include "sim/core/error.h"
+
+namespace hetsim::workload {
+
+int64_t ModelConfig::layer_params() const {
+  const int64_t h = hidden;
+  const int64_t attn = h * q_width() + 2 * h * kv_width() + q_width() * h +
+                       (bias ? q_width() + 2 * kv_width() + h : 0);
+  const int64_t ffn = ffn_hidden;
+  const int64_t mlp = activation == Activation::swiglu ? 3 * h * ffn + (bias ? 2 * ffn + h : 0)
+                                                       : 2 * h * ffn + (bias ? ffn + h : 0);
+  const int64_t norms = 2 * (norm == Norm::layernorm ? 2 * h : h);
+  return attn + mlp + norms;
+}
+
+int64_t ModelConfig::embedding_params() const {
+  return static_cast<int64_t>(vocab) * hidden +
+         (position == Position::learned ? static_cast<int64_t>(sequence) * hidden : 0);
+}
+
+int64_t ModelConfig::output_params() const {
+  const int64_t final_norm = norm == Norm::layernorm ? 2 * int64_t{hidden} : int64_t{hidden};
+  return final_norm + (tied_embeddings ? 0 : static_cast<int64_t>(vocab) * hidden);
+}
+
+int64_t ModelConfig::params() const {
+  return embedding_params() + static_cast<int64_t>(layers) * layer_params() + output_params();
+}
+
+namespace {
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path + ": cannot open file");
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void validate(const ModelConfig& m, const std::string& file) {
+  auto bad = [&](const std::string& field, const std::string& why) {
+    return InputError(file + ": " + field + ": " + why);
+  };
+  if (m.heads % m.kv_heads != 0) {
+    throw bad("kv_heads", "expected a divisor of heads (" + std::to_string(m.heads) + "), got " +
+                              std::to_string(m.kv_heads));
+  }
+  if (m.family != "gpt" && m.family != "llama" && m.family != "bert" && m.family != "gptneox") {
+    throw bad("family", "unknown value \"" + m.family + "\" (expected gpt, llama, bert or gptneox)");
+  }
+}
+
+}  // namespace
+
+ModelConfig load_model_yaml_text(const std::string& text, const std::string& file) {
+  using namespace config;
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    throw InputError(file + ":" + std::to_string(e.mark.line + 1) + ": invalid YAML: " + e.msg);
+  }
+  check_keys(file, root, "",
+             {"name", "family", "layers", "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden",
+              "vocab", "sequence", "activation", "norm", "position", "tied_embeddings", "causal",
+              "bias"});
+  ModelConfig m;
+  m.source = file;
+  m.name = get_string(file, root, "", "name");
+  m.family = get_string(file, root, "", "family");
+  m.layers = static_cast<int>(get_int(file, root, "", "layers", 1));
+  m.hidden = static_cast<int>(get_int(file, root, "", "hidden", 1));
+  m.heads = static_cast<int>(get_int(file, root, "", "heads", 1));
+  m.kv_heads = static_cast<int>(get_int(file, root, "", "kv_heads", 1, m.heads));
+  if (m.hidden % m.heads != 0 && !root["head_dim"]) {
+    throw InputError(where(file, root["heads"]) + ": heads: hidden (" + std::to_string(m.hidden) +
+                     ") is not a multiple of heads; give head_dim");
+  }
+  m.head_dim = static_cast<int>(get_int(file, root, "", "head_dim", 1, m.hidden / m.heads));
+  m.ffn_hidden = static_cast<int>(get_int(file, root, "", "ffn_hidden", 1, 4L * m.hidden));
+  m.vocab = static_cast<int>(get_int(file, root, "", "vocab", 1));
+  m.sequence = static_cast<int>(get_int(file, root, "", "sequence", 1));
+  auto choice = [&](const char* key, std::vector<std::string> options) {
+    const std::string v = get_string(file, root, "", key);
+    for (size_t i = 0; i < options.size(); ++i) {
+      if (options[i] == v) return static_cast<int>(i);
+    }
+    std::string list;
+    for (const auto& o : options) list += (list.empty() ? "" : ", ") + o;
+    throw InputError(where(file, root[key]) + ": " + key + ": unknown value \"" + v +
+                     "\" (expected one of " + list + ")" + did_you_mean(v, options));
+  };
+  m.activation = static_cast<Activation>(choice("activation", {"gelu", "swiglu"}));
+  m.norm = static_cast<Norm>(choice("norm", {"layernorm", "rmsnorm"}));
+  m.position = static_cast<Position>(choice("position", {"learned", "rotary"}));
+  auto flag = [&](const char* key) {
+    const YAML::Node n = require(file, root, "", key);
+    try {
+      return n.as<bool>();
+    } catch (const YAML::Exception&) {
+      throw InputError(where(file, n) + ": " + key + ": expected true or false");
+    }
+  };
+  m.tied_embeddings = flag("tied_embeddings");
+  m.causal = flag("causal");
+  m.bias = flag("bias");
+  validate(m, file);
+  return m;
+}
+
+ModelConfig load_model_hf_text(const std::string& text, const std::string& file) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(file + ": invalid JSON: " + e.what());
+  }
+  if (!j.is_object()) throw InputError(file + ": expected a JSON object");
+  std::string arch;
+  if (j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty()) {
+    arch = j["architectures"][0].get<std::string>();
+  }
+  auto get = [&](std::initializer_list<const char*> keys) -> int {
+    for (const char* k : keys) {
+      if (j.contains(k) && j[k].is_number_integer()) return j[k].get<int>();
+    }
+    std::string names;
+    for (const char* k : keys) names += (names.empty() ? "" : " or ") + std::string(k);
+    throw InputError(file + ": " + names + ": missing required field (an integer) for " + arch);
+  };
+  auto get_or = [&](const char* k, int def) {
+    return j.contains(k) && j[k].is_number_integer() ? j[k].get<int>() : def;
+  };
+  auto get_bool = [&](const char* k, bool def) {
+    return j.contains(k) && j[k].is_boolean() ? j[k].get<bool>() : def;
+  };
+  ModelConfig m;
+  m.source = file;
+  m.name = j.value("_name_or_path", std::filesystem::path(file).parent_path().filename().string());
+  if (m.name.empty()) m.name = std::filesystem::path(file).stem().string();
+  if (arch == "GPT2LMHeadModel" || arch == "GPT2Model") {
+    m.family = "gpt";
+    m.layers = get({"n_layer"});
+    m.hidden = get({"n_embd"});
+    m.heads = get({"n_head"});
+    m.ffn_hidden = j.contains("n_inner") && j["n_inner"].is_number_integer() ? j["n_inner"].get<int>()
+                                                                             : 4 * m.hidden;
+    m.vocab = get({"vocab_size"});
+    m.sequence = get({"n_positions", "n_ctx"});
+    m.activation = Activation::gelu;
+    m.norm = Norm::layernorm;
+    m.position = Position::learned;
+    m.tied_embeddings = get_bool("tie_word_embeddings", true);
+    m.causal = true;
+    m.bias = true;
+  } else if (arch == "LlamaForCausalLM" || arch == "LlamaModel" || arch == "MistralForCausalLM") {
+    m.family = "llama";
+    m.layers = get({"num_hidden_layers"});
+    m.hidden = get({"hidden_size"});
+    m.heads = get({"num_attention_heads"});
+    m.kv_heads = get_or("num_key_value_heads", m.heads);
+    m.ffn_hidden = get({"intermediate_size"});
+    m.vocab = get({"vocab_size"});
+    m.sequence = get({"max_position_embeddings"});
+    m.activation = Activation::swiglu;
+    m.norm = Norm::rmsnorm;
+    m.position = Position::rotary;
+    m.tied_embeddings = get_bool("tie_word_embeddings", false);
+    m.causal = true;
+    m.bias = get_bool("attention_bias", false);
+  } else if (arch == "GPTNeoXForCausalLM" || arch == "GPTNeoXModel") {
+    m.family = "gptneox";
+    m.layers = get({"num_hidden_layers"});
+    m.hidden = get({"hidden_size"});
+    m.heads = get({"num_attention_heads"});
+    m.ffn_hidden = get({"intermediate_size"});
+    m.vocab = get({"vocab_size"});
+    m.sequence = get({"max_position_embeddings"});
+    m.activation = Activation::gelu;
+    m.norm = Norm::layernorm;
+    m.position = Position::rotary;
+    m.tied_embeddings = get_bool("tie_word_embeddings", false);
+    m.causal = true;
+    m.bias = true;
+  } else if (arch == "BertModel" || arch == "BertForPreTraining" || arch == "BertForMaskedLM") {
+    m.family = "bert";
+    m.layers = get({"num_hidden_layers"});
+    m.hidden = get({"hidden_size"});
+    m.heads = get({"num_attention_heads"});
+    m.ffn_hidden = get({"intermediate_size"});
+    m.vocab = get({"vocab_size"});
+    m.sequence = get({"max_position_embeddings"});
+    m.activation = Activation::gelu;
+    m.norm = Norm::layernorm;
+    m.position = Position::learned;
+    m.tied_embeddings = true;
+    m.causal = false;
+    m.bias = true;
+  } else {
+    throw InputError(file + ": architectures: unsupported architecture \"" + arch +
+                     "\" (expected GPT2LMHeadModel, LlamaForCausalLM, GPTNeoXForCausalLM or "
+                     "BertModel)");
+  }
+  if (m.kv_heads == 0) m.kv_heads = m.heads;
+  for (auto [v, name] : {std::pair{m.layers, "layers"}, {m.hidden, "hidden"}, {m.heads, "heads"},
+                         {m.ffn_hidden, "ffn_hidden"}, {m.vocab, "vocab"}, {m.sequence, "sequence"}}) {
+    if (v < 1) throw InputError(file + ": " + name + ": expected a positive integer");
+  }
+  m.head_dim = get_or("head_dim", m.hidden / m.heads);
+  validate(m, file);
+  return m;
+}
+
+ModelConfig load_model(const std::string& path_or_name) {
+  auto parse = [](const std::string& text, const std::string& file) {
+    const bool json = file.size() >= 5 && file.substr(file.size() - 5) == ".json";
+    return json ? load_model_hf_text(text, file) : load_model_yaml_text(text, file);
+  };
+  if (std::filesystem::is_regular_file(path_or_name)) {
+    return parse(read_file(path_or_name), path_or_name);
+  }
+  std::vector<std::string> names;
+  for (const config::EmbeddedFile& f : config::embedded_files()) {
+    const std::filesystem::path p(f.path);
+    if (p.parent_path() != "models" || p.extension() != ".yaml") continue;
+    names.push_back(p.stem().string());
+    if (path_or_name == f.path || path_or_name == p.stem().string()) return parse(f.text, f.path);
+  }
+  std::string list;
+  for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+  throw InputError(path_or_name + ": no such model file, nor a built-in model (built-in: " + list +
+                   ")" + config::did_you_mean(path_or_name, names));
+}
+
+}  // namespace hetsim::workload

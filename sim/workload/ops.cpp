@@ -1,0 +1,255 @@
+// Kernel shapes, FLOPs and bytes of transformer layers; see ops.h.
+#include "sim/workload/ops.h"
+
+#include <algorithm>
+
+namespace hetsim::workload {
+
+std::string to_string(Precision p) {
+  switch (p) {
+    case Precision::fp32:
+      return "fp32";
+    case Precision::fp16:
+      return "fp16";
+    case Precision::bf16:
+      return "bf16";
+    case Precision::fp8:
+      return "fp8";
+  }
+  return "?";
+}
+
+int element_bytes(Precision p) { return p == Precision::fp32 ? 4 : 2; }  // fp8 keeps 16-bit activations
+
+namespace {
+
+struct Builder {
+  const ModelConfig& m;
+  const LayerShape& s;
+  std::vector<Step> steps;
+  double e;  // element bytes
+
+  Builder(const ModelConfig& model, const LayerShape& shape)
+      : m(model), s(shape), e(element_bytes(shape.precision)) {}
+
+  int64_t tokens() const { return s.micro_batch * s.sequence; }
+  // Tokens a rank holds outside the tensor-parallel region (sequence parallel splits them).
+  double local_tokens() const {
+    return s.sequence_parallel ? static_cast<double>(tokens()) / s.tensor_parallel
+                               : static_cast<double>(tokens());
+  }
+
+  void gemm(const std::string& name, int64_t mm, int64_t nn, int64_t kk, bool model = true) {
+    Op op;
+    op.name = name;
+    op.kind = OpKind::gemm;
+    op.m = mm;
+    op.n = nn;
+    op.k = kk;
+    op.flops = 2.0 * mm * nn * kk;
+    op.model_flops = model ? op.flops : 0;
+    op.bytes = e * (static_cast<double>(mm) * kk + static_cast<double>(kk) * nn +
+                    static_cast<double>(mm) * nn);
+    steps.push_back(Step{op});
+  }
+  // A linear layer y = x W with x (tokens x in), W (in x out): forward, and backward as the
+  // input-gradient (dgrad) and weight-gradient (wgrad) GEMMs.
+  void linear_fwd(const std::string& name, int64_t in, int64_t out) {
+    gemm(name, tokens(), out, in);
+  }
+  void linear_dgrad(const std::string& name, int64_t in, int64_t out) {
+    gemm(name + ".dgrad", tokens(), in, out);
+  }
+  void linear_wgrad(const std::string& name, int64_t in, int64_t out) {
+    gemm(name + ".wgrad", in, out, tokens());
+  }
+  void memory(const std::string& name, double bytes, double flops = 0) {
+    Op op;
+    op.name = name;
+    op.kind = OpKind::memory;
+    op.bytes = bytes;
+    op.flops = flops;
+    steps.push_back(Step{op});
+  }
+  void attention(bool forward) {
+    const int64_t heads = m.heads / s.tensor_parallel;
+    Op op;
+    op.name = forward ? "attention" : "attention.bwd";
+    op.kind = forward ? OpKind::attention_forward : OpKind::attention_backward;
+    op.batch = s.micro_batch;
+    op.heads = heads;
+    op.seq = s.sequence;
+    op.head_dim = m.head_dim;
+    op.causal = m.causal;
+    // Q K^T and P V: 4 b s^2 d per head; backward 2x (dQ, dK, dV, dP), counted in full for the
+    // MFU numerator as Narayanan et al. do; causal kernels skip half of it.
+    const double fwd = 4.0 * s.micro_batch * s.sequence * s.sequence * m.head_dim * heads;
+    op.model_flops = forward ? fwd : 2 * fwd;
+    const double causal = m.causal ? 0.5 : 1.0;
+    // Flash attention recomputes the forward inside its backward kernel (FlashAttention-2 paper:
+    // backward = 2.5x forward); without it, the s x s scores are stored and read back.
+    op.flops = causal * (forward ? fwd : (s.flash_attention ? 2.5 : 2.0) * fwd);
+    const double kv_local = std::max<int64_t>(1, m.kv_heads / s.tensor_parallel);
+    const double qkvo = e * tokens() * m.head_dim * (2.0 * heads + 2.0 * kv_local);
+    const double scores =
+        s.flash_attention ? 0 : e * s.micro_batch * heads * double(s.sequence) * s.sequence;
+    op.bytes = forward ? qkvo + 2 * scores : 2 * qkvo + 3 * scores;
+    steps.push_back(Step{op});
+  }
+  void comm(CommKind k, double bytes, bool async = false) {
+    if (s.tensor_parallel == 1) return;
+    Step st;
+    st.op.name = k == CommKind::allreduce ? "tp.allreduce"
+                 : k == CommKind::allgather ? "tp.allgather"
+                                            : "tp.reducescatter";
+    st.comm = k;
+    st.comm_bytes = bytes;
+    st.async = async;
+    steps.push_back(st);
+  }
+  // The activation of one layer boundary (tokens x hidden), whole.
+  double boundary_bytes() const { return e * tokens() * m.hidden; }
+  // Entering a column-parallel region: nothing, or an all-gather with sequence parallelism.
+  void enter_tp_fwd() {
+    if (s.sequence_parallel) comm(CommKind::allgather, boundary_bytes());
+  }
+  // Leaving a row-parallel region: all-reduce, or reduce-scatter with sequence parallelism.
+  void leave_tp_fwd() {
+    comm(s.sequence_parallel ? CommKind::reducescatter : CommKind::allreduce, boundary_bytes());
+  }
+  double norm_bytes() const { return e * local_tokens() * m.hidden * 2; }
+  int64_t ffn_in() const {
+    return (m.activation == Activation::swiglu ? 2 : 1) * static_cast<int64_t>(m.ffn_hidden) /
+           s.tensor_parallel;
+  }
+};
+
+}  // namespace
+
+std::vector<Step> layer_forward(const ModelConfig& m, const LayerShape& s) {
+  Builder b(m, s);
+  const int t = s.tensor_parallel;
+  const int64_t h = m.hidden;
+  const int64_t qkv = (m.q_width() + 2 * m.kv_width()) / t;
+  b.memory("norm1", b.norm_bytes());
+  b.enter_tp_fwd();
+  b.linear_fwd("qkv", h, qkv);
+  if (m.position == Position::rotary) b.memory("rotary", b.e * b.tokens() * qkv * 2);
+  b.attention(true);
+  b.linear_fwd("proj", m.q_width() / t, h);
+  b.leave_tp_fwd();
+  b.memory("dropout_residual1", b.e * b.local_tokens() * h * 3);
+  b.memory("norm2", b.norm_bytes());
+  b.enter_tp_fwd();
+  b.linear_fwd("fc1", h, b.ffn_in());
+  b.memory(m.activation == Activation::swiglu ? "swiglu" : "gelu",
+           b.e * b.tokens() * (b.ffn_in() + m.ffn_hidden / t));
+  b.linear_fwd("fc2", m.ffn_hidden / t, h);
+  b.leave_tp_fwd();
+  b.memory("dropout_residual2", b.e * b.local_tokens() * h * 3);
+  return b.steps;
+}
+
+std::vector<Step> layer_backward(const ModelConfig& m, const LayerShape& s) {
+  Builder b(m, s);
+  const int t = s.tensor_parallel;
+  const int64_t h = m.hidden;
+  const int64_t qkv = (m.q_width() + 2 * m.kv_width()) / t;
+  // MLP block, in reverse. The row-parallel fc2's input gradient needs the whole output gradient
+  // (all-gather with sequence parallelism); the column-parallel fc1's input gradient is summed
+  // over ranks (all-reduce, or reduce-scatter), overlapped with fc1's weight gradient.
+  b.memory("dropout_residual2.bwd", b.e * b.local_tokens() * h * 3);
+  b.enter_tp_fwd();
+  b.linear_dgrad("fc2", m.ffn_hidden / t, h);
+  b.linear_wgrad("fc2", m.ffn_hidden / t, h);
+  b.memory(m.activation == Activation::swiglu ? "swiglu.bwd" : "gelu.bwd",
+           b.e * b.tokens() * (b.ffn_in() + 2.0 * m.ffn_hidden / t));
+  b.linear_dgrad("fc1", h, b.ffn_in());
+  b.comm(s.sequence_parallel ? CommKind::reducescatter : CommKind::allreduce, b.boundary_bytes(),
+         true);
+  b.linear_wgrad("fc1", h, b.ffn_in());
+  b.memory("norm2.bwd", b.norm_bytes() * 1.5);
+  // Attention block.
+  b.memory("dropout_residual1.bwd", b.e * b.local_tokens() * h * 3);
+  b.enter_tp_fwd();
+  b.linear_dgrad("proj", m.q_width() / t, h);
+  b.linear_wgrad("proj", m.q_width() / t, h);
+  b.attention(false);
+  if (m.position == Position::rotary) b.memory("rotary.bwd", b.e * b.tokens() * qkv * 2);
+  b.linear_dgrad("qkv", h, qkv);
+  b.comm(s.sequence_parallel ? CommKind::reducescatter : CommKind::allreduce, b.boundary_bytes(),
+         true);
+  b.linear_wgrad("qkv", h, qkv);
+  b.memory("norm1.bwd", b.norm_bytes() * 1.5);
+  return b.steps;
+}
+
+std::vector<Step> embedding_forward(const ModelConfig& m, const LayerShape& s) {
+  Builder b(m, s);
+  // Vocabulary-parallel lookup: each rank holds V/t rows, the partial results are summed.
+  b.memory("embedding", b.e * b.tokens() * m.hidden * 2);
+  b.leave_tp_fwd();
+  if (m.position == Position::learned) b.memory("position_embedding", b.e * b.local_tokens() * m.hidden * 3);
+  return b.steps;
+}
+
+std::vector<Step> embedding_backward(const ModelConfig& m, const LayerShape& s) {
+  Builder b(m, s);
+  b.enter_tp_fwd();
+  b.memory("embedding.bwd", b.e * b.tokens() * m.hidden * 3);
+  return b.steps;
+}
+
+std::vector<Step> head_forward(const ModelConfig& m, const LayerShape& s) {
+  Builder b(m, s);
+  const int64_t v = m.vocab / s.tensor_parallel;
+  b.memory("final_norm", b.norm_bytes());
+  b.enter_tp_fwd();
+  b.linear_fwd("logits", m.hidden, v);
+  // Vocabulary-parallel cross-entropy: max and sum-exp reduced over ranks (fp32, per token).
+  b.memory("cross_entropy", 4.0 * b.tokens() * v * 2);
+  b.comm(CommKind::allreduce, 4.0 * 2 * b.tokens());
+  return b.steps;
+}
+
+std::vector<Step> head_backward(const ModelConfig& m, const LayerShape& s) {
+  Builder b(m, s);
+  const int64_t v = m.vocab / s.tensor_parallel;
+  b.memory("cross_entropy.bwd", 4.0 * b.tokens() * v * 2);
+  b.linear_dgrad("logits", m.hidden, v);
+  b.comm(s.sequence_parallel ? CommKind::reducescatter : CommKind::allreduce, b.boundary_bytes(),
+         true);
+  b.linear_wgrad("logits", m.hidden, v);
+  b.memory("final_norm.bwd", b.norm_bytes() * 1.5);
+  return b.steps;
+}
+
+Op optimizer_step(double params, Precision p) {
+  Op op;
+  op.name = "optimizer.adam";
+  op.kind = OpKind::memory;
+  // Reads the gradient, reads and writes fp32 master weights, first and second moments, and
+  // writes the low-precision weights: 4 + 24 + (2 or 0) bytes per parameter.
+  const double grad = p == Precision::fp32 ? 4 : 4;  // main gradients are fp32 (Megatron)
+  op.bytes = params * (grad + 24 + (p == Precision::fp32 ? 0 : 2));
+  op.flops = params * 12;
+  return op;
+}
+
+double model_flops_per_iteration(const ModelConfig& m, int64_t batch, int64_t sequence) {
+  LayerShape s;
+  s.micro_batch = batch;
+  s.sequence = sequence;
+  double f = 0;
+  auto add = [&](const std::vector<Step>& steps) {
+    for (const Step& st : steps) f += st.op.model_flops;
+  };
+  add(layer_forward(m, s));
+  add(layer_backward(m, s));
+  f *= m.layers;
+  add(head_forward(m, s));
+  add(head_backward(m, s));
+  return f;
+}
+
+}  // namespace hetsim::workload

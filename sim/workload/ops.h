@@ -1,0 +1,70 @@
+// Transformer layers as kernels with exact shapes, FLOPs and bytes, and the tensor-parallel
+// communication between them, in the order Megatron-LM runs them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sim/workload/model.h"
+
+namespace hetsim::workload {
+
+enum class Precision { fp32, fp16, bf16, fp8 };
+std::string to_string(Precision p);
+// Bytes of one activation or weight element.
+int element_bytes(Precision p);
+
+enum class OpKind { gemm, attention_forward, attention_backward, memory };
+
+// One kernel on one GPU (of a tensor-parallel group: shapes are per rank).
+struct Op {
+  std::string name;  // e.g. "fc1.dgrad"
+  OpKind kind = OpKind::memory;
+  int64_t m = 0, n = 0, k = 0;  // gemm: (m x k) . (k x n)
+  // attention: batch, local heads, sequence, head size
+  int64_t batch = 0, heads = 0, seq = 0, head_dim = 0;
+  bool causal = false;
+  double flops = 0;        // executed floating-point operations
+  double model_flops = 0;  // the MFU numerator's count (Narayanan et al.: GEMMs and attention)
+  double bytes = 0;        // bytes moved to and from device memory
+};
+
+enum class CommKind { none, allreduce, allgather, reducescatter };
+
+// One step of a layer's program: a kernel, or a tensor-parallel collective. A collective marked
+// `async` runs beside the next kernel; the kernel after that waits for it.
+struct Step {
+  Op op;
+  CommKind comm = CommKind::none;
+  double comm_bytes = 0;  // nccl-tests size of the collective (per rank; total for AG / RS)
+  bool async = false;
+};
+
+struct LayerShape {
+  int64_t micro_batch = 1;
+  int64_t sequence = 1;
+  int tensor_parallel = 1;
+  bool sequence_parallel = false;
+  bool flash_attention = true;
+  Precision precision = Precision::bf16;
+};
+
+// The programs of one transformer layer, and of the embedding (first stage) and the head
+// (last stage: final norm, logits, cross-entropy), forward and backward.
+std::vector<Step> layer_forward(const ModelConfig& m, const LayerShape& s);
+std::vector<Step> layer_backward(const ModelConfig& m, const LayerShape& s);
+std::vector<Step> embedding_forward(const ModelConfig& m, const LayerShape& s);
+std::vector<Step> embedding_backward(const ModelConfig& m, const LayerShape& s);
+std::vector<Step> head_forward(const ModelConfig& m, const LayerShape& s);
+std::vector<Step> head_backward(const ModelConfig& m, const LayerShape& s);
+
+// The optimizer step over `params` local parameters (mixed-precision Adam: master weights and
+// moments in fp32), as one memory-bound kernel.
+Op optimizer_step(double params, Precision p);
+
+// Model FLOPs of one iteration over `tokens` tokens (forward + backward, no recompute), the
+// sum of the ops above: equals 72 B s l h^2 (1 + s/(6h) + V/(12 l h)) for GPT (formulas.md).
+double model_flops_per_iteration(const ModelConfig& m, int64_t batch, int64_t sequence);
+
+}  // namespace hetsim::workload

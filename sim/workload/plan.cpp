@@ -1,0 +1,366 @@
+// Plan loading, placement and validation; see plan.h.
+#include "sim/workload/plan.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <fstream>
+#include <numeric>
+#include <set>
+#include <sstream>
+
+#include "sim/config/units.h"
+#include "sim/config/yaml_util.h"
+#include "sim/core/error.h"
+
+namespace hetsim::workload {
+
+std::string to_string(Schedule s) {
+  switch (s) {
+    case Schedule::gpipe:
+      return "gpipe";
+    case Schedule::one_f_one_b:
+      return "1f1b";
+    case Schedule::interleaved:
+      return "interleaved";
+  }
+  return "?";
+}
+
+std::string to_string(Recompute r) {
+  switch (r) {
+    case Recompute::none:
+      return "none";
+    case Recompute::selective:
+      return "selective";
+    case Recompute::full:
+      return "full";
+  }
+  return "?";
+}
+
+namespace {
+
+using config::get_int;
+using config::get_string;
+using config::where;
+
+// "0-7,16" -> GPU ids, or a YAML list of ints.
+std::vector<platform::GpuId> device_list(const std::string& file, const YAML::Node& n,
+                                         const std::string& path, size_t gpu_count) {
+  std::vector<platform::GpuId> out;
+  auto add = [&](long v) {
+    if (v < 0 || static_cast<size_t>(v) >= gpu_count) {
+      throw InputError(where(file, n) + ": " + path + ": GPU " + std::to_string(v) +
+                       " does not exist (the cluster has " + std::to_string(gpu_count) + " GPUs)");
+    }
+    out.push_back(static_cast<platform::GpuId>(v));
+  };
+  if (n.IsSequence()) {
+    for (const auto& x : n) add(x.as<long>());
+  } else {
+    const std::string text = n.as<std::string>();
+    std::stringstream ss(text);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+      const size_t dash = item.find('-');
+      try {
+        const long lo = std::stol(item.substr(0, dash));
+        const long hi = dash == std::string::npos ? lo : std::stol(item.substr(dash + 1));
+        if (hi < lo) throw std::invalid_argument("backwards");
+        for (long v = lo; v <= hi; ++v) add(v);
+      } catch (const std::logic_error&) {
+        throw InputError(where(file, n) + ": " + path +
+                         ": expected GPU ids such as \"0-7,16\" or a list, got \"" + text + "\"");
+      }
+    }
+  }
+  std::set<platform::GpuId> seen(out.begin(), out.end());
+  if (seen.size() != out.size()) {
+    throw InputError(where(file, n) + ": " + path + ": a GPU is listed twice");
+  }
+  return out;
+}
+
+template <typename E>
+E choice(const std::string& file, const YAML::Node& root, const char* key,
+         const std::vector<std::pair<std::string, E>>& options, E def) {
+  if (!root[key]) return def;
+  const std::string v = root[key].as<std::string>();
+  std::vector<std::string> names;
+  for (const auto& [name, value] : options) {
+    if (name == v) return value;
+    names.push_back(name);
+  }
+  std::string list;
+  for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+  throw InputError(where(file, root[key]) + ": " + key + ": unknown value \"" + v +
+                   "\" (expected one of " + list + ")" + config::did_you_mean(v, names));
+}
+
+void check_stage(const std::string& where_, const ModelConfig& model,
+                 const platform::Cluster& cluster, const StagePlan& st) {
+  const int t = st.tensor_parallel();
+  if (model.heads % t != 0) {
+    throw InputError(where_ + ": tensor_parallel " + std::to_string(t) + " does not divide the " +
+                     std::to_string(model.heads) + " attention heads" +
+                     (t > model.heads ? " (wider than the heads)" : ""));
+  }
+  if (model.kv_heads % t != 0 && t % model.kv_heads != 0) {
+    throw InputError(where_ + ": tensor_parallel " + std::to_string(t) +
+                     " does not divide the key/value heads (" + std::to_string(model.kv_heads) + ")");
+  }
+  if (model.ffn_hidden % t != 0 || model.vocab % t != 0) {
+    // Megatron pads the vocabulary; the FFN must split exactly.
+    if (model.ffn_hidden % t != 0) {
+      throw InputError(where_ + ": tensor_parallel " + std::to_string(t) +
+                       " does not divide ffn_hidden (" + std::to_string(model.ffn_hidden) + ")");
+    }
+  }
+  const std::string gpu = cluster.gpu(st.devices.front()).profile->name;
+  for (platform::GpuId g : st.devices) {
+    if (cluster.gpu(g).profile->name != gpu) {
+      throw InputError(where_ + ": a tensor-parallel group mixes GPU types (" + gpu + " and " +
+                       cluster.gpu(g).profile->name + ")");
+    }
+  }
+}
+
+}  // namespace
+
+Plan uniform_plan(const ModelConfig& model, const platform::Cluster& cluster, int tp, int pp,
+                  int dp, int64_t micro_batch, int64_t global_batch, int64_t sequence) {
+  std::ostringstream y;
+  y << "tensor_parallel: " << tp << "\npipeline_parallel: " << pp << "\ndata_parallel: " << dp
+    << "\nmicro_batch_size: " << micro_batch << "\nglobal_batch_size: " << global_batch
+    << "\nsequence_length: " << sequence << "\n";
+  return load_plan_text(y.str(), "<uniform plan>", model, cluster);
+}
+
+Plan load_plan(const std::string& path, const ModelConfig& model, const platform::Cluster& cluster,
+               const PlanOptions& options) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path + ": cannot open plan file");
+  std::ostringstream s;
+  s << in.rdbuf();
+  return load_plan_text(s.str(), path, model, cluster, options);
+}
+
+Plan load_plan_text(const std::string& text, const std::string& file, const ModelConfig& model,
+                    const platform::Cluster& cluster, const PlanOptions& options) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    throw InputError(file + ":" + std::to_string(e.mark.line + 1) + ": invalid YAML: " + e.msg);
+  }
+  if (!root.IsMap()) throw InputError(file + ": expected a map at the top level");
+  for (const std::string& s : options.sets) {
+    try {
+      config::apply_override(root, s);
+    } catch (const InputError& e) {
+      throw InputError(file + ": " + e.what());
+    }
+  }
+  config::check_keys(
+      file, root, "",
+      {"tensor_parallel", "pipeline_parallel", "data_parallel", "micro_batch_size",
+       "global_batch_size", "sequence_length", "schedule", "interleave", "recompute",
+       "sequence_parallel", "zero_stage", "precision", "attention", "main_grads", "bucket_size",
+       "devices", "replicas"});
+  Plan p;
+  p.source = file;
+  p.micro_batch_size = get_int(file, root, "", "micro_batch_size", 1);
+  p.sequence_length = get_int(file, root, "", "sequence_length", 1, model.sequence);
+  p.schedule = choice<Schedule>(file, root, "schedule",
+                                {{"gpipe", Schedule::gpipe},
+                                 {"1f1b", Schedule::one_f_one_b},
+                                 {"interleaved", Schedule::interleaved}},
+                                Schedule::one_f_one_b);
+  p.interleave = static_cast<int>(get_int(file, root, "", "interleave", 1, 1));
+  if (p.schedule != Schedule::interleaved && p.interleave != 1) {
+    throw InputError(where(file, root["interleave"]) +
+                     ": interleave: needs schedule: interleaved");
+  }
+  p.recompute = choice<Recompute>(
+      file, root, "recompute",
+      {{"none", Recompute::none}, {"selective", Recompute::selective}, {"full", Recompute::full}},
+      Recompute::none);
+  p.precision = choice<Precision>(file, root, "precision",
+                                  {{"fp32", Precision::fp32},
+                                   {"fp16", Precision::fp16},
+                                   {"bf16", Precision::bf16},
+                                   {"fp8", Precision::fp8}},
+                                  Precision::bf16);
+  p.flash_attention =
+      choice<bool>(file, root, "attention", {{"flash", true}, {"standard", false}}, true);
+  p.fp32_main_grads = choice<bool>(file, root, "main_grads", {{"fp32", true}, {"same", false}}, true);
+  p.bucket_bytes = config::get_quantity(file, root, "", "bucket_size", config::Dimension::bytes,
+                                        p.bucket_bytes);
+  if (root["sequence_parallel"]) {
+    try {
+      p.sequence_parallel = root["sequence_parallel"].as<bool>();
+    } catch (const YAML::Exception&) {
+      throw InputError(where(file, root["sequence_parallel"]) +
+                       ": sequence_parallel: expected true or false");
+    }
+  }
+  p.zero_stage = static_cast<int>(get_int(file, root, "", "zero_stage", 0, 0));
+  if (p.zero_stage > 3) {
+    throw InputError(where(file, root["zero_stage"]) + ": zero_stage: expected 0, 1, 2 or 3, got " +
+                     std::to_string(p.zero_stage));
+  }
+  const int v = p.interleave;
+  if (root["replicas"]) {
+    // Heterogeneous: replicas and stages spelled out.
+    p.uniform = false;
+    for (const char* k : {"tensor_parallel", "pipeline_parallel", "data_parallel", "devices"}) {
+      if (root[k]) {
+        throw InputError(where(file, root[k]) + ": " + k +
+                         ": give either uniform degrees or replicas, not both");
+      }
+    }
+    const YAML::Node reps = root["replicas"];
+    if (!reps.IsSequence() || reps.size() == 0) {
+      throw InputError(where(file, reps) + ": replicas: expected a non-empty list");
+    }
+    std::set<platform::GpuId> used;
+    for (size_t r = 0; r < reps.size(); ++r) {
+      const std::string rp = "replicas[" + std::to_string(r) + "]";
+      config::check_keys(file, reps[r], rp, {"micro_batches", "stages"});
+      ReplicaPlan rep;
+      rep.micro_batches = static_cast<int>(get_int(file, reps[r], rp, "micro_batches", 1));
+      const YAML::Node stages = config::require(file, reps[r], rp, "stages");
+      if (!stages.IsSequence() || stages.size() == 0) {
+        throw InputError(where(file, stages) + ": " + rp + ".stages: expected a non-empty list");
+      }
+      int next_layer = 0;
+      for (size_t s = 0; s < stages.size(); ++s) {
+        const std::string sp = rp + ".stages[" + std::to_string(s) + "]";
+        config::check_keys(file, stages[s], sp, {"layers", "tensor_parallel", "devices"});
+        StagePlan st;
+        const long layers = get_int(file, stages[s], sp, "layers", 0);
+        if (layers == 0) {
+          throw InputError(where(file, stages[s]["layers"]) + ": " + sp +
+                           ".layers: a stage with no layers");
+        }
+        st.first_layer = next_layer;
+        st.layers = static_cast<int>(layers);
+        next_layer += st.layers;
+        st.devices = device_list(file, config::require(file, stages[s], sp, "devices"),
+                                 sp + ".devices", cluster.gpu_count());
+        const long tp = get_int(file, stages[s], sp, "tensor_parallel", 1,
+                                static_cast<long>(st.devices.size()));
+        if (static_cast<size_t>(tp) != st.devices.size()) {
+          throw InputError(where(file, stages[s]) + ": " + sp + ": tensor_parallel " +
+                           std::to_string(tp) + " but " + std::to_string(st.devices.size()) +
+                           " devices");
+        }
+        for (platform::GpuId g : st.devices) {
+          if (!used.insert(g).second) {
+            throw InputError(where(file, stages[s]) + ": " + sp + ".devices: GPU " +
+                             std::to_string(g) + " is already used by another stage");
+          }
+        }
+        check_stage(where(file, stages[s]) + ": " + sp, model, cluster, st);
+        rep.stages.push_back(std::move(st));
+      }
+      if (next_layer != model.layers) {
+        throw InputError(where(file, stages) + ": " + rp + ".stages: the layers add up to " +
+                         std::to_string(next_layer) + ", but " + model.name + " has " +
+                         std::to_string(model.layers));
+      }
+      p.replicas.push_back(std::move(rep));
+    }
+    if (p.schedule == Schedule::interleaved) {
+      throw InputError(where(file, root["schedule"]) +
+                       ": schedule: interleaved applies to uniform plans only");
+    }
+    int64_t total = 0;
+    for (const ReplicaPlan& r : p.replicas) total += r.micro_batches * p.micro_batch_size;
+    p.global_batch_size = get_int(file, root, "", "global_batch_size", 1, total);
+    if (p.global_batch_size != total) {
+      throw InputError(where(file, root["global_batch_size"]) + ": global_batch_size: " +
+                       std::to_string(p.global_batch_size) + ", but the replicas' micro_batches x "
+                       "micro_batch_size add up to " + std::to_string(total));
+    }
+    // Gradients are reduced between the same stage of every replica: they must match.
+    for (size_t r = 1; r < p.replicas.size(); ++r) {
+      const auto& a = p.replicas[0].stages;
+      const auto& b = p.replicas[r].stages;
+      bool same = a.size() == b.size();
+      for (size_t s = 0; same && s < a.size(); ++s) {
+        same = a[s].layers == b[s].layers && a[s].tensor_parallel() == b[s].tensor_parallel();
+      }
+      if (!same) {
+        throw InputError(where(file, reps[r]) + ": replicas[" + std::to_string(r) +
+                         "]: its stages must hold the same layers with the same tensor-parallel "
+                         "degree as replicas[0]'s (gradients are all-reduced stage by stage)");
+      }
+    }
+    p.tensor_parallel = p.replicas[0].stages[0].tensor_parallel();
+    p.pipeline_parallel = p.stages();
+    p.data_parallel = static_cast<int>(p.replicas.size());
+    return p;
+  }
+  // Uniform: Megatron's rank order, tensor-parallel fastest, then data, then pipeline.
+  const int tp = static_cast<int>(get_int(file, root, "", "tensor_parallel", 1, 1));
+  const int pp = static_cast<int>(get_int(file, root, "", "pipeline_parallel", 1, 1));
+  std::vector<platform::GpuId> devices;
+  if (root["devices"]) {
+    devices = device_list(file, root["devices"], "devices", cluster.gpu_count());
+  } else {
+    devices.resize(cluster.gpu_count());
+    std::iota(devices.begin(), devices.end(), 0);
+  }
+  const long dp_default = static_cast<long>(devices.size()) / (tp * pp);
+  const int dp = static_cast<int>(get_int(file, root, "", "data_parallel", 1, std::max(1L, dp_default)));
+  if (static_cast<size_t>(tp) * pp * dp != devices.size()) {
+    throw InputError(file + ": tensor_parallel x pipeline_parallel x data_parallel = " +
+                     std::to_string(tp) + " x " + std::to_string(pp) + " x " + std::to_string(dp) +
+                     " = " + std::to_string(tp * pp * dp) + ", but the plan has " +
+                     std::to_string(devices.size()) + " GPUs" +
+                     (root["devices"] ? " (devices)" : " (the whole cluster; set devices to use fewer)"));
+  }
+  p.uniform = true;
+  p.tensor_parallel = tp;
+  p.pipeline_parallel = pp;
+  p.data_parallel = dp;
+  p.global_batch_size = get_int(file, root, "", "global_batch_size", 1);
+  if (p.global_batch_size % (p.micro_batch_size * dp) != 0) {
+    throw InputError(where(file, root["global_batch_size"]) + ": global_batch_size: " +
+                     std::to_string(p.global_batch_size) + " is not divisible by micro_batch_size x "
+                     "data_parallel = " + std::to_string(p.micro_batch_size * dp));
+  }
+  const int m = static_cast<int>(p.global_batch_size / (p.micro_batch_size * dp));
+  if (model.layers < pp * v) {
+    throw InputError(file + ": pipeline_parallel x interleave = " + std::to_string(pp * v) +
+                     " exceeds the " + std::to_string(model.layers) +
+                     " layers: a stage with no layers");
+  }
+  if (model.layers % (pp * v) != 0) {
+    throw InputError(file + ": pipeline_parallel x interleave = " + std::to_string(pp * v) +
+                     " does not divide the " + std::to_string(model.layers) + " layers");
+  }
+  if (p.schedule == Schedule::interleaved && m % pp != 0) {
+    throw InputError(file + ": schedule interleaved needs the micro-batches per replica (" +
+                     std::to_string(m) + ") to be a multiple of pipeline_parallel (" +
+                     std::to_string(pp) + ")");
+  }
+  const int per_chunk = model.layers / (pp * v);
+  for (int r = 0; r < dp; ++r) {
+    ReplicaPlan rep;
+    rep.micro_batches = m;
+    for (int s = 0; s < pp; ++s) {
+      StagePlan st;
+      st.first_layer = s * per_chunk;
+      st.layers = per_chunk;
+      for (int t = 0; t < tp; ++t) st.devices.push_back(devices[t + tp * (r + dp * s)]);
+      check_stage(file + ": stage " + std::to_string(s), model, cluster, st);
+      rep.stages.push_back(std::move(st));
+    }
+    p.replicas.push_back(std::move(rep));
+  }
+  return p;
+}
+
+}  // namespace hetsim::workload

@@ -1,0 +1,70 @@
+// A parallel plan: how a model's layers and batch are split over a cluster's GPUs. Uniform
+// Megatron-style plans (tensor x pipeline x data parallel) and heterogeneous plans (replicas
+// with their own batch share, stages with their own layers, devices and tensor-parallel degree)
+// resolve to the same layout of replicas and stages.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "sim/platform/cluster.h"
+#include "sim/workload/model.h"
+#include "sim/workload/ops.h"
+
+namespace hetsim::workload {
+
+enum class Schedule { gpipe, one_f_one_b, interleaved };
+enum class Recompute { none, selective, full };
+std::string to_string(Schedule s);
+std::string to_string(Recompute r);
+
+struct StagePlan {
+  int first_layer = 0;
+  int layers = 0;  // per model chunk when interleaved: the chunks of one stage are equal
+  std::vector<platform::GpuId> devices;  // the tensor-parallel group, rank order
+  int tensor_parallel() const { return static_cast<int>(devices.size()); }
+};
+
+struct ReplicaPlan {
+  std::vector<StagePlan> stages;
+  int micro_batches = 0;
+};
+
+struct Plan {
+  std::string source;
+  int64_t micro_batch_size = 1;
+  int64_t global_batch_size = 0;
+  int64_t sequence_length = 0;
+  Schedule schedule = Schedule::one_f_one_b;
+  int interleave = 1;  // model chunks per stage (interleaved schedule)
+  Recompute recompute = Recompute::none;
+  bool sequence_parallel = false;
+  int zero_stage = 0;
+  Precision precision = Precision::bf16;
+  bool flash_attention = true;
+  bool fp32_main_grads = true;    // Megatron keeps fp32 gradients: 18 bytes per parameter
+  double bucket_bytes = 40e6 * 4;  // gradient all-reduce bucket (Megatron: 40M fp32 elements)
+  bool uniform = true;
+  int tensor_parallel = 1, pipeline_parallel = 1, data_parallel = 1;  // uniform plans
+  std::vector<ReplicaPlan> replicas;
+
+  int stages() const { return static_cast<int>(replicas.front().stages.size()); }
+};
+
+struct PlanOptions {
+  std::vector<std::string> sets;  // --plan-set PATH=VALUE
+};
+
+// Reads and validates a plan against the model and the cluster. Throws InputError for
+// impossible plans: degrees that do not multiply to the device count, a batch that does not
+// divide, tensor parallelism wider than the heads, a stage with no layers, ...
+Plan load_plan(const std::string& path, const ModelConfig& model, const platform::Cluster& cluster,
+               const PlanOptions& options = {});
+Plan load_plan_text(const std::string& text, const std::string& file, const ModelConfig& model,
+                    const platform::Cluster& cluster, const PlanOptions& options = {});
+
+// A uniform plan built in code (used by the benchmark and tests).
+Plan uniform_plan(const ModelConfig& model, const platform::Cluster& cluster, int tp, int pp,
+                  int dp, int64_t micro_batch, int64_t global_batch, int64_t sequence);
+
+}  // namespace hetsim::workload

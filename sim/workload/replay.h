@@ -1,0 +1,46 @@
+// Replays a TrainingJob on the engine: every group's program on its compute stream, tensor- and
+// data-parallel collectives and pipeline transfers as flows on the cluster's links.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "sim/network/flow_network.h"
+#include "sim/workload/training_job.h"
+
+namespace hetsim::workload {
+
+enum class WaitReason { none, tensor_parallel, pipeline, data_parallel };
+
+// Observers attach tracing and statistics; the replay never tests for them.
+class ReplayObserver {
+ public:
+  virtual ~ReplayObserver() = default;
+  // A compute segment ran on a group's compute stream.
+  virtual void on_compute(const TrainingJob&, uint32_t /*group*/, const Task&, Time /*start*/,
+                          Time /*end*/) {}
+  // A collective ran on a group's stream ("tp" or "dp"); `name` from the program.
+  virtual void on_collective(const TrainingJob&, uint32_t /*group*/, const char* /*stream*/,
+                             const std::string& /*name*/, const Task&, Time /*start*/,
+                             Time /*end*/) {}
+  // A pipeline transfer from one group to another.
+  virtual void on_transfer(const TrainingJob&, uint32_t /*from*/, uint32_t /*to*/, const Task&,
+                           Time /*start*/, Time /*end*/) {}
+};
+
+struct GroupTimes {
+  Time compute;
+  Time tp_wait, pp_wait, dp_wait;
+  Time finish;
+};
+
+struct ReplayResult {
+  Time iteration;
+  std::vector<GroupTimes> groups;
+  uint64_t events = 0;
+  uint64_t flows = 0;
+};
+
+ReplayResult replay(const TrainingJob& job, ReplayObserver* observer = nullptr);
+
+}  // namespace hetsim::workload

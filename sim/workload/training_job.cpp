@@ -1,0 +1,276 @@
+// Builds the per-group programs of one iteration; see training_job.h.
+#include "sim/workload/training_job.h"
+
+#include <algorithm>
+#include <map>
+
+#include "sim/core/error.h"
+
+namespace hetsim::workload {
+
+std::vector<ScheduleItem> stage_schedule(Schedule s, int stage, int stages, int m, int chunks) {
+  std::vector<ScheduleItem> out;
+  const int p = stages;
+  auto F = [&](int mb, int c) { out.push_back({true, static_cast<uint32_t>(mb), static_cast<uint16_t>(c)}); };
+  auto B = [&](int mb, int c) { out.push_back({false, static_cast<uint32_t>(mb), static_cast<uint16_t>(c)}); };
+  if (s == Schedule::gpipe) {
+    for (int i = 0; i < m; ++i) F(i, 0);
+    for (int i = 0; i < m; ++i) B(i, 0);
+    return out;
+  }
+  if (s == Schedule::one_f_one_b) {
+    const int warmup = std::min(p - stage - 1, m);
+    for (int i = 0; i < warmup; ++i) F(i, 0);
+    for (int i = 0; i < m - warmup; ++i) {
+      F(warmup + i, 0);
+      B(i, 0);
+    }
+    for (int i = m - warmup; i < m; ++i) B(i, 0);
+    return out;
+  }
+  // Interleaved 1F1B (Narayanan et al. SC'21; Megatron-LM's schedule): virtual micro-batch k
+  // runs chunk (k mod pv) / p forward and the mirror chunk backward; groups of p micro-batches.
+  const int v = chunks, total = m * v;
+  auto mb_of = [&](int k) { return (k / (p * v)) * p + k % p; };
+  auto chunk_fwd = [&](int k) { return (k % (p * v)) / p; };
+  auto chunk_bwd = [&](int k) { return v - 1 - (k % (p * v)) / p; };
+  const int warmup = m == p ? total : std::min((p - stage - 1) * 2 + (v - 1) * p, total);
+  for (int k = 0; k < warmup; ++k) F(mb_of(k), chunk_fwd(k));
+  for (int i = 0; i < total - warmup; ++i) {
+    F(mb_of(warmup + i), chunk_fwd(warmup + i));
+    B(mb_of(i), chunk_bwd(i));
+  }
+  for (int k = total - warmup; k < total; ++k) B(mb_of(k), chunk_bwd(k));
+  return out;
+}
+
+namespace {
+
+class GroupBuilder {
+ public:
+  GroupBuilder(Group& g, const ModelConfig& m, const Plan& p, const CostModel& cost,
+               const LayerShape& shape)
+      : g_(g), m_(m), p_(p), cost_(cost), shape_(shape) {}
+
+  // Steps -> tasks, merging consecutive kernels; cached by name (the shapes never change within
+  // a group).
+  const std::vector<Task>& piece(const std::string& name, const std::vector<Step>& steps) {
+    auto it = pieces_.find(name);
+    if (it != pieces_.end()) return it->second;
+    std::vector<Task> tasks;
+    Segment seg;
+    auto flush = [&] {
+      if (seg.ops.empty()) return;
+      Task t;
+      t.kind = TaskKind::compute;
+      t.index = static_cast<uint32_t>(g_.segments.size());
+      g_.segments.push_back(std::move(seg));
+      seg = Segment{};
+      tasks.push_back(t);
+    };
+    bool wait_after_next = false;
+    for (const Step& st : steps) {
+      if (st.comm != CommKind::none) {
+        flush();
+        Task t;
+        t.kind = TaskKind::tp_comm;
+        t.index = static_cast<uint32_t>(g_.comms.size());
+        g_.comms.push_back(CommTemplate{st.comm, st.comm_bytes, st.async, st.op.name});
+        tasks.push_back(t);
+        wait_after_next = st.async;
+        continue;
+      }
+      const Time d = cost_.duration(st.op, *g_.gpu, p_.precision);
+      g_.ops.push_back(st.op);
+      seg.ops.emplace_back(static_cast<uint32_t>(g_.ops.size() - 1), d);
+      seg.duration += d;
+      seg.flops += st.op.flops;
+      seg.model_flops += st.op.model_flops;
+      if (wait_after_next) {
+        flush();
+        Task w;
+        w.kind = TaskKind::tp_wait;
+        tasks.push_back(w);
+        wait_after_next = false;
+      }
+    }
+    flush();
+    if (wait_after_next) {
+      Task w;
+      w.kind = TaskKind::tp_wait;
+      tasks.push_back(w);
+    }
+    return pieces_.emplace(name, std::move(tasks)).first->second;
+  }
+
+  void emit(const std::vector<Task>& tasks, Pass pass, int layer, uint32_t mb, uint16_t chunk) {
+    for (Task t : tasks) {
+      t.pass = pass;
+      t.layer = layer;
+      t.micro_batch = mb;
+      t.chunk = chunk;
+      if (t.kind == TaskKind::compute) {
+        const Segment& s = g_.segments[t.index];
+        g_.compute_flops += s.flops;
+        if (pass != Pass::recompute) g_.model_flops += s.model_flops;
+      }
+      g_.program.push_back(t);
+    }
+  }
+
+  void emit_one(TaskKind k, Pass pass, uint32_t mb, uint16_t chunk, uint32_t index = 0) {
+    Task t;
+    t.kind = k;
+    t.pass = pass;
+    t.micro_batch = mb;
+    t.chunk = chunk;
+    t.index = index;
+    g_.program.push_back(t);
+  }
+
+  uint32_t dp_collective(CommKind kind, double bytes, const std::string& name) {
+    g_.dp.push_back(DpCollective{kind, bytes, name});
+    emit_one(TaskKind::dp_comm, Pass::other, 0, 0, static_cast<uint32_t>(g_.dp.size() - 1));
+    return static_cast<uint32_t>(g_.dp.size());  // collectives issued so far
+  }
+  void dp_wait(uint32_t issued) { emit_one(TaskKind::dp_wait, Pass::other, 0, 0, issued); }
+
+  const ModelConfig& model() const { return m_; }
+
+ private:
+  Group& g_;
+  const ModelConfig& m_;
+  const Plan& p_;
+  const CostModel& cost_;
+  LayerShape shape_;
+  std::map<std::string, std::vector<Task>> pieces_;
+};
+
+}  // namespace
+
+TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
+                               const platform::Cluster& cluster, const CostModel& cost) {
+  TrainingJob job;
+  job.model = &model;
+  job.plan = &plan;
+  job.cluster = &cluster;
+  const int P = plan.stages();
+  const int v = plan.interleave;
+  job.chunks = v;
+  const int V = P * v;
+  const bool dp = plan.replicas.size() > 1;
+  const double e = element_bytes(plan.precision);
+  const double grad_bytes = plan.fp32_main_grads ? 4 : e;
+  job.activation_bytes_per_transfer =
+      e * static_cast<double>(plan.micro_batch_size) * plan.sequence_length * model.hidden;
+  std::map<std::string, bool> sources;
+  for (size_t r = 0; r < plan.replicas.size(); ++r) {
+    const ReplicaPlan& rep = plan.replicas[r];
+    for (int s = 0; s < P; ++s) {
+      const StagePlan& st = rep.stages[s];
+      Group g;
+      g.replica = static_cast<uint32_t>(r);
+      g.stage = static_cast<uint32_t>(s);
+      g.devices = st.devices;
+      g.gpu = cluster.gpu(st.devices.front()).profile;
+      const int t = st.tensor_parallel();
+      LayerShape shape;
+      shape.micro_batch = plan.micro_batch_size;
+      shape.sequence = plan.sequence_length;
+      shape.tensor_parallel = t;
+      shape.sequence_parallel = plan.sequence_parallel && t > 1;
+      shape.flash_attention = plan.flash_attention;
+      shape.precision = plan.precision;
+      // Layers of each chunk: uniform plans interleave chunks over stages (Megatron).
+      auto chunk_first = [&](int c) {
+        return plan.uniform ? (c * P + s) * st.layers : st.first_layer;
+      };
+      const bool first_virtual_holder = s == 0;
+      const bool last_virtual_holder = s == P - 1;
+      g.params = (static_cast<double>(model.layer_params()) * st.layers * v +
+                  (first_virtual_holder ? model.embedding_params() : 0) +
+                  (last_virtual_holder ? model.output_params() : 0)) /
+                 t;
+      if (last_virtual_holder && model.tied_embeddings && P > 1) {
+        g.params += static_cast<double>(model.vocab) * model.hidden / t;  // the output copy
+      }
+      GroupBuilder b(g, model, plan, cost, shape);
+      const auto& lf = b.piece("layer.fwd", layer_forward(model, shape));
+      const auto& lb = b.piece("layer.bwd", layer_backward(model, shape));
+      const auto& ef = b.piece("embedding.fwd", embedding_forward(model, shape));
+      const auto& eb = b.piece("embedding.bwd", embedding_backward(model, shape));
+      const auto& hf = b.piece("head.fwd", head_forward(model, shape));
+      const auto& hb = b.piece("head.bwd", head_backward(model, shape));
+      const double layer_grad = grad_bytes * model.layer_params() / t;
+      const double layer_weights = e * model.layer_params() / t;
+      const auto order = stage_schedule(plan.schedule, s, P, rep.micro_batches, v);
+      // The last backward of each chunk is where its gradients become final.
+      std::vector<int> last_bwd_mb(v, -1);
+      for (const ScheduleItem& it : order) {
+        if (!it.forward) last_bwd_mb[it.chunk] = static_cast<int>(it.micro_batch);
+      }
+      double bucket = 0;
+      uint32_t issued = 0;
+      auto flush_bucket = [&] {
+        if (!dp || bucket <= 0) return;
+        issued = b.dp_collective(plan.zero_stage >= 1 ? CommKind::reducescatter : CommKind::allreduce,
+                                 bucket, "dp.grads");
+        bucket = 0;
+      };
+      for (const ScheduleItem& it : order) {
+        const int vs = it.chunk * P + s;
+        const int first = chunk_first(it.chunk);
+        if (it.forward) {
+          if (vs > 0) b.emit_one(TaskKind::recv, Pass::forward, it.micro_batch, it.chunk);
+          if (vs == 0) b.emit(ef, Pass::forward, -1, it.micro_batch, it.chunk);
+          for (int l = first; l < first + st.layers; ++l) {
+            if (dp && plan.zero_stage == 3) b.dp_wait(b.dp_collective(CommKind::allgather, layer_weights, "zero3.params"));
+            b.emit(lf, Pass::forward, l, it.micro_batch, it.chunk);
+          }
+          if (vs == V - 1) {
+            b.emit(hf, Pass::forward, -1, it.micro_batch, it.chunk);
+          } else {
+            b.emit_one(TaskKind::send, Pass::forward, it.micro_batch, it.chunk);
+          }
+        } else {
+          if (vs < V - 1) b.emit_one(TaskKind::recv, Pass::backward, it.micro_batch, it.chunk);
+          if (vs == V - 1) b.emit(hb, Pass::backward, -1, it.micro_batch, it.chunk);
+          const bool last = static_cast<int>(it.micro_batch) == last_bwd_mb[it.chunk];
+          for (int l = first + st.layers - 1; l >= first; --l) {
+            if (dp && plan.zero_stage == 3) b.dp_wait(b.dp_collective(CommKind::allgather, layer_weights, "zero3.params"));
+            if (plan.recompute == Recompute::full) b.emit(lf, Pass::recompute, l, it.micro_batch, it.chunk);
+            b.emit(lb, Pass::backward, l, it.micro_batch, it.chunk);
+            if (dp && plan.zero_stage >= 2) {
+              issued = b.dp_collective(CommKind::reducescatter, layer_grad, "zero.grads");
+            } else if (last) {
+              bucket += layer_grad;
+              if (bucket >= plan.bucket_bytes) flush_bucket();
+            }
+          }
+          if (vs == 0) b.emit(eb, Pass::backward, -1, it.micro_batch, it.chunk);
+          if (vs > 0) b.emit_one(TaskKind::send, Pass::backward, it.micro_batch, it.chunk);
+        }
+      }
+      // Embedding and head gradients join the last bucket.
+      if (dp && plan.zero_stage < 2) {
+        bucket += grad_bytes * ((first_virtual_holder ? model.embedding_params() : 0) +
+                                (last_virtual_holder ? model.output_params() : 0)) /
+                  t;
+        flush_bucket();
+      }
+      if (issued > 0) b.dp_wait(issued);
+      const double shard = plan.zero_stage >= 1 && dp ? g.params / plan.replicas.size() : g.params;
+      const auto& opt = b.piece("optimizer", {Step{optimizer_step(shard, plan.precision)}});
+      b.emit(opt, Pass::other, -1, 0, 0);
+      if (dp && (plan.zero_stage == 1 || plan.zero_stage == 2)) {
+        b.dp_wait(b.dp_collective(CommKind::allgather, e * g.params, "zero.params"));
+      }
+      sources[g.gpu->name + ": " + cost.source(Op{}, *g.gpu)] = true;
+      job.groups.push_back(std::move(g));
+    }
+  }
+  for (const auto& [k, _] : sources) job.op_sources.push_back(k);
+  return job;
+}
+
+}  // namespace hetsim::workload

@@ -1,0 +1,101 @@
+// (model, plan, cluster, cost model) -> the programs every device group runs in one training
+// iteration: kernels merged into segments between communication points, tensor-parallel
+// collectives, pipeline sends and receives in the schedule's order, gradient buckets, the
+// optimizer. One group is one pipeline stage of one data-parallel replica: its tensor-parallel
+// ranks run identical kernels at identical times (same GPU type, same shapes), so one program
+// stands for all of them, while every rank's communication is simulated as flows.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "sim/platform/cluster.h"
+#include "sim/workload/cost_model.h"
+#include "sim/workload/model.h"
+#include "sim/workload/plan.h"
+
+namespace hetsim::workload {
+
+enum class TaskKind : uint8_t {
+  compute,   // a segment of kernels
+  tp_comm,   // a tensor-parallel collective (sync, or async: see tp_wait)
+  tp_wait,   // wait for the async tensor-parallel collectives in flight
+  recv,      // wait for a pipeline transfer to arrive
+  send,      // start a pipeline transfer (does not block)
+  dp_comm,   // queue a data-parallel collective (gradient bucket, ZeRO gather)
+  dp_wait,   // wait until `index` data-parallel collectives have completed
+};
+
+enum class Pass : uint8_t { forward, backward, recompute, other };
+
+struct Task {
+  TaskKind kind = TaskKind::compute;
+  Pass pass = Pass::other;
+  uint16_t chunk = 0;    // model chunk (interleaved schedule)
+  uint32_t index = 0;    // segment, comm template or data-parallel collective
+  int32_t layer = -1;    // model layer, -1 outside the layers
+  uint32_t micro_batch = 0;
+};
+
+struct Segment {
+  Time duration;
+  double flops = 0, model_flops = 0;
+  std::vector<std::pair<uint32_t, Time>> ops;  // op index into Group::ops, duration
+};
+
+struct CommTemplate {
+  CommKind kind = CommKind::allreduce;
+  double bytes = 0;
+  bool async = false;
+  std::string name;
+};
+
+// A data-parallel collective: one per tensor-parallel rank, over that rank's peers in every
+// replica.
+struct DpCollective {
+  CommKind kind = CommKind::allreduce;
+  double bytes = 0;  // per rank
+  std::string name;
+};
+
+struct Group {
+  uint32_t replica = 0, stage = 0;
+  std::vector<platform::GpuId> devices;
+  const config::GpuProfile* gpu = nullptr;
+  std::vector<Op> ops;
+  std::vector<Segment> segments;
+  std::vector<CommTemplate> comms;
+  std::vector<DpCollective> dp;
+  std::vector<Task> program;
+  double params = 0;           // parameters held per device
+  double compute_flops = 0;    // executed FLOPs per device over the iteration
+  double model_flops = 0;      // MFU numerator per device
+};
+
+struct TrainingJob {
+  const ModelConfig* model = nullptr;
+  const Plan* plan = nullptr;
+  const platform::Cluster* cluster = nullptr;
+  std::vector<Group> groups;                   // replica-major: groups[r * stages + s]
+  double activation_bytes_per_transfer = 0;    // one micro-batch's layer-boundary activation
+  int chunks = 1;
+  std::vector<std::string> op_sources;         // "datasheet", ... by GPU type, for the report
+
+  const Group& group(uint32_t replica, uint32_t stage) const {
+    return groups[replica * plan->stages() + stage];
+  }
+};
+
+// The order in which one stage runs forward and backward passes: (pass, micro-batch, chunk).
+struct ScheduleItem {
+  bool forward = true;
+  uint32_t micro_batch = 0;
+  uint16_t chunk = 0;
+};
+std::vector<ScheduleItem> stage_schedule(Schedule s, int stage, int stages, int micro_batches,
+                                         int chunks);
+
+TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
+                               const platform::Cluster& cluster, const CostModel& cost);
+
+}  // namespace hetsim::workload
