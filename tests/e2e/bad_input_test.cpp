@@ -210,8 +210,8 @@ const BadFlagCase kBadFlags[] = {
      "hetsim: error: The following argument was not expected: --frobnicate (see hetsim --help)\n"},
     {"UnknownSubcommandIsRejected",
      {"frobnicate"},
-     "hetsim: error: unknown command \"frobnicate\" (expected collective or bench; see hetsim "
-     "--help)\n"},
+     "hetsim: error: unknown command \"frobnicate\" (expected simulate, collective or bench; see "
+     "hetsim --help)\n"},
     {"MissingSubcommandIsRejected",
      {},
      "hetsim: error: A subcommand is required (see hetsim --help)\n"},
