@@ -14,6 +14,9 @@
 #include "sim/core/error.h"
 #include "sim/network/collective_runner.h"
 #include "sim/report/collective_report.h"
+#include "sim/report/training_report.h"
+#include "sim/workload/memory.h"
+#include "sim/workload/replay.h"
 
 namespace hetsim::cli {
 
@@ -77,6 +80,65 @@ void add_bench_command(CLI::App& app, Action& action) {
       "nodes in a rail-optimised fat tree");
   net->add_option("--gpus", o->gpus, "GPU counts (multiples of 8)")->capture_default_str();
   net->add_option("--bytes", o->bytes, "All-reduce size")->capture_default_str();
+  CLI::App* train = cmd->add_subcommand(
+      "training",
+      "One iteration of GPT-3 175B on 1024 A100 (TP 8, PP 8, DP 16, batch 1536, micro-batch 1) "
+      "and of Llama 3 405B on 16384 H100 (TP 8, PP 16, DP 128, batch 2048 x 8192 tokens)");
+  auto which = std::make_shared<std::vector<std::string>>(
+      std::vector<std::string>{"gpt3-175b", "llama3-405b"});
+  train->add_option("--cases", *which, "Cases to run: gpt3-175b, llama3-405b")
+      ->capture_default_str();
+  train->callback([which, &action] {
+    action = [which] {
+      struct Case {
+        std::string name, model, cluster;
+        int nodes, tp, pp, dp;
+        int64_t batch, seq;
+      };
+      const std::vector<Case> all = {
+          {"gpt3-175b", "gpt3-175b", "dgx-a100", 128, 8, 8, 16, 1536, 2048},
+          {"llama3-405b", "llama3-405b", "dgx-h100", 2048, 8, 16, 128, 2048, 8192}};
+      for (const std::string& w : *which) {
+        if (std::none_of(all.begin(), all.end(), [&](const Case& c) { return c.name == w; })) {
+          throw InputError("--cases: unknown case \"" + w +
+                           "\" (expected gpt3-175b or llama3-405b)");
+        }
+      }
+      std::cout << fmt::format("{:<12} {:>6} {:>10} {:>12} {:>12} {:>8} {:>12}\n", "case", "gpus",
+                               "wall_s", "peak_MiB", "iteration_s", "mfu", "events");
+      for (const Case& k : all) {
+        if (std::find(which->begin(), which->end(), k.name) == which->end()) continue;
+        const CaseResult r = run_isolated([&] {
+          const auto t0 = std::chrono::steady_clock::now();
+          const workload::ModelConfig model = workload::load_model(k.model);
+          config::ClusterOptions opt;
+          opt.nodes = k.nodes;
+          const platform::Cluster c(config::load_cluster(k.cluster, opt));
+          workload::Plan plan =
+              workload::uniform_plan(model, c, k.tp, k.pp, k.dp, 1, k.batch, k.seq);
+          plan.recompute = workload::Recompute::selective;
+          plan.sequence_parallel = true;
+          const workload::DatasheetCostModel cost;
+          const workload::TrainingJob job = workload::build_training_job(model, plan, c, cost);
+          const auto result = workload::replay(job);
+          const auto rep =
+              report::make_training_report(job, result, workload::memory_per_group(job));
+          CaseResult cr;
+          cr.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          cr.sim_s = rep.iteration_time_s;
+          cr.busbw = rep.mfu;
+          std::snprintf(cr.algorithm, sizeof cr.algorithm, "%llu",
+                        static_cast<unsigned long long>(rep.events));
+          return cr;
+        });
+        std::cout << fmt::format("{:<12} {:>6} {:>10.2f} {:>12.1f} {:>12.3f} {:>8.3f} {:>12}\n",
+                                 k.name, k.nodes * 8, r.wall_s, r.peak_kib / 1024.0, r.sim_s,
+                                 r.busbw, r.algorithm)
+                  << std::flush;
+      }
+      return 0;
+    };
+  });
   cmd->require_subcommand(1);
   net->callback([o, &action] {
     action = [o] {

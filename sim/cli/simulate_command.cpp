@@ -42,7 +42,8 @@ void add_simulate_command(CLI::App& app, Action& action) {
   cmd->callback([o, &action] {
     action = [o] {
       const workload::ModelConfig model = workload::load_model(o->model);
-      const platform::Cluster cluster(config::load_cluster(o->cluster.cluster, o->cluster.options()));
+      const platform::Cluster cluster(
+          config::load_cluster(o->cluster.cluster, o->cluster.options()));
       workload::PlanOptions popt;
       popt.sets = o->plan_sets;
       const workload::Plan plan = workload::load_plan(o->plan, model, cluster, popt);

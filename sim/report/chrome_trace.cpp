@@ -67,12 +67,14 @@ TraceFilter make_trace_filter(const platform::Cluster& c, const std::string& dev
     f.devices.assign(c.gpu_count(), false);
     for (uint32_t g = 0; g < c.node(0).gpu_count; ++g) f.devices[c.node(0).first_gpu + g] = true;
   }
-  if (!micro_batches.empty()) f.micro_batches = parse_set(micro_batches, 1 << 20, "--trace-micro-batches");
+  if (!micro_batches.empty())
+    f.micro_batches = parse_set(micro_batches, 1 << 20, "--trace-micro-batches");
   return f;
 }
 
 bool ChromeTrace::keep_mb(uint32_t mb) const {
-  return filter_.micro_batches.empty() || (mb < filter_.micro_batches.size() && filter_.micro_batches[mb]);
+  return filter_.micro_batches.empty() ||
+         (mb < filter_.micro_batches.size() && filter_.micro_batches[mb]);
 }
 
 void ChromeTrace::on_compute(const workload::TrainingJob&, uint32_t group, const workload::Task& t,
@@ -97,10 +99,8 @@ void ChromeTrace::on_transfer(const workload::TrainingJob&, uint32_t from, uint3
 
 void ChromeTrace::write(std::ostream& out, const workload::TrainingJob& job) {
   const platform::Cluster& c = *job.cluster;
-  auto keep_dev = [&](platform::GpuId d) {
-    return filter_.devices.empty() || filter_.devices[d];
-  };
-  auto us = [](Time t) { return fmt::format("{:.3f}", t.ps() * 1e-6); };
+  auto keep_dev = [&](platform::GpuId d) { return filter_.devices.empty() || filter_.devices[d]; };
+  auto us = [](Time t) { return fmt::format("{:.6f}", t.ps() * 1e-6); };  // exact: ps
   bool first = true;
   auto emit = [&](const std::string& e) {
     out << (first ? "\n" : ",\n") << e;
@@ -115,19 +115,20 @@ void ChromeTrace::write(std::ostream& out, const workload::TrainingJob& job) {
     if (!keep_dev(d)) continue;
     const uint32_t node = c.gpu(d).node;
     if (nodes.insert(node).second) {
-      emit(fmt::format(R"j({{"ph":"M","name":"process_name","pid":{},"args":{{"name":"node{} ({})"}}}})j",
-                       node, node, c.node_type(node).name));
+      emit(fmt::format(
+          R"j({{"ph":"M","name":"process_name","pid":{},"args":{{"name":"node{} ({})"}}}})j", node,
+          node, c.node_type(node).name));
     }
     for (int s = 0; s < 3; ++s) {
-      emit(fmt::format(R"j({{"ph":"M","name":"thread_name","pid":{},"tid":{},"args":{{"name":"gpu{} {}"}}}})j",
-                       node, c.gpu(d).local * 4 + s, c.gpu(d).local, streams[s]));
+      emit(fmt::format(
+          R"j({{"ph":"M","name":"thread_name","pid":{},"tid":{},"args":{{"name":"gpu{} {}"}}}})j",
+          node, c.gpu(d).local * 4 + s, c.gpu(d).local, streams[s]));
     }
   }
   uint64_t flow_id = 0;
   for (const Record& r : records_) {
     const workload::Group& g = job.groups[r.group];
-    const std::string where =
-        r.task.layer >= 0 ? fmt::format(" L{}", r.task.layer) : std::string();
+    const std::string where = r.task.layer >= 0 ? fmt::format(" L{}", r.task.layer) : std::string();
     const std::string tag =
         r.task.pass == workload::Pass::other
             ? std::string()
@@ -137,12 +138,16 @@ void ChromeTrace::write(std::ostream& out, const workload::TrainingJob& job) {
       const workload::Group& dst = job.groups[r.to];
       const platform::GpuId a = g.devices.front(), b = dst.devices.front();
       if (!keep_dev(a) && !keep_dev(b)) continue;
-      const std::string name = fmt::format("send {} mb{}", r.task.pass == workload::Pass::backward ? "grad" : "act", r.task.micro_batch);
+      const std::string name =
+          fmt::format("send {} mb{}", r.task.pass == workload::Pass::backward ? "grad" : "act",
+                      r.task.micro_batch);
       ++flow_id;
-      emit(fmt::format(R"j({{"ph":"s","id":{},"name":"{}","cat":"pipeline","ts":{},"pid":{},"tid":{}}})j",
-                       flow_id, name, us(r.start), c.gpu(a).node, c.gpu(a).local * 4));
-      emit(fmt::format(R"j({{"ph":"f","bp":"e","id":{},"name":"{}","cat":"pipeline","ts":{},"pid":{},"tid":{}}})j",
-                       flow_id, name, us(r.end), c.gpu(b).node, c.gpu(b).local * 4));
+      emit(fmt::format(
+          R"j({{"ph":"s","id":{},"name":"{}","cat":"pipeline","ts":{},"pid":{},"tid":{}}})j",
+          flow_id, name, us(r.start), c.gpu(a).node, c.gpu(a).local * 4));
+      emit(fmt::format(
+          R"j({{"ph":"f","bp":"e","id":{},"name":"{}","cat":"pipeline","ts":{},"pid":{},"tid":{}}})j",
+          flow_id, name, us(r.end), c.gpu(b).node, c.gpu(b).local * 4));
       continue;
     }
     for (platform::GpuId d : g.devices) {
@@ -150,14 +155,16 @@ void ChromeTrace::write(std::ostream& out, const workload::TrainingJob& job) {
       const uint32_t pid = c.gpu(d).node;
       const uint32_t tid = c.gpu(d).local * 4 + (r.kind == 0 ? 0 : r.kind);
       if (r.kind != 0) {
-        emit(fmt::format(R"j({{"ph":"X","name":"{}{}","cat":"comm","ts":{},"dur":{},"pid":{},"tid":{}}})j",
-                         escape(r.name), tag, us(r.start), us(r.end - r.start), pid, tid));
+        emit(fmt::format(
+            R"j({{"ph":"X","name":"{}{}","cat":"comm","ts":{},"dur":{},"pid":{},"tid":{}}})j",
+            escape(r.name), tag, us(r.start), us(r.end - r.start), pid, tid));
         continue;
       }
       Time t = r.start;
       for (const auto& [op, dur] : g.segments[r.task.index].ops) {
-        emit(fmt::format(R"j({{"ph":"X","name":"{}{}","cat":"compute","ts":{},"dur":{},"pid":{},"tid":{}}})j",
-                         escape(g.ops[op].name), tag, us(t), us(dur), pid, tid));
+        emit(fmt::format(
+            R"j({{"ph":"X","name":"{}{}","cat":"compute","ts":{},"dur":{},"pid":{},"tid":{}}})j",
+            escape(g.ops[op].name), tag, us(t), us(dur), pid, tid));
         t += dur;
       }
     }

@@ -13,7 +13,7 @@
 namespace hetsim::report {
 
 struct TraceFilter {
-  std::vector<bool> devices;       // by GPU id; empty: all
+  std::vector<bool> devices;        // by GPU id; empty: all
   std::vector<bool> micro_batches;  // by micro-batch; empty: all
 };
 
@@ -25,8 +25,8 @@ TraceFilter make_trace_filter(const platform::Cluster& c, const std::string& dev
 class ChromeTrace : public workload::ReplayObserver {
  public:
   explicit ChromeTrace(TraceFilter f) : filter_(std::move(f)) {}
-  void on_compute(const workload::TrainingJob&, uint32_t group, const workload::Task& t,
-                  Time start, Time end) override;
+  void on_compute(const workload::TrainingJob&, uint32_t group, const workload::Task& t, Time start,
+                  Time end) override;
   void on_collective(const workload::TrainingJob&, uint32_t group, const char* stream,
                      const std::string& name, const workload::Task& t, Time start,
                      Time end) override;

@@ -55,9 +55,8 @@ TrainingReport make_training_report(const workload::TrainingJob& job,
       r.devices.push_back(dr);
     }
   }
-  std::sort(r.devices.begin(), r.devices.end(), [&](const DeviceReport& a, const DeviceReport& b) {
-    return a.id < b.id;
-  });
+  std::sort(r.devices.begin(), r.devices.end(),
+            [&](const DeviceReport& a, const DeviceReport& b) { return a.id < b.id; });
   r.gpus = r.devices.size();
   r.compute_s /= devices;
   r.tp_exposed_s /= devices;
@@ -127,8 +126,8 @@ std::string to_text(const TrainingReport& r) {
       "  time split     compute {} ({:.0f}%), exposed communication {} ({:.0f}%: tensor {}, data "
       "{}), pipeline bubble {} ({:.0f}%)   (mean over devices)\n",
       format_time(r.compute_s), 100 * r.compute_s / it, format_time(r.communication_exposed_s),
-      100 * r.communication_exposed_s / it, format_time(r.tp_exposed_s), format_time(r.dp_exposed_s),
-      format_time(r.bubble_s), 100 * r.bubble_s / it);
+      100 * r.communication_exposed_s / it, format_time(r.tp_exposed_s),
+      format_time(r.dp_exposed_s), format_time(r.bubble_s), 100 * r.bubble_s / it);
   s += "  op costs from  ";
   for (size_t i = 0; i < r.cost_sources.size(); ++i) s += (i ? "; " : "") + r.cost_sources[i];
   s += "\n";
@@ -142,7 +141,8 @@ std::string to_text(const TrainingReport& r) {
                      d.stage, format_time(d.busy_s), format_bytes(d.memory.peak),
                      format_bytes(d.memory.capacity), d.memory.oom() ? "  OOM" : "");
   }
-  if (r.devices.size() > 64) s += fmt::format("  ... {} devices in all (--json lists every one)\n", r.devices.size());
+  if (r.devices.size() > 64)
+    s += fmt::format("  ... {} devices in all (--json lists every one)\n", r.devices.size());
   if (r.oom) {
     s += "  OUT OF MEMORY:\n";
     size_t listed = 0;

@@ -102,8 +102,8 @@ Time DatasheetCostModel::duration(const Op& op, const config::GpuProfile& gpu, P
     }
     case OpKind::attention_forward:
     case OpKind::attention_backward: {
-      const double eff = op.kind == OpKind::attention_forward ? e_.attention_forward
-                                                              : e_.attention_backward;
+      const double eff =
+          op.kind == OpKind::attention_forward ? e_.attention_forward : e_.attention_backward;
       seconds = std::max(op.flops / (peak_flops(gpu, p) * eff), op.bytes / bw);
       break;
     }

@@ -17,9 +17,8 @@ double layer_activation_bytes(const ModelConfig& m, const LayerShape& s, Recompu
   const double outside_bytes = sb * (4 * e * h + 2 * h);
   // Inside: Q, K, V, the projection input, the activation input(s) and fc2's input.
   const double ffn_in = (m.activation == Activation::swiglu ? 2.0 : 1.0) * m.ffn_hidden;
-  const double inside = sb * e *
-                        (m.q_width() + 2.0 * m.kv_width() + m.q_width() + ffn_in + m.ffn_hidden) /
-                        t;
+  const double inside =
+      sb * e * (m.q_width() + 2.0 * m.kv_width() + m.q_width() + ffn_in + m.ffn_hidden) / t;
   // Standard attention stores the softmax output (16-bit) and its dropout mask (1 byte) and the
   // scores: 5 a s^2 b; flash attention and selective recompute store none of them.
   const double scores = (!s.flash_attention && r == Recompute::none)
@@ -67,7 +66,8 @@ std::vector<DeviceMemory> memory_per_group(const TrainingJob& job) {
     double work = 0;
     if (p.recompute == Recompute::full) work += layer_activation_bytes(m, s, Recompute::none);
     if (g.stage + 1 == static_cast<uint32_t>(p.stages())) {
-      work += 2.0 * 4 * static_cast<double>(s.micro_batch) * s.sequence * m.vocab / s.tensor_parallel;
+      work +=
+          2.0 * 4 * static_cast<double>(s.micro_batch) * s.sequence * m.vocab / s.tensor_parallel;
     }
     if (p.replicas.size() > 1) work += 2 * std::min(p.bucket_bytes, mem.gradients);
     mem.workspace = work;

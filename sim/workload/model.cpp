@@ -58,7 +58,8 @@ void validate(const ModelConfig& m, const std::string& file) {
                               std::to_string(m.kv_heads));
   }
   if (m.family != "gpt" && m.family != "llama" && m.family != "bert" && m.family != "gptneox") {
-    throw bad("family", "unknown value \"" + m.family + "\" (expected gpt, llama, bert or gptneox)");
+    throw bad("family",
+              "unknown value \"" + m.family + "\" (expected gpt, llama, bert or gptneox)");
   }
 }
 
@@ -72,10 +73,10 @@ ModelConfig load_model_yaml_text(const std::string& text, const std::string& fil
   } catch (const YAML::Exception& e) {
     throw InputError(file + ":" + std::to_string(e.mark.line + 1) + ": invalid YAML: " + e.msg);
   }
-  check_keys(file, root, "",
-             {"name", "family", "layers", "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden",
-              "vocab", "sequence", "activation", "norm", "position", "tied_embeddings", "causal",
-              "bias"});
+  check_keys(
+      file, root, "",
+      {"name", "family", "layers", "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "vocab",
+       "sequence", "activation", "norm", "position", "tied_embeddings", "causal", "bias"});
   ModelConfig m;
   m.source = file;
   m.name = get_string(file, root, "", "name");
@@ -155,8 +156,9 @@ ModelConfig load_model_hf_text(const std::string& text, const std::string& file)
     m.layers = get({"n_layer"});
     m.hidden = get({"n_embd"});
     m.heads = get({"n_head"});
-    m.ffn_hidden = j.contains("n_inner") && j["n_inner"].is_number_integer() ? j["n_inner"].get<int>()
-                                                                             : 4 * m.hidden;
+    m.ffn_hidden = j.contains("n_inner") && j["n_inner"].is_number_integer()
+                       ? j["n_inner"].get<int>()
+                       : 4 * m.hidden;
     m.vocab = get({"vocab_size"});
     m.sequence = get({"n_positions", "n_ctx"});
     m.activation = Activation::gelu;
@@ -214,8 +216,12 @@ ModelConfig load_model_hf_text(const std::string& text, const std::string& file)
                      "BertModel)");
   }
   if (m.kv_heads == 0) m.kv_heads = m.heads;
-  for (auto [v, name] : {std::pair{m.layers, "layers"}, {m.hidden, "hidden"}, {m.heads, "heads"},
-                         {m.ffn_hidden, "ffn_hidden"}, {m.vocab, "vocab"}, {m.sequence, "sequence"}}) {
+  for (auto [v, name] : {std::pair{m.layers, "layers"},
+                         {m.hidden, "hidden"},
+                         {m.heads, "heads"},
+                         {m.ffn_hidden, "ffn_hidden"},
+                         {m.vocab, "vocab"},
+                         {m.sequence, "sequence"}}) {
     if (v < 1) throw InputError(file + ": " + name + ": expected a positive integer");
   }
   m.head_dim = get_or("head_dim", m.hidden / m.heads);

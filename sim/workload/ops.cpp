@@ -19,7 +19,9 @@ std::string to_string(Precision p) {
   return "?";
 }
 
-int element_bytes(Precision p) { return p == Precision::fp32 ? 4 : 2; }  // fp8 keeps 16-bit activations
+int element_bytes(Precision p) {
+  return p == Precision::fp32 ? 4 : 2;
+}  // fp8 keeps 16-bit activations
 
 namespace {
 
@@ -85,21 +87,25 @@ struct Builder {
     // MFU numerator as Narayanan et al. do; causal kernels skip half of it.
     const double fwd = 4.0 * s.micro_batch * s.sequence * s.sequence * m.head_dim * heads;
     op.model_flops = forward ? fwd : 2 * fwd;
-    const double causal = m.causal ? 0.5 : 1.0;
-    // Flash attention recomputes the forward inside its backward kernel (FlashAttention-2 paper:
-    // backward = 2.5x forward); without it, the s x s scores are stored and read back.
+    // Flash attention skips the masked half of causal attention and recomputes the forward
+    // inside its backward kernel (FlashAttention-2: backward = 2.5x forward); standard attention
+    // computes the whole s x s score matrix, masks it, and stores it for the backward.
+    const double causal = m.causal && s.flash_attention ? 0.5 : 1.0;
     op.flops = causal * (forward ? fwd : (s.flash_attention ? 2.5 : 2.0) * fwd);
     const double kv_local = std::max<int64_t>(1, m.kv_heads / s.tensor_parallel);
     const double qkvo = e * tokens() * m.head_dim * (2.0 * heads + 2.0 * kv_local);
     const double scores =
         s.flash_attention ? 0 : e * s.micro_batch * heads * double(s.sequence) * s.sequence;
-    op.bytes = forward ? qkvo + 2 * scores : 2 * qkvo + 3 * scores;
+    // Standard attention moves the scores about 6 times forward (write S, fused scale-mask-
+    // softmax read and write, dropout read and write plus its mask, read by P V) and 9 times
+    // backward; flash attention keeps them on chip.
+    op.bytes = forward ? qkvo + 6 * scores : 2 * qkvo + 9 * scores;
     steps.push_back(Step{op});
   }
   void comm(CommKind k, double bytes, bool async = false) {
     if (s.tensor_parallel == 1) return;
     Step st;
-    st.op.name = k == CommKind::allreduce ? "tp.allreduce"
+    st.op.name = k == CommKind::allreduce   ? "tp.allreduce"
                  : k == CommKind::allgather ? "tp.allgather"
                                             : "tp.reducescatter";
     st.comm = k;
@@ -189,7 +195,8 @@ std::vector<Step> embedding_forward(const ModelConfig& m, const LayerShape& s) {
   // Vocabulary-parallel lookup: each rank holds V/t rows, the partial results are summed.
   b.memory("embedding", b.e * b.tokens() * m.hidden * 2);
   b.leave_tp_fwd();
-  if (m.position == Position::learned) b.memory("position_embedding", b.e * b.local_tokens() * m.hidden * 3);
+  if (m.position == Position::learned)
+    b.memory("position_embedding", b.e * b.local_tokens() * m.hidden * 3);
   return b.steps;
 }
 
@@ -221,6 +228,12 @@ std::vector<Step> head_backward(const ModelConfig& m, const LayerShape& s) {
          true);
   b.linear_wgrad("logits", m.hidden, v);
   b.memory("final_norm.bwd", b.norm_bytes() * 1.5);
+  return b.steps;
+}
+
+std::vector<Step> attention_recompute(const ModelConfig& m, const LayerShape& s) {
+  Builder b(m, s);
+  if (!s.flash_attention) b.attention(true);
   return b.steps;
 }
 

@@ -58,6 +58,9 @@ std::vector<Step> embedding_forward(const ModelConfig& m, const LayerShape& s);
 std::vector<Step> embedding_backward(const ModelConfig& m, const LayerShape& s);
 std::vector<Step> head_forward(const ModelConfig& m, const LayerShape& s);
 std::vector<Step> head_backward(const ModelConfig& m, const LayerShape& s);
+// Selective recomputation (Korthikanti et al.): the attention core, forward, again before the
+// layer's backward. Empty with flash attention, which recomputes inside its backward kernel.
+std::vector<Step> attention_recompute(const ModelConfig& m, const LayerShape& s);
 
 // The optimizer step over `params` local parameters (mixed-precision Adam: master weights and
 // moments in fp32), as one memory-bound kernel.

@@ -107,7 +107,8 @@ void check_stage(const std::string& where_, const ModelConfig& model,
   }
   if (model.kv_heads % t != 0 && t % model.kv_heads != 0) {
     throw InputError(where_ + ": tensor_parallel " + std::to_string(t) +
-                     " does not divide the key/value heads (" + std::to_string(model.kv_heads) + ")");
+                     " does not divide the key/value heads (" + std::to_string(model.kv_heads) +
+                     ")");
   }
   if (model.ffn_hidden % t != 0 || model.vocab % t != 0) {
     // Megatron pads the vocabulary; the FFN must split exactly.
@@ -161,15 +162,14 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
       throw InputError(file + ": " + e.what());
     }
   }
-  config::check_keys(
-      file, root, "",
-      {"tensor_parallel", "pipeline_parallel", "data_parallel", "micro_batch_size",
-       "global_batch_size", "sequence_length", "schedule", "interleave", "recompute",
-       "sequence_parallel", "zero_stage", "precision", "attention", "main_grads", "bucket_size",
-       "devices", "replicas"});
+  config::check_keys(file, root, "",
+                     {"tensor_parallel", "pipeline_parallel", "data_parallel", "micro_batch_size",
+                      "global_batch_size", "sequence_length", "schedule", "interleave", "recompute",
+                      "sequence_parallel", "zero_stage", "precision", "attention", "main_grads",
+                      "bucket_size", "devices", "replicas"});
   Plan p;
   p.source = file;
-  p.micro_batch_size = get_int(file, root, "", "micro_batch_size", 1);
+  p.micro_batch_size = get_int(file, root, "", "micro_batch_size", 1, 1);
   p.sequence_length = get_int(file, root, "", "sequence_length", 1, model.sequence);
   p.schedule = choice<Schedule>(file, root, "schedule",
                                 {{"gpipe", Schedule::gpipe},
@@ -178,8 +178,7 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
                                 Schedule::one_f_one_b);
   p.interleave = static_cast<int>(get_int(file, root, "", "interleave", 1, 1));
   if (p.schedule != Schedule::interleaved && p.interleave != 1) {
-    throw InputError(where(file, root["interleave"]) +
-                     ": interleave: needs schedule: interleaved");
+    throw InputError(where(file, root["interleave"]) + ": interleave: needs schedule: interleaved");
   }
   p.recompute = choice<Recompute>(
       file, root, "recompute",
@@ -193,9 +192,10 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
                                   Precision::bf16);
   p.flash_attention =
       choice<bool>(file, root, "attention", {{"flash", true}, {"standard", false}}, true);
-  p.fp32_main_grads = choice<bool>(file, root, "main_grads", {{"fp32", true}, {"same", false}}, true);
-  p.bucket_bytes = config::get_quantity(file, root, "", "bucket_size", config::Dimension::bytes,
-                                        p.bucket_bytes);
+  p.fp32_main_grads =
+      choice<bool>(file, root, "main_grads", {{"fp32", true}, {"same", false}}, true);
+  p.bucket_bytes =
+      config::get_quantity(file, root, "", "bucket_size", config::Dimension::bytes, p.bucket_bytes);
   if (root["sequence_parallel"]) {
     try {
       p.sequence_parallel = root["sequence_parallel"].as<bool>();
@@ -279,9 +279,11 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
     for (const ReplicaPlan& r : p.replicas) total += r.micro_batches * p.micro_batch_size;
     p.global_batch_size = get_int(file, root, "", "global_batch_size", 1, total);
     if (p.global_batch_size != total) {
-      throw InputError(where(file, root["global_batch_size"]) + ": global_batch_size: " +
-                       std::to_string(p.global_batch_size) + ", but the replicas' micro_batches x "
-                       "micro_batch_size add up to " + std::to_string(total));
+      throw InputError(where(file, root["global_batch_size"]) +
+                       ": global_batch_size: " + std::to_string(p.global_batch_size) +
+                       ", but the replicas' micro_batches x "
+                       "micro_batch_size add up to " +
+                       std::to_string(total));
     }
     // Gradients are reduced between the same stage of every replica: they must match.
     for (size_t r = 1; r < p.replicas.size(); ++r) {
@@ -313,13 +315,15 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
     std::iota(devices.begin(), devices.end(), 0);
   }
   const long dp_default = static_cast<long>(devices.size()) / (tp * pp);
-  const int dp = static_cast<int>(get_int(file, root, "", "data_parallel", 1, std::max(1L, dp_default)));
+  const int dp =
+      static_cast<int>(get_int(file, root, "", "data_parallel", 1, std::max(1L, dp_default)));
   if (static_cast<size_t>(tp) * pp * dp != devices.size()) {
-    throw InputError(file + ": tensor_parallel x pipeline_parallel x data_parallel = " +
-                     std::to_string(tp) + " x " + std::to_string(pp) + " x " + std::to_string(dp) +
-                     " = " + std::to_string(tp * pp * dp) + ", but the plan has " +
-                     std::to_string(devices.size()) + " GPUs" +
-                     (root["devices"] ? " (devices)" : " (the whole cluster; set devices to use fewer)"));
+    throw InputError(
+        file + ": tensor_parallel x pipeline_parallel x data_parallel = " + std::to_string(tp) +
+        " x " + std::to_string(pp) + " x " + std::to_string(dp) + " = " +
+        std::to_string(tp * pp * dp) + ", but the plan has " + std::to_string(devices.size()) +
+        " GPUs" +
+        (root["devices"] ? " (devices)" : " (the whole cluster; set devices to use fewer)"));
   }
   p.uniform = true;
   p.tensor_parallel = tp;
@@ -327,9 +331,11 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
   p.data_parallel = dp;
   p.global_batch_size = get_int(file, root, "", "global_batch_size", 1);
   if (p.global_batch_size % (p.micro_batch_size * dp) != 0) {
-    throw InputError(where(file, root["global_batch_size"]) + ": global_batch_size: " +
-                     std::to_string(p.global_batch_size) + " is not divisible by micro_batch_size x "
-                     "data_parallel = " + std::to_string(p.micro_batch_size * dp));
+    throw InputError(where(file, root["global_batch_size"]) +
+                     ": global_batch_size: " + std::to_string(p.global_batch_size) +
+                     " is not divisible by micro_batch_size x "
+                     "data_parallel = " +
+                     std::to_string(p.micro_batch_size * dp));
   }
   const int m = static_cast<int>(p.global_batch_size / (p.micro_batch_size * dp));
   if (model.layers < pp * v) {
@@ -337,23 +343,34 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
                      " exceeds the " + std::to_string(model.layers) +
                      " layers: a stage with no layers");
   }
-  if (model.layers % (pp * v) != 0) {
+  if (v > 1 && model.layers % (pp * v) != 0) {
     throw InputError(file + ": pipeline_parallel x interleave = " + std::to_string(pp * v) +
-                     " does not divide the " + std::to_string(model.layers) + " layers");
+                     " does not divide the " + std::to_string(model.layers) +
+                     " layers (the interleaved schedule needs equal chunks)");
   }
   if (p.schedule == Schedule::interleaved && m % pp != 0) {
     throw InputError(file + ": schedule interleaved needs the micro-batches per replica (" +
                      std::to_string(m) + ") to be a multiple of pipeline_parallel (" +
                      std::to_string(pp) + ")");
   }
+  // Layers per stage: equal, or when pipeline_parallel does not divide them, one more on the
+  // middle stages, so the first and last (which also hold the embedding and the head) get
+  // fewer, as Llama 3 405B's 126 layers on 16 stages (Meta, 2024).
   const int per_chunk = model.layers / (pp * v);
+  const int extra = v > 1 ? 0 : model.layers % pp;
+  const int extra_from = (pp - extra) / 2;
+  std::vector<int> stage_layers(pp, per_chunk), stage_first(pp, 0);
+  for (int s = 0; s < pp; ++s) {
+    if (s >= extra_from && s < extra_from + extra) ++stage_layers[s];
+    if (s > 0) stage_first[s] = stage_first[s - 1] + stage_layers[s - 1];
+  }
   for (int r = 0; r < dp; ++r) {
     ReplicaPlan rep;
     rep.micro_batches = m;
     for (int s = 0; s < pp; ++s) {
       StagePlan st;
-      st.first_layer = s * per_chunk;
-      st.layers = per_chunk;
+      st.first_layer = stage_first[s];
+      st.layers = stage_layers[s];
       for (int t = 0; t < tp; ++t) st.devices.push_back(devices[t + tp * (r + dp * s)]);
       check_stage(file + ": stage " + std::to_string(s), model, cluster, st);
       rep.stages.push_back(std::move(st));

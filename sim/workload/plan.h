@@ -42,7 +42,7 @@ struct Plan {
   int zero_stage = 0;
   Precision precision = Precision::bf16;
   bool flash_attention = true;
-  bool fp32_main_grads = true;    // Megatron keeps fp32 gradients: 18 bytes per parameter
+  bool fp32_main_grads = true;     // Megatron keeps fp32 gradients: 18 bytes per parameter
   double bucket_bytes = 40e6 * 4;  // gradient all-reduce bucket (Megatron: 40M fp32 elements)
   bool uniform = true;
   int tensor_parallel = 1, pipeline_parallel = 1, data_parallel = 1;  // uniform plans

@@ -29,8 +29,8 @@ network::Op to_op(CommKind k) {
 
 class Replayer {
  public:
-  Replayer(const TrainingJob& job, ReplayObserver* obs)
-      : job_(job), c_(*job.cluster), obs_(obs), net_(engine_, c_.capacities()) {
+  Replayer(const TrainingJob& job, ReplayObserver* obs, ReplayOptions options)
+      : job_(job), c_(*job.cluster), obs_(obs), opt_(options), net_(engine_, c_.capacities()) {
     const size_t n = job.groups.size();
     st_.resize(n);
     const int chunks = job.chunks;
@@ -122,13 +122,18 @@ class Replayer {
           engine_.schedule_in(d, [this, g, start, d] {
             State& st = st_[g];
             st.times.compute += d;
-            if (obs_) obs_->on_compute(job_, g, job_.groups[g].program[st.pc], start, engine_.now());
+            if (obs_)
+              obs_->on_compute(job_, g, job_.groups[g].program[st.pc], start, engine_.now());
             ++st.pc;
             advance(g);
           });
           return;
         }
         case TaskKind::tp_comm: {
+          if (opt_.free_communication) {
+            ++s.pc;
+            continue;
+          }
           const CommTemplate& ct = grp.comms[t.index];
           const Time start = engine_.now();
           const size_t pc = s.pc;
@@ -136,7 +141,10 @@ class Replayer {
             ++s.tp_inflight;
             launch(tp_plan(g, t.index), [this, g, start, pc] {
               State& st = st_[g];
-              if (obs_) obs_->on_collective(job_, g, "tp", job_.groups[g].comms[job_.groups[g].program[pc].index].name, job_.groups[g].program[pc], start, engine_.now());
+              if (obs_)
+                obs_->on_collective(job_, g, "tp",
+                                    job_.groups[g].comms[job_.groups[g].program[pc].index].name,
+                                    job_.groups[g].program[pc], start, engine_.now());
               if (--st.tp_inflight == 0 && st.blocked == WaitReason::tensor_parallel) resume(g);
             });
             ++s.pc;
@@ -144,7 +152,10 @@ class Replayer {
           }
           block(g, WaitReason::tensor_parallel);
           launch(tp_plan(g, t.index), [this, g, start, pc] {
-            if (obs_) obs_->on_collective(job_, g, "tp", job_.groups[g].comms[job_.groups[g].program[pc].index].name, job_.groups[g].program[pc], start, engine_.now());
+            if (obs_)
+              obs_->on_collective(job_, g, "tp",
+                                  job_.groups[g].comms[job_.groups[g].program[pc].index].name,
+                                  job_.groups[g].program[pc], start, engine_.now());
             resume(g);
           });
           return;
@@ -169,6 +180,11 @@ class Replayer {
           continue;
         case TaskKind::dp_comm:
           ++s.dp_issued;
+          if (opt_.free_communication) {
+            s.dp_done = s.dp_issued;
+            ++s.pc;
+            continue;
+          }
           if (!s.dp_busy) dp_offer(g);
           ++s.pc;
           continue;
@@ -189,7 +205,8 @@ class Replayer {
     auto& slot = tp_plans_[{g, index}];
     if (!slot) {
       const CommTemplate& ct = job_.groups[g].comms[index];
-      slot = std::make_unique<network::CollectivePlan>(plan_for(ct.kind, ct.bytes, job_.groups[g].devices));
+      slot = std::make_unique<network::CollectivePlan>(
+          plan_for(ct.kind, ct.bytes, job_.groups[g].devices));
     }
     return *slot;
   }
@@ -237,6 +254,13 @@ class Replayer {
       }
     }
     const uint32_t dst = src.replica * stages_ + stage;
+    if (opt_.free_communication) {
+      engine_.schedule_in(Time(), [this, g, dst, t, backward, chunk] {
+        arrive(dst, key(dst, backward, chunk, t.micro_batch));
+        if (obs_) obs_->on_transfer(job_, g, dst, t, engine_.now(), engine_.now());
+      });
+      return;
+    }
     const auto& a = src.devices;
     const auto& b = job_.groups[dst].devices;
     const size_t n = std::max(a.size(), b.size());
@@ -257,15 +281,19 @@ class Replayer {
       f.on_done = [this, left, g, dst, k, t, start] {
         if (--*left > 0) return;
         if (obs_) obs_->on_transfer(job_, g, dst, t, start, engine_.now());
-        State& d = st_[dst];
-        d.arrived[k] = 1;
-        if (d.blocked == WaitReason::pipeline) {
-          const Task& want = job_.groups[dst].program[d.pc];
-          if (key(dst, want.pass == Pass::backward, want.chunk, want.micro_batch) == k) resume(dst);
-        }
+        arrive(dst, k);
       };
       ++flows_;
       net_.start(std::move(f));
+    }
+  }
+
+  void arrive(uint32_t dst, size_t k) {
+    State& d = st_[dst];
+    d.arrived[k] = 1;
+    if (d.blocked == WaitReason::pipeline) {
+      const Task& want = job_.groups[dst].program[d.pc];
+      if (key(dst, want.pass == Pass::backward, want.chunk, want.micro_batch) == k) resume(dst);
     }
   }
 
@@ -299,7 +327,8 @@ class Replayer {
       auto& slot = dp_plans_[{stage, index, static_cast<uint32_t>(j)}];
       if (!slot) {
         std::vector<platform::GpuId> ranks;
-        for (uint32_t r = 0; r < replicas_; ++r) ranks.push_back(job_.groups[r * stages_ + stage].devices[j]);
+        for (uint32_t r = 0; r < replicas_; ++r)
+          ranks.push_back(job_.groups[r * stages_ + stage].devices[j]);
         slot = std::make_unique<network::CollectivePlan>(plan_for(dc.kind, dc.bytes, ranks));
       }
       launch(*slot, [this, left, stage, index, start] {
@@ -311,7 +340,8 @@ class Replayer {
             Task t;
             t.kind = TaskKind::dp_comm;
             t.index = index;
-            obs_->on_collective(job_, g, "dp", job_.groups[g].dp[index].name, t, start, engine_.now());
+            obs_->on_collective(job_, g, "dp", job_.groups[g].dp[index].name, t, start,
+                                engine_.now());
           }
           s.dp_done = index + 1;
           s.dp_busy = false;
@@ -328,12 +358,14 @@ class Replayer {
   const TrainingJob& job_;
   const platform::Cluster& c_;
   ReplayObserver* obs_;
+  ReplayOptions opt_;
   Engine engine_;
   network::FlowNetwork net_;
   std::vector<State> st_;
   uint32_t stages_ = 1, replicas_ = 1;
   std::map<std::pair<uint32_t, uint32_t>, std::unique_ptr<network::CollectivePlan>> tp_plans_;
-  std::map<std::tuple<uint32_t, uint32_t, uint32_t>, std::unique_ptr<network::CollectivePlan>> dp_plans_;
+  std::map<std::tuple<uint32_t, uint32_t, uint32_t>, std::unique_ptr<network::CollectivePlan>>
+      dp_plans_;
   std::vector<std::map<uint32_t, uint32_t>> dp_ready_;
   std::list<std::unique_ptr<network::CollectiveRun>> runs_;
   std::map<uint64_t, std::vector<platform::LinkId>> routes_;
@@ -342,8 +374,8 @@ class Replayer {
 
 }  // namespace
 
-ReplayResult replay(const TrainingJob& job, ReplayObserver* observer) {
-  return Replayer(job, observer).run();
+ReplayResult replay(const TrainingJob& job, ReplayObserver* observer, ReplayOptions options) {
+  return Replayer(job, observer, options).run();
 }
 
 }  // namespace hetsim::workload

@@ -41,6 +41,13 @@ struct ReplayResult {
   uint64_t flows = 0;
 };
 
-ReplayResult replay(const TrainingJob& job, ReplayObserver* observer = nullptr);
+struct ReplayOptions {
+  // Every collective and transfer takes no time: isolates compute and pipeline bubbles (the
+  // "what if the network were free" bound, and the bubble oracles' setting).
+  bool free_communication = false;
+};
+
+ReplayResult replay(const TrainingJob& job, ReplayObserver* observer = nullptr,
+                    ReplayOptions options = {});
 
 }  // namespace hetsim::workload

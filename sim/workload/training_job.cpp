@@ -11,8 +11,12 @@ namespace hetsim::workload {
 std::vector<ScheduleItem> stage_schedule(Schedule s, int stage, int stages, int m, int chunks) {
   std::vector<ScheduleItem> out;
   const int p = stages;
-  auto F = [&](int mb, int c) { out.push_back({true, static_cast<uint32_t>(mb), static_cast<uint16_t>(c)}); };
-  auto B = [&](int mb, int c) { out.push_back({false, static_cast<uint32_t>(mb), static_cast<uint16_t>(c)}); };
+  auto F = [&](int mb, int c) {
+    out.push_back({true, static_cast<uint32_t>(mb), static_cast<uint16_t>(c)});
+  };
+  auto B = [&](int mb, int c) {
+    out.push_back({false, static_cast<uint32_t>(mb), static_cast<uint16_t>(c)});
+  };
   if (s == Schedule::gpipe) {
     for (int i = 0; i < m; ++i) F(i, 0);
     for (int i = 0; i < m; ++i) B(i, 0);
@@ -182,9 +186,7 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
       shape.flash_attention = plan.flash_attention;
       shape.precision = plan.precision;
       // Layers of each chunk: uniform plans interleave chunks over stages (Megatron).
-      auto chunk_first = [&](int c) {
-        return plan.uniform ? (c * P + s) * st.layers : st.first_layer;
-      };
+      auto chunk_first = [&](int c) { return v > 1 ? (c * P + s) * st.layers : st.first_layer; };
       const bool first_virtual_holder = s == 0;
       const bool last_virtual_holder = s == P - 1;
       g.params = (static_cast<double>(model.layer_params()) * st.layers * v +
@@ -201,6 +203,7 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
       const auto& eb = b.piece("embedding.bwd", embedding_backward(model, shape));
       const auto& hf = b.piece("head.fwd", head_forward(model, shape));
       const auto& hb = b.piece("head.bwd", head_backward(model, shape));
+      const auto& ar = b.piece("attention.recompute", attention_recompute(model, shape));
       const double layer_grad = grad_bytes * model.layer_params() / t;
       const double layer_weights = e * model.layer_params() / t;
       const auto order = stage_schedule(plan.schedule, s, P, rep.micro_batches, v);
@@ -213,8 +216,9 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
       uint32_t issued = 0;
       auto flush_bucket = [&] {
         if (!dp || bucket <= 0) return;
-        issued = b.dp_collective(plan.zero_stage >= 1 ? CommKind::reducescatter : CommKind::allreduce,
-                                 bucket, "dp.grads");
+        issued =
+            b.dp_collective(plan.zero_stage >= 1 ? CommKind::reducescatter : CommKind::allreduce,
+                            bucket, "dp.grads");
         bucket = 0;
       };
       for (const ScheduleItem& it : order) {
@@ -224,7 +228,8 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
           if (vs > 0) b.emit_one(TaskKind::recv, Pass::forward, it.micro_batch, it.chunk);
           if (vs == 0) b.emit(ef, Pass::forward, -1, it.micro_batch, it.chunk);
           for (int l = first; l < first + st.layers; ++l) {
-            if (dp && plan.zero_stage == 3) b.dp_wait(b.dp_collective(CommKind::allgather, layer_weights, "zero3.params"));
+            if (dp && plan.zero_stage == 3)
+              b.dp_wait(b.dp_collective(CommKind::allgather, layer_weights, "zero3.params"));
             b.emit(lf, Pass::forward, l, it.micro_batch, it.chunk);
           }
           if (vs == V - 1) {
@@ -237,8 +242,12 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
           if (vs == V - 1) b.emit(hb, Pass::backward, -1, it.micro_batch, it.chunk);
           const bool last = static_cast<int>(it.micro_batch) == last_bwd_mb[it.chunk];
           for (int l = first + st.layers - 1; l >= first; --l) {
-            if (dp && plan.zero_stage == 3) b.dp_wait(b.dp_collective(CommKind::allgather, layer_weights, "zero3.params"));
-            if (plan.recompute == Recompute::full) b.emit(lf, Pass::recompute, l, it.micro_batch, it.chunk);
+            if (dp && plan.zero_stage == 3)
+              b.dp_wait(b.dp_collective(CommKind::allgather, layer_weights, "zero3.params"));
+            if (plan.recompute == Recompute::full)
+              b.emit(lf, Pass::recompute, l, it.micro_batch, it.chunk);
+            if (plan.recompute == Recompute::selective)
+              b.emit(ar, Pass::recompute, l, it.micro_batch, it.chunk);
             b.emit(lb, Pass::backward, l, it.micro_batch, it.chunk);
             if (dp && plan.zero_stage >= 2) {
               issued = b.dp_collective(CommKind::reducescatter, layer_grad, "zero.grads");
@@ -253,8 +262,9 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
       }
       // Embedding and head gradients join the last bucket.
       if (dp && plan.zero_stage < 2) {
-        bucket += grad_bytes * ((first_virtual_holder ? model.embedding_params() : 0) +
-                                (last_virtual_holder ? model.output_params() : 0)) /
+        bucket += grad_bytes *
+                  ((first_virtual_holder ? model.embedding_params() : 0) +
+                   (last_virtual_holder ? model.output_params() : 0)) /
                   t;
         flush_bucket();
       }

@@ -17,13 +17,13 @@
 namespace hetsim::workload {
 
 enum class TaskKind : uint8_t {
-  compute,   // a segment of kernels
-  tp_comm,   // a tensor-parallel collective (sync, or async: see tp_wait)
-  tp_wait,   // wait for the async tensor-parallel collectives in flight
-  recv,      // wait for a pipeline transfer to arrive
-  send,      // start a pipeline transfer (does not block)
-  dp_comm,   // queue a data-parallel collective (gradient bucket, ZeRO gather)
-  dp_wait,   // wait until `index` data-parallel collectives have completed
+  compute,  // a segment of kernels
+  tp_comm,  // a tensor-parallel collective (sync, or async: see tp_wait)
+  tp_wait,  // wait for the async tensor-parallel collectives in flight
+  recv,     // wait for a pipeline transfer to arrive
+  send,     // start a pipeline transfer (does not block)
+  dp_comm,  // queue a data-parallel collective (gradient bucket, ZeRO gather)
+  dp_wait,  // wait until `index` data-parallel collectives have completed
 };
 
 enum class Pass : uint8_t { forward, backward, recompute, other };
@@ -31,9 +31,9 @@ enum class Pass : uint8_t { forward, backward, recompute, other };
 struct Task {
   TaskKind kind = TaskKind::compute;
   Pass pass = Pass::other;
-  uint16_t chunk = 0;    // model chunk (interleaved schedule)
-  uint32_t index = 0;    // segment, comm template or data-parallel collective
-  int32_t layer = -1;    // model layer, -1 outside the layers
+  uint16_t chunk = 0;  // model chunk (interleaved schedule)
+  uint32_t index = 0;  // segment, comm template or data-parallel collective
+  int32_t layer = -1;  // model layer, -1 outside the layers
   uint32_t micro_batch = 0;
 };
 
@@ -67,19 +67,19 @@ struct Group {
   std::vector<CommTemplate> comms;
   std::vector<DpCollective> dp;
   std::vector<Task> program;
-  double params = 0;           // parameters held per device
-  double compute_flops = 0;    // executed FLOPs per device over the iteration
-  double model_flops = 0;      // MFU numerator per device
+  double params = 0;         // parameters held per device
+  double compute_flops = 0;  // executed FLOPs per device over the iteration
+  double model_flops = 0;    // MFU numerator per device
 };
 
 struct TrainingJob {
   const ModelConfig* model = nullptr;
   const Plan* plan = nullptr;
   const platform::Cluster* cluster = nullptr;
-  std::vector<Group> groups;                   // replica-major: groups[r * stages + s]
-  double activation_bytes_per_transfer = 0;    // one micro-batch's layer-boundary activation
+  std::vector<Group> groups;                 // replica-major: groups[r * stages + s]
+  double activation_bytes_per_transfer = 0;  // one micro-batch's layer-boundary activation
   int chunks = 1;
-  std::vector<std::string> op_sources;         // "datasheet", ... by GPU type, for the report
+  std::vector<std::string> op_sources;  // "datasheet", ... by GPU type, for the report
 
   const Group& group(uint32_t replica, uint32_t stage) const {
     return groups[replica * plan->stages() + stage];

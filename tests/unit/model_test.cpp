@@ -1,0 +1,91 @@
+// Models: the shipped YAML files and Hugging Face configs give the published parameter counts;
+// bad configs are rejected with the file and field.
+#include "sim/workload/model.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "sim/core/error.h"
+
+namespace hetsim::workload {
+namespace {
+
+const std::string kData = std::string(HETSIM_SOURCE_DIR) + "/tests/data/";
+
+TEST(Models, ShippedModelsHaveTheirPublishedParameterCounts) {
+  std::ifstream in(kData + "models_expected.csv");
+  ASSERT_TRUE(in) << "missing tests/data/models_expected.csv";
+  std::string line;
+  std::getline(in, line);  // header
+  int checked = 0;
+  while (std::getline(in, line)) {
+    std::stringstream ss(line);
+    std::string name, published;
+    std::getline(ss, name, ',');
+    std::getline(ss, published, ',');
+    const ModelConfig m = load_model(name);
+    const double want = std::stod(published);
+    // The GPT-3 paper rounds its sizes; checkpoints (Llama) match exactly.
+    EXPECT_NEAR(m.params() / want, 1.0, 0.02) << name << ": " << m.params() << " vs " << want;
+    ++checked;
+  }
+  EXPECT_GE(checked, 15);
+  EXPECT_EQ(load_model("llama3-405b").params(), 405853388800);
+  EXPECT_EQ(load_model("llama2-7b").params(), 6738415616);
+}
+
+TEST(Models, HuggingFaceConfigsOfEachArchitectureLoad) {
+  struct Case {
+    const char* file;
+    const char* family;
+    int64_t params;
+  };
+  for (const Case& c :
+       {Case{"gpt2.json", "gpt", 124439808}, Case{"llama-2-7b-hf.json", "llama", 6738415616},
+        Case{"meta-llama-3-8b.json", "llama", 8030261248},
+        Case{"pythia-1.4b.json", "gptneox", 1414647808},
+        Case{"bert-large-uncased.json", "bert", 334090240}}) {
+    const ModelConfig m = load_model(kData + "hf/" + c.file);
+    EXPECT_EQ(m.family, c.family) << c.file;
+    EXPECT_EQ(m.params(), c.params) << c.file;
+  }
+  const ModelConfig l3 = load_model(kData + "hf/meta-llama-3-8b.json");
+  EXPECT_EQ(l3.kv_heads, 8);
+  EXPECT_EQ(l3.activation, Activation::swiglu);
+  EXPECT_EQ(l3.norm, Norm::rmsnorm);
+  EXPECT_EQ(l3.position, Position::rotary);
+}
+
+TEST(Models, BadConfigsNameTheFileAndField) {
+  auto err = [](const std::string& path) {
+    try {
+      load_model(path);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(err(kData + "hf/unknown_arch.json"),
+            kData +
+                "hf/unknown_arch.json: architectures: unsupported architecture "
+                "\"T5ForConditionalGeneration\" (expected GPT2LMHeadModel, LlamaForCausalLM, "
+                "GPTNeoXForCausalLM or BertModel)");
+  EXPECT_EQ(err(kData + "hf/missing_field.json"),
+            kData +
+                "hf/missing_field.json: num_hidden_layers: missing required field (an integer) "
+                "for LlamaForCausalLM");
+  EXPECT_EQ(err("gpt3-175c"),
+            "gpt3-175c: no such model file, nor a built-in model (built-in: bert-large, gpt3-1.3b, "
+            "gpt3-125m, gpt3-13b, gpt3-175b, gpt3-2.7b, gpt3-350m, gpt3-6.7b, gpt3-760m, "
+            "korthikanti-175b, korthikanti-1t, korthikanti-22b, korthikanti-530b, llama2-13b, "
+            "llama2-70b, llama2-7b, llama3-405b, llama3-70b, llama3-8b) (did you mean "
+            "\"gpt3-175b\"?)");
+  EXPECT_THROW(
+      load_model_yaml_text("name: x\nfamily: gpt\nlayers: 2\nhidden: 64\nheads: 6\n", "x.yaml"),
+      InputError);
+}
+
+}  // namespace
+}  // namespace hetsim::workload

@@ -1,0 +1,384 @@
+// Training replay oracles: FLOPs against the closed forms, a single GPU equals the sum of its
+// kernels, pipeline bubbles, the gradient all-reduce exposed when nothing overlaps it, memory by
+// Korthikanti's Table 2, determinism, impossible plans.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "sim/core/error.h"
+#include "sim/network/collective_runner.h"
+#include "sim/report/chrome_trace.h"
+#include "sim/report/training_report.h"
+#include "sim/workload/memory.h"
+#include "sim/workload/replay.h"
+
+namespace hetsim::workload {
+namespace {
+
+platform::Cluster cluster(const std::string& name, int nodes) {
+  config::ClusterOptions o;
+  if (nodes > 0) o.nodes = nodes;
+  return platform::Cluster(config::load_cluster(name, o));
+}
+
+ModelConfig small_gpt(int layers = 8, int vocab = 50304) {
+  return load_model_yaml_text(
+      "name: small\nfamily: gpt\nlayers: " + std::to_string(layers) +
+          "\nhidden: 1024\nheads: 16\nvocab: " + std::to_string(vocab) +
+          "\nsequence: 1024\nactivation: gelu\nnorm: layernorm\nposition: learned\n"
+          "tied_embeddings: true\ncausal: true\nbias: true\n",
+      "small.yaml");
+}
+
+struct Replayed {
+  TrainingJob job;
+  ReplayResult result;
+};
+
+Replayed run(const ModelConfig& m, const Plan& p, const platform::Cluster& c, const CostModel& cost,
+             ReplayOptions o = {}) {
+  Replayed r{build_training_job(m, p, c, cost), {}};
+  r.result = replay(r.job, nullptr, o);
+  return r;
+}
+
+TEST(TrainingFlops, ModelFlopsOfAnIterationMatchNarayananFormula) {
+  for (const char* name : {"gpt3-1.3b", "gpt3-175b", "korthikanti-530b"}) {
+    const ModelConfig m = load_model(name);
+    const double B = 512, s = 2048, l = m.layers, h = m.hidden, V = m.vocab;
+    const double expected = 72 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h));
+    EXPECT_NEAR(model_flops_per_iteration(m, 512, 2048) / expected, 1.0, 1e-12) << name;
+  }
+}
+
+TEST(TrainingFlops, ReplayCountsEveryKernelOnEveryDeviceOnce) {
+  // Summed over devices, the replayed model FLOPs equal the closed form, whatever the split;
+  // executed FLOPs with full recompute and standard attention equal 96 B s l h^2 (...).
+  const ModelConfig m = small_gpt();
+  const platform::Cluster c = cluster("dgx-a100", 1);
+  const DatasheetCostModel cost;
+  Plan p = load_plan_text(
+      "tensor_parallel: 2\npipeline_parallel: 2\ndata_parallel: 2\nmicro_batch_size: 2\n"
+      "global_batch_size: 16\nsequence_length: 1024\nrecompute: full\nattention: standard\n",
+      "p.yaml", m, c);
+  const TrainingJob job = build_training_job(m, p, c, cost);
+  double model = 0, executed = 0;
+  for (const Group& g : job.groups) {
+    model += g.model_flops * g.devices.size();
+    executed += g.compute_flops * g.devices.size();
+  }
+  const double B = 16, s = 1024, l = m.layers, h = m.hidden, V = m.vocab;
+  EXPECT_NEAR(model / (72 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h))), 1, 1e-12);
+  // Executed adds the optimizer's and memory-bound kernels' arithmetic: GEMM and attention
+  // FLOPs alone give 96 B s l h^2 (1 + s/(6h) + V/(16 l h)).
+  double gemm = 0;
+  for (const Group& g : job.groups) {
+    for (const Task& t : g.program) {
+      if (t.kind != TaskKind::compute) continue;
+      for (const auto& [op, d] : g.segments[t.index].ops) {
+        if (g.ops[op].kind != OpKind::memory) gemm += g.ops[op].flops * g.devices.size();
+      }
+    }
+  }
+  EXPECT_NEAR(gemm / (96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))), 1, 1e-12);
+  EXPECT_GT(executed, gemm);
+}
+
+TEST(TrainingReplay, OneGpuIterationIsTheSumOfItsKernels) {
+  const ModelConfig m = small_gpt(4);
+  const platform::Cluster c = cluster("dgx-a100", 1);
+  const DatasheetCostModel cost;
+  const Plan p = load_plan_text(
+      "micro_batch_size: 2\nglobal_batch_size: 8\nsequence_length: 1024\ndevices: \"0\"\n",
+      "p.yaml", m, c);
+  const Replayed r = run(m, p, c, cost);
+  Time sum;
+  const Group& g = r.job.groups.at(0);
+  for (const Task& t : g.program) {
+    ASSERT_NE(t.kind, TaskKind::tp_comm);
+    if (t.kind != TaskKind::compute) continue;
+    for (const auto& [op, d] : g.segments[t.index].ops) {
+      EXPECT_EQ(d, cost.duration(g.ops[op], *g.gpu, p.precision));
+      sum += d;
+    }
+  }
+  EXPECT_EQ(r.result.iteration, sum);
+  EXPECT_EQ(r.result.groups[0].compute, sum);
+}
+
+// With communication free and equal stages, the bubble is (p - 1) / m of the ideal time for
+// GPipe and 1F1B, and (p - 1) / (v m) interleaved.
+struct BubbleCase {
+  std::string schedule;
+  int pp, m, v;
+};
+class PipelineBubble : public ::testing::TestWithParam<BubbleCase> {};
+
+TEST_P(PipelineBubble, MatchesTheClosedForm) {
+  const BubbleCase& k = GetParam();
+  // A cost model in which the embedding and the head cost nothing makes the stages equal, as
+  // the closed form assumes.
+  struct LayersOnly : DatasheetCostModel {
+    Time duration(const Op& op, const config::GpuProfile& gpu, Precision p) const override {
+      for (const char* free : {"embedding", "position", "final_norm", "logits", "cross_entropy"}) {
+        if (op.name.rfind(free, 0) == 0) return Time();
+      }
+      return DatasheetCostModel::duration(op, gpu, p);
+    }
+  };
+  const ModelConfig m = small_gpt(16);
+  const platform::Cluster c = cluster("dgx-a100", 1);
+  const LayersOnly cost;
+  std::ostringstream y;
+  y << "pipeline_parallel: " << k.pp << "\nmicro_batch_size: 1\nglobal_batch_size: " << k.m
+    << "\nsequence_length: 1024\nschedule: " << k.schedule << "\ninterleave: " << k.v
+    << "\ndevices: \"0-" << k.pp - 1 << "\"\n";
+  const Plan p = load_plan_text(y.str(), "p.yaml", m, c);
+  ReplayOptions o;
+  o.free_communication = true;
+  const Replayed r = run(m, p, c, cost, o);
+  // Ideal: a stage's compute without the optimizer step.
+  Time optimizer;
+  const Group& g0 = r.job.groups[0];
+  for (const Task& t : g0.program) {
+    if (t.kind == TaskKind::compute && t.pass == Pass::other)
+      optimizer += g0.segments[t.index].duration;
+  }
+  const double ideal = (r.result.groups[0].compute - optimizer).seconds();
+  const double bubble = (r.result.iteration - r.result.groups[0].compute).seconds();
+  const double expected = (k.pp - 1.0) / (k.v * k.m);
+  EXPECT_NEAR(bubble / ideal, expected, 1e-9)
+      << k.schedule << " p=" << k.pp << " m=" << k.m << " v=" << k.v;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Schedules, PipelineBubble,
+    ::testing::Values(BubbleCase{"gpipe", 4, 8, 1}, BubbleCase{"1f1b", 4, 8, 1},
+                      BubbleCase{"1f1b", 8, 16, 1}, BubbleCase{"1f1b", 2, 1, 1},
+                      BubbleCase{"interleaved", 4, 8, 2}, BubbleCase{"interleaved", 2, 4, 4}));
+
+TEST(TrainingReplay, GradientAllReduceIsExposedWhenNothingOverlapsIt) {
+  // Two GPUs, data parallel, one bucket for all gradients: the all-reduce starts after the last
+  // backward kernel and nothing runs beside it, so the exposed time is the collective's time.
+  const ModelConfig m = small_gpt(4);
+  const platform::Cluster c = cluster("dgx-a100", 1);
+  const DatasheetCostModel cost;
+  const Plan p = load_plan_text(
+      "data_parallel: 2\nmicro_batch_size: 1\nglobal_batch_size: 4\nsequence_length: 1024\n"
+      "devices: \"0-1\"\nbucket_size: 100GB\n",
+      "p.yaml", m, c);
+  const Replayed r = run(m, p, c, cost);
+  const Group& g = r.job.groups[0];
+  ASSERT_EQ(g.dp.size(), 1u);
+  network::CollectiveRequest req;
+  req.op = network::Op::allreduce;
+  req.bytes = g.dp[0].bytes;
+  req.ranks = {0, 1};
+  req.host_launch = false;
+  const Time alone = network::simulate_collective(c, req).time;
+  EXPECT_EQ(r.result.groups[0].dp_wait, alone);
+  EXPECT_DOUBLE_EQ(g.dp[0].bytes, 4.0 * m.params());  // fp32 gradients of the whole model
+}
+
+TEST(TrainingMemory, ActivationsFollowKorthikantiTable2) {
+  const ModelConfig m = load_model("korthikanti-175b");
+  LayerShape s;
+  s.micro_batch = 1;
+  s.sequence = 2048;
+  s.tensor_parallel = 8;
+  s.flash_attention = false;
+  const double sbh = 2048.0 * 12288, a = 96, t = 8, h = 12288, seq = 2048;
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, s, Recompute::none),
+                   sbh * (10 + 24 / t + 5 * a * seq / (h * t)));
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, s, Recompute::selective), sbh * (10 + 24 / t));
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, s, Recompute::full), 2 * sbh);
+  s.sequence_parallel = true;
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, s, Recompute::selective), 34 * sbh / t);
+  s.flash_attention = true;  // flash stores no scores: as selective recompute
+  s.sequence_parallel = false;
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, s, Recompute::none), sbh * (10 + 24 / t));
+}
+
+TEST(TrainingMemory, StatesPerParameterFollowZeroStages) {
+  const ModelConfig m = small_gpt(8);
+  const platform::Cluster c = cluster("dgx-a100", 1);
+  const DatasheetCostModel cost;
+  for (int zero : {0, 1, 2, 3}) {
+    std::ostringstream y;
+    y << "data_parallel: 8\nmicro_batch_size: 1\nglobal_batch_size: 8\nsequence_length: 1024\n"
+         "main_grads: same\nzero_stage: "
+      << zero << "\n";
+    const Plan p = load_plan_text(y.str(), "p.yaml", m, c);
+    const TrainingJob job = build_training_job(m, p, c, cost);
+    const DeviceMemory mem = memory_per_group(job)[0];
+    const double per_param = (mem.weights + mem.gradients + mem.optimizer) / job.groups[0].params;
+    const double d = 8;
+    const double expected[] = {16, 4 + 12 / d, 2 + 14 / d, 16 / d};  // formulas.md
+    EXPECT_DOUBLE_EQ(per_param, expected[zero]) << "zero " << zero;
+  }
+}
+
+TEST(TrainingMemory, AModelThatDoesNotFitIsReportedPerDevice) {
+  const ModelConfig m = load_model("gpt3-175b");
+  const platform::Cluster c = cluster("dgx-a100", 1);
+  const DatasheetCostModel cost;
+  const Plan p = load_plan_text(
+      "tensor_parallel: 8\nmicro_batch_size: 1\nglobal_batch_size: 1\nsequence_length: 2048\n",
+      "p.yaml", m, c);
+  const TrainingJob job = build_training_job(m, p, c, cost);
+  const auto mem = memory_per_group(job);
+  EXPECT_TRUE(mem[0].oom());
+  EXPECT_GT(mem[0].peak, 175e9 * 18 / 8);
+}
+
+TEST(TrainingReplay, SameInputGivesByteIdenticalReportAndTrace) {
+  const ModelConfig m = small_gpt(8);
+  const platform::Cluster c = cluster("dgx-a100", 2);
+  const DatasheetCostModel cost;
+  const Plan p = load_plan_text(
+      "tensor_parallel: 2\npipeline_parallel: 2\ndata_parallel: 4\nmicro_batch_size: 1\n"
+      "global_batch_size: 16\nsequence_length: 1024\nsequence_parallel: true\n",
+      "p.yaml", m, c);
+  std::string out[2], traces[2];
+  for (int i = 0; i < 2; ++i) {
+    const TrainingJob job = build_training_job(m, p, c, cost);
+    report::ChromeTrace trace(report::TraceFilter{});
+    const ReplayResult res = replay(job, &trace);
+    out[i] = report::to_json(report::make_training_report(job, res, memory_per_group(job))).dump();
+    std::ostringstream t;
+    trace.write(t, job);
+    traces[i] = t.str();
+  }
+  EXPECT_EQ(out[0], out[1]);
+  EXPECT_EQ(traces[0], traces[1]);
+}
+
+TEST(TrainingTrace, ParsesAndSlicesOnOneStreamNeverOverlap) {
+  const ModelConfig m = small_gpt(8);
+  const platform::Cluster c = cluster("dgx-a100", 2);
+  const DatasheetCostModel cost;
+  const Plan p = load_plan_text(
+      "tensor_parallel: 2\npipeline_parallel: 2\ndata_parallel: 4\nmicro_batch_size: 1\n"
+      "global_batch_size: 16\nsequence_length: 1024\nschedule: interleaved\ninterleave: 2\n",
+      "p.yaml", m, c);
+  const TrainingJob job = build_training_job(m, p, c, cost);
+  report::ChromeTrace trace(report::TraceFilter{});
+  replay(job, &trace);
+  std::ostringstream s;
+  trace.write(s, job);
+  const nlohmann::json j = nlohmann::json::parse(s.str());
+  std::map<std::pair<int, int>, std::vector<std::pair<double, double>>> slices;
+  int flows = 0;
+  for (const auto& e : j["traceEvents"]) {
+    if (e["ph"] == "X") {
+      slices[{e["pid"].get<int>(), e["tid"].get<int>()}].push_back(
+          {e["ts"].get<double>(), e["ts"].get<double>() + e["dur"].get<double>()});
+    }
+    if (e["ph"] == "s") ++flows;
+  }
+  EXPECT_GT(slices.size(), 16u);
+  EXPECT_GT(flows, 0);
+  for (auto& [k, v] : slices) {
+    std::sort(v.begin(), v.end());
+    for (size_t i = 1; i < v.size(); ++i) {
+      EXPECT_LE(v[i - 1].second, v[i].first + 1e-3) << "pid " << k.first << " tid " << k.second;
+    }
+  }
+}
+
+TEST(TrainingTrace, FiltersKeepOnlyTheChosenDevicesAndMicroBatches) {
+  const ModelConfig m = small_gpt(4);
+  const platform::Cluster c = cluster("dgx-a100", 2);
+  const DatasheetCostModel cost;
+  const Plan p = load_plan_text(
+      "tensor_parallel: 8\ndata_parallel: 2\nmicro_batch_size: 1\nglobal_batch_size: 8\n"
+      "sequence_length: 1024\n",
+      "p.yaml", m, c);
+  const TrainingJob job = build_training_job(m, p, c, cost);
+  report::ChromeTrace trace(report::make_trace_filter(c, "8-9", "1"));
+  replay(job, &trace);
+  std::ostringstream s;
+  trace.write(s, job);
+  const nlohmann::json j = nlohmann::json::parse(s.str());
+  for (const auto& e : j["traceEvents"]) {
+    if (e["ph"] != "X") continue;
+    EXPECT_EQ(e["pid"], 1);
+    EXPECT_LT(e["tid"].get<int>(), 8);  // node1 gpu0 and gpu1: tids 0-2 and 4-6
+    const std::string name = e["name"];
+    if (name.find("mb") != std::string::npos) {
+      EXPECT_NE(name.find("mb1"), std::string::npos) << name;
+    }
+  }
+}
+
+TEST(Plans, ImpossiblePlansAreRejectedWithTheReason) {
+  const ModelConfig m = load_model("gpt3-1.3b");
+  const platform::Cluster c = cluster("dgx-a100", 1);
+  auto err = [&](const std::string& y) {
+    try {
+      load_plan_text(y, "p.yaml", m, c);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(err("tensor_parallel: 4\npipeline_parallel: 4\nglobal_batch_size: 8\n"),
+            "p.yaml: tensor_parallel x pipeline_parallel x data_parallel = 4 x 4 x 1 = 16, but the "
+            "plan has 8 GPUs (the whole cluster; set devices to use fewer)");
+  EXPECT_EQ(
+      err("tensor_parallel: 8\nglobal_batch_size: 5\nmicro_batch_size: 2\n"),
+      "p.yaml:2: global_batch_size: 5 is not divisible by micro_batch_size x data_parallel = 2");
+  EXPECT_EQ(
+      err("tensor_parallel: 32\nglobal_batch_size: 8\ndevices: \"0-7\"\ndata_parallel: 1\n"),
+      "p.yaml: tensor_parallel x pipeline_parallel x data_parallel = 32 x 1 x 1 = 32, but the "
+      "plan has 8 GPUs (devices)");
+  const platform::Cluster big = cluster("dgx-a100", 4);
+  EXPECT_EQ(
+      [&] {
+        try {
+          load_plan_text("tensor_parallel: 32\nglobal_batch_size: 8\n", "p.yaml", m, big);
+        } catch (const InputError& e) {
+          return std::string(e.what());
+        }
+        return std::string("no error");
+      }(),
+      "p.yaml: stage 0: tensor_parallel 32 does not divide the 16 attention heads (wider than the "
+      "heads)");
+  EXPECT_EQ(
+      err("pipeline_parallel: 8\nglobal_batch_size: 8\nschedule: interleaved\ninterleave: 4\n"),
+      "p.yaml: pipeline_parallel x interleave = 32 exceeds the 24 layers: a stage with no "
+      "layers");
+  EXPECT_EQ(
+      err("replicas:\n  - micro_batches: 2\n    stages:\n      - {layers: 0, devices: \"0\"}\n"),
+      "p.yaml:4: replicas[0].stages[0].layers: a stage with no layers");
+  EXPECT_EQ(err("tensor_parallel: 8\nglobal_batch_size: 8\nzero_stage: 4\n"),
+            "p.yaml:3: zero_stage: expected 0, 1, 2 or 3, got 4");
+  EXPECT_EQ(err("tensor_parallel: 8\nglobal_batch_size: 8\nschedul: gpipe\n"),
+            "p.yaml:3: schedul: unknown key (did you mean \"schedule\"?)");
+}
+
+TEST(Plans, HeterogeneousStagesRunWithTheirOwnDevicesAndDegrees) {
+  const ModelConfig m = load_model("gpt3-1.3b");
+  const platform::Cluster c = cluster("mixed-a100-v100", 0);
+  const DatasheetCostModel cost;
+  const Plan p = load_plan_text(
+      "micro_batch_size: 1\nsequence_length: 1024\nprecision: fp16\nreplicas:\n"
+      "  - micro_batches: 6\n    stages:\n      - {layers: 16, tensor_parallel: 4, devices: "
+      "\"0-3\"}\n"
+      "      - {layers: 8, tensor_parallel: 2, devices: \"16-17\"}\n"
+      "  - micro_batches: 2\n    stages:\n      - {layers: 16, tensor_parallel: 4, devices: "
+      "\"4-7\"}\n"
+      "      - {layers: 8, tensor_parallel: 2, devices: \"20-21\"}\n",
+      "p.yaml", m, c);
+  EXPECT_EQ(p.global_batch_size, 8);
+  const Replayed r = run(m, p, c, cost);
+  EXPECT_EQ(r.job.groups.size(), 4u);
+  EXPECT_EQ(r.job.groups[1].gpu->architecture, "volta");
+  EXPECT_GT(r.result.iteration, Time());
+  // The replica with more micro-batches works longer.
+  EXPECT_GT(r.result.groups[0].compute, r.result.groups[2].compute);
+}
+
+}  // namespace
+}  // namespace hetsim::workload
