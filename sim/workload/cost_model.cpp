@@ -58,7 +58,7 @@ DatasheetEfficiency load_datasheet_efficiency(const std::string& path) {
     text = s.str();
   }
   const YAML::Node root = YAML::Load(text);
-  check_keys(file, root, "", {"gemm", "attention", "memory", "kernel_overhead"});
+  check_keys(file, root, "", {"gemm", "attention", "memory", "kernel_overhead", "host_per_kernel"});
   DatasheetEfficiency e;
   const YAML::Node g = require(file, root, "", "gemm");
   check_keys(file, g, "gemm", {"max_efficiency", "tile", "k_half"});
@@ -74,6 +74,8 @@ DatasheetEfficiency load_datasheet_efficiency(const std::string& path) {
   e.memory = get_number(file, m, "memory", "efficiency");
   e.kernel_overhead =
       Time::from_seconds(get_quantity(file, root, "", "kernel_overhead", Dimension::time));
+  e.host_per_kernel =
+      Time::from_seconds(get_quantity(file, root, "", "host_per_kernel", Dimension::time, 0.0));
   for (double v : {e.gemm_max, e.attention_forward, e.attention_backward, e.memory}) {
     if (!(v > 0 && v <= 1)) throw InputError(file + ": efficiencies must lie in (0, 1]");
   }

@@ -16,6 +16,10 @@ class CostModel {
  public:
   virtual ~CostModel() = default;
   virtual Time duration(const Op& op, const config::GpuProfile& gpu, Precision p) const = 0;
+  // Host time to issue the kernel (framework dispatch and launch). Between synchronisation
+  // points the host runs ahead of the GPU, so a run of kernels takes the longer of its GPU time
+  // and its host time: small kernels are host-bound.
+  virtual Time host_time(const Op& op) const = 0;
   // Where the figure comes from: "datasheet", "measured", "derived".
   virtual std::string source(const Op& op, const config::GpuProfile& gpu) const = 0;
 };
@@ -28,6 +32,7 @@ struct DatasheetEfficiency {
   double attention_backward = 0.45;
   double memory = 0.8;
   Time kernel_overhead = Time::us(3);
+  Time host_per_kernel;  // host issue time per kernel (eager PyTorch dispatch + launch)
 };
 
 // The built-in constants (calibrate/datasheet_efficiency.yaml), or a file of the same form.
@@ -37,6 +42,7 @@ class DatasheetCostModel : public CostModel {
  public:
   explicit DatasheetCostModel(DatasheetEfficiency e = load_datasheet_efficiency()) : e_(e) {}
   Time duration(const Op& op, const config::GpuProfile& gpu, Precision p) const override;
+  Time host_time(const Op&) const override { return e_.host_per_kernel; }
   std::string source(const Op&, const config::GpuProfile&) const override { return "datasheet"; }
   const DatasheetEfficiency& efficiency() const { return e_; }
 

@@ -63,8 +63,11 @@ class GroupBuilder {
     if (it != pieces_.end()) return it->second;
     std::vector<Task> tasks;
     Segment seg;
+    Time host;
     auto flush = [&] {
       if (seg.ops.empty()) return;
+      seg.duration = std::max(seg.duration, host);  // host-bound runs of small kernels
+      host = Time();
       Task t;
       t.kind = TaskKind::compute;
       t.index = static_cast<uint32_t>(g_.segments.size());
@@ -88,6 +91,7 @@ class GroupBuilder {
       g_.ops.push_back(st.op);
       seg.ops.emplace_back(static_cast<uint32_t>(g_.ops.size() - 1), d);
       seg.duration += d;
+      host += cost_.host_time(st.op);
       seg.flops += st.op.flops;
       seg.model_flops += st.op.model_flops;
       if (wait_after_next) {
