@@ -22,12 +22,13 @@ namespace hetsim::cli {
 
 namespace {
 
+// What a case reports back from its child process (plain data: it crosses a pipe).
 struct CaseResult {
   double wall_s = 0;
-  double sim_s = 0;
-  double busbw = 0;
+  double sim_s = 0;   // simulated time
+  double figure = 0;  // busbw (network) or MFU (training)
   long peak_kib = 0;
-  char algorithm[32] = {};
+  char label[32] = {};  // algorithm (network) or event count (training)
 };
 
 // Runs `work` in a child; returns its wall time (measured inside), result and peak RSS.
@@ -126,14 +127,14 @@ void add_bench_command(CLI::App& app, Action& action) {
           CaseResult cr;
           cr.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
           cr.sim_s = rep.iteration_time_s;
-          cr.busbw = rep.mfu;
-          std::snprintf(cr.algorithm, sizeof cr.algorithm, "%llu",
+          cr.figure = rep.mfu;
+          std::snprintf(cr.label, sizeof cr.label, "%llu",
                         static_cast<unsigned long long>(rep.events));
           return cr;
         });
         std::cout << fmt::format("{:<12} {:>6} {:>10.2f} {:>12.1f} {:>12.3f} {:>8.3f} {:>12}\n",
                                  k.name, k.nodes * 8, r.wall_s, r.peak_kib / 1024.0, r.sim_s,
-                                 r.busbw, r.algorithm)
+                                 r.figure, r.label)
                   << std::flush;
       }
       return 0;
@@ -162,13 +163,13 @@ void add_bench_command(CLI::App& app, Action& action) {
           CaseResult cr;
           cr.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
           cr.sim_s = rep.time_s;
-          cr.busbw = rep.busbw_Bps;
-          std::snprintf(cr.algorithm, sizeof cr.algorithm, "%s/%s", rep.algorithm.c_str(),
+          cr.figure = rep.busbw_Bps;
+          std::snprintf(cr.label, sizeof cr.label, "%s/%s", rep.algorithm.c_str(),
                         rep.protocol.c_str());
           return cr;
         });
         std::cout << fmt::format("{:>8} {:>10.3f} {:>12.1f} {:>12.6f} {:>12.2f}  {}\n", gpus,
-                                 r.wall_s, r.peak_kib / 1024.0, r.sim_s, r.busbw / 1e9, r.algorithm)
+                                 r.wall_s, r.peak_kib / 1024.0, r.sim_s, r.figure / 1e9, r.label)
                   << std::flush;
       }
       return 0;

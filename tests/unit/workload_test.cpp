@@ -88,23 +88,42 @@ TEST(TrainingFlops, ReplayCountsEveryKernelOnEveryDeviceOnce) {
 TEST(TrainingReplay, OneGpuIterationIsTheSumOfItsKernels) {
   const ModelConfig m = small_gpt(4);
   const platform::Cluster c = cluster("dgx-a100", 1);
-  const DatasheetCostModel cost;
-  const Plan p = load_plan_text(
-      "micro_batch_size: 2\nglobal_batch_size: 8\nsequence_length: 1024\ndevices: \"0\"\n",
-      "p.yaml", m, c);
-  const Replayed r = run(m, p, c, cost);
+  const std::string plan_text =
+      "micro_batch_size: 2\nglobal_batch_size: 8\nsequence_length: 1024\ndevices: \"0\"\n";
+  // GPU-bound (no host issue time): the iteration is the sum of its kernels.
+  DatasheetEfficiency e = load_datasheet_efficiency();
+  e.host_per_kernel = Time();
+  const DatasheetCostModel gpu_only(e);
+  const Plan p = load_plan_text(plan_text, "p.yaml", m, c);
+  const Replayed r = run(m, p, c, gpu_only);
   Time sum;
   const Group& g = r.job.groups.at(0);
   for (const Task& t : g.program) {
     ASSERT_NE(t.kind, TaskKind::tp_comm);
     if (t.kind != TaskKind::compute) continue;
     for (const auto& [op, d] : g.segments[t.index].ops) {
-      EXPECT_EQ(d, cost.duration(g.ops[op], *g.gpu, p.precision));
+      EXPECT_EQ(d, gpu_only.duration(g.ops[op], *g.gpu, p.precision));
       sum += d;
     }
   }
   EXPECT_EQ(r.result.iteration, sum);
   EXPECT_EQ(r.result.groups[0].compute, sum);
+  // With host issue time, each run of kernels takes the longer of its GPU and host time.
+  const DatasheetCostModel cost;
+  const Replayed h = run(m, p, c, cost);
+  Time segments;
+  for (const Task& t : h.job.groups[0].program) {
+    if (t.kind != TaskKind::compute) continue;
+    const Segment& s = h.job.groups[0].segments[t.index];
+    Time gpu, host;
+    for (const auto& [op, d] : s.ops) {
+      gpu += d;
+      host += cost.host_time(h.job.groups[0].ops[op]);
+    }
+    EXPECT_EQ(s.duration, std::max(gpu, host));
+    segments += s.duration;
+  }
+  EXPECT_EQ(h.result.iteration, segments);
 }
 
 // With communication free and equal stages, the bubble is (p - 1) / m of the ideal time for
@@ -120,6 +139,12 @@ TEST_P(PipelineBubble, MatchesTheClosedForm) {
   // A cost model in which the embedding and the head cost nothing makes the stages equal, as
   // the closed form assumes.
   struct LayersOnly : DatasheetCostModel {
+    LayersOnly() : DatasheetCostModel(gpu_only()) {}
+    static DatasheetEfficiency gpu_only() {
+      DatasheetEfficiency e = load_datasheet_efficiency();
+      e.host_per_kernel = Time();
+      return e;
+    }
     Time duration(const Op& op, const config::GpuProfile& gpu, Precision p) const override {
       for (const char* free : {"embedding", "position", "final_norm", "logits", "cross_entropy"}) {
         if (op.name.rfind(free, 0) == 0) return Time();

@@ -104,9 +104,9 @@ Simulated simulate(const workload::ModelConfig& model, const platform::Cluster& 
 struct KorthikantiCase {
   const char* model;  // korthikanti-<model>
   int nodes;
-  double full_s, selective_s;                // measured iteration times
-  double params_optimizer_gib;               // Fig. 1: params + optimizer per GPU
-  double activations_selective_gib;          // Fig. 1: activations, sequence parallel + selective
+  double full_s, selective_s;        // measured iteration times
+  double params_optimizer_gib;       // Fig. 1: params + optimizer per GPU
+  double activations_selective_gib;  // Fig. 1: activations, sequence parallel + selective
 };
 
 constexpr KorthikantiCase kKorthikanti[] = {
@@ -153,7 +153,8 @@ TEST(TrainingValidation, Korthikanti) {
       if (selective) {
         // The first stage's first device: it holds the embeddings and the most activations.
         const workload::DeviceMemory& m = s.memory.front();
-        mem.push_back({c.model, (m.weights + m.gradients + m.optimizer) / kGiB, m.activations / kGiB});
+        mem.push_back(
+            {c.model, (m.weights + m.gradients + m.optimizer) / kGiB, m.activations / kGiB});
       }
     }
   }
@@ -174,8 +175,7 @@ TEST(TrainingValidation, Korthikanti) {
                   pct_error(mem[i].activations, c.activations_selective_gib));
     os << buf;
   }
-  const double wall =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::snprintf(buf, sizeof buf, "(simulated in %.2f s)\n", wall);
   os << buf;
   std::cout << os.str() << std::flush;
@@ -191,8 +191,8 @@ TEST(TrainingValidation, Korthikanti) {
 // --- (b) vTrain single-node iterations --------------------------------------------------------
 
 struct VtrainRow {
-  int gpus = 0, global_batch = 0, micro_batch = 0, hidden = 0, heads = 0, layers = 0,
-      sequence = 0, tp = 0, dp = 0, pp = 0;
+  int gpus = 0, global_batch = 0, micro_batch = 0, hidden = 0, heads = 0, layers = 0, sequence = 0,
+      tp = 0, dp = 0, pp = 0;
   double measured_s = 0;
   double predicted_s = 0;
   double error_pct() const { return pct_error(predicted_s, measured_s); }
@@ -291,8 +291,7 @@ TEST(TrainingValidation, VtrainSingleNode) {
         workload::load_plan_text(vtrain_plan(r), "vtrain-plan.yaml", model, cluster);
     r.predicted_s = simulate(model, cluster, plan, cost).report.iteration_time_s;
   }
-  const double wall =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   std::ostringstream os;
   char buf[256];
@@ -347,8 +346,8 @@ TEST(TrainingValidation, VtrainSingleNode) {
                 "vTrain: MAPE over %zu of %zu rows (stride %d) = %.2f%%; mean Spearman rho "
                 "within a model config = %.4f (%d configs); over all rows = %.4f; simulated in "
                 "%.2f s\n",
-                rows.size(), all.size(), kVtrainStride, overall,
-                rho_n == 0 ? NAN : rho_sum / rho_n, rho_n, spearman(p, m), wall);
+                rows.size(), all.size(), kVtrainStride, overall, rho_n == 0 ? NAN : rho_sum / rho_n,
+                rho_n, spearman(p, m), wall);
   os << buf;
   std::cout << os.str() << std::flush;
 
