@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <unordered_map>
 
 #include "sim/core/error.h"
@@ -93,6 +94,7 @@ class Builder {
     a_ = a;
     p_ = p;
     plan_ = &plan;
+    ordinal_ = 0;
     const double wire = r_.bytes / payload_fraction(p);  // bytes the protocol puts on the wire
     const size_t n = r_.ranks.size();
     if (n < 2) return plan;
@@ -177,6 +179,19 @@ class Builder {
     return rings_;
   }
 
+  // The merged links of the next step. A request's candidate plans for one algorithm differ
+  // only in protocol, so their k-th steps cross the same links: merged once, then reused.
+  template <typename Collect>
+  std::vector<LinkUse> step_links(Collect collect) {
+    auto& cache = link_cache_[static_cast<int>(a_)];
+    const size_t k = ordinal_++;
+    if (k < cache.size()) return cache[k];
+    std::vector<platform::LinkId> ids;
+    collect(ids);
+    cache.push_back(merge(ids));
+    return cache.back();
+  }
+
   static std::vector<LinkUse> merge(std::vector<platform::LinkId>& ids) {
     std::sort(ids.begin(), ids.end());
     std::vector<LinkUse> out;
@@ -216,8 +231,8 @@ class Builder {
         for (size_t i = 0; i < n; ++i) {
           std::vector<uint32_t> d =
               k == 0 ? deps : std::vector<uint32_t>{sent[i], arrived[(i + n - 1) % n]};
-          std::vector<platform::LinkId> ids = edges[i]->links;
-          next_sent[i] = add_step(merge(ids), chunk, Time(), std::move(d));
+          next_sent[i] = add_step(step_links([&](auto& ids) { ids = edges[i]->links; }), chunk,
+                                  Time(), std::move(d));
           next_arrived[i] = add_step({}, 0, step_lat(*edges[i]), {next_sent[i]});
         }
         std::swap(sent, next_sent);
@@ -226,10 +241,11 @@ class Builder {
       return arrived;
     }
     // Steady: one flow over every edge; latency of the longest chain of `steps` consecutive edges.
-    std::vector<platform::LinkId> ids;
     std::vector<int64_t> lat(2 * n + 1, 0);
-    for (size_t i = 0; i < n; ++i)
-      ids.insert(ids.end(), edges[i]->links.begin(), edges[i]->links.end());
+    std::vector<LinkUse> links = step_links([&](auto& ids) {
+      for (size_t i = 0; i < n; ++i)
+        ids.insert(ids.end(), edges[i]->links.begin(), edges[i]->links.end());
+    });
     for (size_t i = 0; i < 2 * n; ++i) lat[i + 1] = lat[i] + step_lat(*edges[i % n]).ps();
     int64_t worst = 0;
     const size_t full = steps / n, rest = steps % n;
@@ -237,42 +253,57 @@ class Builder {
     for (size_t i = 0; i < n; ++i) {
       worst = std::max<int64_t>(worst, static_cast<int64_t>(full) * cycle + lat[i + rest] - lat[i]);
     }
-    return {add_step(merge(ids), chunk * static_cast<double>(steps), Time::ps(worst), deps)};
+    return {add_step(std::move(links), chunk * static_cast<double>(steps), Time::ps(worst), deps)};
   }
 
   // A pipelined chain from `root` along the ring order: every edge carries all the bytes.
   void add_chain_from(const std::vector<GpuId>& ring, GpuId root, double bytes) {
     const size_t n = ring.size();
     const size_t start = std::find(ring.begin(), ring.end(), root) - ring.begin();
-    std::vector<platform::LinkId> ids;
     Time latency;
     for (size_t k = 0; k + 1 < n; ++k) {
-      const Edge& e = edge(ring[(start + k) % n], ring[(start + k + 1) % n]);
-      ids.insert(ids.end(), e.links.begin(), e.links.end());
-      latency += step_lat(e);
+      latency += step_lat(edge(ring[(start + k) % n], ring[(start + k + 1) % n]));
     }
-    add_step(merge(ids), bytes, latency, {});
+    add_step(step_links([&](auto& ids) {
+               for (size_t k = 0; k + 1 < n; ++k) {
+                 const Edge& e = edge(ring[(start + k) % n], ring[(start + k + 1) % n]);
+                 ids.insert(ids.end(), e.links.begin(), e.links.end());
+               }
+             }),
+             bytes, latency, {});
   }
 
   // Tree all-reduce, pipelined: reduce up and broadcast down at once; each edge carries all of
   // its tree's bytes in each direction.
   void add_tree(const TreeEdges& t, double bytes) {
-    std::vector<platform::LinkId> ids;
     std::unordered_map<GpuId, std::pair<GpuId, Time>> parent;
-    for (const auto& [child, par] : t.edges) {
-      const Edge& up = edge(child, par);
-      const Edge& down = edge(par, child);
-      ids.insert(ids.end(), up.links.begin(), up.links.end());
-      ids.insert(ids.end(), down.links.begin(), down.links.end());
-      parent[child] = {par, step_lat(up)};
-    }
+    for (const auto& [child, par] : t.edges) parent[child] = {par, step_lat(edge(child, par))};
+    std::vector<LinkUse> links = step_links([&](auto& ids) {
+      for (const auto& [child, par] : t.edges) {
+        const Edge& up = edge(child, par);
+        const Edge& down = edge(par, child);
+        ids.insert(ids.end(), up.links.begin(), up.links.end());
+        ids.insert(ids.end(), down.links.begin(), down.links.end());
+      }
+    });
+    // Latency from each rank to the root, memoised along the parent chain: O(ranks).
+    std::unordered_map<GpuId, Time> depth;
+    depth[t.root] = Time();
+    std::vector<GpuId> chain;
     Time deepest;
     for (const auto& [child, _] : parent) {
-      Time depth;
-      for (GpuId g = child; parent.count(g); g = parent[g].first) depth += parent[g].second;
-      deepest = std::max(deepest, depth);
+      chain.clear();
+      GpuId g = child;
+      while (!depth.count(g)) {
+        chain.push_back(g);
+        g = parent.at(g).first;
+      }
+      for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+        depth[*it] = depth[parent.at(*it).first] + parent.at(*it).second;
+      }
+      deepest = std::max(deepest, depth[child]);
     }
-    add_step(merge(ids), bytes, deepest * 2, {});
+    add_step(std::move(links), bytes, deepest * 2, {});
   }
 
   // Intra-node reduce-scatter, inter-node all-reduce per local rank (rail), intra-node all-gather.
@@ -312,8 +343,7 @@ class Builder {
 
   void add_p2p(GpuId a, GpuId b, double bytes) {
     const Edge& e = edge(a, b);
-    std::vector<platform::LinkId> ids = e.links;
-    add_step(merge(ids), bytes, step_lat(e), {}, false);
+    add_step(step_links([&](auto& ids) { ids = e.links; }), bytes, step_lat(e), {}, false);
   }
 
   const Cluster& c_;
@@ -325,6 +355,8 @@ class Builder {
   Protocol p_ = Protocol::simple;
   CollectivePlan* plan_ = nullptr;
   double channel_cap_ = 0;
+  std::map<int, std::vector<std::vector<LinkUse>>> link_cache_;
+  size_t ordinal_ = 0;
 };
 
 }  // namespace
