@@ -1,0 +1,117 @@
+// hetsim simulate end to end: the report's JSON keys, the trace file, OOM as a successful run,
+// and impossible plans as bad input (exit code 2, exact message).
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "tests/e2e/run_command.h"
+
+namespace hetsim::e2e {
+namespace {
+
+const std::string kPlans = std::string(HETSIM_SOURCE_DIR) + "/tests/data/plans/";
+
+TEST(Simulate, JsonHasTheDesignKeysAndConsistentFigures) {
+  const CommandResult r = run_hetsim({"simulate", "--model", "gpt3-1.3b", "--cluster", "dgx-a100",
+                                      "--nodes", "1", "--plan", kPlans + "good.yaml", "--json"},
+                                     Capture::stdout_only);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  for (const char* k : {"iteration_time_s", "throughput_tokens_per_s", "throughput_samples_per_s",
+                        "mfu", "oom", "devices", "breakdown_s"}) {
+    EXPECT_TRUE(j.contains(k)) << k;
+  }
+  const double t = j["iteration_time_s"];
+  EXPECT_NEAR(j["throughput_samples_per_s"].get<double>(), 8 / t, 1e-9 * 8 / t);
+  EXPECT_NEAR(j["throughput_tokens_per_s"].get<double>(), 8 * 2048 / t, 1e-9 * 8 * 2048 / t);
+  EXPECT_GT(j["mfu"].get<double>(), 0.05);
+  EXPECT_LT(j["mfu"].get<double>(), 1.0);
+  ASSERT_EQ(j["devices"].size(), 8u);
+  for (const auto& d : j["devices"]) {
+    for (const char* k : {"id", "gpu", "busy_s", "peak_memory_bytes", "oom"}) {
+      EXPECT_TRUE(d.contains(k)) << k;
+    }
+  }
+  const auto& b = j["breakdown_s"];
+  EXPECT_NEAR(b["compute"].get<double>() + b["communication_exposed"].get<double>() +
+                  b["bubble"].get<double>(),
+              t, 1e-9);
+}
+
+TEST(Simulate, TraceFileParsesAndTheSummarySaysWhereItWent) {
+  const std::string path = ::testing::TempDir() + "hetsim-trace.json";
+  const CommandResult r =
+      run_hetsim({"simulate", "--model", "llama2-7b", "--cluster", "dgx-a100", "--nodes", "1",
+                  "--plan", kPlans + "good.yaml", "--trace", path, "--trace-micro-batches", "0-1"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("trace          " + path), std::string::npos) << r.output;
+  std::ifstream in(path);
+  const nlohmann::json j = nlohmann::json::parse(in);
+  EXPECT_GT(j["traceEvents"].size(), 100u);
+}
+
+TEST(Simulate, OutOfMemoryIsASuccessfulRunNamingEachDevice) {
+  const CommandResult r = run_hetsim({"simulate", "--model", "gpt3-175b", "--cluster", "dgx-a100",
+                                      "--nodes", "1", "--plan", kPlans + "good.yaml"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("OUT OF MEMORY"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("node0.gpu7 needs"), std::string::npos) << r.output;
+}
+
+TEST(Simulate, SameCommandTwiceGivesIdenticalOutput) {
+  const std::vector<std::string> args = {
+      "simulate",          "--model",    "gpt3-350m",          "--cluster",
+      "mixed-a100-v100",   "--plan",     kPlans + "good.yaml", "--plan-set",
+      "tensor_parallel=4", "--plan-set", "precision=fp16",     "--json"};
+  EXPECT_EQ(run_hetsim(args).output, run_hetsim(args).output);
+}
+
+struct BadPlan {
+  const char* rule;
+  const char* file;
+  const char* model;
+  int nodes;
+  std::string message;  // after "hetsim: error: <file>"
+};
+
+class BadPlanFile : public ::testing::TestWithParam<BadPlan> {};
+
+TEST_P(BadPlanFile, ExitsWithCode2AndExactMessage) {
+  const BadPlan& k = GetParam();
+  const std::string file = kPlans + k.file;
+  const CommandResult r = run_hetsim({"simulate", "--model", k.model, "--cluster", "dgx-a100",
+                                      "--nodes", std::to_string(k.nodes), "--plan", file});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(r.output, "hetsim: error: " + file + k.message + "\n");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Plans, BadPlanFile,
+    ::testing::Values(
+        BadPlan{"DegreesThatDoNotMultiplyToTheDevices", "degrees_mismatch.yaml", "gpt3-1.3b", 1,
+                ": tensor_parallel x pipeline_parallel x data_parallel = 4 x 4 x 1 = 16, but the "
+                "plan has 8 GPUs (the whole cluster; set devices to use fewer)"},
+        BadPlan{"BatchNotDivisible", "batch_not_divisible.yaml", "gpt3-1.3b", 1,
+                ":2: global_batch_size: 8 is not divisible by micro_batch_size x data_parallel = "
+                "3"},
+        BadPlan{"TensorParallelWiderThanTheHeads", "tp_wider_than_heads.yaml", "gpt3-1.3b", 4,
+                ": stage 0: tensor_parallel 32 does not divide the 16 attention heads (wider than "
+                "the heads)"},
+        BadPlan{"StageWithoutLayers", "stage_without_layers.yaml", "gpt3-1.3b", 1,
+                ":5: replicas[0].stages[0].layers: a stage with no layers"},
+        BadPlan{
+            "UnknownRecomputePolicy", "bad_recompute.yaml", "gpt3-1.3b", 1,
+            ":3: recompute: unknown value \"partial\" (expected one of none, selective, full)"}),
+    [](const ::testing::TestParamInfo<BadPlan>& i) { return std::string(i.param.rule); });
+
+TEST(Simulate, UnknownModelIsBadInput) {
+  const CommandResult r =
+      run_hetsim({"simulate", "--model", "gpt5", "--plan", kPlans + "good.yaml"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.output.rfind("hetsim: error: gpt5: no such model file, nor a built-in model", 0), 0u)
+      << r.output;
+}
+
+}  // namespace
+}  // namespace hetsim::e2e
