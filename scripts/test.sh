@@ -19,7 +19,7 @@ ctest --test-dir build --output-on-failure -j "$jobs"
 if [ "${HETSIM_SKIP_SANITIZE:-0}" != "1" ]; then
   echo "== build (ASan + UBSan)"
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHETSIM_WERROR=ON \
-    -DHETSIM_SANITIZE=ON -DHETSIM_BUILD_BENCH=OFF >/dev/null
+    -DHETSIM_SANITIZE=ON -DHETSIM_BUILD_BENCH=OFF -DHETSIM_CUDA=OFF >/dev/null
   cmake --build build-asan -j "$jobs"
   echo "== tests under ASan + UBSan"
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \

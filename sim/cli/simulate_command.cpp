@@ -2,6 +2,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "calibrate/measured_cost_model.h"
 #include "sim/cli/commands.h"
 #include "sim/core/error.h"
 #include "sim/report/chrome_trace.h"
@@ -14,7 +15,7 @@ namespace hetsim::cli {
 void add_simulate_command(CLI::App& app, Action& action) {
   struct Opts {
     ClusterFlags cluster;
-    std::string model, plan, trace, efficiency;
+    std::string model, plan, trace, efficiency, calibration;
     std::vector<std::string> plan_sets;
     std::string trace_devices, trace_micro_batches;
     bool json = false;
@@ -31,6 +32,9 @@ void add_simulate_command(CLI::App& app, Action& action) {
   cmd->add_option("--plan", o->plan, "Plan file (YAML; see README)")->required();
   cmd->add_option("--plan-set", o->plan_sets,
                   "Override a field of the plan: PATH=VALUE, e.g. micro_batch_size=2 (repeatable)");
+  cmd->add_option("--calibration", o->calibration,
+                  "Calibration database (HDF5, hetsim calibrate): measured costs for its GPU type, "
+                  "derived costs for other GPU types");
   cmd->add_option("--efficiency", o->efficiency,
                   "Datasheet efficiency constants (default: calibrate/datasheet_efficiency.yaml)");
   cmd->add_option("--trace", o->trace, "Write a Chrome trace (JSON; open in Perfetto)");
@@ -47,7 +51,15 @@ void add_simulate_command(CLI::App& app, Action& action) {
       workload::PlanOptions popt;
       popt.sets = o->plan_sets;
       const workload::Plan plan = workload::load_plan(o->plan, model, cluster, popt);
-      const workload::DatasheetCostModel cost(workload::load_datasheet_efficiency(o->efficiency));
+      const workload::DatasheetCostModel datasheet(
+          workload::load_datasheet_efficiency(o->efficiency));
+      std::unique_ptr<calibrate::MeasuredCostModel> measured;
+      if (!o->calibration.empty()) {
+        measured = std::make_unique<calibrate::MeasuredCostModel>(
+            calibrate::read_database(o->calibration), datasheet);
+      }
+      const workload::CostModel& cost =
+          measured ? static_cast<const workload::CostModel&>(*measured) : datasheet;
       report::TraceFilter filter;
       if (!o->trace.empty()) {
         filter = report::make_trace_filter(cluster, o->trace_devices, o->trace_micro_batches);

@@ -82,6 +82,19 @@ DatasheetEfficiency load_datasheet_efficiency(const std::string& path) {
   return e;
 }
 
+double DatasheetCostModel::gemm_shape_efficiency(const Op& op,
+                                                 const config::GpuProfile& gpu) const {
+  const double t = e_.tile;
+  const double tiles_m = std::ceil(op.m / t), tiles_n = std::ceil(op.n / t);
+  const double tiles = tiles_m * tiles_n * std::max<int64_t>(1, op.batch);
+  const double sms = std::max(1, gpu.sms);
+  const double waves = std::ceil(tiles / sms);
+  const double wave_eff = tiles / (waves * sms);
+  const double tile_eff = (double(op.m) * op.n) / (tiles_m * t * tiles_n * t);
+  const double k_eff = op.k / (op.k + e_.k_half);
+  return wave_eff * tile_eff * k_eff;
+}
+
 Time DatasheetCostModel::duration(const Op& op, const config::GpuProfile& gpu, Precision p) const {
   const double bw = gpu.memory_bandwidth_Bps * e_.memory;
   double seconds = 0;
@@ -89,16 +102,8 @@ Time DatasheetCostModel::duration(const Op& op, const config::GpuProfile& gpu, P
     case OpKind::gemm: {
       // Tile quantisation: partial tiles at the edges do full work. Wave quantisation: tiles run
       // in waves of one per SM; the last wave may be mostly empty [nv-mm].
-      const double t = e_.tile;
-      const double tiles_m = std::ceil(op.m / t), tiles_n = std::ceil(op.n / t);
-      const double tiles = tiles_m * tiles_n;
-      const double sms = std::max(1, gpu.sms);
-      const double waves = std::ceil(tiles / sms);
-      const double wave_eff = tiles / (waves * sms);
-      const double tile_eff = (double(op.m) * op.n) / (tiles_m * t * tiles_n * t);
-      const double k_eff = op.k / (op.k + e_.k_half);
       const double compute =
-          op.flops / (peak_flops(gpu, p) * e_.gemm_max * wave_eff * tile_eff * k_eff);
+          op.flops / (peak_flops(gpu, p) * e_.gemm_max * gemm_shape_efficiency(op, gpu));
       seconds = std::max(compute, op.bytes / bw);
       break;
     }

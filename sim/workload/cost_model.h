@@ -45,6 +45,9 @@ class DatasheetCostModel : public CostModel {
   Time host_time(const Op&) const override { return e_.host_per_kernel; }
   std::string source(const Op&, const config::GpuProfile&) const override { return "datasheet"; }
   const DatasheetEfficiency& efficiency() const { return e_; }
+  // The share of peak a GEMM of this shape keeps after tile and wave quantisation and its
+  // reduction length: measured tables interpolate in units of it, so the steps stay.
+  double gemm_shape_efficiency(const Op& op, const config::GpuProfile& gpu) const;
 
  private:
   DatasheetEfficiency e_;

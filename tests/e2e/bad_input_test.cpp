@@ -108,7 +108,8 @@ struct BadFlagCase {
 };
 
 const std::string kBuiltins =
-    "dgx-a100, dgx-h100, dgx1-v100, mixed-a100-v100, mixed-explicit, mixed-h100-a100, pcie-a100, "
+    "cpu-host, dgx-a100, dgx-h100, dgx1-v100, mixed-a100-v100, mixed-explicit, mixed-h100-a100, "
+    "pcie-a100, "
     "pcie-v100";
 
 // dgx-a100 (the default cluster) has 4 nodes of 8 GPUs.
@@ -210,8 +211,8 @@ const BadFlagCase kBadFlags[] = {
      "hetsim: error: The following argument was not expected: --frobnicate (see hetsim --help)\n"},
     {"UnknownSubcommandIsRejected",
      {"frobnicate"},
-     "hetsim: error: unknown command \"frobnicate\" (expected simulate, collective or bench; see "
-     "hetsim --help)\n"},
+     "hetsim: error: unknown command \"frobnicate\" (expected simulate, collective, calibrate or "
+     "bench; see hetsim --help)\n"},
     {"MissingSubcommandIsRejected",
      {},
      "hetsim: error: A subcommand is required (see hetsim --help)\n"},

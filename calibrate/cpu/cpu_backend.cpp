@@ -1,0 +1,317 @@
+// The CPU calibration backend; see cpu_backend.h.
+#include "calibrate/cpu/cpu_backend.h"
+
+#include <cblas.h>
+#include <fmt/format.h>
+#include <mpi.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <set>
+
+#include "calibrate/cpu/kernels.h"
+#include "calibrate/database.h"
+#include "sim/core/error.h"
+
+namespace hetsim::calibrate::cpu {
+
+namespace {
+
+std::atomic<bool> interrupted{false};
+extern "C" void on_signal(int) { interrupted = true; }
+
+using Clock = std::chrono::steady_clock;
+
+// Writes a buffer larger than the last-level cache, so each repetition starts cold.
+void flush_cache() {
+  static std::vector<char> junk(64 << 20);
+  static char v = 0;
+  std::memset(junk.data(), ++v, junk.size());
+}
+
+// Warm-up, then repetitions until at least `min_reps` and `min_time` of samples, or 100.
+Timing measure(const std::function<double()>& once, bool quick) {
+  const int min_reps = quick ? 3 : 5;
+  const double min_time = quick ? 0.005 : 0.02;
+  once();  // warm-up
+  std::vector<double> t;
+  double total = 0;
+  while ((static_cast<int>(t.size()) < min_reps || total < min_time) && t.size() < 100) {
+    flush_cache();
+    const double s = once();
+    t.push_back(s);
+    total += s;
+  }
+  std::sort(t.begin(), t.end());
+  auto pct = [&](double q) { return t[static_cast<size_t>(q * (t.size() - 1) + 0.5)]; };
+  return Timing{pct(0.5), pct(0.1), pct(0.9), static_cast<int64_t>(t.size())};
+}
+
+double wall(const std::function<void()>& f) {
+  const auto t0 = Clock::now();
+  f();
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+struct Item {
+  std::string key;                   // identifies the measurement in the journal
+  std::string label;                 // for the progress line
+  bool all_ranks;                    // a collective: every rank takes part
+  std::function<std::string()> run;  // returns the CSV line
+};
+
+std::string now_iso() {
+  const std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+std::string key_of(const std::string& csv) {
+  // Everything before the timings identifies a measurement.
+  size_t commas = 0, i = 0;
+  for (; i < csv.size() && commas < 14; ++i) commas += csv[i] == ',';
+  return csv.substr(0, i);
+}
+
+}  // namespace
+
+int run(const Options& o) {
+  int rank = 0, size = 1, inited = 0;
+  MPI_Initialized(&inited);
+  if (!inited) MPI_Init(nullptr, nullptr);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const bool lead = rank == 0;
+  auto wants = [&](const char* op) {
+    return o.ops.empty() || std::find(o.ops.begin(), o.ops.end(), op) != o.ops.end();
+  };
+  for (const std::string& op : o.ops) {
+    if (op != "gemm" && op != "memory" && op != "collective") {
+      throw InputError("--ops: unknown kind \"" + op +
+                       "\" for the CPU backend (expected gemm, memory, collective)");
+    }
+  }
+  const std::string journal = o.out + ".journal.csv";
+  // Resume: what the journal already holds is not measured again.
+  std::set<std::string> done;
+  if (lead && std::filesystem::exists(journal)) {
+    // A line cut short by the interruption is dropped before appending after it.
+    std::string text;
+    {
+      std::ifstream in(journal, std::ios::binary);
+      text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+    if (!text.empty() && text.back() != '\n') {
+      std::filesystem::resize_file(
+          journal, text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1);
+    }
+    std::ifstream in(journal);
+    std::string line;
+    while (std::getline(in, line)) {
+      if (!line.empty() && line[0] != '#' && line != csv_header()) done.insert(key_of(line));
+    }
+  }
+  std::ofstream jout;
+  if (lead) {
+    const bool fresh = !std::filesystem::exists(journal);
+    jout.open(journal, std::ios::app);
+    if (!jout) throw InputError("--out " + o.out + ": cannot write " + journal);
+    if (fresh) {
+      char host[256] = {};
+      gethostname(host, sizeof host - 1);
+      char mpi[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+      int len = 0;
+      MPI_Get_library_version(mpi, &len);
+      std::string mpi_name(mpi, std::min<int>(len, 40));
+      mpi_name.erase(std::remove(mpi_name.begin(), mpi_name.end(), '\n'), mpi_name.end());
+      jout << "# backend=cpu\n# device_type=cpu\n# device_name=host CPU ("
+           << sysconf(_SC_NPROCESSORS_ONLN) << " cores)\n# host=" << host
+           << "\n# date=" << now_iso() << "\n# hetsim_version=" << HETSIM_VERSION
+           << "\n# blas=" << openblas_get_config() << "\n# mpi=" << mpi_name << "\n"
+           << csv_header() << "\n";
+    }
+  }
+  // The plan.
+  std::vector<Item> items;
+  const std::vector<int64_t> dims =
+      o.quick ? std::vector<int64_t>{64, 128, 256}
+              : std::vector<int64_t>{64, 96, 128, 192, 256, 384, 512, 768, 1024};
+  if (wants("gemm")) {
+    // fp32 only: Debian's OpenBLAS is built without its bfloat16 GEMM (sbgemm).
+    for (const char* dtype : {"fp32"}) {
+      for (int64_t m : dims) {
+        for (int64_t n : dims) {
+          for (int64_t k : dims) {
+            GemmPoint g{m, n, k, 1, {}};
+            const std::string d = dtype;
+            items.push_back(
+                Item{csv_line("gemm", d, &g, nullptr, nullptr),
+                     fmt::format("gemm {} {}x{}x{}", d, m, n, k), false, [=, &o]() mutable {
+                       std::vector<float> A(m * k, 0.5f), B(k * n, 0.25f), C(m * n, 0);
+                       g.t = measure(
+                           [&] {
+                             return wall([&] {
+                               cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f,
+                                           A.data(), k, B.data(), n, 0.0f, C.data(), n);
+                             });
+                           },
+                           o.quick);
+                       return csv_line("gemm", d, &g, nullptr, nullptr);
+                     }});
+          }
+        }
+      }
+    }
+  }
+  if (wants("memory")) {
+    const double top = o.quick ? 4.0 * (1 << 20) : 256.0 * (1 << 20);
+    for (const std::string& kernel : memory_kernels()) {
+      for (double bytes = 64.0 * 1024; bytes <= top; bytes *= o.quick ? 4 : 2) {
+        SizePoint s{bytes, 1, {}};
+        items.push_back(Item{
+            csv_line("memory", kernel, nullptr, nullptr, &s),
+            fmt::format("memory {} {:.0f} KiB", kernel, bytes / 1024), false, [=, &o]() mutable {
+              const size_t n = elements_for(kernel, bytes);
+              std::vector<float> a(n, 0.5f), b(n, 0.25f), c(2 * n, 0.1f);
+              volatile double sink = 0;  // keeps the kernels' work observable
+              s.t = measure(
+                  [&] {
+                    return wall([&] { sink = sink + run_memory_kernel(kernel, a, b, c, n); });
+                  },
+                  o.quick);
+              return csv_line("memory", kernel, nullptr, nullptr, &s);
+            }});
+      }
+    }
+  }
+  if (wants("collective") && size > 1) {
+    const double top = o.quick ? 4.0 * (1 << 20) : 64.0 * (1 << 20);
+    for (const char* opname :
+         {"allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "sendrecv"}) {
+      for (double bytes = 1024; bytes <= top; bytes *= o.quick ? 4 : 2) {
+        SizePoint s{bytes, size, {}};
+        const std::string op = opname;
+        items.push_back(Item{
+            csv_line("collective", op, nullptr, nullptr, &s),
+            fmt::format("{} {:.0f} KiB x {} ranks", op, bytes / 1024, size), true,
+            [=, &o]() mutable {
+              // nccl-tests sizes: per-rank buffer, or the total for all-gather / reduce-scatter.
+              const size_t total = static_cast<size_t>(bytes / 4);
+              const size_t part = std::max<size_t>(1, total / size);
+              std::vector<float> in(total + part * size, 1.0f), out(total + part * size, 0.0f);
+              auto once = [&] {
+                MPI_Barrier(MPI_COMM_WORLD);
+                const double t = wall([&] {
+                  if (op == "allreduce")
+                    MPI_Allreduce(in.data(), out.data(), total, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+                  if (op == "allgather")
+                    MPI_Allgather(in.data(), part, MPI_FLOAT, out.data(), part, MPI_FLOAT,
+                                  MPI_COMM_WORLD);
+                  if (op == "reducescatter")
+                    MPI_Reduce_scatter_block(in.data(), out.data(), part, MPI_FLOAT, MPI_SUM,
+                                             MPI_COMM_WORLD);
+                  if (op == "alltoall")
+                    MPI_Alltoall(in.data(), part, MPI_FLOAT, out.data(), part, MPI_FLOAT,
+                                 MPI_COMM_WORLD);
+                  if (op == "broadcast") MPI_Bcast(in.data(), total, MPI_FLOAT, 0, MPI_COMM_WORLD);
+                  if (op == "sendrecv") {
+                    MPI_Sendrecv(in.data(), total, MPI_FLOAT, (rank + 1) % size, 0, out.data(),
+                                 total, MPI_FLOAT, (rank + size - 1) % size, 0, MPI_COMM_WORLD,
+                                 MPI_STATUS_IGNORE);
+                  }
+                });
+                double slowest = 0;
+                MPI_Allreduce(&t, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+                return slowest;
+              };
+              // The same repetition count on every rank: the lead decides.
+              once();
+              std::vector<double> t;
+              int reps = o.quick ? 5 : 10;
+              for (int r = 0; r < reps; ++r) t.push_back(once());
+              std::sort(t.begin(), t.end());
+              s.t = Timing{t[t.size() / 2], t[t.size() / 10], t[(t.size() * 9) / 10], reps};
+              return csv_line("collective", op, nullptr, nullptr, &s);
+            }});
+      }
+    }
+  } else if (wants("collective") && lead && !o.ops.empty()) {
+    std::cerr << "calibrate: collectives need several processes: run under mpirun -np N\n";
+  }
+  // Run, with progress and an estimate of the time left.
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  const bool tty = isatty(STDERR_FILENO);
+  size_t todo = 0;
+  for (const Item& it : items) todo += !done.count(key_of(it.key));
+  int todo_all = static_cast<int>(todo);
+  MPI_Bcast(&todo_all, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  const auto start = Clock::now();
+  size_t finished = 0;
+  int last_pct = -1;
+  for (const Item& it : items) {
+    int stop = interrupted ? 1 : 0;
+    if (it.all_ranks) MPI_Allreduce(MPI_IN_PLACE, &stop, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (stop) break;
+    int skip = lead ? done.count(key_of(it.key)) : 0;
+    if (it.all_ranks) MPI_Bcast(&skip, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (skip) continue;
+    if (!lead && !it.all_ranks) continue;
+    const std::string line = it.run();
+    if (!lead) continue;
+    jout << line << "\n" << std::flush;
+    ++finished;
+    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    const double left = elapsed / finished * (todo - finished);
+    const int pct = static_cast<int>(100.0 * finished / std::max<size_t>(1, todo));
+    if (tty) {
+      const int bar = pct / 5;
+      std::cerr << fmt::format("\r[{:<20}] {:3d}% ({}/{}) {:<34} ETA {:4.0f} s",
+                               std::string(bar, '#'), pct, finished, todo, it.label, left)
+                << std::flush;
+    } else if (pct / 10 != last_pct / 10) {
+      std::cerr << fmt::format("calibrate: {}% ({}/{}), about {:.0f} s left\n", pct, finished, todo,
+                               left);
+    }
+    last_pct = pct;
+  }
+  if (lead && tty) std::cerr << "\n";
+  int stopped = interrupted ? 1 : 0;
+  MPI_Allreduce(MPI_IN_PLACE, &stopped, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  int rc = 0;
+  if (lead) {
+    jout.close();
+    Database db = read_csv(journal);
+    if (db.size() == 0) {
+      std::cerr << "calibrate: nothing measured\n";
+      rc = 1;
+    } else {
+      write_database(o.out, db);
+      if (stopped) {
+        std::cerr << fmt::format(
+            "calibrate: interrupted; {} measurements kept in {} (rerun the same command to "
+            "resume)\n",
+            db.size(), o.out);
+        rc = 1;
+      } else {
+        std::filesystem::remove(journal);
+        std::cerr << fmt::format("calibrate: {} measurements written to {}\n", db.size(), o.out);
+      }
+    }
+  }
+  MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  MPI_Finalize();
+  return rc;
+}
+
+}  // namespace hetsim::calibrate::cpu

@@ -1,0 +1,22 @@
+// The CPU calibration backend: OpenBLAS GEMMs (fp32 and bf16), the memory-bound kernels, and MPI
+// collectives between the processes of an `mpirun`, measured with warm-up, a cache flush between
+// repetitions and median / p10 / p90 over enough repetitions, into the HDF5 database. Every
+// measurement is appended to a journal (DB.journal.csv) as it is taken, so an interrupted run
+// keeps what it measured (the database is written from it) and the same command resumes.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace hetsim::calibrate::cpu {
+
+struct Options {
+  std::string out;               // database path
+  bool quick = false;            // a small grid for tests
+  std::vector<std::string> ops;  // gemm, memory, collective; empty: all
+};
+
+// Returns 0 when complete, 1 when interrupted (the database then holds what was measured).
+int run(const Options& o);
+
+}  // namespace hetsim::calibrate::cpu

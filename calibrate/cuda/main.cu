@@ -1,0 +1,219 @@
+// hetsim-calibrate-cuda: measures the kernels of a training iteration on this node and writes
+// calibrate/README.md's CSV. Plan first (with a time estimate), then one Bench per kind.
+#include <cstdio>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "bench.h"
+#include "check.h"
+#include "csv_log.h"
+#include "options.h"
+#include "plan.h"
+#include "progress.h"
+#include "provenance.h"
+#include "timer.h"
+
+namespace hetsim::calibrate::cuda {
+namespace {
+
+struct KindEntry {
+  const char* name;
+  std::vector<PlanItem> (*plan)(const PlanConfig&);
+  BenchFactory make;
+  double setup_s;  // buffers, handles, communicators: outside the per-point estimates
+};
+
+// One row per kind: the planner and the Bench that measures its points.
+const KindEntry kKindTable[] = {
+    {"copy", &plan_copy, &make_copy_bench, 1.0},
+    {"memory", &plan_memory, &make_memory_bench, 0.5},
+    {"collective", &plan_collective, &make_collective_bench, 4.0},
+    {"attention", &plan_attention, &make_attention_bench, 0.5},
+    {"gemm", &plan_gemm, &make_gemm_bench, 1.0},
+};
+
+const KindEntry& kind_entry(const std::string& name) {
+  for (const KindEntry& e : kKindTable)
+    if (name == e.name) return e;
+  throw std::invalid_argument("unknown kind " + name);
+}
+
+double planned_seconds(const PlanItem& item) {
+  if (item.key.kind == "collective") return collective_harness_seconds(item.estimate_s);
+  return harness_seconds(item.estimate_s, item.key.kind != "copy");
+}
+
+struct KindPlan {
+  const KindEntry* entry;
+  std::vector<PlanItem> items;
+  double planned_s = 0;
+};
+
+std::vector<KindPlan> build_plan(const Options& options, const PlanConfig& config, const CsvLog* log) {
+  std::vector<KindPlan> plans;
+  for (const std::string& kind : options.ops) {
+    KindPlan plan{&kind_entry(kind), {}, 0};
+    for (const PlanItem& item : plan.entry->plan(config))
+      if (log == nullptr || !log->has(item.key)) plan.items.push_back(item);
+    if (plan.items.empty()) continue;
+    plan.planned_s = plan.entry->setup_s;
+    for (const PlanItem& item : plan.items) plan.planned_s += planned_seconds(item);
+    plans.push_back(std::move(plan));
+  }
+  return plans;
+}
+
+double print_plan(const std::vector<KindPlan>& plans, double budget_s) {
+  double total = 0;
+  std::fprintf(stderr, "plan (estimated wall time):\n");
+  for (const KindPlan& plan : plans) {
+    std::fprintf(stderr, "  %-10s %6zu points  ~%6.1f s", plan.entry->name, plan.items.size(), plan.planned_s);
+    std::map<std::string, std::pair<int, double>> by_type;  // gemm: per dtype
+    if (std::string(plan.entry->name) == "gemm") {
+      for (const PlanItem& item : plan.items) {
+        auto& [count, seconds] = by_type[item.key.dtype];
+        ++count;
+        seconds += planned_seconds(item);
+      }
+      std::fprintf(stderr, "  (");
+      const char* sep = "";
+      for (const auto& [dtype, cs] : by_type) {
+        std::fprintf(stderr, "%s%s %d ~%.1f s", sep, dtype.c_str(), cs.first, cs.second);
+        sep = ", ";
+      }
+      std::fprintf(stderr, ")");
+    }
+    std::fprintf(stderr, "\n");
+    total += plan.planned_s;
+  }
+  std::fprintf(stderr, "  total      ~%.1f s against a budget of %.0f s%s\n", total, budget_s,
+               total > budget_s ? " (over: the last points of each kind will be cut)" : "");
+  return total;
+}
+
+int run(const Options& options) {
+  PlanConfig config;
+  config.quick = options.quick;
+  if (options.dry_run) {
+    config.gpus = 8;  // an assumed HGX node of H200 (compute capability 9.0)
+    std::fprintf(stderr, "dry run: assuming 8 GPUs of compute capability 9.0 (H200)\n");
+    print_plan(build_plan(options, config, nullptr), options.budget_s);
+    return 0;
+  }
+
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess || count == 0) {
+    std::fprintf(stderr, "hetsim-calibrate-cuda: no CUDA device (%s)\n",
+                 status != cudaSuccess ? cudaGetErrorString(status) : "cudaGetDeviceCount found 0");
+    return 1;
+  }
+  if (options.device >= count)
+    throw std::invalid_argument("--device " + std::to_string(options.device) + ": this node has " +
+                                std::to_string(count) + " CUDA device(s)");
+  CHECK_CUDA(cudaSetDevice(options.device));
+  cudaDeviceProp prop{};
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, options.device));
+  if (options.print_device_type) {
+    std::printf("%s\n", device_type_from_name(prop.name).c_str());
+    return 0;
+  }
+  config.cc_major = prop.major;
+  config.cc_minor = prop.minor;
+  config.gpus = count;
+  config.rates = RateGuess::for_compute_capability(prop.major, prop.minor);
+
+  CsvLog log(options.out, collect_provenance(options.device));
+  std::fprintf(stderr, "%s (cc %d.%d, %d SMs), %d GPU(s) in the node; writing %s\n", prop.name,
+               prop.major, prop.minor, prop.multiProcessorCount, count, options.out.c_str());
+  if (log.resumed_count() > 0)
+    std::fprintf(stderr, "resuming: %zu measurements already in %s are skipped\n", log.resumed_count(),
+                 options.out.c_str());
+  for (const std::string& kind : options.ops)
+    if (kind == "collective" && count < 2)
+      std::fprintf(stderr, "collective: skipped, only 1 GPU in this node (NCCL collectives need 2 or more)\n");
+  if (!config.has_fp8())
+    std::fprintf(stderr, "gemm fp8: skipped, compute capability %d.%d < 8.9\n", prop.major, prop.minor);
+
+  const std::vector<KindPlan> plans = build_plan(options, config, &log);
+  const double planned_total = print_plan(plans, options.budget_s);
+  if (plans.empty()) {
+    std::fprintf(stderr, "nothing left to measure\n");
+    return 0;
+  }
+
+  cudaStream_t stream = nullptr;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  int measured = 0, unsupported = 0, cut = 0;
+  {
+    Timer timer(options.device, stream);
+    const BenchContext context{options.device, stream, &timer};
+    Progress progress(planned_total);
+    // Each kind may run until its cumulative share of the budget: a kind that runs long eats into
+    // its own points, not the next kind's, and the run never passes the budget.
+    double cumulative = 0;
+    timer.warm_up(0.3);  // clocks ramp up before the first point
+    for (const KindPlan& plan : plans) {
+      cumulative += plan.planned_s;
+      const double kind_deadline = options.budget_s * cumulative / planned_total;
+      std::fprintf(stderr, "%s: %zu points\n", plan.entry->name, plan.items.size());
+      const auto bench = plan.entry->make(context, plan.items);
+      progress.advance(plan.entry->setup_s, std::string(plan.entry->name) + " set up");
+      int kind_cut = 0;
+      for (const PlanItem& item : plan.items) {
+        const double planned = planned_seconds(item);
+        if (progress.elapsed_s() > kind_deadline) {
+          ++kind_cut;
+          progress.advance(planned, item.key.label() + " (cut: over budget)");
+          continue;
+        }
+        const std::optional<Stats> stats = bench->measure(item.key);
+        if (stats) {
+          log.append(item.key, *stats);
+          ++measured;
+        } else {
+          ++unsupported;
+          std::fprintf(stderr, "skipped %s: cuBLASLt has no algorithm for it\n", item.key.label().c_str());
+        }
+        progress.advance(planned, item.key.label());
+      }
+      if (kind_cut > 0)
+        std::fprintf(stderr, "%s: %d points cut to stay within the %.0f s budget\n", plan.entry->name,
+                     kind_cut, options.budget_s);
+      cut += kind_cut;
+    }
+    std::fprintf(stderr, "done: %d measured, %d unsupported, %d cut, %.1f s\n", measured, unsupported,
+                 cut, progress.elapsed_s());
+  }
+  CHECK_CUDA(cudaStreamDestroy(stream));
+  return 0;
+}
+
+}  // namespace
+}  // namespace hetsim::calibrate::cuda
+
+int main(int argc, char** argv) {
+  namespace c = hetsim::calibrate::cuda;
+  c::Options options;
+  try {
+    bool help = false;
+    options = c::parse_options(argc, argv, &help);
+    if (help) {
+      std::fputs(c::usage(), stdout);
+      return 0;
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "hetsim-calibrate-cuda: %s\n%s", e.what(), c::usage());
+    return 2;
+  }
+  try {
+    return c::run(options);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "hetsim-calibrate-cuda: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,77 @@
+// Command-line parsing.
+#include "options.h"
+
+#include <algorithm>
+#include <sstream>
+#include <stdexcept>
+
+namespace hetsim::calibrate::cuda {
+
+const char* usage() {
+  return "usage: hetsim-calibrate-cuda --out FILE.csv [--quick] [--ops gemm,attention,memory,collective,copy]\n"
+         "                             [--device N] [--budget-s SECONDS] [--dry-run] [--print-device-type]\n"
+         "Measures GEMMs (cuBLASLt), attention, memory-bound kernels, NCCL collectives and host-device\n"
+         "copies on this node and appends one CSV line per measurement to FILE.csv (resuming it if it\n"
+         "exists). --dry-run prints the plan for an assumed node of 8 H200 without touching a GPU.\n";
+}
+
+namespace {
+std::vector<std::string> split_commas(const std::string& text) {
+  std::vector<std::string> parts;
+  std::stringstream in(text);
+  std::string part;
+  while (std::getline(in, part, ','))
+    if (!part.empty()) parts.push_back(part);
+  return parts;
+}
+}  // namespace
+
+Options parse_options(int argc, char** argv, bool* help) {
+  Options o;
+  *help = false;
+  std::vector<std::string> ops = kKinds;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::invalid_argument(arg + ": missing value");
+      return argv[++i];
+    };
+    if (arg == "-h" || arg == "--help") {
+      *help = true;
+    } else if (arg == "--out") {
+      o.out = value();
+    } else if (arg == "--quick") {
+      o.quick = true;
+    } else if (arg == "--ops") {
+      ops = split_commas(value());
+      for (const std::string& op : ops)
+        if (std::find(kKinds.begin(), kKinds.end(), op) == kKinds.end())
+          throw std::invalid_argument("--ops: unknown kind \"" + op +
+                                      "\" (expected gemm, attention, memory, collective, copy)");
+    } else if (arg == "--device") {
+      const std::string v = value();
+      std::size_t used = 0;
+      o.device = std::stoi(v, &used);
+      if (used != v.size() || o.device < 0) throw std::invalid_argument("--device: not a device index: " + v);
+    } else if (arg == "--budget-s") {
+      const std::string v = value();
+      std::size_t used = 0;
+      o.budget_s = std::stod(v, &used);
+      if (used != v.size() || o.budget_s <= 0) throw std::invalid_argument("--budget-s: not a positive number: " + v);
+    } else if (arg == "--dry-run") {
+      o.dry_run = true;
+    } else if (arg == "--print-device-type") {
+      o.print_device_type = true;
+    } else {
+      throw std::invalid_argument("unknown option \"" + arg + "\"");
+    }
+  }
+  for (const std::string& kind : kKinds)  // run order is kKinds', whatever order --ops gave
+    if (std::find(ops.begin(), ops.end(), kind) != ops.end()) o.ops.push_back(kind);
+  if (o.budget_s == 0) o.budget_s = o.quick ? 90 : 240;
+  if (o.out.empty() && !o.dry_run && !o.print_device_type && !*help)
+    throw std::invalid_argument("--out FILE.csv is required");
+  return o;
+}
+
+}  // namespace hetsim::calibrate::cuda

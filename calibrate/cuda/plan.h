@@ -1,0 +1,41 @@
+// The calibration plan: which points each kind measures (full and --quick grids), with a rough
+// duration guess per point so the run is budgeted before it starts (a full run must finish in
+// 5 minutes on one H200).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "measurement.h"
+
+namespace hetsim::calibrate::cuda {
+
+// Rough achieved rates used only for the time budget (about 70 % of hardware.md §1 peaks).
+struct RateGuess {
+  double bf16_flops, tf32_flops, fp32_flops, fp8_flops;
+  double memory_Bps, nvlink_bus_Bps, pcie_Bps;
+  static RateGuess for_compute_capability(int major, int minor);
+};
+
+struct PlanConfig {
+  bool quick = false;
+  int cc_major = 9, cc_minor = 0;
+  int gpus = 1;  // GPUs in the node (collectives need 2 or more)
+  RateGuess rates = RateGuess::for_compute_capability(9, 0);
+
+  bool has_fp8() const { return cc_major * 10 + cc_minor >= 89; }
+};
+
+std::vector<PlanItem> plan_gemm(const PlanConfig& config);
+std::vector<PlanItem> plan_attention(const PlanConfig& config);
+std::vector<PlanItem> plan_memory(const PlanConfig& config);
+std::vector<PlanItem> plan_collective(const PlanConfig& config);
+std::vector<PlanItem> plan_copy(const PlanConfig& config);
+
+// Wall time the harness spends on one point whose kernel takes `kernel_s` (warm-up,
+// repetitions under RepetitionPolicy, the L2 flush before each, set-up).
+double harness_seconds(double kernel_s, bool flush_l2);
+// The same for a collective point (no flush, a costlier multi-GPU launch).
+double collective_harness_seconds(double kernel_s);
+
+}  // namespace hetsim::calibrate::cuda

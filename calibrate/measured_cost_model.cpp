@@ -1,0 +1,356 @@
+// Interpolation over calibration tables; see measured_cost_model.h.
+#include "calibrate/measured_cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <tuple>
+
+#include "sim/core/error.h"
+
+namespace hetsim::calibrate {
+
+namespace {
+
+using workload::Op;
+using workload::OpKind;
+
+// Piecewise-linear interpolation of log(time) over log(bytes); outside the table, time scales
+// with bytes from the nearest edge (bandwidth-bound), so the fallback meets the table there.
+struct SizeTable {
+  std::vector<std::pair<double, double>> pts;  // log bytes, log seconds (sorted, deduplicated)
+  void build(const std::vector<SizePoint>& v, int64_t ranks) {
+    std::map<double, std::vector<double>> by;
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (v[i].ranks != ranks || v[i].bytes <= 0) continue;
+      by[std::log(v[i].bytes)].push_back(std::log(v[i].t.median_s));
+    }
+    for (auto& [x, ys] : by) {
+      std::sort(ys.begin(), ys.end());
+      pts.emplace_back(x, ys[ys.size() / 2]);
+    }
+  }
+  std::optional<double> seconds(double bytes) const {
+    if (pts.empty() || bytes <= 0) return std::nullopt;
+    const double x = std::log(bytes);
+    if (x <= pts.front().first)
+      return std::exp(pts.front().second) * bytes / std::exp(pts.front().first);
+    if (x >= pts.back().first)
+      return std::exp(pts.back().second) * bytes / std::exp(pts.back().first);
+    auto hi = std::lower_bound(pts.begin(), pts.end(), std::make_pair(x, -1e300));
+    auto lo = hi - 1;
+    const double w = (x - lo->first) / (hi->first - lo->first);
+    return std::exp(lo->second + w * (hi->second - lo->second));
+  }
+};
+
+const char* memory_kernel(const std::string& op) {
+  auto starts = [&](const char* p) { return op.rfind(p, 0) == 0; };
+  if (starts("norm") || starts("final_norm")) return "layernorm";
+  if (starts("dropout_residual")) return "residual_add";
+  if (starts("gelu")) return "gelu";
+  if (starts("swiglu")) return "swiglu";
+  if (starts("cross_entropy")) return "softmax";
+  if (starts("optimizer")) return "adam";
+  return "copy";  // embedding lookups, rotary, positions: reads and writes
+}
+
+std::string gemm_dtype(const Database& db, workload::Precision p) {
+  auto has = [&](const char* d) { return db.gemm.count(d) > 0; };
+  switch (p) {
+    case workload::Precision::fp32:
+      return has("tf32") ? "tf32" : "fp32";
+    case workload::Precision::fp16:
+      return "fp16";
+    case workload::Precision::bf16:
+      return has("bf16") ? "bf16" : "fp16";
+    case workload::Precision::fp8:
+      return has("fp8") ? "fp8" : (has("bf16") ? "bf16" : "fp16");
+  }
+  return "bf16";
+}
+
+}  // namespace
+
+struct MeasuredCostModel::Tables {
+  // GEMM: log(rate / shape efficiency) on the measured (m, n, k) points of batch 1.
+  struct Gemm {
+    std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, double> exact;  // seconds
+    std::vector<double> ms, ns, ks;                                          // axes (log)
+    std::map<std::tuple<int64_t, int64_t, int64_t>, double> value;           // log normalised rate
+    std::map<int64_t, int64_t> to_m, to_n, to_k;                             // sizes on the axes
+  };
+  std::map<std::pair<std::string, std::string>, Gemm> gemm;  // (dtype, GPU type): units differ
+  std::map<std::pair<std::string, int64_t>, SizeTable> memory, collective, copy;  // (name, ranks)
+};
+
+MeasuredCostModel::MeasuredCostModel(Database db, workload::DatasheetCostModel datasheet)
+    : db_(std::move(db)), datasheet_(std::move(datasheet)), tables_(std::make_unique<Tables>()) {}
+
+MeasuredCostModel::~MeasuredCostModel() = default;
+
+namespace {
+
+Op gemm_op(int64_t m, int64_t n, int64_t k, int64_t batch) {
+  Op op;
+  op.kind = OpKind::gemm;
+  op.m = m, op.n = n, op.k = k, op.batch = batch;
+  op.flops = 2.0 * m * n * k * std::max<int64_t>(1, batch);
+  op.bytes = 2.0 * (double(m) * k + double(k) * n + double(m) * n) * std::max<int64_t>(1, batch);
+  return op;
+}
+
+}  // namespace
+
+double MeasuredCostModel::shape_efficiency(const Op& op, const config::GpuProfile& gpu) const {
+  // Tiles and waves are a GPU's; a CPU's BLAS has neither.
+  return gpu.architecture == "cpu" ? 1.0 : datasheet_.gemm_shape_efficiency(op, gpu);
+}
+
+std::optional<double> MeasuredCostModel::predict_gemm(const std::string& dtype, const GemmPoint& q,
+                                                      const config::GpuProfile& gpu) const {
+  auto it = db_.gemm.find(dtype);
+  if (it == db_.gemm.end() || it->second.empty()) return std::nullopt;
+  auto& tables = tables_->gemm;
+  const auto table_key = std::make_pair(dtype, gpu.name);
+  auto tit = tables.find(table_key);
+  if (tit == tables.end()) {
+    Tables::Gemm g;
+    std::vector<int64_t> ms, ns, ks;
+    for (const GemmPoint& p : it->second) {
+      g.exact[{p.m, p.n, p.k, p.batch}] = p.t.median_s;
+      if (p.batch != 1) continue;
+      const Op op = gemm_op(p.m, p.n, p.k, 1);
+      const double rate = op.flops / p.t.median_s;
+      g.value[{p.m, p.n, p.k}] = std::log(rate / shape_efficiency(op, gpu));
+      ms.push_back(p.m), ns.push_back(p.n), ks.push_back(p.k);
+    }
+    for (auto* axis : {&ms, &ns, &ks}) {
+      std::sort(axis->begin(), axis->end());
+      axis->erase(std::unique(axis->begin(), axis->end()), axis->end());
+    }
+    for (int64_t v : ms) g.ms.push_back(double(v)), g.to_m[v] = v;
+    for (int64_t v : ns) g.ns.push_back(double(v)), g.to_n[v] = v;
+    for (int64_t v : ks) g.ks.push_back(double(v)), g.to_k[v] = v;
+    tit = tables.emplace(table_key, std::move(g)).first;
+  }
+  const Tables::Gemm& g = tit->second;
+  if (auto e = g.exact.find({q.m, q.n, q.k, q.batch}); e != g.exact.end()) return e->second;
+  if (g.value.empty()) return std::nullopt;
+  // Clamp to the table, interpolate there, then carry the datasheet's shape dependence out.
+  auto clamp = [](const std::vector<double>& axis, double v) {
+    return std::clamp(v, axis.front(), axis.back());
+  };
+  const double cm = clamp(g.ms, double(q.m)), cn = clamp(g.ns, double(q.n)),
+               ck = clamp(g.ks, double(q.k));
+  // Bracketing sizes on each axis and trilinear weights in log space; missing corners drop out.
+  auto bracket = [](const std::vector<double>& axis, double v) {
+    auto hi = std::lower_bound(axis.begin(), axis.end(), v);
+    if (hi == axis.end()) hi = axis.end() - 1;
+    auto lo = hi == axis.begin() || *hi == v ? hi : hi - 1;
+    const double w =
+        *hi == *lo ? 0.0 : (std::log(v) - std::log(*lo)) / (std::log(*hi) - std::log(*lo));
+    return std::make_tuple(static_cast<int64_t>(*lo), static_cast<int64_t>(*hi), w);
+  };
+  const auto [m0, m1, wm] = bracket(g.ms, cm);
+  const auto [n0, n1, wn] = bracket(g.ns, cn);
+  const auto [k0, k1, wk] = bracket(g.ks, ck);
+  double sum = 0, wsum = 0;
+  for (int a = 0; a < 2; ++a) {
+    for (int b = 0; b < 2; ++b) {
+      for (int c = 0; c < 2; ++c) {
+        const double w = (a ? wm : 1 - wm) * (b ? wn : 1 - wn) * (c ? wk : 1 - wk);
+        if (w <= 0) continue;
+        auto v = g.value.find({a ? m1 : m0, b ? n1 : n0, c ? k1 : k0});
+        if (v == g.value.end()) continue;
+        sum += w * v->second;
+        wsum += w;
+      }
+    }
+  }
+  double log_rate;
+  if (wsum > 0) {
+    log_rate = sum / wsum;
+  } else {
+    // No corner measured: the nearest point in log distance.
+    double best = 1e300;
+    log_rate = 0;
+    for (const auto& [key, v] : g.value) {
+      const double d = std::pow(std::log(std::get<0>(key) / cm), 2) +
+                       std::pow(std::log(std::get<1>(key) / cn), 2) +
+                       std::pow(std::log(std::get<2>(key) / ck), 2);
+      if (d < best) best = d, log_rate = v;
+    }
+  }
+  const Op at =
+      gemm_op(static_cast<int64_t>(cm), static_cast<int64_t>(cn), static_cast<int64_t>(ck), 1);
+  const double t_at = at.flops / (std::exp(log_rate) * shape_efficiency(at, gpu));
+  const Op want = gemm_op(q.m, q.n, q.k, q.batch);
+  if (at.m == q.m && at.n == q.n && at.k == q.k && q.batch <= 1) return t_at;
+  // Beyond the table: the datasheet's shape dependence (a CPU's: its FLOPs), from the edge.
+  if (gpu.architecture == "cpu") return t_at * want.flops / at.flops;
+  const workload::Precision p = workload::Precision::bf16;
+  return t_at * datasheet_.duration(want, gpu, p).seconds() /
+         datasheet_.duration(at, gpu, p).seconds();
+}
+
+std::optional<double> MeasuredCostModel::predict_size(const std::string& kind,
+                                                      const std::string& name,
+                                                      const SizePoint& q) const {
+  const auto& from = kind == "memory"       ? db_.memory
+                     : kind == "collective" ? db_.collective
+                                            : db_.copy;
+  auto& tables = kind == "memory"       ? tables_->memory
+                 : kind == "collective" ? tables_->collective
+                                        : tables_->copy;
+  const auto key = std::make_pair(name, q.ranks);
+  auto it = tables.find(key);
+  if (it == tables.end()) {
+    auto src = from.find(name);
+    if (src == from.end()) return std::nullopt;
+    SizeTable t;
+    t.build(src->second, q.ranks);
+    it = tables.emplace(key, std::move(t)).first;
+  }
+  return it->second.seconds(q.bytes);
+}
+
+std::optional<double> MeasuredCostModel::predict_attention(const std::string& dtype,
+                                                           const AttentionPoint& q) const {
+  auto it = db_.attention.find(dtype);
+  if (it == db_.attention.end()) return std::nullopt;
+  // Same head size, masking and pass: log(rate) over log(work) with work = b h s^2 d.
+  std::vector<std::pair<double, double>> pts;
+  for (const AttentionPoint& p : it->second) {
+    if (p.head_dim != q.head_dim || p.causal != q.causal || p.backward != q.backward) continue;
+    const double work = double(p.batch) * p.heads * double(p.seq) * p.seq * p.head_dim;
+    pts.emplace_back(std::log(work), std::log(work / p.t.median_s));
+  }
+  if (pts.empty()) return std::nullopt;
+  std::sort(pts.begin(), pts.end());
+  const double work = double(q.batch) * q.heads * double(q.seq) * q.seq * q.head_dim;
+  const double x = std::log(work);
+  double y;
+  if (x <= pts.front().first) {
+    y = pts.front().second;
+  } else if (x >= pts.back().first) {
+    y = pts.back().second;
+  } else {
+    auto hi = std::lower_bound(pts.begin(), pts.end(), std::make_pair(x, -1e300));
+    auto lo = hi - 1;
+    y = lo->second + (x - lo->first) / (hi->first - lo->first) * (hi->second - lo->second);
+  }
+  return work / std::exp(y);
+}
+
+Time MeasuredCostModel::duration(const Op& op, const config::GpuProfile& gpu,
+                                 workload::Precision p) const {
+  const Time ds = datasheet_.duration(op, gpu, p);
+  if (gpu.name != db_.device_type()) {
+    // Derived: the measured type's time, scaled by the datasheet ratio of the two types.
+    const config::GpuProfile* ref = reference();
+    if (!ref) return ds;
+    const Time measured = duration(op, *ref, p);
+    const Time ref_ds = datasheet_.duration(op, *ref, p);
+    return Time::from_seconds_ceil(measured.seconds() * ds.seconds() / ref_ds.seconds());
+  }
+  std::optional<double> s;
+  switch (op.kind) {
+    case OpKind::gemm:
+      s = predict_gemm(gemm_dtype(db_, p),
+                       GemmPoint{op.m, op.n, op.k, std::max<int64_t>(1, op.batch), {}}, gpu);
+      break;
+    case OpKind::attention_forward:
+    case OpKind::attention_backward:
+      s = predict_attention(gemm_dtype(db_, p),
+                            AttentionPoint{op.batch,
+                                           op.heads,
+                                           op.seq,
+                                           op.head_dim,
+                                           op.causal,
+                                           op.kind == OpKind::attention_backward,
+                                           {}});
+      break;
+    case OpKind::memory:
+      s = predict_size("memory", memory_kernel(op.name), SizePoint{op.bytes, 1, {}});
+      break;
+  }
+  if (!s) return ds;
+  return Time::from_seconds_ceil(*s) + datasheet_.efficiency().kernel_overhead;
+}
+
+std::string MeasuredCostModel::source(const Op&, const config::GpuProfile& gpu) const {
+  if (gpu.name == db_.device_type()) return "measured (" + db_.source + ")";
+  if (reference())
+    return "derived from " + db_.device_type() + " measurements and datasheet ratios";
+  return "datasheet";
+}
+
+const config::GpuProfile* MeasuredCostModel::reference() const {
+  // GPU types are derived from a measured GPU, never from a CPU.
+  const auto& gpus = config::builtin_gpus();
+  auto it = gpus.find(db_.device_type());
+  if (it == gpus.end() || it->second.architecture == "cpu") return nullptr;
+  return &it->second;
+}
+
+std::vector<CheckRow> check_database(const Database& db, const config::GpuProfile& gpu) {
+  std::vector<CheckRow> rows;
+  auto finish = [&](CheckRow r, const std::vector<double>& errors) {
+    if (errors.empty()) return;
+    r.held_out = errors.size();
+    for (double e : errors) r.mean_error += e, r.max_error = std::max(r.max_error, e);
+    r.mean_error /= errors.size();
+    rows.push_back(r);
+  };
+  for (const auto& [dtype, pts] : db.gemm) {
+    Database rest = db;
+    rest.gemm[dtype].clear();
+    std::vector<GemmPoint> held;
+    for (size_t i = 0; i < pts.size(); ++i)
+      (i % 5 == 2 ? held : rest.gemm[dtype]).push_back(pts[i]);
+    const MeasuredCostModel m(rest, workload::DatasheetCostModel());
+    std::vector<double> errors;
+    for (const GemmPoint& p : held) {
+      if (auto s = m.predict_gemm(dtype, p, gpu)) errors.push_back(std::abs(*s / p.t.median_s - 1));
+    }
+    finish(CheckRow{"gemm/" + dtype}, errors);
+  }
+  for (const auto& [dtype, pts] : db.attention) {
+    Database rest = db;
+    rest.attention[dtype].clear();
+    std::vector<AttentionPoint> held;
+    for (size_t i = 0; i < pts.size(); ++i)
+      (i % 5 == 2 ? held : rest.attention[dtype]).push_back(pts[i]);
+    const MeasuredCostModel m(rest, workload::DatasheetCostModel());
+    std::vector<double> errors;
+    for (const AttentionPoint& p : held) {
+      if (auto s = m.predict_attention(dtype, p)) errors.push_back(std::abs(*s / p.t.median_s - 1));
+    }
+    finish(CheckRow{"attention/" + dtype}, errors);
+  }
+  auto sizes = [&](const char* kind, const std::map<std::string, std::vector<SizePoint>>& all) {
+    for (const auto& [name, pts] : all) {
+      Database rest = db;
+      auto& slot = std::string(kind) == "memory"       ? rest.memory[name]
+                   : std::string(kind) == "collective" ? rest.collective[name]
+                                                       : rest.copy[name];
+      slot.clear();
+      std::vector<SizePoint> held;
+      for (size_t i = 0; i < pts.size(); ++i) (i % 5 == 2 ? held : slot).push_back(pts[i]);
+      const MeasuredCostModel m(rest, workload::DatasheetCostModel());
+      std::vector<double> errors;
+      for (const SizePoint& p : held) {
+        if (auto s = m.predict_size(kind, name, p))
+          errors.push_back(std::abs(*s / p.t.median_s - 1));
+      }
+      finish(CheckRow{std::string(kind) + "/" + name}, errors);
+    }
+  };
+  sizes("memory", db.memory);
+  sizes("collective", db.collective);
+  sizes("copy", db.copy);
+  return rows;
+}
+
+}  // namespace hetsim::calibrate

@@ -1,0 +1,52 @@
+// The cost model that reads calibration data: interpolates between measured points (in log
+// space, in units of the datasheet's shape efficiency so tile and wave steps survive) and falls
+// back to the datasheet roofline outside the table, scaled to meet the table at its edge. GPU
+// types nobody measured get costs derived from a measured type and the datasheet ratios.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "calibrate/database.h"
+#include "sim/workload/cost_model.h"
+
+namespace hetsim::calibrate {
+
+class MeasuredCostModel : public workload::CostModel {
+ public:
+  MeasuredCostModel(Database db, workload::DatasheetCostModel datasheet);
+  ~MeasuredCostModel() override;
+  Time duration(const workload::Op& op, const config::GpuProfile& gpu,
+                workload::Precision p) const override;
+  Time host_time(const workload::Op& op) const override { return datasheet_.host_time(op); }
+  std::string source(const workload::Op& op, const config::GpuProfile& gpu) const override;
+
+  // Predicted seconds of a measurement kind from the table alone, for `calibrate check`;
+  // nullopt where the table has nothing to offer.
+  std::optional<double> predict_gemm(const std::string& dtype, const GemmPoint& q,
+                                     const config::GpuProfile& gpu) const;
+  std::optional<double> predict_size(const std::string& kind, const std::string& name,
+                                     const SizePoint& q) const;
+  std::optional<double> predict_attention(const std::string& dtype, const AttentionPoint& q) const;
+  const Database& database() const { return db_; }
+
+ private:
+  struct Tables;
+  const config::GpuProfile* reference() const;  // the measured type's profile, if a GPU
+  double shape_efficiency(const workload::Op& op, const config::GpuProfile& gpu) const;
+  Database db_;
+  workload::DatasheetCostModel datasheet_;
+  std::unique_ptr<Tables> tables_;
+};
+
+// Held-out check: every fifth point of each table is predicted from the others. Returns lines
+// "kind/name  points  mean error %  max error %" and fills the mean error per kind.
+struct CheckRow {
+  std::string table;
+  size_t held_out = 0;
+  double mean_error = 0, max_error = 0;
+};
+std::vector<CheckRow> check_database(const Database& db, const config::GpuProfile& gpu);
+
+}  // namespace hetsim::calibrate

@@ -1,0 +1,135 @@
+// `hetsim calibrate`: measure kernels and collectives on this machine into a calibration
+// database; `calibrate check` predicts held-out points; `calibrate import` turns the CUDA
+// backend's CSV into the database.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <iostream>
+
+#include "calibrate/cpu/cpu_backend.h"
+#include "calibrate/database.h"
+#include "calibrate/measured_cost_model.h"
+#include "sim/cli/commands.h"
+#include "sim/core/error.h"
+
+namespace hetsim::cli {
+
+namespace {
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos <= s.size() && !s.empty()) {
+    const size_t c = std::min(s.find(',', pos), s.size());
+    if (c > pos) out.push_back(s.substr(pos, c - pos));
+    pos = c + 1;
+  }
+  return out;
+}
+
+const config::GpuProfile& profile_of(const calibrate::Database& db) {
+  const auto& gpus = config::builtin_gpus();
+  auto it = gpus.find(db.device_type());
+  if (it == gpus.end()) {
+    throw InputError(db.source + ": device_type \"" + db.device_type() +
+                     "\" has no GPU profile (topologies/gpus/)");
+  }
+  return it->second;
+}
+
+}  // namespace
+
+void add_calibrate_command(CLI::App& app, Action& action) {
+  struct Opts {
+    std::string backend = "cpu", out, ops, check_file, csv, import_out;
+    bool quick = false;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* cmd = app.add_subcommand(
+      "calibrate",
+      "Measure GEMMs, memory-bound kernels and collectives on this machine into an HDF5 "
+      "calibration database (CPU backend; CUDA backend on a GPU machine)");
+  cmd->add_option("--backend", o->backend, "cpu | cuda")->capture_default_str();
+  cmd->add_option("--out", o->out, "Database file to write (.h5)");
+  cmd->add_flag("--quick", o->quick, "A small grid (for tests)");
+  cmd->add_option("--ops", o->ops, "Kinds to measure: gemm,memory,collective (cpu); default all");
+  CLI::App* check = cmd->add_subcommand(
+      "check", "Hold out every fifth point, predict it from the rest, print the error per table");
+  check->add_option("file", o->check_file, "Calibration database")->required();
+  CLI::App* imp = cmd->add_subcommand("import", "Convert a backend's CSV into the database");
+  imp->add_option("csv", o->csv, "CSV written by a backend")->required();
+  imp->add_option("--out", o->import_out, "Database file to write")->required();
+  cmd->callback([o, cmd, &action] {
+    if (cmd->get_subcommands().size() > 0) return;
+    action = [o] {
+      if (o->out.empty()) throw InputError("calibrate: --out FILE is required");
+      if (o->backend == "cpu") {
+        calibrate::cpu::Options c;
+        c.out = o->out;
+        c.quick = o->quick;
+        c.ops = split_list(o->ops);
+        return calibrate::cpu::run(c);
+      }
+      if (o->backend == "cuda") {
+        // The CUDA backend is a standalone program beside this one (calibrate/cuda/).
+        const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe");
+        const std::filesystem::path prog =
+            self.parent_path() / "calibrate" / "cuda" / "hetsim-calibrate-cuda";
+        const std::filesystem::path alt = self.parent_path() / "hetsim-calibrate-cuda";
+        const std::filesystem::path bin = std::filesystem::exists(prog) ? prog : alt;
+        if (!std::filesystem::exists(bin)) {
+          throw RunError(
+              "the CUDA backend was not built (no CUDA toolkit when hetsim was configured)");
+        }
+        const std::string csv = o->out + ".csv";
+        std::string cmdline = bin.string() + " --out '" + csv + "'" + (o->quick ? " --quick" : "");
+        if (!o->ops.empty()) cmdline += " --ops " + o->ops;
+        const int rc = std::system(cmdline.c_str());
+        if (rc != 0)
+          throw RunError("the CUDA backend failed (exit status " + std::to_string(rc) + ")");
+        calibrate::write_database(o->out, calibrate::read_csv(csv));
+        return 0;
+      }
+      throw InputError("--backend: expected cpu or cuda, got \"" + o->backend + "\"");
+    };
+  });
+  check->callback([o, &action] {
+    action = [o] {
+      const calibrate::Database db = calibrate::read_database(o->check_file);
+      const config::GpuProfile& gpu = profile_of(db);
+      std::cout << fmt::format(
+          "{} ({} measurements, {} on {}): held-out error, every fifth point\n", o->check_file,
+          db.size(), db.device_type(), db.attrs.count("host") ? db.attrs.at("host") : "?");
+      std::cout << fmt::format("  {:<28} {:>8} {:>10} {:>10}\n", "table", "points", "mean %",
+                               "max %");
+      double gemm = 0, coll = 0;
+      size_t ng = 0, nc = 0;
+      for (const auto& r : calibrate::check_database(db, gpu)) {
+        std::cout << fmt::format("  {:<28} {:>8} {:>10.2f} {:>10.2f}\n", r.table, r.held_out,
+                                 100 * r.mean_error, 100 * r.max_error);
+        if (r.table.rfind("gemm/", 0) == 0) gemm += r.mean_error * r.held_out, ng += r.held_out;
+        if (r.table.rfind("collective/", 0) == 0)
+          coll += r.mean_error * r.held_out, nc += r.held_out;
+      }
+      if (ng)
+        std::cout << fmt::format("  GEMMs: {:.2f}% mean over {} held-out points\n", 100 * gemm / ng,
+                                 ng);
+      if (nc)
+        std::cout << fmt::format("  collectives: {:.2f}% mean over {} held-out points\n",
+                                 100 * coll / nc, nc);
+      return 0;
+    };
+  });
+  imp->callback([o, &action] {
+    action = [o] {
+      const calibrate::Database db = calibrate::read_csv(o->csv);
+      if (db.device_type().empty()) throw InputError(o->csv + ": no \"# device_type=\" line");
+      calibrate::write_database(o->import_out, db);
+      std::cout << db.size() << " measurements written to " << o->import_out << "\n";
+      return 0;
+    };
+  });
+}
+
+}  // namespace hetsim::cli

@@ -1,0 +1,100 @@
+// The CPU calibration backend end to end: calibrate (quick), check, simulate with the database;
+// MPI collectives under mpirun; resuming an interrupted run; a bad database as bad input.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "calibrate/database.h"
+#include "tests/e2e/run_command.h"
+
+namespace hetsim::e2e {
+namespace {
+
+const std::string kPlans = std::string(HETSIM_SOURCE_DIR) + "/tests/data/plans/";
+
+std::string fresh(const std::string& name) {
+  const std::string p = ::testing::TempDir() + name;
+  std::filesystem::remove(p);
+  std::filesystem::remove(p + ".journal.csv");
+  return p;
+}
+
+TEST(CalibrateCpu, CalibrateCheckAndSimulateWithTheDatabase) {
+  const std::string db = fresh("cpu-quick.h5");
+  const CommandResult c =
+      run_hetsim({"calibrate", "--backend", "cpu", "--out", db, "--quick", "--ops", "gemm,memory"});
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  EXPECT_NE(c.output.find("measurements written to " + db), std::string::npos) << c.output;
+  EXPECT_FALSE(std::filesystem::exists(db + ".journal.csv"));
+  const calibrate::Database d = calibrate::read_database(db);
+  EXPECT_EQ(d.device_type(), "cpu");
+  EXPECT_EQ(d.gemm.at("fp32").size(), 27u);
+  EXPECT_EQ(d.memory.size(), 10u);
+  for (const auto& p : d.gemm.at("fp32")) {
+    EXPECT_GE(p.t.p90_s, p.t.median_s);
+    EXPECT_LE(p.t.p10_s, p.t.median_s);
+    EXPECT_GE(p.t.repetitions, 3);
+  }
+  const CommandResult k = run_hetsim({"calibrate", "check", db});
+  ASSERT_EQ(k.exit_code, 0) << k.output;
+  EXPECT_NE(k.output.find("gemm/fp32"), std::string::npos) << k.output;
+  EXPECT_NE(k.output.find("memory/layernorm"), std::string::npos) << k.output;
+  const CommandResult s = run_hetsim({"simulate", "--model", "gpt3-125m", "--cluster", "cpu-host",
+                                      "--plan", kPlans + "cpu.yaml", "--calibration", db});
+  ASSERT_EQ(s.exit_code, 0) << s.output;
+  EXPECT_NE(s.output.find("op costs from  cpu: measured (" + db + ")"), std::string::npos)
+      << s.output;
+}
+
+TEST(CalibrateCpu, MpiCollectivesBetweenTwoProcesses) {
+  const std::string db = fresh("cpu-mpi.h5");
+  const std::string cmd = "mpirun --allow-run-as-root --oversubscribe -np 2 " +
+                          shell_quote(HETSIM_BINARY) +
+                          " calibrate --backend cpu --quick --ops "
+                          "collective --out " +
+                          shell_quote(db) + " > /dev/null 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  const calibrate::Database d = calibrate::read_database(db);
+  for (const char* op :
+       {"allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "sendrecv"}) {
+    ASSERT_TRUE(d.collective.count(op)) << op;
+    EXPECT_EQ(d.collective.at(op).front().ranks, 2) << op;
+    EXPECT_GE(d.collective.at(op).size(), 5u) << op;
+  }
+}
+
+TEST(CalibrateCpu, AnInterruptedRunResumesAndKeepsWhatItHadMeasured) {
+  const std::string db = fresh("cpu-resume.h5");
+  // What an interrupted run leaves: a journal with one measurement and a half-written line.
+  {
+    std::ofstream j(db + ".journal.csv");
+    j << "# backend=cpu\n# device_type=cpu\n" << calibrate::csv_header() << "\n";
+    calibrate::SizePoint s{65536, 1, calibrate::Timing{1.25e-5, 1e-5, 2e-5, 7}};
+    j << calibrate::csv_line("memory", "copy", nullptr, nullptr, &s) << "\n";
+    j << "memory,,gelu,0,0";
+  }
+  const CommandResult c =
+      run_hetsim({"calibrate", "--backend", "cpu", "--out", db, "--quick", "--ops", "memory"});
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  const calibrate::Database d = calibrate::read_database(db);
+  EXPECT_EQ(d.memory.at("copy").front().t.median_s, 1.25e-5);  // kept, not measured again
+  EXPECT_EQ(d.memory.at("copy").front().t.repetitions, 7);
+  EXPECT_EQ(d.memory.at("gelu").size(), d.memory.at("adam").size());   // the cut one was redone
+  EXPECT_NE(c.output.find("(39/39)"), std::string::npos) << c.output;  // 40 planned, 1 kept
+}
+
+TEST(CalibrateCpu, ACorruptDatabaseIsBadInput) {
+  const std::string bad = fresh("corrupt.h5");
+  std::ofstream(bad) << "not hdf5";
+  const CommandResult s = run_hetsim({"simulate", "--model", "gpt3-125m", "--cluster", "cpu-host",
+                                      "--plan", kPlans + "cpu.yaml", "--calibration", bad});
+  EXPECT_EQ(s.exit_code, 2);
+  EXPECT_EQ(s.output, "hetsim: error: " + bad +
+                          ": not an HDF5 file (corrupt, truncated or another format)\n");
+  const CommandResult k = run_hetsim({"calibrate", "check", bad});
+  EXPECT_EQ(k.exit_code, 2);
+}
+
+}  // namespace
+}  // namespace hetsim::e2e

@@ -1,0 +1,193 @@
+// The calibration database and the cost model that reads it: round trips, clear errors for
+// corrupt, truncated and foreign files, and interpolation oracles (exact at measured points,
+// monotone where the data is, the fallback continuous at the edge of the table).
+#include <gtest/gtest.h>
+#include <hdf5.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "calibrate/database.h"
+#include "calibrate/measured_cost_model.h"
+#include "sim/core/error.h"
+
+namespace hetsim::calibrate {
+namespace {
+
+std::string tmp(const std::string& name) { return ::testing::TempDir() + name; }
+
+Database sample() {
+  Database db;
+  db.attrs = {{"backend", "cpu"}, {"device_type", "cpu"}, {"host", "test"}};
+  for (int64_t m : {64, 128, 256}) {
+    for (int64_t n : {64, 128, 256}) {
+      for (int64_t k : {64, 128, 256}) {
+        // A constant 10 GFLOP/s: time = 2 m n k / 1e10.
+        const double t = 2.0 * m * n * k / 1e10;
+        db.gemm["fp32"].push_back(GemmPoint{m, n, k, 1, Timing{t, t * 0.9, t * 1.1, 5}});
+      }
+    }
+  }
+  db.memory["copy"] = {SizePoint{1e6, 1, Timing{1e-3, 1e-3, 1e-3, 5}},
+                       SizePoint{4e6, 1, Timing{3e-3, 3e-3, 3e-3, 5}},
+                       SizePoint{16e6, 1, Timing{10e-3, 10e-3, 10e-3, 5}}};
+  db.collective["allreduce"] = {SizePoint{1e6, 2, Timing{2e-4, 2e-4, 2e-4, 5}},
+                                SizePoint{8e6, 2, Timing{1e-3, 1e-3, 1e-3, 5}}};
+  db.attention["fp32"] = {AttentionPoint{1, 8, 512, 64, true, false, Timing{1e-3, 1e-3, 1e-3, 5}}};
+  return db;
+}
+
+const config::GpuProfile& gpu(const char* name) { return config::builtin_gpus().at(name); }
+
+TEST(CalibrationDatabase, WritesAndReadsBackEveryTableAndAttribute) {
+  const std::string path = tmp("roundtrip.h5");
+  const Database db = sample();
+  write_database(path, db);
+  const Database back = read_database(path);
+  EXPECT_EQ(back.device_type(), "cpu");
+  EXPECT_EQ(back.attrs.at("host"), "test");
+  EXPECT_EQ(back.size(), db.size());
+  ASSERT_EQ(back.gemm.at("fp32").size(), 27u);
+  EXPECT_EQ(back.gemm.at("fp32")[5].k, db.gemm.at("fp32")[5].k);
+  EXPECT_EQ(back.gemm.at("fp32")[5].t.median_s, db.gemm.at("fp32")[5].t.median_s);
+  EXPECT_EQ(back.collective.at("allreduce")[1].ranks, 2);
+  EXPECT_EQ(back.attention.at("fp32")[0].causal, true);
+}
+
+std::string error_of(const std::string& path) {
+  try {
+    read_database(path);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(CalibrationDatabase, BadFilesGiveAClearErrorNeverACrash) {
+  EXPECT_EQ(error_of(tmp("absent.h5")), tmp("absent.h5") + ": no such calibration file");
+  { std::ofstream(tmp("text.h5")) << "kind,dtype\n"; }
+  EXPECT_EQ(error_of(tmp("text.h5")),
+            tmp("text.h5") + ": not an HDF5 file (corrupt, truncated or another format)");
+  // Truncated: the first half of a real file.
+  write_database(tmp("full.h5"), sample());
+  const auto size = std::filesystem::file_size(tmp("full.h5"));
+  std::filesystem::copy_file(tmp("full.h5"), tmp("cut.h5"),
+                             std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::resize_file(tmp("cut.h5"), size / 2);
+  const std::string cut = error_of(tmp("cut.h5"));
+  EXPECT_EQ(cut.rfind(tmp("cut.h5") + ": ", 0), 0u) << cut;
+  // Foreign: an HDF5 file that is not a hetsim database.
+  H5Fclose(H5Fcreate(tmp("foreign.h5").c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+  EXPECT_EQ(
+      error_of(tmp("foreign.h5")),
+      tmp("foreign.h5") + ": /: no schema_version attribute: not a hetsim calibration database");
+  // Another schema version.
+  {
+    const hid_t f = H5Fcreate(tmp("v2.h5").c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    const hid_t s = H5Screate(H5S_SCALAR);
+    const hid_t a = H5Acreate2(f, "schema_version", H5T_STD_I64LE, s, H5P_DEFAULT, H5P_DEFAULT);
+    const int64_t v = 2;
+    H5Awrite(a, H5T_NATIVE_INT64, &v);
+    H5Aclose(a), H5Sclose(s), H5Fclose(f);
+  }
+  EXPECT_EQ(error_of(tmp("v2.h5")),
+            tmp("v2.h5") + ": /: schema version 2 (this hetsim reads version 1)");
+}
+
+TEST(CalibrationCostModel, ExactAtMeasuredPoints) {
+  const Database db = sample();
+  const MeasuredCostModel m(db, workload::DatasheetCostModel());
+  for (const GemmPoint& p : db.gemm.at("fp32")) {
+    EXPECT_DOUBLE_EQ(*m.predict_gemm("fp32", p, gpu("cpu")), p.t.median_s);
+    EXPECT_DOUBLE_EQ(*m.predict_gemm("fp32", p, gpu("a100-sxm4-80gb")), p.t.median_s);
+  }
+  for (const SizePoint& p : db.memory.at("copy")) {
+    EXPECT_NEAR(*m.predict_size("memory", "copy", p), p.t.median_s, 1e-15);
+  }
+}
+
+TEST(CalibrationCostModel, InterpolationBetweenPointsFollowsTheData) {
+  const Database db = sample();
+  const MeasuredCostModel m(db, workload::DatasheetCostModel());
+  // A constant rate is reproduced exactly between grid points (CPU: no tile quantisation).
+  const GemmPoint q{96, 200, 150, 1, {}};
+  EXPECT_NEAR(*m.predict_gemm("fp32", q, gpu("cpu")), 2.0 * 96 * 200 * 150 / 1e10, 1e-12);
+  // Monotone where the data is: copy times rise with bytes between and beyond the points.
+  double last = 0;
+  for (double b = 0.5e6; b <= 64e6; b *= 1.3) {
+    const double t = *m.predict_size("memory", "copy", SizePoint{b, 1, {}});
+    EXPECT_GT(t, last) << b;
+    last = t;
+  }
+  // Log-log interpolation: halfway (in log) between 1 MB / 1 ms and 4 MB / 3 ms.
+  EXPECT_NEAR(*m.predict_size("memory", "copy", SizePoint{2e6, 1, {}}), std::sqrt(1e-3 * 3e-3),
+              1e-12);
+  // Collectives interpolate per group size only.
+  EXPECT_TRUE(m.predict_size("collective", "allreduce", SizePoint{2e6, 2, {}}).has_value());
+  EXPECT_FALSE(m.predict_size("collective", "allreduce", SizePoint{2e6, 4, {}}).has_value());
+}
+
+TEST(CalibrationCostModel, FallbackIsContinuousAtTheEdgeOfTheTable) {
+  const Database db = sample();
+  const MeasuredCostModel m(db, workload::DatasheetCostModel());
+  for (const char* g : {"cpu", "a100-sxm4-80gb"}) {
+    const double at_edge = *m.predict_gemm("fp32", GemmPoint{256, 256, 256, 1, {}}, gpu(g));
+    const double beyond = *m.predict_gemm("fp32", GemmPoint{257, 256, 256, 1, {}}, gpu(g));
+    EXPECT_NEAR(beyond / at_edge, 1.0, 0.05) << g;
+    const double far = *m.predict_gemm("fp32", GemmPoint{4096, 4096, 4096, 1, {}}, gpu(g));
+    EXPECT_GT(far, at_edge * 10) << g;  // grows with the datasheet's cost beyond the table
+  }
+  const double edge = *m.predict_size("memory", "copy", SizePoint{16e6, 1, {}});
+  const double past = *m.predict_size("memory", "copy", SizePoint{16.016e6, 1, {}});
+  EXPECT_NEAR(past / edge, 1.001, 1e-9);
+}
+
+TEST(CalibrationCostModel, OpsOfTheMeasuredTypeUseTheTableOthersAreDerived) {
+  Database db = sample();
+  db.attrs["device_type"] = "a100-sxm4-80gb";
+  db.source = "a100.h5";
+  const MeasuredCostModel m(db, workload::DatasheetCostModel());
+  const workload::DatasheetCostModel ds;
+  workload::Op op;
+  op.kind = workload::OpKind::gemm;
+  op.m = op.n = op.k = 128;
+  op.flops = 2.0 * 128 * 128 * 128;
+  op.bytes = 2.0 * 3 * 128 * 128;
+  const Time measured = m.duration(op, gpu("a100-sxm4-80gb"), workload::Precision::fp32);
+  EXPECT_EQ(measured, Time::from_seconds_ceil(2.0 * 128 * 128 * 128 / 1e10) +
+                          ds.efficiency().kernel_overhead);
+  EXPECT_EQ(m.source(op, gpu("a100-sxm4-80gb")), "measured (a100.h5)");
+  // An H100 nobody measured: the A100's measurement times the datasheet ratio.
+  const Time h100 = m.duration(op, gpu("h100-sxm5-80gb"), workload::Precision::fp32);
+  const double ratio = ds.duration(op, gpu("h100-sxm5-80gb"), workload::Precision::fp32).seconds() /
+                       ds.duration(op, gpu("a100-sxm4-80gb"), workload::Precision::fp32).seconds();
+  EXPECT_NEAR(h100.seconds(), measured.seconds() * ratio, 1e-12);
+  EXPECT_EQ(m.source(op, gpu("h100-sxm5-80gb")),
+            "derived from a100-sxm4-80gb measurements and datasheet ratios");
+}
+
+TEST(CalibrationCheck, HoldsOutEveryFifthPointAndReportsTheError) {
+  const Database db = sample();
+  const auto rows = check_database(db, gpu("cpu"));
+  ASSERT_FALSE(rows.empty());
+  EXPECT_EQ(rows[0].table, "gemm/fp32");
+  EXPECT_EQ(rows[0].held_out, 5u);      // 27 points: indices 2, 7, 12, 17, 22
+  EXPECT_LT(rows[0].mean_error, 1e-9);  // a constant rate is predicted exactly
+}
+
+TEST(CalibrationCsv, AnInterruptedLastLineIsDroppedAndTheRestKept) {
+  const std::string path = tmp("journal.csv");
+  {
+    std::ofstream out(path);
+    out << "# device_type=cpu\n" << csv_header() << "\n";
+    SizePoint s{1e6, 1, Timing{1e-3, 1e-3, 1e-3, 5}};
+    out << csv_line("memory", "copy", nullptr, nullptr, &s) << "\n";
+    out << "memory,,copy,0,0,0,0,0";  // cut short
+  }
+  const Database db = read_csv(path);
+  EXPECT_EQ(db.size(), 1u);
+  EXPECT_EQ(db.device_type(), "cpu");
+}
+
+}  // namespace
+}  // namespace hetsim::calibrate
