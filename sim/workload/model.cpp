@@ -3,6 +3,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -133,7 +134,7 @@ ModelConfig load_model_hf_text(const std::string& text, const std::string& file)
   if (j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty()) {
     arch = j["architectures"][0].get<std::string>();
   }
-  auto get = [&](std::initializer_list<const char*> keys) -> int {
+  auto get = [&](const std::vector<const char*>& keys) -> int {
     for (const char* k : keys) {
       if (j.contains(k) && j[k].is_number_integer()) return j[k].get<int>();
     }
@@ -147,74 +148,106 @@ ModelConfig load_model_hf_text(const std::string& text, const std::string& file)
   auto get_bool = [&](const char* k, bool def) {
     return j.contains(k) && j[k].is_boolean() ? j[k].get<bool>() : def;
   };
-  ModelConfig m;
-  m.source = file;
-  m.name = j.value("_name_or_path", std::filesystem::path(file).parent_path().filename().string());
-  if (m.name.empty()) m.name = std::filesystem::path(file).stem().string();
-  if (arch == "GPT2LMHeadModel" || arch == "GPT2Model") {
-    m.family = "gpt";
-    m.layers = get({"n_layer"});
-    m.hidden = get({"n_embd"});
-    m.heads = get({"n_head"});
-    m.ffn_hidden = j.contains("n_inner") && j["n_inner"].is_number_integer()
-                       ? j["n_inner"].get<int>()
-                       : 4 * m.hidden;
-    m.vocab = get({"vocab_size"});
-    m.sequence = get({"n_positions", "n_ctx"});
-    m.activation = Activation::gelu;
-    m.norm = Norm::layernorm;
-    m.position = Position::learned;
-    m.tied_embeddings = get_bool("tie_word_embeddings", true);
-    m.causal = true;
-    m.bias = true;
-  } else if (arch == "LlamaForCausalLM" || arch == "LlamaModel" || arch == "MistralForCausalLM") {
-    m.family = "llama";
-    m.layers = get({"num_hidden_layers"});
-    m.hidden = get({"hidden_size"});
-    m.heads = get({"num_attention_heads"});
-    m.kv_heads = get_or("num_key_value_heads", m.heads);
-    m.ffn_hidden = get({"intermediate_size"});
-    m.vocab = get({"vocab_size"});
-    m.sequence = get({"max_position_embeddings"});
-    m.activation = Activation::swiglu;
-    m.norm = Norm::rmsnorm;
-    m.position = Position::rotary;
-    m.tied_embeddings = get_bool("tie_word_embeddings", false);
-    m.causal = true;
-    m.bias = get_bool("attention_bias", false);
-  } else if (arch == "GPTNeoXForCausalLM" || arch == "GPTNeoXModel") {
-    m.family = "gptneox";
-    m.layers = get({"num_hidden_layers"});
-    m.hidden = get({"hidden_size"});
-    m.heads = get({"num_attention_heads"});
-    m.ffn_hidden = get({"intermediate_size"});
-    m.vocab = get({"vocab_size"});
-    m.sequence = get({"max_position_embeddings"});
-    m.activation = Activation::gelu;
-    m.norm = Norm::layernorm;
-    m.position = Position::rotary;
-    m.tied_embeddings = get_bool("tie_word_embeddings", false);
-    m.causal = true;
-    m.bias = true;
-  } else if (arch == "BertModel" || arch == "BertForPreTraining" || arch == "BertForMaskedLM") {
-    m.family = "bert";
-    m.layers = get({"num_hidden_layers"});
-    m.hidden = get({"hidden_size"});
-    m.heads = get({"num_attention_heads"});
-    m.ffn_hidden = get({"intermediate_size"});
-    m.vocab = get({"vocab_size"});
-    m.sequence = get({"max_position_embeddings"});
-    m.activation = Activation::gelu;
-    m.norm = Norm::layernorm;
-    m.position = Position::learned;
-    m.tied_embeddings = true;
-    m.causal = false;
-    m.bias = true;
-  } else {
+  // Each architecture: its config keys and the structure its code implies.
+  struct Arch {
+    std::vector<std::string> names;
+    const char* family;
+    const char *layers, *hidden, *heads, *ffn, *vocab;  // ffn nullptr: GPT-2's n_inner or 4 h
+    std::vector<const char*> sequence;
+    Activation activation;
+    Norm norm;
+    Position position;
+    bool tied, causal, bias;
+  };
+  static const std::vector<Arch> archs = {
+      {{"GPT2LMHeadModel", "GPT2Model"},
+       "gpt",
+       "n_layer",
+       "n_embd",
+       "n_head",
+       nullptr,
+       "vocab_size",
+       {"n_positions", "n_ctx"},
+       Activation::gelu,
+       Norm::layernorm,
+       Position::learned,
+       true,
+       true,
+       true},
+      {{"LlamaForCausalLM", "LlamaModel", "MistralForCausalLM"},
+       "llama",
+       "num_hidden_layers",
+       "hidden_size",
+       "num_attention_heads",
+       "intermediate_size",
+       "vocab_size",
+       {"max_position_embeddings"},
+       Activation::swiglu,
+       Norm::rmsnorm,
+       Position::rotary,
+       false,
+       true,
+       false},
+      {{"GPTNeoXForCausalLM", "GPTNeoXModel"},
+       "gptneox",
+       "num_hidden_layers",
+       "hidden_size",
+       "num_attention_heads",
+       "intermediate_size",
+       "vocab_size",
+       {"max_position_embeddings"},
+       Activation::gelu,
+       Norm::layernorm,
+       Position::rotary,
+       false,
+       true,
+       true},
+      {{"BertModel", "BertForPreTraining", "BertForMaskedLM"},
+       "bert",
+       "num_hidden_layers",
+       "hidden_size",
+       "num_attention_heads",
+       "intermediate_size",
+       "vocab_size",
+       {"max_position_embeddings"},
+       Activation::gelu,
+       Norm::layernorm,
+       Position::learned,
+       true,
+       false,
+       true},
+  };
+  const Arch* a = nullptr;
+  for (const Arch& x : archs) {
+    if (std::find(x.names.begin(), x.names.end(), arch) != x.names.end()) a = &x;
+  }
+  if (!a) {
     throw InputError(file + ": architectures: unsupported architecture \"" + arch +
                      "\" (expected GPT2LMHeadModel, LlamaForCausalLM, GPTNeoXForCausalLM or "
                      "BertModel)");
   }
+  ModelConfig m;
+  m.source = file;
+  m.name = j.value("_name_or_path", std::string());
+  if (m.name.empty()) {
+    const std::filesystem::path p(file);
+    m.name =
+        p.filename() == "config.json" ? p.parent_path().filename().string() : p.stem().string();
+  }
+  m.family = a->family;
+  m.layers = get({a->layers});
+  m.hidden = get({a->hidden});
+  m.heads = get({a->heads});
+  m.kv_heads = get_or("num_key_value_heads", m.heads);
+  m.ffn_hidden = a->ffn ? get({a->ffn}) : get_or("n_inner", 4 * m.hidden);
+  m.vocab = get({a->vocab});
+  m.sequence = get(a->sequence);
+  m.activation = a->activation;
+  m.norm = a->norm;
+  m.position = a->position;
+  m.tied_embeddings = m.family == "bert" ? true : get_bool("tie_word_embeddings", a->tied);
+  m.causal = a->causal;
+  m.bias = m.family == "llama" ? get_bool("attention_bias", false) : a->bias;
   if (m.kv_heads == 0) m.kv_heads = m.heads;
   for (auto [v, name] : {std::pair{m.layers, "layers"},
                          {m.hidden, "hidden"},

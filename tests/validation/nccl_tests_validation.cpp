@@ -7,6 +7,8 @@
 // (< 10%) and per (type, GPU count) (< 20%).
 #include <gtest/gtest.h>
 
+#include "tests/validation/rank_correlation.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -91,39 +93,13 @@ struct TypeResult {
   double wall_s = 0;
 };
 
-std::vector<double> ranks_of(const std::vector<double>& v) {
-  std::vector<size_t> idx(v.size());
-  std::iota(idx.begin(), idx.end(), 0);
-  std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return v[a] < v[b]; });
-  std::vector<double> r(v.size());
-  for (size_t i = 0; i < idx.size();) {
-    size_t j = i;
-    while (j + 1 < idx.size() && v[idx[j + 1]] == v[idx[i]]) ++j;
-    const double avg = (static_cast<double>(i) + static_cast<double>(j)) / 2.0 + 1.0;
-    for (size_t k = i; k <= j; ++k) r[idx[k]] = avg;
-    i = j + 1;
-  }
-  return r;
-}
-
-// Spearman's rho: Pearson correlation of the (tie-averaged) ranks.
 double spearman(const std::vector<Point>& pts) {
   std::vector<double> p, m;
   for (const auto& x : pts) {
     p.push_back(x.predicted_s);
     m.push_back(x.measured_s);
   }
-  const auto rp = ranks_of(p), rm = ranks_of(m);
-  const double n = static_cast<double>(pts.size());
-  const double mp = std::accumulate(rp.begin(), rp.end(), 0.0) / n;
-  const double mm = std::accumulate(rm.begin(), rm.end(), 0.0) / n;
-  double cov = 0, vp = 0, vm = 0;
-  for (size_t i = 0; i < rp.size(); ++i) {
-    cov += (rp[i] - mp) * (rm[i] - mm);
-    vp += (rp[i] - mp) * (rp[i] - mp);
-    vm += (rm[i] - mm) * (rm[i] - mm);
-  }
-  return cov / std::sqrt(vp * vm);
+  return hetsim::validation::spearman(p, m);
 }
 
 // Mean absolute percentage error over the points from 16 MiB, optionally of one GPU count.

@@ -13,6 +13,8 @@
 //     is absent.
 #include <gtest/gtest.h>
 
+#include "tests/validation/rank_correlation.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -53,36 +55,7 @@ double pct_error(double predicted, double measured) {
   return (predicted - measured) / measured * 100.0;
 }
 
-std::vector<double> ranks_of(const std::vector<double>& v) {
-  std::vector<size_t> idx(v.size());
-  std::iota(idx.begin(), idx.end(), 0);
-  std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return v[a] < v[b]; });
-  std::vector<double> r(v.size());
-  for (size_t i = 0; i < idx.size();) {
-    size_t j = i;
-    while (j + 1 < idx.size() && v[idx[j + 1]] == v[idx[i]]) ++j;
-    const double avg = (static_cast<double>(i) + static_cast<double>(j)) / 2.0 + 1.0;
-    for (size_t k = i; k <= j; ++k) r[idx[k]] = avg;
-    i = j + 1;
-  }
-  return r;
-}
-
-// Spearman's rho: Pearson correlation of the (tie-averaged) ranks; NAN below 3 points.
-double spearman(const std::vector<double>& a, const std::vector<double>& b) {
-  if (a.size() < 3) return NAN;
-  const auto ra = ranks_of(a), rb = ranks_of(b);
-  const double n = static_cast<double>(a.size());
-  const double ma = std::accumulate(ra.begin(), ra.end(), 0.0) / n;
-  const double mb = std::accumulate(rb.begin(), rb.end(), 0.0) / n;
-  double cov = 0, va = 0, vb = 0;
-  for (size_t i = 0; i < ra.size(); ++i) {
-    cov += (ra[i] - ma) * (rb[i] - mb);
-    va += (ra[i] - ma) * (ra[i] - ma);
-    vb += (rb[i] - mb) * (rb[i] - mb);
-  }
-  return (va == 0 || vb == 0) ? NAN : cov / std::sqrt(va * vb);
-}
+using validation::spearman;
 
 struct Simulated {
   report::TrainingReport report;
