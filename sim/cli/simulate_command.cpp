@@ -19,6 +19,7 @@ void add_simulate_command(CLI::App& app, Action& action) {
     std::vector<std::string> plan_sets;
     std::string trace_devices, trace_micro_batches;
     bool json = false;
+    bool free_communication = false;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand(
@@ -42,6 +43,8 @@ void add_simulate_command(CLI::App& app, Action& action) {
                   "GPUs to trace, e.g. 0-7,64 (default: all up to 64 GPUs, else node 0's)");
   cmd->add_option("--trace-micro-batches", o->trace_micro_batches,
                   "Micro-batches to trace, e.g. 0-3 (default: all)");
+  cmd->add_flag("--free-communication", o->free_communication,
+                "What-if bound: every collective and transfer takes no time");
   cmd->add_flag("--json", o->json, "Print JSON");
   cmd->callback([o, &action] {
     action = [o] {
@@ -68,7 +71,9 @@ void add_simulate_command(CLI::App& app, Action& action) {
       const auto memory = workload::memory_per_group(job);
       std::unique_ptr<report::ChromeTrace> trace;
       if (!o->trace.empty()) trace = std::make_unique<report::ChromeTrace>(filter);
-      const workload::ReplayResult result = workload::replay(job, trace.get());
+      workload::ReplayOptions ropt;
+      ropt.free_communication = o->free_communication;
+      const workload::ReplayResult result = workload::replay(job, trace.get(), ropt);
       const report::TrainingReport rep = report::make_training_report(job, result, memory);
       if (trace) {
         std::ofstream out(o->trace, std::ios::binary);

@@ -59,6 +59,17 @@ TEST(Simulate, OutOfMemoryIsASuccessfulRunNamingEachDevice) {
   EXPECT_NE(r.output.find("node0.gpu7 needs"), std::string::npos) << r.output;
 }
 
+TEST(Simulate, FreeCommunicationIsALowerBoundWithNothingExposed) {
+  std::vector<std::string> args = {"simulate", "--model", "gpt3-1.3b", "--cluster", "dgx-a100",
+                                   "--nodes", "1", "--plan", kPlans + "good.yaml", "--json"};
+  const nlohmann::json with = nlohmann::json::parse(run_hetsim(args, Capture::stdout_only).output);
+  args.push_back("--free-communication");
+  const nlohmann::json free = nlohmann::json::parse(run_hetsim(args, Capture::stdout_only).output);
+  EXPECT_LT(free["iteration_time_s"].get<double>(), with["iteration_time_s"].get<double>());
+  EXPECT_EQ(free["breakdown_s"]["communication_exposed"].get<double>(), 0.0);
+  EXPECT_EQ(free["breakdown_s"]["compute"], with["breakdown_s"]["compute"]);
+}
+
 TEST(Simulate, SameCommandTwiceGivesIdenticalOutput) {
   const std::vector<std::string> args = {
       "simulate",          "--model",    "gpt3-350m",          "--cluster",
