@@ -46,6 +46,7 @@ TrainingReport make_training_report(const workload::TrainingJob& job,
     for (platform::GpuId d : g.devices) {
       DeviceReport dr;
       dr.id = c.gpu_name(d);
+      dr.index = d;
       dr.gpu = g.gpu->name;
       dr.replica = g.replica;
       dr.stage = g.stage;
@@ -131,18 +132,30 @@ std::string to_text(const TrainingReport& r) {
   s += "  op costs from  ";
   for (size_t i = 0; i < r.cost_sources.size(); ++i) s += (i ? "; " : "") + r.cost_sources[i];
   s += "\n";
-  // Per device, grouped: devices of one (replica, stage) share everything.
-  s += fmt::format("  {:<18} {:<16} {:>5} {:>5} {:>10} {:>12} {:>12}\n", "device", "gpu", "repl",
+  // Per device; the GPUs of one node and one (replica, stage) share every figure, so they share a
+  // row: node0.gpu0-7.
+  s += fmt::format("  {:<18} {:<16} {:>5} {:>5} {:>10} {:>12} {:>12}\n", "devices", "gpu", "repl",
                    "stage", "busy", "peak memory", "capacity");
-  size_t shown = 0;
-  for (const DeviceReport& d : r.devices) {
-    if (shown++ >= 64 && !d.memory.oom()) continue;
-    s += fmt::format("  {:<18} {:<16} {:>5} {:>5} {:>10} {:>12} {:>12}{}\n", d.id, d.gpu, d.replica,
-                     d.stage, format_time(d.busy_s), format_bytes(d.memory.peak),
-                     format_bytes(d.memory.capacity), d.memory.oom() ? "  OOM" : "");
+  size_t rows = 0;
+  for (size_t i = 0; i < r.devices.size();) {
+    const DeviceReport& d = r.devices[i];
+    const std::string node = d.id.substr(0, d.id.find('.'));
+    size_t j = i + 1;
+    while (j < r.devices.size() && r.devices[j].id.substr(0, r.devices[j].id.find('.')) == node &&
+           r.devices[j].replica == d.replica && r.devices[j].stage == d.stage &&
+           r.devices[j].busy_s == d.busy_s && r.devices[j].memory.peak == d.memory.peak) {
+      ++j;
+    }
+    std::string id = d.id;
+    if (j - i > 1) id += "-" + r.devices[j - 1].id.substr(r.devices[j - 1].id.rfind("gpu") + 3);
+    if (rows++ < 64 || d.memory.oom()) {
+      s += fmt::format("  {:<18} {:<16} {:>5} {:>5} {:>10} {:>12} {:>12}{}\n", id, d.gpu, d.replica,
+                       d.stage, format_time(d.busy_s), format_bytes(d.memory.peak),
+                       format_bytes(d.memory.capacity), d.memory.oom() ? "  OOM" : "");
+    }
+    i = j;
   }
-  if (r.devices.size() > 64)
-    s += fmt::format("  ... {} devices in all (--json lists every one)\n", r.devices.size());
+  if (rows > 64) s += fmt::format("  ... {} rows in all (--json lists every device)\n", rows);
   if (r.oom) {
     s += "  OUT OF MEMORY:\n";
     size_t listed = 0;

@@ -12,8 +12,9 @@
 namespace hetsim::report {
 
 struct DeviceReport {
-  std::string id;   // node3.gpu5
-  std::string gpu;  // profile name
+  std::string id;      // node3.gpu5
+  uint32_t index = 0;  // global GPU id
+  std::string gpu;     // profile name
   uint32_t replica = 0, stage = 0;
   double busy_s = 0;
   workload::DeviceMemory memory;
