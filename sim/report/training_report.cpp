@@ -57,7 +57,7 @@ TrainingReport make_training_report(const workload::TrainingJob& job,
     }
   }
   std::sort(r.devices.begin(), r.devices.end(),
-            [&](const DeviceReport& a, const DeviceReport& b) { return a.id < b.id; });
+            [](const DeviceReport& a, const DeviceReport& b) { return a.index < b.index; });
   r.gpus = r.devices.size();
   r.compute_s /= devices;
   r.tp_exposed_s /= devices;
