@@ -60,8 +60,9 @@ TEST(Simulate, OutOfMemoryIsASuccessfulRunNamingEachDevice) {
 }
 
 TEST(Simulate, FreeCommunicationIsALowerBoundWithNothingExposed) {
-  std::vector<std::string> args = {"simulate", "--model", "gpt3-1.3b", "--cluster", "dgx-a100",
-                                   "--nodes", "1", "--plan", kPlans + "good.yaml", "--json"};
+  std::vector<std::string> args = {"simulate",           "--model", "gpt3-1.3b", "--cluster",
+                                   "dgx-a100",           "--nodes", "1",         "--plan",
+                                   kPlans + "good.yaml", "--json"};
   const nlohmann::json with = nlohmann::json::parse(run_hetsim(args, Capture::stdout_only).output);
   args.push_back("--free-communication");
   const nlohmann::json free = nlohmann::json::parse(run_hetsim(args, Capture::stdout_only).output);
