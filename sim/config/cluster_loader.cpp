@@ -20,22 +20,6 @@ std::string idx(std::string_view path, size_t i) {
   return std::string(path) + "[" + std::to_string(i) + "]";
 }
 
-YAML::Node parse_yaml(const std::string& text, const std::string& file) {
-  try {
-    return YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    throw InputError(file + ":" + std::to_string(e.mark.line + 1) + ": invalid YAML: " + e.msg);
-  }
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path + ": cannot open file");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 double positive(const std::string& file, const YAML::Node& node, std::string_view path,
                 std::string_view key, Dimension dim) {
   const double v = get_quantity(file, node, path, key, dim);
@@ -53,23 +37,10 @@ std::vector<std::string> keys_of(const auto& map) {
   return k;
 }
 
-std::string list_names(const std::vector<std::string>& names) {
-  std::string s;
-  for (const std::string& n : names) s += (s.empty() ? "" : ", ") + n;
-  return s;
-}
-
 // One of `choices`, or an error listing them.
-std::string get_choice(const std::string& file, const YAML::Node& node, std::string_view path,
-                       std::string_view key, const std::vector<std::string>& choices,
-                       std::optional<std::string> def = std::nullopt) {
-  const std::string v = get_string(file, node, path, key, def);
-  if (std::find(choices.begin(), choices.end(), v) == choices.end()) {
-    throw InputError(where(file, node[std::string(key)]) + ": " + join_path(path, key) +
-                     ": unknown value \"" + v + "\" (expected one of " + list_names(choices) + ")" +
-                     did_you_mean(v, choices));
-  }
-  return v;
+std::string choice_of(const std::string& file, const YAML::Node& node, std::string_view path,
+                      std::string_view key, const std::vector<std::string>& choices) {
+  return choices[get_choice(file, node, path, key, choices)];
 }
 
 std::vector<int> int_list(const std::string& file, const YAML::Node& node, const std::string& path,
@@ -160,8 +131,7 @@ std::map<std::string, LinkClass> parse_link_classes(const std::string& file, con
     check_keys(file, c, p, {"kind", "efficiency", "latency"});
     LinkClass lc;
     lc.name = name;
-    const std::string kind =
-        get_choice(file, c, p, "kind", {"nvlink", "pcie", "socket", "network"});
+    const std::string kind = choice_of(file, c, p, "kind", {"nvlink", "pcie", "socket", "network"});
     lc.kind = kind == "nvlink"   ? LinkKind::nvlink
               : kind == "pcie"   ? LinkKind::pcie
               : kind == "socket" ? LinkKind::socket
@@ -270,7 +240,7 @@ class ClusterParser {
     if (!classes_->count(v)) {
       throw InputError(where(file_, n["link_class"]) + ": " + join_path(path, "link_class") +
                        ": unknown link class \"" + v + "\" (expected one of " +
-                       list_names(keys_of(*classes_)) + ")" + did_you_mean(v, keys_of(*classes_)));
+                       join_names(keys_of(*classes_)) + ")" + did_you_mean(v, keys_of(*classes_)));
     }
     return v;
   }
@@ -284,7 +254,7 @@ class ClusterParser {
     const std::string ip = join_path(path, "intra");
     const YAML::Node intra = require(file_, n, path, "intra");
     const std::string kind =
-        get_choice(file_, intra, ip, "kind", {"nvswitch", "nvlink_mesh", "pcie"});
+        choice_of(file_, intra, ip, "kind", {"nvswitch", "nvlink_mesh", "pcie"});
     if (kind == "nvswitch") {
       check_keys(file_, intra, ip, {"kind", "link_class", "bandwidth"});
       t.intra = IntraKind::nvswitch;
@@ -396,8 +366,8 @@ class ClusterParser {
       }
       return f;
     }
-    const std::string kind = get_choice(
-        file_, n, "fabric", "kind", {"single_switch", "fat_tree", "rail_optimized", "explicit"});
+    const std::string kind = choice_of(file_, n, "fabric", "kind",
+                                       {"single_switch", "fat_tree", "rail_optimized", "explicit"});
     f.latency_s = get_quantity(file_, n, "fabric", "latency", Dimension::time, 100e-9);
     if (kind == "single_switch") {
       check_keys(file_, n, "fabric", {"kind", "latency"});
@@ -468,7 +438,7 @@ const std::map<std::string, GpuProfile>& builtin_gpus() {
     for (const EmbeddedFile& f : embedded_files()) {
       const std::string path = f.path;
       if (path.rfind("topologies/gpus/", 0) != 0) continue;
-      GpuProfile g = parse_gpu(path, parse_yaml(f.text, path), "");
+      GpuProfile g = parse_gpu(path, load_yaml(f.text, path), "");
       const std::string expected = std::filesystem::path(path).stem().string();
       if (g.name != expected) {
         throw InputError(path + ": name: \"" + g.name + "\" must match the file name \"" +
@@ -486,7 +456,7 @@ const std::map<std::string, LinkClass>& builtin_link_classes() {
     const std::string path = "topologies/link_classes.yaml";
     const EmbeddedFile* f = find_embedded(path);
     if (!f) throw RunError("built-in data is missing " + path);
-    const YAML::Node root = parse_yaml(f->text, path);
+    const YAML::Node root = load_yaml(f->text, path);
     check_keys(path, root, "", {"classes"});
     return parse_link_classes(path, require(path, root, "", "classes"), "classes");
   }();
@@ -506,7 +476,7 @@ std::vector<std::string> builtin_cluster_names() {
 
 ClusterConfig load_cluster_text(const std::string& text, const std::string& file,
                                 const ClusterOptions& options) {
-  YAML::Node root = parse_yaml(text, file);
+  YAML::Node root = load_yaml(text, file);
   if (!root.IsMap()) throw InputError(file + ": expected a map at the top level");
   for (const std::string& s : options.sets) {
     try {
@@ -531,7 +501,7 @@ ClusterConfig load_cluster_text(const std::string& text, const std::string& file
 
 ClusterConfig load_cluster(const std::string& path_or_name, const ClusterOptions& options) {
   if (std::filesystem::is_regular_file(path_or_name)) {
-    return load_cluster_text(read_file(path_or_name), path_or_name, options);
+    return load_cluster_text(read_text_file(path_or_name), path_or_name, options);
   }
   for (const std::string& candidate :
        {path_or_name, "topologies/" + path_or_name, "topologies/" + path_or_name + ".yaml"}) {
@@ -541,7 +511,7 @@ ClusterConfig load_cluster(const std::string& path_or_name, const ClusterOptions
   }
   const std::vector<std::string> names = builtin_cluster_names();
   throw InputError(path_or_name + ": no such cluster file, nor a built-in cluster (built-in: " +
-                   list_names(names) + ")" + did_you_mean(path_or_name, names));
+                   join_names(names) + ")" + did_you_mean(path_or_name, names));
 }
 
 }  // namespace hetsim::config

@@ -2,6 +2,10 @@
 // --set overrides.
 #include "sim/config/yaml_util.h"
 
+#include <sstream>
+
+#include <fstream>
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -148,6 +152,41 @@ void check_keys(const std::string& file, const YAML::Node& map, std::string_view
                        did_you_mean(key, allowed));
     }
   }
+}
+
+std::string read_text_file(const std::string& path, std::string_view what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path + ": cannot open " + std::string(what));
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+YAML::Node load_yaml(const std::string& text, const std::string& file) {
+  try {
+    return YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    throw InputError(file + ":" + std::to_string(e.mark.line + 1) + ": invalid YAML: " + e.msg);
+  }
+}
+
+std::string join_names(const std::vector<std::string>& names) {
+  std::string s;
+  for (const std::string& n : names) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
+size_t get_choice(const std::string& file, const YAML::Node& node, std::string_view path,
+                  std::string_view key, const std::vector<std::string>& choices,
+                  std::optional<std::string> default_value) {
+  const std::string v = get_string(file, node, path, key, default_value);
+  const auto it = std::find(choices.begin(), choices.end(), v);
+  if (it == choices.end()) {
+    throw InputError(where(file, node[std::string(key)]) + ": " + join_path(path, key) +
+                     ": unknown value \"" + v + "\" (expected one of " + join_names(choices) + ")" +
+                     did_you_mean(v, choices));
+  }
+  return static_cast<size_t>(it - choices.begin());
 }
 
 std::string join_path(std::string_view path, std::string_view key) {

@@ -52,6 +52,21 @@ double get_number(const std::string& file, const YAML::Node& node, std::string_v
 // "path.key", or "key" when path is empty.
 std::string join_path(std::string_view path, std::string_view key);
 
+// The whole of a text file; InputError "path: cannot open <what>".
+std::string read_text_file(const std::string& path, std::string_view what = "file");
+
+// Parses YAML text; a syntax error becomes InputError "file:LINE: invalid YAML: ...".
+YAML::Node load_yaml(const std::string& text, const std::string& file);
+
+// "a, b, c".
+std::string join_names(const std::vector<std::string>& names);
+
+// The index of the value of `key` among `choices`; errors read
+// `file:line: path.key: unknown value "x" (expected one of a, b) (did you mean "a"?)`.
+size_t get_choice(const std::string& file, const YAML::Node& node, std::string_view path,
+                  std::string_view key, const std::vector<std::string>& choices,
+                  std::optional<std::string> default_value = std::nullopt);
+
 // Applies one `--set PATH=VALUE`: PATH is dot-separated keys with [i] list indices
 // ("groups[0].count"), VALUE is read as YAML. Every step but the last must exist; the last may
 // add a key to an existing map (the schema check catches typos later). The new value carries no

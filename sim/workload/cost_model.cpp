@@ -51,13 +51,9 @@ DatasheetEfficiency load_datasheet_efficiency(const std::string& path) {
     }
     if (text.empty()) throw RunError("built-in data is missing " + file);
   } else {
-    std::ifstream in(path);
-    if (!in) throw InputError(path + ": cannot open file");
-    std::ostringstream s;
-    s << in.rdbuf();
-    text = s.str();
+    text = read_text_file(path);
   }
-  const YAML::Node root = YAML::Load(text);
+  const YAML::Node root = load_yaml(text, file);
   check_keys(file, root, "", {"gemm", "attention", "memory", "kernel_overhead", "host_per_kernel"});
   DatasheetEfficiency e;
   const YAML::Node g = require(file, root, "", "gemm");

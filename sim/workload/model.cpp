@@ -42,14 +42,6 @@ int64_t ModelConfig::params() const {
 
 namespace {
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path + ": cannot open file");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 void validate(const ModelConfig& m, const std::string& file) {
   auto bad = [&](const std::string& field, const std::string& why) {
     return InputError(file + ": " + field + ": " + why);
@@ -68,12 +60,7 @@ void validate(const ModelConfig& m, const std::string& file) {
 
 ModelConfig load_model_yaml_text(const std::string& text, const std::string& file) {
   using namespace config;
-  YAML::Node root;
-  try {
-    root = YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    throw InputError(file + ":" + std::to_string(e.mark.line + 1) + ": invalid YAML: " + e.msg);
-  }
+  const YAML::Node root = load_yaml(text, file);
   check_keys(
       file, root, "",
       {"name", "family", "layers", "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "vocab",
@@ -94,19 +81,10 @@ ModelConfig load_model_yaml_text(const std::string& text, const std::string& fil
   m.ffn_hidden = static_cast<int>(get_int(file, root, "", "ffn_hidden", 1, 4L * m.hidden));
   m.vocab = static_cast<int>(get_int(file, root, "", "vocab", 1));
   m.sequence = static_cast<int>(get_int(file, root, "", "sequence", 1));
-  auto choice = [&](const char* key, std::vector<std::string> options) {
-    const std::string v = get_string(file, root, "", key);
-    for (size_t i = 0; i < options.size(); ++i) {
-      if (options[i] == v) return static_cast<int>(i);
-    }
-    std::string list;
-    for (const auto& o : options) list += (list.empty() ? "" : ", ") + o;
-    throw InputError(where(file, root[key]) + ": " + key + ": unknown value \"" + v +
-                     "\" (expected one of " + list + ")" + did_you_mean(v, options));
-  };
-  m.activation = static_cast<Activation>(choice("activation", {"gelu", "swiglu"}));
-  m.norm = static_cast<Norm>(choice("norm", {"layernorm", "rmsnorm"}));
-  m.position = static_cast<Position>(choice("position", {"learned", "rotary"}));
+  m.activation =
+      static_cast<Activation>(get_choice(file, root, "", "activation", {"gelu", "swiglu"}));
+  m.norm = static_cast<Norm>(get_choice(file, root, "", "norm", {"layernorm", "rmsnorm"}));
+  m.position = static_cast<Position>(get_choice(file, root, "", "position", {"learned", "rotary"}));
   auto flag = [&](const char* key) {
     const YAML::Node n = require(file, root, "", key);
     try {
@@ -268,7 +246,7 @@ ModelConfig load_model(const std::string& path_or_name) {
     return json ? load_model_hf_text(text, file) : load_model_yaml_text(text, file);
   };
   if (std::filesystem::is_regular_file(path_or_name)) {
-    return parse(read_file(path_or_name), path_or_name);
+    return parse(config::read_text_file(path_or_name), path_or_name);
   }
   std::vector<std::string> names;
   for (const config::EmbeddedFile& f : config::embedded_files()) {
@@ -277,10 +255,8 @@ ModelConfig load_model(const std::string& path_or_name) {
     names.push_back(p.stem().string());
     if (path_or_name == f.path || path_or_name == p.stem().string()) return parse(f.text, f.path);
   }
-  std::string list;
-  for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
-  throw InputError(path_or_name + ": no such model file, nor a built-in model (built-in: " + list +
-                   ")" + config::did_you_mean(path_or_name, names));
+  throw InputError(path_or_name + ": no such model file, nor a built-in model (built-in: " +
+                   config::join_names(names) + ")" + config::did_you_mean(path_or_name, names));
 }
 
 }  // namespace hetsim::workload

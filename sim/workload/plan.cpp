@@ -81,22 +81,6 @@ std::vector<platform::GpuId> device_list(const std::string& file, const YAML::No
   return out;
 }
 
-template <typename E>
-E choice(const std::string& file, const YAML::Node& root, const char* key,
-         const std::vector<std::pair<std::string, E>>& options, E def) {
-  if (!root[key]) return def;
-  const std::string v = root[key].as<std::string>();
-  std::vector<std::string> names;
-  for (const auto& [name, value] : options) {
-    if (name == v) return value;
-    names.push_back(name);
-  }
-  std::string list;
-  for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
-  throw InputError(where(file, root[key]) + ": " + key + ": unknown value \"" + v +
-                   "\" (expected one of " + list + ")" + config::did_you_mean(v, names));
-}
-
 void check_stage(const std::string& where_, const ModelConfig& model,
                  const platform::Cluster& cluster, const StagePlan& st) {
   const int t = st.tensor_parallel();
@@ -139,21 +123,12 @@ Plan uniform_plan(const ModelConfig& model, const platform::Cluster& cluster, in
 
 Plan load_plan(const std::string& path, const ModelConfig& model, const platform::Cluster& cluster,
                const PlanOptions& options) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path + ": cannot open plan file");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return load_plan_text(s.str(), path, model, cluster, options);
+  return load_plan_text(config::read_text_file(path, "plan file"), path, model, cluster, options);
 }
 
 Plan load_plan_text(const std::string& text, const std::string& file, const ModelConfig& model,
                     const platform::Cluster& cluster, const PlanOptions& options) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    throw InputError(file + ":" + std::to_string(e.mark.line + 1) + ": invalid YAML: " + e.msg);
-  }
+  YAML::Node root = config::load_yaml(text, file);
   if (!root.IsMap()) throw InputError(file + ": expected a map at the top level");
   for (const std::string& s : options.sets) {
     try {
@@ -171,29 +146,21 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
   p.source = file;
   p.micro_batch_size = get_int(file, root, "", "micro_batch_size", 1, 1);
   p.sequence_length = get_int(file, root, "", "sequence_length", 1, model.sequence);
-  p.schedule = choice<Schedule>(file, root, "schedule",
-                                {{"gpipe", Schedule::gpipe},
-                                 {"1f1b", Schedule::one_f_one_b},
-                                 {"interleaved", Schedule::interleaved}},
-                                Schedule::one_f_one_b);
+  // Enum order follows the option lists.
+  p.schedule = static_cast<Schedule>(
+      config::get_choice(file, root, "", "schedule", {"gpipe", "1f1b", "interleaved"}, "1f1b"));
   p.interleave = static_cast<int>(get_int(file, root, "", "interleave", 1, 1));
   if (p.schedule != Schedule::interleaved && p.interleave != 1) {
     throw InputError(where(file, root["interleave"]) + ": interleave: needs schedule: interleaved");
   }
-  p.recompute = choice<Recompute>(
-      file, root, "recompute",
-      {{"none", Recompute::none}, {"selective", Recompute::selective}, {"full", Recompute::full}},
-      Recompute::none);
-  p.precision = choice<Precision>(file, root, "precision",
-                                  {{"fp32", Precision::fp32},
-                                   {"fp16", Precision::fp16},
-                                   {"bf16", Precision::bf16},
-                                   {"fp8", Precision::fp8}},
-                                  Precision::bf16);
+  p.recompute = static_cast<Recompute>(
+      config::get_choice(file, root, "", "recompute", {"none", "selective", "full"}, "none"));
+  p.precision = static_cast<Precision>(
+      config::get_choice(file, root, "", "precision", {"fp32", "fp16", "bf16", "fp8"}, "bf16"));
   p.flash_attention =
-      choice<bool>(file, root, "attention", {{"flash", true}, {"standard", false}}, true);
+      config::get_choice(file, root, "", "attention", {"flash", "standard"}, "flash") == 0;
   p.fp32_main_grads =
-      choice<bool>(file, root, "main_grads", {{"fp32", true}, {"same", false}}, true);
+      config::get_choice(file, root, "", "main_grads", {"fp32", "same"}, "fp32") == 0;
   p.bucket_bytes =
       config::get_quantity(file, root, "", "bucket_size", config::Dimension::bytes, p.bucket_bytes);
   if (root["sequence_parallel"]) {
