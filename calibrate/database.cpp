@@ -133,6 +133,15 @@ class Reader {
     return v;
   }
 
+  // A dataset added to the schema after files were written: `fallback` everywhere when absent.
+  std::vector<int64_t> optional_dataset(hid_t group, const std::string& gpath,
+                                        const std::string& name, size_t n, int64_t fallback) const {
+    if (H5Lexists(group, name.c_str(), H5P_DEFAULT) <= 0) return std::vector<int64_t>(n, fallback);
+    auto v = dataset<int64_t>(group, gpath, name);
+    if (v.size() != n) fail(gpath, "datasets of different lengths");
+    return v;
+  }
+
   std::vector<Timing> timings(hid_t g, const std::string& gpath, size_t n) const {
     const auto med = dataset<double>(g, gpath, "median_s");
     const auto p10 = dataset<double>(g, gpath, "p10_s");
@@ -254,22 +263,34 @@ Database read_database(const std::string& path) {
         if (h.size() != n || s.size() != n || d.size() != n || c.size() != n || bw.size() != n) {
           r.fail(gp, "datasets of different lengths");
         }
+        // `fused` came with the cuDNN path; files without it measured the unfused one.
+        const auto fu = r.optional_dataset(g, gp, "fused", n, 0);
         const auto t = r.timings(g, gp, n);
         auto& out = db.attention[dtype];
         for (size_t i = 0; i < n; ++i) {
-          out.push_back(AttentionPoint{b[i], h[i], s[i], d[i], c[i] != 0, bw[i] != 0, t[i]});
+          out.push_back(
+              AttentionPoint{b[i], h[i], s[i], d[i], c[i] != 0, bw[i] != 0, t[i], fu[i] != 0});
         }
       });
   auto sizes = [&](const char* root, std::map<std::string, std::vector<SizePoint>>& into,
                    bool ranks) {
     r.each_subgroup(file.id, root, [&](const std::string& name, hid_t g, const std::string& gp) {
       const auto bytes = r.dataset<double>(g, gp, "bytes");
-      std::vector<int64_t> rk(bytes.size(), 1);
-      if (ranks) rk = r.dataset<int64_t>(g, gp, "ranks");
+      std::vector<int64_t> rk(bytes.size(), 1), nodes(bytes.size(), 1);
+      if (ranks) {
+        rk = r.dataset<int64_t>(g, gp, "ranks");
+        nodes = r.optional_dataset(g, gp, "nodes", bytes.size(), 1);  // absent: one node
+      }
       if (rk.size() != bytes.size()) r.fail(gp, "datasets of different lengths");
       const auto t = r.timings(g, gp, bytes.size());
       auto& out = into[name];
-      for (size_t i = 0; i < bytes.size(); ++i) out.push_back(SizePoint{bytes[i], rk[i], t[i]});
+      for (size_t i = 0; i < bytes.size(); ++i) {
+        if (rk[i] < 1 || nodes[i] < 1 || nodes[i] > rk[i]) {
+          r.fail(gp, fmt::format("entry {}: expected 1 <= nodes <= ranks, got ranks {} nodes {}", i,
+                                 rk[i], nodes[i]));
+        }
+        out.push_back(SizePoint{bytes[i], rk[i], t[i], nodes[i]});
+      }
     });
   };
   sizes("/memory", db.memory, false);
@@ -302,16 +323,16 @@ void write_database(const std::string& path, const Database& db) {
     }
     for (const auto& [dtype, pts] : db.attention) {
       Id g(make_group(file.id, "attention/" + dtype), H5Gclose);
-      std::vector<int64_t> b, h, s, d, c, bw;
+      std::vector<int64_t> b, h, s, d, c, bw, fu;
       std::vector<Timing> t;
       for (const AttentionPoint& p : pts) {
         b.push_back(p.batch), h.push_back(p.heads), s.push_back(p.seq), d.push_back(p.head_dim);
-        c.push_back(p.causal), bw.push_back(p.backward), t.push_back(p.t);
+        c.push_back(p.causal), bw.push_back(p.backward), fu.push_back(p.fused), t.push_back(p.t);
       }
       write_dataset(g.id, "batch", b), write_dataset(g.id, "heads", h),
           write_dataset(g.id, "seq", s);
       write_dataset(g.id, "head_dim", d), write_dataset(g.id, "causal", c);
-      write_dataset(g.id, "backward", bw);
+      write_dataset(g.id, "backward", bw), write_dataset(g.id, "fused", fu);
       write_timings(g.id, t);
     }
     auto sizes = [&](const char* root, const std::map<std::string, std::vector<SizePoint>>& from,
@@ -319,12 +340,13 @@ void write_database(const std::string& path, const Database& db) {
       for (const auto& [name, pts] : from) {
         Id g(make_group(file.id, std::string(root) + "/" + name), H5Gclose);
         std::vector<double> bytes;
-        std::vector<int64_t> rk;
+        std::vector<int64_t> rk, nodes;
         std::vector<Timing> t;
         for (const SizePoint& p : pts)
-          bytes.push_back(p.bytes), rk.push_back(p.ranks), t.push_back(p.t);
+          bytes.push_back(p.bytes), rk.push_back(p.ranks), nodes.push_back(p.nodes),
+              t.push_back(p.t);
         write_dataset(g.id, "bytes", bytes);
-        if (ranks) write_dataset(g.id, "ranks", rk);
+        if (ranks) write_dataset(g.id, "ranks", rk), write_dataset(g.id, "nodes", nodes);
         write_timings(g.id, t);
       }
     };
@@ -336,22 +358,31 @@ void write_database(const std::string& path, const Database& db) {
 }
 
 std::string csv_header() {
-  return "kind,dtype,name,m,n,k,batch,heads,seq,head_dim,causal,backward,bytes,ranks,median_s,"
-         "p10_s,p90_s,repetitions";
+  return "kind,dtype,name,m,n,k,batch,heads,seq,head_dim,causal,backward,bytes,ranks,nodes,"
+         "median_s,p10_s,p90_s,repetitions";
 }
+
+namespace {
+// The header before the `nodes` column (every collective inside one node); still read.
+const char* const kCsvHeaderWithoutNodes =
+    "kind,dtype,name,m,n,k,batch,heads,seq,head_dim,causal,backward,bytes,ranks,median_s,p10_s,"
+    "p90_s,repetitions";
+}  // namespace
 
 std::string csv_line(const std::string& kind, const std::string& name, const GemmPoint* g,
                      const AttentionPoint* a, const SizePoint* s) {
   const Timing& t = g ? g->t : a ? a->t : s->t;
   const bool typed = kind == "gemm" || kind == "attention";
-  return fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{:.0f},{},{:.9g},{:.9g},{:.9g},{}", kind,
-                     typed ? name : "", typed ? "" : name, g ? g->m : 0, g ? g->n : 0, g ? g->k : 0,
+  // Attention rows name their implementation.
+  const std::string label = a ? (a->fused ? "cudnn" : "unfused") : typed ? "" : name;
+  return fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{:.0f},{},{},{:.9g},{:.9g},{:.9g},{}",
+                     kind, typed ? name : "", label, g ? g->m : 0, g ? g->n : 0, g ? g->k : 0,
                      g   ? g->batch
                      : a ? a->batch
                          : 0,
                      a ? a->heads : 0, a ? a->seq : 0, a ? a->head_dim : 0, a ? int(a->causal) : 0,
-                     a ? int(a->backward) : 0, s ? s->bytes : 0, s ? s->ranks : 0, t.median_s,
-                     t.p10_s, t.p90_s, t.repetitions);
+                     a ? int(a->backward) : 0, s ? s->bytes : 0, s ? s->ranks : 0, s ? s->nodes : 0,
+                     t.median_s, t.p10_s, t.p90_s, t.repetitions);
 }
 
 Database read_csv(const std::string& path) {
@@ -362,6 +393,7 @@ Database read_csv(const std::string& path) {
   std::string line;
   int lineno = 0;
   bool header = false;
+  size_t fields = 19;  // 18 in files written before the `nodes` column
   while (std::getline(in, line)) {
     ++lineno;
     if (line.empty()) continue;
@@ -374,10 +406,11 @@ Database read_csv(const std::string& path) {
       continue;
     }
     if (!header) {
-      if (line != csv_header()) {
+      if (line != csv_header() && line != kCsvHeaderWithoutNodes) {
         throw InputError(path + ":" + std::to_string(lineno) + ": expected the header \"" +
                          csv_header() + "\"");
       }
+      fields = line == csv_header() ? 19 : 18;
       header = true;
       continue;
     }
@@ -385,26 +418,36 @@ Database read_csv(const std::string& path) {
     std::stringstream ss(line);
     std::string cell;
     while (std::getline(ss, cell, ',')) f.push_back(cell);
-    if (f.size() != 18) {
+    if (f.size() != fields) {
       // A line cut short by an interrupted run: everything before it is kept.
       if (in.peek() == EOF) break;
-      throw InputError(path + ":" + std::to_string(lineno) + ": expected 18 fields, got " +
-                       std::to_string(f.size()));
+      throw InputError(path + ":" + std::to_string(lineno) + ": expected " +
+                       std::to_string(fields) + " fields, got " + std::to_string(f.size()));
     }
+    if (fields == 18) f.insert(f.begin() + 14, "1");  // one node
     try {
       auto i64 = [&](int i) { return static_cast<int64_t>(std::stoll(f[i])); };
       auto dbl = [&](int i) { return std::stod(f[i]); };
-      const Timing t{dbl(14), dbl(15), dbl(16), i64(17)};
+      const Timing t{dbl(15), dbl(16), dbl(17), i64(18)};
       if (!(t.median_s > 0)) throw std::invalid_argument("median");
       if (f[0] == "gemm") {
         db.gemm[f[1]].push_back(GemmPoint{i64(3), i64(4), i64(5), std::max<int64_t>(1, i64(6)), t});
       } else if (f[0] == "attention") {
-        db.attention[f[1]].push_back(
-            AttentionPoint{i64(6), i64(7), i64(8), i64(9), i64(10) != 0, i64(11) != 0, t});
+        if (f[2] != "" && f[2] != "cudnn" && f[2] != "unfused") {
+          throw InputError(path + ":" + std::to_string(lineno) + ": name: expected cudnn or " +
+                           "unfused for an attention row, got \"" + f[2] + "\"");
+        }
+        db.attention[f[1]].push_back(AttentionPoint{i64(6), i64(7), i64(8), i64(9), i64(10) != 0,
+                                                    i64(11) != 0, t, f[2] == "cudnn"});
       } else if (f[0] == "memory") {
         db.memory[f[2]].push_back(SizePoint{dbl(12), 1, t});
       } else if (f[0] == "collective") {
-        db.collective[f[2]].push_back(SizePoint{dbl(12), i64(13), t});
+        const int64_t ranks = i64(13), nodes = i64(14);
+        if (ranks < 2 || nodes < 1 || nodes > ranks) {
+          throw InputError(path + ":" + std::to_string(lineno) +
+                           ": expected ranks >= 2 and 1 <= nodes <= ranks for a collective");
+        }
+        db.collective[f[2]].push_back(SizePoint{dbl(12), ranks, t, nodes});
       } else if (f[0] == "copy") {
         db.copy[f[2]].push_back(SizePoint{dbl(12), 1, t});
       } else {

@@ -26,13 +26,16 @@ struct AttentionPoint {
   int64_t batch = 0, heads = 0, seq = 0, head_dim = 0;
   bool causal = false, backward = false;
   Timing t;
+  bool fused = false;  // a fused kernel (cuDNN's SDPA, flash-style); else unfused GEMMs + softmax
 };
 
-// Memory-bound kernels, collectives and copies: by size (and group size for collectives).
+// Memory-bound kernels, collectives and copies: by size (and, for collectives, the ranks taking
+// part and the nodes they span: 1 inside a node, more across nodes).
 struct SizePoint {
   double bytes = 0;
   int64_t ranks = 1;
   Timing t;
+  int64_t nodes = 1;
 };
 
 struct Database {

@@ -6,6 +6,8 @@
 #include <map>
 #include <tuple>
 
+#include <fmt/format.h>
+
 #include "sim/core/error.h"
 
 namespace hetsim::calibrate {
@@ -19,10 +21,10 @@ using workload::OpKind;
 // with bytes from the nearest edge (bandwidth-bound), so the fallback meets the table there.
 struct SizeTable {
   std::vector<std::pair<double, double>> pts;  // log bytes, log seconds (sorted, deduplicated)
-  void build(const std::vector<SizePoint>& v, int64_t ranks) {
+  void build(const std::vector<SizePoint>& v, int64_t ranks, int64_t nodes) {
     std::map<double, std::vector<double>> by;
     for (size_t i = 0; i < v.size(); ++i) {
-      if (v[i].ranks != ranks || v[i].bytes <= 0) continue;
+      if (v[i].ranks != ranks || v[i].nodes != nodes || v[i].bytes <= 0) continue;
       by[std::log(v[i].bytes)].push_back(std::log(v[i].t.median_s));
     }
     for (auto& [x, ys] : by) {
@@ -81,7 +83,8 @@ struct MeasuredCostModel::Tables {
     std::map<int64_t, int64_t> to_m, to_n, to_k;                             // sizes on the axes
   };
   std::map<std::pair<std::string, std::string>, Gemm> gemm;  // (dtype, GPU type): units differ
-  std::map<std::pair<std::string, int64_t>, SizeTable> memory, collective, copy;  // (name, ranks)
+  // (name, ranks, nodes)
+  std::map<std::tuple<std::string, int64_t, int64_t>, SizeTable> memory, collective, copy;
 };
 
 MeasuredCostModel::MeasuredCostModel(Database db, workload::DatasheetCostModel datasheet)
@@ -203,13 +206,13 @@ std::optional<double> MeasuredCostModel::predict_size(const std::string& kind,
   auto& tables = kind == "memory"       ? tables_->memory
                  : kind == "collective" ? tables_->collective
                                         : tables_->copy;
-  const auto key = std::make_pair(name, q.ranks);
+  const auto key = std::make_tuple(name, q.ranks, q.nodes);
   auto it = tables.find(key);
   if (it == tables.end()) {
     auto src = from.find(name);
     if (src == from.end()) return std::nullopt;
     SizeTable t;
-    t.build(src->second, q.ranks);
+    t.build(src->second, q.ranks, q.nodes);
     it = tables.emplace(key, std::move(t)).first;
   }
   return it->second.seconds(q.bytes);
@@ -219,10 +222,17 @@ std::optional<double> MeasuredCostModel::predict_attention(const std::string& dt
                                                            const AttentionPoint& q) const {
   auto it = db_.attention.find(dtype);
   if (it == db_.attention.end()) return std::nullopt;
-  // Same head size, masking and pass: log(rate) over log(work) with work = b h s^2 d.
+  // Same head size, masking and pass: log(rate) over log(work) with work = b h s^2 d. The
+  // points of the asked implementation (fused or not); the other's only if it has none.
+  const auto& all = it->second;
+  const bool have_same = std::any_of(all.begin(), all.end(), [&](const AttentionPoint& p) {
+    return p.fused == q.fused && p.head_dim == q.head_dim && p.causal == q.causal &&
+           p.backward == q.backward;
+  });
   std::vector<std::pair<double, double>> pts;
-  for (const AttentionPoint& p : it->second) {
+  for (const AttentionPoint& p : all) {
     if (p.head_dim != q.head_dim || p.causal != q.causal || p.backward != q.backward) continue;
+    if (have_same && p.fused != q.fused) continue;
     const double work = double(p.batch) * p.heads * double(p.seq) * p.seq * p.head_dim;
     pts.emplace_back(std::log(work), std::log(work / p.t.median_s));
   }
@@ -269,7 +279,8 @@ Time MeasuredCostModel::duration(const Op& op, const config::GpuProfile& gpu,
                                            op.head_dim,
                                            op.causal,
                                            op.kind == OpKind::attention_backward,
-                                           {}});
+                                           {},
+                                           op.fused});
       break;
     case OpKind::memory:
       s = predict_size("memory", memory_kernel(op.name), SizePoint{op.bytes, 1, {}});
@@ -296,12 +307,19 @@ const config::GpuProfile* MeasuredCostModel::reference() const {
 
 std::vector<CheckRow> check_database(const Database& db, const config::GpuProfile& gpu) {
   std::vector<CheckRow> rows;
-  auto finish = [&](CheckRow r, const std::vector<double>& errors) {
-    if (errors.empty()) return;
-    r.held_out = errors.size();
-    for (double e : errors) r.mean_error += e, r.max_error = std::max(r.max_error, e);
-    r.mean_error /= errors.size();
+  auto finish = [&](CheckRow r) {
+    if (r.points.empty()) return;
+    r.held_out = r.points.size();
+    for (const CheckPoint& p : r.points) {
+      const double e = std::abs(p.predicted_s / p.measured_s - 1);
+      r.mean_error += e, r.max_error = std::max(r.max_error, e), r.mean_spread += p.spread;
+    }
+    r.mean_error /= r.held_out;
+    r.mean_spread /= r.held_out;
     rows.push_back(r);
+  };
+  auto point = [](std::string label, const Timing& t, double predicted) {
+    return CheckPoint{std::move(label), t.median_s, predicted, (t.p90_s - t.p10_s) / t.median_s};
   };
   for (const auto& [dtype, pts] : db.gemm) {
     Database rest = db;
@@ -310,11 +328,14 @@ std::vector<CheckRow> check_database(const Database& db, const config::GpuProfil
     for (size_t i = 0; i < pts.size(); ++i)
       (i % 5 == 2 ? held : rest.gemm[dtype]).push_back(pts[i]);
     const MeasuredCostModel m(rest, workload::DatasheetCostModel());
-    std::vector<double> errors;
+    CheckRow row;
+    row.table = "gemm/" + dtype;
     for (const GemmPoint& p : held) {
-      if (auto s = m.predict_gemm(dtype, p, gpu)) errors.push_back(std::abs(*s / p.t.median_s - 1));
+      if (auto s = m.predict_gemm(dtype, p, gpu))
+        row.points.push_back(
+            point(fmt::format("m={} n={} k={} batch={}", p.m, p.n, p.k, p.batch), p.t, *s));
     }
-    finish(CheckRow{"gemm/" + dtype}, errors);
+    finish(row);
   }
   for (const auto& [dtype, pts] : db.attention) {
     Database rest = db;
@@ -323,11 +344,17 @@ std::vector<CheckRow> check_database(const Database& db, const config::GpuProfil
     for (size_t i = 0; i < pts.size(); ++i)
       (i % 5 == 2 ? held : rest.attention[dtype]).push_back(pts[i]);
     const MeasuredCostModel m(rest, workload::DatasheetCostModel());
-    std::vector<double> errors;
+    CheckRow row;
+    row.table = "attention/" + dtype;
     for (const AttentionPoint& p : held) {
-      if (auto s = m.predict_attention(dtype, p)) errors.push_back(std::abs(*s / p.t.median_s - 1));
+      if (auto s = m.predict_attention(dtype, p))
+        row.points.push_back(
+            point(fmt::format("batch={} heads={} seq={} head_dim={}{}{}{}", p.batch, p.heads, p.seq,
+                              p.head_dim, p.causal ? " causal" : "", p.backward ? " backward" : "",
+                              p.fused ? " fused" : ""),
+                  p.t, *s));
     }
-    finish(CheckRow{"attention/" + dtype}, errors);
+    finish(row);
   }
   auto sizes = [&](const char* kind, const std::map<std::string, std::vector<SizePoint>>& all) {
     for (const auto& [name, pts] : all) {
@@ -339,12 +366,14 @@ std::vector<CheckRow> check_database(const Database& db, const config::GpuProfil
       std::vector<SizePoint> held;
       for (size_t i = 0; i < pts.size(); ++i) (i % 5 == 2 ? held : slot).push_back(pts[i]);
       const MeasuredCostModel m(rest, workload::DatasheetCostModel());
-      std::vector<double> errors;
+      CheckRow row;
+      row.table = std::string(kind) + "/" + name;
       for (const SizePoint& p : held) {
         if (auto s = m.predict_size(kind, name, p))
-          errors.push_back(std::abs(*s / p.t.median_s - 1));
+          row.points.push_back(point(
+              fmt::format("bytes={:.0f} ranks={} nodes={}", p.bytes, p.ranks, p.nodes), p.t, *s));
       }
-      finish(CheckRow{std::string(kind) + "/" + name}, errors);
+      finish(row);
     }
   };
   sizes("memory", db.memory);

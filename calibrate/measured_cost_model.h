@@ -42,10 +42,17 @@ class MeasuredCostModel : public workload::CostModel {
 
 // Held-out check: every fifth point of each table is predicted from the others. Returns lines
 // "kind/name  points  mean error %  max error %" and fills the mean error per kind.
+struct CheckPoint {
+  std::string label;  // the point's key, e.g. "m=512 n=64 k=1024" or "bytes=1048576"
+  double measured_s = 0, predicted_s = 0;
+  double spread = 0;  // (p90 - p10) / median of the measurement itself
+};
 struct CheckRow {
   std::string table;
   size_t held_out = 0;
   double mean_error = 0, max_error = 0;
+  double mean_spread = 0;          // the measurements' own (p90 - p10) / median, for scale
+  std::vector<CheckPoint> points;  // every held-out point
 };
 std::vector<CheckRow> check_database(const Database& db, const config::GpuProfile& gpu);
 

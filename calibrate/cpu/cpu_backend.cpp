@@ -38,28 +38,40 @@ void flush_cache() {
   std::memset(junk.data(), ++v, junk.size());
 }
 
-// Warm-up, then repetitions until at least `min_reps` and `min_time` of samples, or 100.
-Timing measure(const std::function<double()>& once, bool quick) {
-  const int min_reps = quick ? 3 : 5;
-  const double min_time = quick ? 0.005 : 0.02;
-  once();  // warm-up
+double wall(const std::function<void()>& f) {
+  const auto t0 = Clock::now();
+  f();
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Warm-up; then samples until at least `min_reps` and `min_time` of them, or 100. One sample
+// times `calls` back-to-back runs after a cache flush (as nccl-tests times its iterations), so
+// short kernels are not lost in the clock's and the thread pool's wake-up jitter: `calls` is
+// chosen from the warm-up so that a sample lasts about `sample_s`. Memory-bound kernels take one
+// call per sample (`cold`): repeated calls would find their data in the cache.
+int calls_for(double warm_s, bool quick) {
+  const double sample_s = quick ? 5e-4 : 2e-3;
+  return static_cast<int>(std::clamp(std::ceil(sample_s / std::max(warm_s, 1e-9)), 1.0, 1000.0));
+}
+
+Timing measure(const std::function<void()>& kernel, bool quick, bool cold = false) {
+  const int min_reps = quick ? 3 : 7;
+  const double min_time = quick ? 0.01 : 0.05;
+  const double warm = std::max(wall(kernel), wall(kernel));
+  const int calls = cold ? 1 : calls_for(warm, quick);
   std::vector<double> t;
   double total = 0;
   while ((static_cast<int>(t.size()) < min_reps || total < min_time) && t.size() < 100) {
     flush_cache();
-    const double s = once();
-    t.push_back(s);
+    const double s = wall([&] {
+      for (int c = 0; c < calls; ++c) kernel();
+    });
+    t.push_back(s / calls);
     total += s;
   }
   std::sort(t.begin(), t.end());
   auto pct = [&](double q) { return t[static_cast<size_t>(q * (t.size() - 1) + 0.5)]; };
   return Timing{pct(0.5), pct(0.1), pct(0.9), static_cast<int64_t>(t.size())};
-}
-
-double wall(const std::function<void()>& f) {
-  const auto t0 = Clock::now();
-  f();
-  return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
 struct Item {
@@ -79,7 +91,7 @@ std::string now_iso() {
 std::string key_of(const std::string& csv) {
   // Everything before the timings identifies a measurement.
   size_t commas = 0, i = 0;
-  for (; i < csv.size() && commas < 14; ++i) commas += csv[i] == ',';
+  for (; i < csv.size() && commas < 15; ++i) commas += csv[i] == ',';
   return csv.substr(0, i);
 }
 
@@ -117,8 +129,19 @@ int run(const Options& o) {
     }
     std::ifstream in(journal);
     std::string line;
+    bool header = false;
     while (std::getline(in, line)) {
-      if (!line.empty() && line[0] != '#' && line != csv_header()) done.insert(key_of(line));
+      if (line.empty() || line[0] == '#') continue;
+      if (!header) {
+        if (line != csv_header()) {
+          throw InputError(journal +
+                           ": written by another version of hetsim (its header is not \"" +
+                           csv_header() + "\"); remove it to start afresh");
+        }
+        header = true;
+        continue;
+      }
+      done.insert(key_of(line));
     }
   }
   std::ofstream jout;
@@ -160,10 +183,8 @@ int run(const Options& o) {
                        std::vector<float> A(m * k, 0.5f), B(k * n, 0.25f), C(m * n, 0);
                        g.t = measure(
                            [&] {
-                             return wall([&] {
-                               cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f,
-                                           A.data(), k, B.data(), n, 0.0f, C.data(), n);
-                             });
+                             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f,
+                                         A.data(), k, B.data(), n, 0.0f, C.data(), n);
                            },
                            o.quick);
                        return csv_line("gemm", d, &g, nullptr, nullptr);
@@ -184,63 +205,78 @@ int run(const Options& o) {
               const size_t n = elements_for(kernel, bytes);
               std::vector<float> a(n, 0.5f), b(n, 0.25f), c(2 * n, 0.1f);
               volatile double sink = 0;  // keeps the kernels' work observable
-              s.t = measure(
-                  [&] {
-                    return wall([&] { sink = sink + run_memory_kernel(kernel, a, b, c, n); });
-                  },
-                  o.quick);
+              s.t = measure([&] { sink = sink + run_memory_kernel(kernel, a, b, c, n); }, o.quick,
+                            /*cold=*/true);
               return csv_line("memory", kernel, nullptr, nullptr, &s);
             }});
       }
     }
+  }
+  // Nodes the ranks span: one shared-memory communicator per node.
+  int nodes = 1;
+  {
+    MPI_Comm local;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local);
+    int local_rank = 0;
+    MPI_Comm_rank(local, &local_rank);
+    int leader = local_rank == 0 ? 1 : 0;
+    MPI_Allreduce(&leader, &nodes, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Comm_free(&local);
   }
   if (wants("collective") && size > 1) {
     const double top = o.quick ? 4.0 * (1 << 20) : 64.0 * (1 << 20);
     for (const char* opname :
          {"allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "sendrecv"}) {
       for (double bytes = 1024; bytes <= top; bytes *= o.quick ? 4 : 2) {
-        SizePoint s{bytes, size, {}};
+        SizePoint s{bytes, size, {}, nodes};
         const std::string op = opname;
         items.push_back(Item{
             csv_line("collective", op, nullptr, nullptr, &s),
-            fmt::format("{} {:.0f} KiB x {} ranks", op, bytes / 1024, size), true,
-            [=, &o]() mutable {
+            fmt::format("{} {:.0f} KiB x {} ranks on {} node(s)", op, bytes / 1024, size, nodes),
+            true, [=, &o]() mutable {
               // nccl-tests sizes: per-rank buffer, or the total for all-gather / reduce-scatter.
               const size_t total = static_cast<size_t>(bytes / 4);
               const size_t part = std::max<size_t>(1, total / size);
               std::vector<float> in(total + part * size, 1.0f), out(total + part * size, 0.0f);
-              auto once = [&] {
+              auto op_once = [&] {
+                if (op == "allreduce")
+                  MPI_Allreduce(in.data(), out.data(), total, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+                if (op == "allgather")
+                  MPI_Allgather(in.data(), part, MPI_FLOAT, out.data(), part, MPI_FLOAT,
+                                MPI_COMM_WORLD);
+                if (op == "reducescatter")
+                  MPI_Reduce_scatter_block(in.data(), out.data(), part, MPI_FLOAT, MPI_SUM,
+                                           MPI_COMM_WORLD);
+                if (op == "alltoall")
+                  MPI_Alltoall(in.data(), part, MPI_FLOAT, out.data(), part, MPI_FLOAT,
+                               MPI_COMM_WORLD);
+                if (op == "broadcast") MPI_Bcast(in.data(), total, MPI_FLOAT, 0, MPI_COMM_WORLD);
+                if (op == "sendrecv") {
+                  MPI_Sendrecv(in.data(), total, MPI_FLOAT, (rank + 1) % size, 0, out.data(), total,
+                               MPI_FLOAT, (rank + size - 1) % size, 0, MPI_COMM_WORLD,
+                               MPI_STATUS_IGNORE);
+                }
+              };
+              // One sample: a barrier, then `calls` back-to-back operations; the slowest rank's
+              // time per operation.
+              auto sample = [&](int calls) {
                 MPI_Barrier(MPI_COMM_WORLD);
                 const double t = wall([&] {
-                  if (op == "allreduce")
-                    MPI_Allreduce(in.data(), out.data(), total, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-                  if (op == "allgather")
-                    MPI_Allgather(in.data(), part, MPI_FLOAT, out.data(), part, MPI_FLOAT,
-                                  MPI_COMM_WORLD);
-                  if (op == "reducescatter")
-                    MPI_Reduce_scatter_block(in.data(), out.data(), part, MPI_FLOAT, MPI_SUM,
-                                             MPI_COMM_WORLD);
-                  if (op == "alltoall")
-                    MPI_Alltoall(in.data(), part, MPI_FLOAT, out.data(), part, MPI_FLOAT,
-                                 MPI_COMM_WORLD);
-                  if (op == "broadcast") MPI_Bcast(in.data(), total, MPI_FLOAT, 0, MPI_COMM_WORLD);
-                  if (op == "sendrecv") {
-                    MPI_Sendrecv(in.data(), total, MPI_FLOAT, (rank + 1) % size, 0, out.data(),
-                                 total, MPI_FLOAT, (rank + size - 1) % size, 0, MPI_COMM_WORLD,
-                                 MPI_STATUS_IGNORE);
-                  }
+                  for (int c = 0; c < calls; ++c) op_once();
                 });
                 double slowest = 0;
                 MPI_Allreduce(&t, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-                return slowest;
+                return slowest / calls;
               };
-              // The same repetition count on every rank: the lead decides.
-              once();
+              // Every rank gets the same counts: they derive from all-reduced times.
+              const double warm = std::max(sample(1), sample(1));
+              const int calls = calls_for(warm, o.quick);
               std::vector<double> t;
-              int reps = o.quick ? 5 : 10;
-              for (int r = 0; r < reps; ++r) t.push_back(once());
+              const int reps = o.quick ? 5 : 15;
+              for (int r = 0; r < reps; ++r) t.push_back(sample(calls));
               std::sort(t.begin(), t.end());
-              s.t = Timing{t[t.size() / 2], t[t.size() / 10], t[(t.size() * 9) / 10], reps};
+              auto pct = [&](double q) { return t[static_cast<size_t>(q * (t.size() - 1) + 0.5)]; };
+              s.t = Timing{pct(0.5), pct(0.1), pct(0.9), reps};
               return csv_line("collective", op, nullptr, nullptr, &s);
             }});
       }

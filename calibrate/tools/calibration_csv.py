@@ -7,10 +7,12 @@ a repeated key keeps the last measurement.
 import sys
 
 COLUMNS = ["kind", "dtype", "name", "m", "n", "k", "batch", "heads", "seq", "head_dim",
-           "causal", "backward", "bytes", "ranks", "median_s", "p10_s", "p90_s", "repetitions"]
-KEY_COLUMNS = COLUMNS[:14]
+           "causal", "backward", "bytes", "ranks", "nodes", "median_s", "p10_s", "p90_s", "repetitions"]
+# The header before the `nodes` column (every collective inside one node): still read, nodes = 1.
+COLUMNS_WITHOUT_NODES = [c for c in COLUMNS if c != "nodes"]
+KEY_COLUMNS = COLUMNS[:15]
 INT_COLUMNS = {"m", "n", "k", "batch", "heads", "seq", "head_dim", "causal", "backward", "ranks",
-               "repetitions"}
+               "nodes", "repetitions"}
 FLOAT_COLUMNS = {"bytes", "median_s", "p10_s", "p90_s"}
 KINDS = ("gemm", "attention", "memory", "collective", "copy")
 
@@ -45,7 +47,7 @@ def parse(path):
         truncated = len(lines)
     else:
         lines = lines[:-1]  # the empty string after the final newline
-    provenance, by_key, header_seen = {}, {}, False
+    provenance, by_key, header_seen, columns = {}, {}, False, COLUMNS
     for line_no, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -57,17 +59,19 @@ def parse(path):
             provenance[key.strip()] = value
             continue
         if not header_seen:
-            if line.split(",") != COLUMNS:
+            if line.split(",") not in (COLUMNS, COLUMNS_WITHOUT_NODES):
                 raise CsvError(f"{path}:{line_no}: expected the header {','.join(COLUMNS)}")
+            columns = line.split(",")
             header_seen = True
             continue
         fields = line.split(",")
-        if len(fields) != len(COLUMNS):
+        if len(fields) != len(columns):
             if line_no == truncated:
                 print(f"{path}:{line_no}: warning: dropping a truncated last line", file=sys.stderr)
                 continue
-            raise CsvError(f"{path}:{line_no}: expected {len(COLUMNS)} columns, found {len(fields)}")
-        row = {c: _convert(path, line_no, c, v) for c, v in zip(COLUMNS, fields)}
+            raise CsvError(f"{path}:{line_no}: expected {len(columns)} columns, found {len(fields)}")
+        row = {c: _convert(path, line_no, c, v) for c, v in zip(columns, fields)}
+        row.setdefault("nodes", 1 if row["kind"] == "collective" else 0)
         if row["kind"] not in KINDS:
             raise CsvError(f"{path}:{line_no}: kind: unknown \"{row['kind']}\" (expected one of {', '.join(KINDS)})")
         key = tuple(row[c] for c in KEY_COLUMNS)

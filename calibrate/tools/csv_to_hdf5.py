@@ -22,9 +22,9 @@ TIMINGS = [("median_s", "float64"), ("p10_s", "float64"), ("p90_s", "float64"), 
 DATASETS = {
     "gemm": [("m", "int64"), ("n", "int64"), ("k", "int64"), ("batch", "int64")],
     "attention": [("batch", "int64"), ("heads", "int64"), ("seq", "int64"), ("head_dim", "int64"),
-                  ("causal", "int8"), ("backward", "int8")],
+                  ("causal", "int8"), ("backward", "int8"), ("fused", "int8")],
     "memory": [("bytes", "float64")],
-    "collective": [("bytes", "float64"), ("ranks", "int64")],
+    "collective": [("bytes", "float64"), ("ranks", "int64"), ("nodes", "int64")],
     "copy": [("bytes", "float64")],
 }
 
@@ -76,11 +76,10 @@ def write_hdf5(calibration, out_path):
             rows = sorted(groups[path], key=sort_key)
             kind = rows[0]["kind"]
             group = f.require_group(path)
+            for row in rows:  # attention rows name their implementation: cudnn (fused) or unfused
+                row["fused"] = 1 if row["name"] == "cudnn" else 0
             for column, dtype in DATASETS[kind] + TIMINGS:
                 group.create_dataset(column, data=np.array([r[column] for r in rows], dtype=dtype))
-            if kind == "collective":
-                # One process drives every GPU of one node: all of it is intra-node.
-                put_string(group, "scope", "intra-node")
     os.replace(tmp_path, out_path)
     return groups
 

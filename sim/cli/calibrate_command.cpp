@@ -43,7 +43,7 @@ const config::GpuProfile& profile_of(const calibrate::Database& db) {
 void add_calibrate_command(CLI::App& app, Action& action) {
   struct Opts {
     std::string backend = "cpu", out, ops, check_file, csv, import_out;
-    bool quick = false;
+    bool quick = false, points = false;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand(
@@ -57,6 +57,8 @@ void add_calibrate_command(CLI::App& app, Action& action) {
   CLI::App* check = cmd->add_subcommand(
       "check", "Hold out every fifth point, predict it from the rest, print the error per table");
   check->add_option("file", o->check_file, "Calibration database")->required();
+  check->add_flag("--points", o->points,
+                  "Also print every held-out point: measured, predicted, error, spread");
   CLI::App* imp = cmd->add_subcommand("import", "Convert a backend's CSV into the database");
   imp->add_option("csv", o->csv, "CSV written by a backend")->required();
   imp->add_option("--out", o->import_out, "Database file to write")->required();
@@ -101,13 +103,23 @@ void add_calibrate_command(CLI::App& app, Action& action) {
       std::cout << fmt::format(
           "{} ({} measurements, {} on {}): held-out error, every fifth point\n", o->check_file,
           db.size(), db.device_type(), db.attrs.count("host") ? db.attrs.at("host") : "?");
-      std::cout << fmt::format("  {:<28} {:>8} {:>10} {:>10}\n", "table", "points", "mean %",
-                               "max %");
+      std::cout << fmt::format("  {:<28} {:>8} {:>10} {:>10} {:>10}\n", "table", "points", "mean %",
+                               "max %", "spread %");
       double gemm = 0, coll = 0;
       size_t ng = 0, nc = 0;
       for (const auto& r : calibrate::check_database(db, gpu)) {
-        std::cout << fmt::format("  {:<28} {:>8} {:>10.2f} {:>10.2f}\n", r.table, r.held_out,
-                                 100 * r.mean_error, 100 * r.max_error);
+        std::cout << fmt::format("  {:<28} {:>8} {:>10.2f} {:>10.2f} {:>10.2f}\n", r.table,
+                                 r.held_out, 100 * r.mean_error, 100 * r.max_error,
+                                 100 * r.mean_spread);
+        if (o->points) {
+          for (const auto& p : r.points) {
+            std::cout << fmt::format(
+                "    {:<40} measured {:>11.4g} s  predicted {:>11.4g} s  "
+                "error {:>+7.2f}%  spread {:>6.2f}%\n",
+                p.label, p.measured_s, p.predicted_s, 100 * (p.predicted_s / p.measured_s - 1),
+                100 * p.spread);
+          }
+        }
         if (r.table.rfind("gemm/", 0) == 0) gemm += r.mean_error * r.held_out, ng += r.held_out;
         if (r.table.rfind("collective/", 0) == 0)
           coll += r.mean_error * r.held_out, nc += r.held_out;

@@ -83,6 +83,7 @@ struct Builder {
     op.seq = s.sequence;
     op.head_dim = m.head_dim;
     op.causal = m.causal;
+    op.fused = s.flash_attention;
     // Q K^T and P V: 4 b s^2 d per head; backward 2x (dQ, dK, dV, dP), counted in full for the
     // MFU numerator as Narayanan et al. do; causal kernels skip half of it.
     const double fwd = 4.0 * s.micro_batch * s.sequence * s.sequence * m.head_dim * heads;

@@ -25,6 +25,7 @@ struct Op {
   // attention: batch, local heads, sequence, head size
   int64_t batch = 0, heads = 0, seq = 0, head_dim = 0;
   bool causal = false;
+  bool fused = false;      // attention: one fused (flash) kernel; else GEMMs and a softmax
   double flops = 0;        // executed floating-point operations
   double model_flops = 0;  // the MFU numerator's count (Narayanan et al.: GEMMs and attention)
   double bytes = 0;        // bytes moved to and from device memory

@@ -44,10 +44,13 @@ TEST_F(CalibrateCpu, CalibrateCheckAndSimulateWithTheDatabase) {
     EXPECT_LE(p.t.p10_s, p.t.median_s);
     EXPECT_GE(p.t.repetitions, 3);
   }
-  const CommandResult k = run_hetsim({"calibrate", "check", db});
+  const CommandResult k = run_hetsim({"calibrate", "check", db, "--points"});
   ASSERT_EQ(k.exit_code, 0) << k.output;
   EXPECT_NE(k.output.find("gemm/fp32"), std::string::npos) << k.output;
   EXPECT_NE(k.output.find("memory/layernorm"), std::string::npos) << k.output;
+  // Every held-out point with its measurement, prediction and spread: index 2 of the 3x3x3 grid.
+  EXPECT_NE(k.output.find("    m=64 n=64 k=256 batch=1 "), std::string::npos) << k.output;
+  EXPECT_NE(k.output.find("predicted"), std::string::npos) << k.output;
   const CommandResult s = run_hetsim({"simulate", "--model", "gpt3-125m", "--cluster", "cpu-host",
                                       "--plan", kPlans + "cpu.yaml", "--calibration", db});
   ASSERT_EQ(s.exit_code, 0) << s.output;
@@ -68,6 +71,7 @@ TEST_F(CalibrateCpu, MpiCollectivesBetweenTwoProcesses) {
        {"allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "sendrecv"}) {
     ASSERT_TRUE(d.collective.count(op)) << op;
     EXPECT_EQ(d.collective.at(op).front().ranks, 2) << op;
+    EXPECT_EQ(d.collective.at(op).front().nodes, 1) << op;  // both processes on this machine
     EXPECT_GE(d.collective.at(op).size(), 5u) << op;
   }
 }

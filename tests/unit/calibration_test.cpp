@@ -54,6 +54,81 @@ TEST(CalibrationDatabase, WritesAndReadsBackEveryTableAndAttribute) {
   EXPECT_EQ(back.attention.at("fp32")[0].causal, true);
 }
 
+TEST(CalibrationDatabase, NodesOfACollectiveAndTheAttentionImplementationRoundTrip) {
+  Database db = sample();
+  db.collective["allreduce"].push_back(SizePoint{1e6, 16, Timing{5e-4, 5e-4, 5e-4, 5}, 2});
+  db.attention["fp32"].push_back(
+      AttentionPoint{1, 8, 512, 64, true, false, Timing{4e-4, 4e-4, 4e-4, 5}, /*fused=*/true});
+  const std::string path = tmp("nodes.h5");
+  write_database(path, db);
+  const Database back = read_database(path);
+  EXPECT_EQ(back.collective.at("allreduce")[0].nodes, 1);
+  EXPECT_EQ(back.collective.at("allreduce")[2].nodes, 2);
+  EXPECT_EQ(back.collective.at("allreduce")[2].ranks, 16);
+  EXPECT_FALSE(back.attention.at("fp32")[0].fused);
+  EXPECT_TRUE(back.attention.at("fp32")[1].fused);
+  // The same through the CSV interchange: `nodes` column; attention's name is the implementation.
+  const std::string csv = tmp("nodes.csv");
+  {
+    std::ofstream out(csv);
+    out << "# device_type=cpu\n" << csv_header() << "\n";
+    const SizePoint& c = db.collective.at("allreduce")[2];
+    out << csv_line("collective", "allreduce", nullptr, nullptr, &c) << "\n";
+    const AttentionPoint& a = db.attention.at("fp32")[1];
+    out << csv_line("attention", "fp32", nullptr, &a, nullptr) << "\n";
+  }
+  const Database from_csv = read_csv(csv);
+  EXPECT_EQ(from_csv.collective.at("allreduce")[0].nodes, 2);
+  EXPECT_TRUE(from_csv.attention.at("fp32")[0].fused);
+}
+
+TEST(CalibrationDatabase, FilesWrittenBeforeTheNodesColumnStillRead) {
+  // The 18-column header and an HDF5 collective group without `nodes`: all inside one node.
+  const std::string csv = tmp("old.csv");
+  {
+    std::ofstream out(csv);
+    out << "# device_type=cpu\n"
+        << "kind,dtype,name,m,n,k,batch,heads,seq,head_dim,causal,backward,bytes,ranks,median_s,"
+           "p10_s,p90_s,repetitions\n"
+        << "collective,,allreduce,0,0,0,0,0,0,0,0,0,1048576,8,1e-4,9e-5,2e-4,20\n"
+        << "attention,bf16,,0,0,0,1,8,1024,64,1,0,0,0,1e-4,9e-5,2e-4,20\n";
+  }
+  const Database db = read_csv(csv);
+  EXPECT_EQ(db.collective.at("allreduce")[0].nodes, 1);
+  EXPECT_EQ(db.collective.at("allreduce")[0].ranks, 8);
+  EXPECT_EQ(db.collective.at("allreduce")[0].t.repetitions, 20);
+  EXPECT_FALSE(db.attention.at("bf16")[0].fused);
+  const std::string h5 = tmp("old.h5");
+  write_database(h5, db);
+  {  // remove the dataset, as an older writer would have left it
+    hid_t f = H5Fopen(h5.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    ASSERT_GE(H5Ldelete(f, "/collective/allreduce/nodes", H5P_DEFAULT), 0);
+    H5Fclose(f);
+  }
+  EXPECT_EQ(read_database(h5).collective.at("allreduce")[0].nodes, 1);
+}
+
+TEST(CalibrationDatabase, ACollectiveSpanningMoreNodesThanRanksIsBadInput) {
+  const std::string csv = tmp("badnodes.csv");
+  {
+    std::ofstream out(csv);
+    out << "# device_type=cpu\n"
+        << csv_header() << "\n"
+        << "collective,,allreduce,0,0,0,0,0,0,0,0,0,1048576,2,4,1e-4,9e-5,2e-4,20\n"
+        << "memory,,copy,0,0,0,0,0,0,0,0,0,1048576,0,0,1e-4,9e-5,2e-4,20\n";
+  }
+  try {
+    read_csv(csv);
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("badnodes.csv:3: expected ranks >= 2 and 1 <= nodes <= ranks"),
+        std::string::npos)
+        << e.what();
+  }
+}
+
 std::string error_of(const std::string& path) {
   try {
     read_database(path);
@@ -122,9 +197,27 @@ TEST(CalibrationCostModel, InterpolationBetweenPointsFollowsTheData) {
   // Log-log interpolation: halfway (in log) between 1 MB / 1 ms and 4 MB / 3 ms.
   EXPECT_NEAR(*m.predict_size("memory", "copy", SizePoint{2e6, 1, {}}), std::sqrt(1e-3 * 3e-3),
               1e-12);
-  // Collectives interpolate per group size only.
+  // Collectives interpolate per group size and node count only.
   EXPECT_TRUE(m.predict_size("collective", "allreduce", SizePoint{2e6, 2, {}}).has_value());
   EXPECT_FALSE(m.predict_size("collective", "allreduce", SizePoint{2e6, 4, {}}).has_value());
+  EXPECT_FALSE(m.predict_size("collective", "allreduce", SizePoint{2e6, 2, {}, 2}).has_value());
+}
+
+TEST(CalibrationCostModel, AttentionUsesTheImplementationAskedForWhenMeasured) {
+  Database db = sample();
+  // Unfused: 1 ms; fused: 0.25 ms, same shape.
+  db.attention["fp32"].push_back(
+      AttentionPoint{1, 8, 512, 64, true, false, Timing{2.5e-4, 2.5e-4, 2.5e-4, 5}, true});
+  const MeasuredCostModel m(db, workload::DatasheetCostModel());
+  AttentionPoint q{1, 8, 512, 64, true, false, {}, false};
+  EXPECT_DOUBLE_EQ(*m.predict_attention("fp32", q), 1e-3);
+  q.fused = true;
+  EXPECT_DOUBLE_EQ(*m.predict_attention("fp32", q), 2.5e-4);
+  // Only one implementation measured (for this head size): it stands in for the other.
+  q.head_dim = 64;
+  db.attention["fp32"].pop_back();
+  const MeasuredCostModel unfused_only(db, workload::DatasheetCostModel());
+  EXPECT_DOUBLE_EQ(*unfused_only.predict_attention("fp32", q), 1e-3);
 }
 
 TEST(CalibrationCostModel, FallbackIsContinuousAtTheEdgeOfTheTable) {
@@ -173,6 +266,11 @@ TEST(CalibrationCheck, HoldsOutEveryFifthPointAndReportsTheError) {
   EXPECT_EQ(rows[0].table, "gemm/fp32");
   EXPECT_EQ(rows[0].held_out, 5u);      // 27 points: indices 2, 7, 12, 17, 22
   EXPECT_LT(rows[0].mean_error, 1e-9);  // a constant rate is predicted exactly
+  ASSERT_EQ(rows[0].points.size(), 5u);
+  EXPECT_EQ(rows[0].points[0].label, "m=64 n=64 k=256 batch=1");  // index 2
+  EXPECT_DOUBLE_EQ(rows[0].points[0].measured_s, 2.0 * 64 * 64 * 256 / 1e10);
+  EXPECT_NEAR(rows[0].points[0].spread, 0.2, 1e-12);  // p10 0.9 t, p90 1.1 t
+  EXPECT_NEAR(rows[0].mean_spread, 0.2, 1e-12);
 }
 
 TEST(CalibrationCsv, AnInterruptedLastLineIsDroppedAndTheRestKept) {
