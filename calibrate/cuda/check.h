@@ -1,6 +1,6 @@
-// Return-code checks for the CUDA runtime, cuBLASLt and NCCL (hardware.md §5: check every call).
-// A failed call prints the file, the line, the call and the library's message, then exits 1:
-// this is a standalone measurement program, and a half-measured device is worth nothing.
+// Return-code checks for the CUDA runtime, cuBLASLt, NCCL and cuDNN (hardware.md §5: check
+// every call). A failed call prints the file, the line, the call and the library's message, then
+// exits 1: this is a standalone measurement program, and a half-measured device is worth nothing.
 #pragma once
 
 #include <cstdio>
@@ -8,6 +8,9 @@
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
+#ifdef HETSIM_CALIBRATE_CUDNN
+#include <cudnn_graph.h>
+#endif
 #include <nccl.h>
 
 namespace hetsim::calibrate::cuda {
@@ -44,6 +47,16 @@ namespace hetsim::calibrate::cuda {
       ::hetsim::calibrate::cuda::fail_call(__FILE__, __LINE__, #call, "NCCL",  \
                                            ncclGetErrorString(check_status_)); \
   } while (0)
+
+#ifdef HETSIM_CALIBRATE_CUDNN
+#define CHECK_CUDNN(call)                                                       \
+  do {                                                                          \
+    const cudnnStatus_t check_status_ = (call);                                 \
+    if (check_status_ != CUDNN_STATUS_SUCCESS)                                  \
+      ::hetsim::calibrate::cuda::fail_call(__FILE__, __LINE__, #call, "cuDNN",  \
+                                           cudnnGetErrorString(check_status_)); \
+  } while (0)
+#endif
 
 // After a kernel launch: a bad configuration shows up here, a fault at the next synchronisation.
 #define CHECK_LAUNCH() CHECK_CUDA(cudaGetLastError())

@@ -8,9 +8,42 @@
 
 #include "bench.h"
 #include "check.h"
+#include "collective_ops.h"
 #include "device_buffer.h"
 
 namespace hetsim::calibrate::cuda {
+
+void enqueue_collective(const std::string& op, void* send_buffer, void* recv_buffer,
+                        std::size_t elements, int ranks, int rank, ncclComm_t comm,
+                        cudaStream_t s) {
+  auto* send = static_cast<char*>(send_buffer);
+  auto* recv = static_cast<char*>(recv_buffer);
+  const std::size_t chunk = elements / ranks;
+  if (op == "allreduce") {
+    CHECK_NCCL(ncclAllReduce(send, recv, elements, ncclBfloat16, ncclSum, comm, s));
+  } else if (op == "allgather") {
+    CHECK_NCCL(ncclAllGather(send, recv, chunk, ncclBfloat16, comm, s));
+  } else if (op == "reducescatter") {
+    CHECK_NCCL(ncclReduceScatter(send, recv, chunk, ncclBfloat16, ncclSum, comm, s));
+  } else if (op == "alltoall") {  // grouped send/receive, as nccl-tests does it
+    CHECK_NCCL(ncclGroupStart());
+    for (int peer = 0; peer < ranks; ++peer) {
+      CHECK_NCCL(ncclSend(send + peer * chunk * 2, chunk, ncclBfloat16, peer, comm, s));
+      CHECK_NCCL(ncclRecv(recv + peer * chunk * 2, chunk, ncclBfloat16, peer, comm, s));
+    }
+    CHECK_NCCL(ncclGroupEnd());
+  } else if (op == "broadcast") {
+    CHECK_NCCL(ncclBroadcast(send, recv, elements, ncclBfloat16, 0, comm, s));
+  } else if (op == "sendrecv") {  // a ring: each rank sends to the next, receives from the previous
+    CHECK_NCCL(ncclGroupStart());
+    CHECK_NCCL(ncclSend(send, elements, ncclBfloat16, (rank + 1) % ranks, comm, s));
+    CHECK_NCCL(ncclRecv(recv, elements, ncclBfloat16, (rank + ranks - 1) % ranks, comm, s));
+    CHECK_NCCL(ncclGroupEnd());
+  } else {
+    throw std::invalid_argument("unknown collective \"" + op + "\" (expected allreduce, "
+                                "allgather, reducescatter, alltoall, broadcast, sendrecv)");
+  }
+}
 
 namespace {
 class CollectiveBench final : public Bench {
@@ -52,36 +85,10 @@ class CollectiveBench final : public Bench {
   std::optional<Stats> measure(const Key& key) override {
     const int n = static_cast<int>(devices_.size());
     const std::size_t elements = static_cast<std::size_t>(key.bytes) / 2;  // bf16
-    const std::size_t chunk = elements / n;
-    const std::string& op = key.name;
     const Stats stats = timer_->measure([&] {
       CHECK_NCCL(ncclGroupStart());
-      for (int r = 0; r < n; ++r) {
-        auto* send = static_cast<char*>(send_[r].get());
-        auto* recv = static_cast<char*>(recv_[r].get());
-        const ncclComm_t comm = comms_[r];
-        const cudaStream_t s = streams_[r];
-        if (op == "allreduce") {
-          CHECK_NCCL(ncclAllReduce(send, recv, elements, ncclBfloat16, ncclSum, comm, s));
-        } else if (op == "allgather") {
-          CHECK_NCCL(ncclAllGather(send, recv, chunk, ncclBfloat16, comm, s));
-        } else if (op == "reducescatter") {
-          CHECK_NCCL(ncclReduceScatter(send, recv, chunk, ncclBfloat16, ncclSum, comm, s));
-        } else if (op == "alltoall") {  // grouped send/receive, as nccl-tests does it
-          for (int peer = 0; peer < n; ++peer) {
-            CHECK_NCCL(ncclSend(send + peer * chunk * 2, chunk, ncclBfloat16, peer, comm, s));
-            CHECK_NCCL(ncclRecv(recv + peer * chunk * 2, chunk, ncclBfloat16, peer, comm, s));
-          }
-        } else if (op == "broadcast") {
-          CHECK_NCCL(ncclBroadcast(send, recv, elements, ncclBfloat16, 0, comm, s));
-        } else if (op == "sendrecv") {  // a ring: each rank sends to the next, receives from the previous
-          CHECK_NCCL(ncclSend(send, elements, ncclBfloat16, (r + 1) % n, comm, s));
-          CHECK_NCCL(ncclRecv(recv, elements, ncclBfloat16, (r + n - 1) % n, comm, s));
-        } else {
-          throw std::invalid_argument("unknown collective \"" + op + "\" (expected allreduce, "
-                                      "allgather, reducescatter, alltoall, broadcast, sendrecv)");
-        }
-      }
+      for (int r = 0; r < n; ++r)
+        enqueue_collective(key.name, send_[r].get(), recv_[r].get(), elements, n, r, comms_[r], streams_[r]);
       CHECK_NCCL(ncclGroupEnd());
     });
     CHECK_CUDA(cudaSetDevice(context_.device));

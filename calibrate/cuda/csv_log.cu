@@ -8,8 +8,8 @@
 namespace hetsim::calibrate::cuda {
 
 namespace {
-constexpr int kKeyColumns = 14;
-constexpr int kColumns = 18;
+constexpr int kKeyColumns = 15;
+constexpr int kColumns = 19;
 
 std::string key_prefix(const std::string& line) {
   std::size_t pos = 0;
@@ -19,6 +19,16 @@ std::string key_prefix(const std::string& line) {
     ++pos;
   }
   return line.substr(0, pos - 1);
+}
+
+// The key columns as has() matches them: an attention row's name column holds the implementation
+// that measured it (cudnn or unfused), not part of what was measured, so it is blanked.
+std::string resume_key(std::string key) {
+  if (key.rfind("attention,", 0) != 0) return key;
+  const std::size_t name = key.find(',', key.find(',') + 1) + 1;  // after kind and dtype
+  const std::size_t end = key.find(',', name);
+  if (end != std::string::npos) key.erase(name, end - name);
+  return key;
 }
 
 int column_count(const std::string& line) {
@@ -79,7 +89,7 @@ CsvLog::CsvLog(const std::string& path,
       if (column_count(line) != kColumns)
         throw std::runtime_error(path + ":" + std::to_string(line_no) + ": expected " +
                                  std::to_string(kColumns) + " columns");
-      done_.insert(key_prefix(line));
+      done_.insert(resume_key(key_prefix(line)));
     }
     resumed_ = done_.size();
   }
@@ -94,6 +104,8 @@ CsvLog::CsvLog(const std::string& path,
   }
 }
 
+bool CsvLog::has(const Key& key) const { return done_.count(resume_key(key.csv())) > 0; }
+
 CsvLog::~CsvLog() {
   if (file_ != nullptr) std::fclose(file_);
 }
@@ -107,7 +119,7 @@ void CsvLog::append(const Key& key, const Stats& stats) {
   // One write per line, then flush: a kill leaves at worst one partial line, cut on resume.
   if (std::fwrite(line.data(), 1, line.size(), file_) != line.size() || std::fflush(file_) != 0)
     throw std::runtime_error(path_ + ": write failed");
-  done_.insert(prefix);
+  done_.insert(resume_key(prefix));
 }
 
 }  // namespace hetsim::calibrate::cuda

@@ -1,6 +1,7 @@
 // The CSV the program writes (calibrate/README.md "CSV interchange"): provenance lines, the
 // header, then one line per measurement, flushed as it is taken so an interrupted run keeps its
-// data. Opening an existing file resumes it: its measured keys are skipped.
+// data. Opening an existing file resumes it: its measured keys are skipped (an attention key
+// whatever its name column, the implementation that measured it).
 #pragma once
 
 #include <cstdio>
@@ -24,14 +25,14 @@ class CsvLog {
   CsvLog(const CsvLog&) = delete;
   CsvLog& operator=(const CsvLog&) = delete;
 
-  bool has(const Key& key) const { return done_.count(key.csv()) > 0; }
+  bool has(const Key& key) const;
   std::size_t resumed_count() const { return resumed_; }
   void append(const Key& key, const Stats& stats);
 
  private:
   std::string path_;
   std::FILE* file_ = nullptr;
-  std::unordered_set<std::string> done_;
+  std::unordered_set<std::string> done_;  // resume keys (see resume_key in csv_log.cu)
   std::size_t resumed_ = 0;
 };
 

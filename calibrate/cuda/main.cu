@@ -11,6 +11,7 @@
 #include "bench.h"
 #include "check.h"
 #include "csv_log.h"
+#include "mpi_collectives.h"
 #include "options.h"
 #include "plan.h"
 #include "progress.h"
@@ -44,7 +45,7 @@ const KindEntry& kind_entry(const std::string& name) {
 
 double planned_seconds(const PlanItem& item) {
   if (item.key.kind == "collective") return collective_harness_seconds(item.estimate_s);
-  return harness_seconds(item.estimate_s, item.key.kind != "copy");
+  return item.setup_s + harness_seconds(item.estimate_s, item.key.kind != "copy");
 }
 
 struct KindPlan {
@@ -98,6 +99,10 @@ double print_plan(const std::vector<KindPlan>& plans, double budget_s) {
 int run(const Options& options) {
   PlanConfig config;
   config.quick = options.quick;
+  if (!options.shapes.empty()) config.model_shapes = read_model_shapes(options.shapes);
+#ifdef HETSIM_CALIBRATE_CUDNN
+  config.cudnn = true;
+#endif
   if (options.dry_run) {
     config.gpus = 8;  // an assumed HGX node of H200 (compute capability 9.0)
     std::fprintf(stderr, "dry run: assuming 8 GPUs of compute capability 9.0 (H200)\n");
@@ -173,7 +178,9 @@ int run(const Options& options) {
         }
         const std::optional<Stats> stats = bench->measure(item.key);
         if (stats) {
-          log.append(item.key, *stats);
+          Key logged = item.key;
+          if (!stats->impl.empty()) logged.name = stats->impl;  // attention: cudnn or unfused
+          log.append(logged, *stats);
           ++measured;
         } else {
           ++unsupported;
@@ -211,6 +218,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
+    // Started by an MPI launcher with several ranks: collectives across them, one GPU each.
+    if (c::launcher_world_size() > 1 && !options.dry_run && !options.print_device_type)
+      return c::run_mpi_collectives(options);
     return c::run(options);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "hetsim-calibrate-cuda: %s\n", e.what());

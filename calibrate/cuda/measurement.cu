@@ -11,7 +11,7 @@ std::string Key::csv() const {
   std::ostringstream s;
   s << kind << ',' << dtype << ',' << name << ',' << m << ',' << n << ',' << k << ',' << batch
     << ',' << heads << ',' << seq << ',' << head_dim << ',' << causal << ',' << backward << ','
-    << bytes << ',' << ranks;
+    << bytes << ',' << ranks << ',' << nodes;
   return s.str();
 }
 
@@ -27,6 +27,7 @@ std::string Key::label() const {
   } else {
     s << ' ' << bytes << " B";
     if (ranks > 0) s << ' ' << ranks << " ranks";
+    if (nodes > 1) s << " on " << nodes << " nodes";
   }
   return s.str();
 }

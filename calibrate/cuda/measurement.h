@@ -8,7 +8,8 @@
 
 namespace hetsim::calibrate::cuda {
 
-// The key columns: kind,dtype,name,m,n,k,batch,heads,seq,head_dim,causal,backward,bytes,ranks.
+// The key columns: kind,dtype,name,m,n,k,batch,heads,seq,head_dim,causal,backward,bytes,ranks,
+// nodes.
 // Unused fields stay 0 (or "" for text).
 struct Key {
   std::string kind;   // gemm, attention, memory, collective, copy
@@ -19,8 +20,9 @@ struct Key {
   int causal = 0, backward = 0;
   std::int64_t bytes = 0;  // bytes moved (memory, copy) or the nccl-tests size (collective)
   std::int64_t ranks = 0;
+  std::int64_t nodes = 0;  // collective: the nodes the ranks span (1 inside a node)
 
-  // The 14 key columns, comma-separated, exactly as written to the CSV (the resume key).
+  // The 15 key columns, comma-separated, exactly as written to the CSV (the resume key).
   std::string csv() const;
   // A short human label for progress lines.
   std::string label() const;
@@ -29,6 +31,9 @@ struct Key {
 struct Stats {
   double median_s = 0, p10_s = 0, p90_s = 0;
   int repetitions = 0;
+  // The implementation measured, for a kind that has several (attention: "cudnn" or "unfused");
+  // it becomes the key's name column. Empty for the others.
+  std::string impl;
 };
 
 // A planned measurement with the planner's guess of one kernel's duration, used only to budget
@@ -36,10 +41,11 @@ struct Stats {
 struct PlanItem {
   Key key;
   double estimate_s = 0;
+  double setup_s = 0;  // one-off work before the point is timed (a cuDNN plan to build)
 };
 
 inline constexpr const char* kCsvHeader =
-    "kind,dtype,name,m,n,k,batch,heads,seq,head_dim,causal,backward,bytes,ranks,"
+    "kind,dtype,name,m,n,k,batch,heads,seq,head_dim,causal,backward,bytes,ranks,nodes,"
     "median_s,p10_s,p90_s,repetitions";
 
 // Linear-interpolation percentiles (numpy's default) of the samples; samples is reordered.

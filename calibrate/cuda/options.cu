@@ -9,10 +9,13 @@ namespace hetsim::calibrate::cuda {
 
 const char* usage() {
   return "usage: hetsim-calibrate-cuda --out FILE.csv [--quick] [--ops gemm,attention,memory,collective,copy]\n"
-         "                             [--device N] [--budget-s SECONDS] [--dry-run] [--print-device-type]\n"
+         "                             [--shapes FILE.csv] [--device N] [--budget-s SECONDS] [--dry-run]\n"
+         "                             [--print-device-type]\n"
          "Measures GEMMs (cuBLASLt), attention, memory-bound kernels, NCCL collectives and host-device\n"
          "copies on this node and appends one CSV line per measurement to FILE.csv (resuming it if it\n"
-         "exists). --dry-run prints the plan for an assumed node of 8 H200 without touching a GPU.\n";
+         "exists). --shapes adds the exact GEMM and attention shapes of models (calibrate/model_shapes.csv,\n"
+         "written by `hetsim calibrate shapes`). --dry-run prints the plan for an assumed node of 8 H200\n"
+         "without touching a GPU.\n";
 }
 
 namespace {
@@ -51,13 +54,23 @@ Options parse_options(int argc, char** argv, bool* help) {
     } else if (arg == "--device") {
       const std::string v = value();
       std::size_t used = 0;
-      o.device = std::stoi(v, &used);
+      try {
+        o.device = std::stoi(v, &used);
+      } catch (const std::logic_error&) {
+        used = 0;
+      }
       if (used != v.size() || o.device < 0) throw std::invalid_argument("--device: not a device index: " + v);
     } else if (arg == "--budget-s") {
       const std::string v = value();
       std::size_t used = 0;
-      o.budget_s = std::stod(v, &used);
-      if (used != v.size() || o.budget_s <= 0) throw std::invalid_argument("--budget-s: not a positive number: " + v);
+      try {
+        o.budget_s = std::stod(v, &used);
+      } catch (const std::logic_error&) {
+        used = 0;
+      }
+      if (used != v.size() || !(o.budget_s > 0)) throw std::invalid_argument("--budget-s: not a positive number: " + v);
+    } else if (arg == "--shapes") {
+      o.shapes = value();
     } else if (arg == "--dry-run") {
       o.dry_run = true;
     } else if (arg == "--print-device-type") {

@@ -14,6 +14,7 @@ struct Options {
   double budget_s = 0;             // --budget-s: measurement time limit (0: 240 full, 90 quick)
   bool dry_run = false;            // --dry-run: print the plan for an assumed 8 x H200 node
   bool print_device_type = false;  // --print-device-type: print the profile name and exit
+  std::string shapes;  // --shapes FILE: the models' exact shapes (hetsim calibrate shapes)
 };
 
 // The kinds in the order they run: short ones first, the GEMM sweep (the one that absorbs a

@@ -3,6 +3,7 @@
 // 5 minutes on one H200).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -17,11 +18,23 @@ struct RateGuess {
   static RateGuess for_compute_capability(int major, int minor);
 };
 
+// One row of a shapes file (`hetsim calibrate shapes`, calibrate/model_shapes.csv): a GEMM
+// (m, n, k, batch) or an attention call (batch, heads, seq, head_dim, causal) a model runs.
+struct ModelShape {
+  bool attention = false;
+  std::int64_t m = 0, n = 0, k = 0, batch = 0, heads = 0, seq = 0, head_dim = 0;
+  int causal = 0;
+};
+// Throws std::invalid_argument naming the file, the line and what was expected.
+std::vector<ModelShape> read_model_shapes(const std::string& path);
+
 struct PlanConfig {
   bool quick = false;
   int cc_major = 9, cc_minor = 0;
   int gpus = 1;  // GPUs in the node (collectives need 2 or more)
   RateGuess rates = RateGuess::for_compute_capability(9, 0);
+  std::vector<ModelShape> model_shapes;  // measured in bf16 besides the grids (--shapes)
+  bool cudnn = false;                    // attention runs cuDNN's fused kernels (plans to build)
 
   bool has_fp8() const { return cc_major * 10 + cc_minor >= 89; }
 };

@@ -14,6 +14,9 @@
 #include <nccl.h>
 
 #include "check.h"
+#ifdef HETSIM_CALIBRATE_CUDNN
+#include "cudnn_sdpa.h"
+#endif
 
 namespace hetsim::calibrate::cuda {
 
@@ -127,13 +130,19 @@ std::vector<std::pair<std::string, std::string>> collect_provenance(int device) 
       {"cuda_version", cuda_version_string(runtime)},
       {"cublas_version", cublas_s.str()},
       {"nccl_version", nccl_s.str()},
-      {"cudnn_version", ""},  // cuDNN is not used: attention is unfused (see attention_bench.h)
+#ifdef HETSIM_CALIBRATE_CUDNN
+      {"cudnn_version", cudnn_version_string()},
+#else
+      {"cudnn_version", ""},  // built without cuDNN: attention is unfused
+#endif
       {"blas", ""},
       {"mpi", ""},
       {"host", host},
       {"date", date},
       {"clocks", clocks.str()},
-      {"attention_impl", "unfused: cuBLASLt strided-batched QK^T and PV, hetsim row softmax"},
+      {"attention_impl",
+       "cudnn fused SDPA (backend graph API) where supported, else unfused cuBLASLt QK^T/PV + "
+       "hetsim softmax; per point in the name column"},
       {"gpus_in_node", std::to_string(gpus)},
   };
 }

@@ -5,12 +5,15 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 
 #include "calibrate/cpu/cpu_backend.h"
 #include "calibrate/database.h"
 #include "calibrate/measured_cost_model.h"
+#include "calibrate/model_shapes.h"
 #include "sim/cli/commands.h"
+#include "sim/config/yaml_util.h"
 #include "sim/core/error.h"
 
 namespace hetsim::cli {
@@ -44,6 +47,7 @@ void add_calibrate_command(CLI::App& app, Action& action) {
   struct Opts {
     std::string backend = "cpu", out, ops, check_file, csv, import_out;
     bool quick = false, points = false;
+    std::string shape_models, shape_tp = "1,2,4,8", shape_mb = "1,2,4,8", shape_out;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand(
@@ -59,6 +63,15 @@ void add_calibrate_command(CLI::App& app, Action& action) {
   check->add_option("file", o->check_file, "Calibration database")->required();
   check->add_flag("--points", o->points,
                   "Also print every held-out point: measured, predicted, error, spread");
+  CLI::App* shapes = cmd->add_subcommand(
+      "shapes",
+      "Write the exact GEMM and attention shapes of models (default: every built-in one) for the "
+      "CUDA backend's --shapes");
+  shapes->add_option("--models", o->shape_models,
+                     "Models, comma-separated (built-in names or files); default all built-in");
+  shapes->add_option("--tp", o->shape_tp, "Tensor-parallel degrees")->capture_default_str();
+  shapes->add_option("--micro-batch", o->shape_mb, "Micro-batch sizes")->capture_default_str();
+  shapes->add_option("--out", o->shape_out, "CSV file to write (default: standard output)");
   CLI::App* imp = cmd->add_subcommand("import", "Convert a backend's CSV into the database");
   imp->add_option("csv", o->csv, "CSV written by a backend")->required();
   imp->add_option("--out", o->import_out, "Database file to write")->required();
@@ -130,6 +143,48 @@ void add_calibrate_command(CLI::App& app, Action& action) {
       if (nc)
         std::cout << fmt::format("  collectives: {:.2f}% mean over {} held-out points\n",
                                  100 * coll / nc, nc);
+      return 0;
+    };
+  });
+  shapes->callback([o, &action] {
+    action = [o] {
+      auto numbers = [](const std::string& flag, const std::string& text) {
+        std::vector<int64_t> v;
+        for (const std::string& x : split_list(text)) {
+          size_t used = 0;
+          long long n = 0;
+          try {
+            n = std::stoll(x, &used);
+          } catch (const std::logic_error&) {
+            used = 0;
+          }
+          if (used != x.size() || n < 1 || n > 4096) {
+            throw InputError(flag + ": expected positive integers separated by commas, got \"" +
+                             text + "\"");
+          }
+          v.push_back(n);
+        }
+        if (v.empty()) throw InputError(flag + ": expected at least one value");
+        return v;
+      };
+      const std::vector<int64_t> tp = numbers("--tp", o->shape_tp);
+      const std::vector<int64_t> mb = numbers("--micro-batch", o->shape_mb);
+      const std::vector<std::string> models =
+          o->shape_models.empty() ? calibrate::builtin_model_names() : split_list(o->shape_models);
+      const calibrate::ModelShapes s = calibrate::model_shapes(models, tp, mb);
+      const std::string text = "# models=" + config::join_names(models) + "\n# tp=" + o->shape_tp +
+                               "\n# micro_batch=" + o->shape_mb + "\n" +
+                               calibrate::model_shapes_csv(s);
+      for (const std::string& why : s.skipped)
+        std::cerr << "calibrate shapes: skipped " << why << "\n";
+      if (o->shape_out.empty()) {
+        std::cout << text;
+      } else {
+        std::ofstream f(o->shape_out);
+        if (!(f << text)) throw InputError("--out " + o->shape_out + ": cannot write");
+        std::cerr << fmt::format("{} GEMM and {} attention shapes written to {}\n", s.gemm.size(),
+                                 s.attention.size(), o->shape_out);
+      }
       return 0;
     };
   });

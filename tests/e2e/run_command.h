@@ -24,10 +24,10 @@ inline std::string shell_quote(const std::string& s) {
   return out + "'";
 }
 
-// Runs `HETSIM_BINARY args...`; stderr goes into the output, or is dropped with stdout_only.
-inline CommandResult run_hetsim(const std::vector<std::string>& args,
-                                Capture capture = Capture::stdout_and_stderr) {
-  std::string command = shell_quote(HETSIM_BINARY);
+// Runs `program args...`; stderr goes into the output, or is dropped with stdout_only.
+inline CommandResult run_program(const std::string& program, const std::vector<std::string>& args,
+                                 Capture capture = Capture::stdout_and_stderr) {
+  std::string command = shell_quote(program);
   for (const std::string& a : args) command += " " + shell_quote(a);
   command += capture == Capture::stdout_and_stderr ? " 2>&1" : " 2>/dev/null";
   CommandResult r;
@@ -41,6 +41,12 @@ inline CommandResult run_hetsim(const std::vector<std::string>& args,
   if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
   if (WIFSIGNALED(status)) r.exit_code = 128 + WTERMSIG(status);
   return r;
+}
+
+// Runs `HETSIM_BINARY args...`.
+inline CommandResult run_hetsim(const std::vector<std::string>& args,
+                                Capture capture = Capture::stdout_and_stderr) {
+  return run_program(HETSIM_BINARY, args, capture);
 }
 
 // The command line, for failure messages.

@@ -1,0 +1,71 @@
+// Enumerates the shipped models' kernel shapes; see model_shapes.h.
+#include "calibrate/model_shapes.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "sim/config/embedded_data.h"
+#include "sim/workload/model.h"
+#include "sim/workload/ops.h"
+
+namespace hetsim::calibrate {
+
+std::vector<std::string> builtin_model_names() {
+  std::vector<std::string> names;
+  for (const config::EmbeddedFile& f : config::embedded_files()) {
+    const std::filesystem::path p(f.path);
+    if (p.parent_path() == "models" && p.extension() == ".yaml") names.push_back(p.stem().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+ModelShapes model_shapes(const std::vector<std::string>& models,
+                         const std::vector<int64_t>& tensor_parallel,
+                         const std::vector<int64_t>& micro_batches) {
+  ModelShapes out;
+  for (const std::string& name : models) {
+    const workload::ModelConfig m = workload::load_model(name);
+    for (int64_t tp : tensor_parallel) {
+      // KV heads fewer than the degree are replicated (Megatron); otherwise they split evenly.
+      const int64_t kv = std::max(1, m.kv_heads);
+      if (m.heads % tp != 0 || m.ffn_hidden % tp != 0 || (kv % tp != 0 && tp % kv != 0)) {
+        out.skipped.push_back(fmt::format("{} tp={}: {} heads, {} KV heads, FFN {} not divisible",
+                                          m.name, tp, m.heads, m.kv_heads, m.ffn_hidden));
+        continue;
+      }
+      for (int64_t mb : micro_batches) {
+        workload::LayerShape s;
+        s.micro_batch = mb;
+        s.sequence = m.sequence;
+        s.tensor_parallel = static_cast<int>(tp);
+        for (const auto& program : {workload::layer_forward(m, s), workload::layer_backward(m, s),
+                                    workload::head_forward(m, s), workload::head_backward(m, s)}) {
+          for (const workload::Step& st : program) {
+            const workload::Op& op = st.op;
+            if (st.comm != workload::CommKind::none) continue;
+            if (op.kind == workload::OpKind::gemm) {
+              out.gemm.emplace(op.m, op.n, op.k, std::max<int64_t>(1, op.batch));
+            } else if (op.kind == workload::OpKind::attention_forward) {
+              out.attention.emplace(op.batch, op.heads, op.seq, op.head_dim, op.causal);
+            }
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+std::string model_shapes_csv(const ModelShapes& shapes) {
+  std::string s = "kind,m,n,k,batch,heads,seq,head_dim,causal\n";
+  for (const auto& [m, n, k, b] : shapes.gemm)
+    s += fmt::format("gemm,{},{},{},{},0,0,0,0\n", m, n, k, b);
+  for (const auto& [b, h, seq, d, causal] : shapes.attention)
+    s += fmt::format("attention,0,0,0,{},{},{},{},{}\n", b, h, seq, d, int(causal));
+  return s;
+}
+
+}  // namespace hetsim::calibrate

@@ -1,0 +1,155 @@
+// The CUDA calibration backend (calibrate/cuda/) as far as this machine allows: its plan (a dry
+// run needs no GPU), its input errors, the shipped model-shapes file against the models, and a
+// real measurement, which skips with the reason when there is no GPU or the backend was not built.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "calibrate/database.h"
+#include "tests/e2e/run_command.h"
+
+namespace hetsim::e2e {
+namespace {
+
+const std::string kShapes = std::string(HETSIM_SOURCE_DIR) + "/calibrate/model_shapes.csv";
+
+std::string cuda_program() {
+#ifdef HETSIM_CUDA_PROGRAM
+  return HETSIM_CUDA_PROGRAM;
+#else
+  return "";
+#endif
+}
+
+#define REQUIRE_CUDA_PROGRAM() \
+  if (cuda_program().empty())  \
+  GTEST_SKIP() << "the CUDA backend was not built (no CUDA toolkit, or -DHETSIM_CUDA=OFF)"
+
+std::string read(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+TEST(ModelShapes, TheShippedFileIsWhatTheModelsRun) {
+  // calibrate/model_shapes.csv is generated: regenerate it with
+  //   build/hetsim calibrate shapes --out calibrate/model_shapes.csv
+  const std::string out = ::testing::TempDir() + "shapes.csv";
+  const CommandResult r = run_hetsim({"calibrate", "shapes", "--out", out});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(read(out), read(kShapes))
+      << "calibrate/model_shapes.csv is stale: build/hetsim calibrate shapes --out "
+         "calibrate/model_shapes.csv";
+}
+
+TEST(ModelShapes, OneModelGivesItsLayerGemmsAndAttention) {
+  // GPT-3 125M (h 768, FFN 3072, 12 heads of 64, sequence 2048, vocabulary 50257), TP 1, micro-
+  // batch 1: 2048 tokens. QKV forward is (2048 x 768) . (768 x 2304); its weight gradient is
+  // (768 x 2048) . (2048 x 2304); the logits (2048 x 768) . (768 x 50257).
+  const CommandResult r = run_hetsim(
+      {"calibrate", "shapes", "--models", "gpt3-125m", "--tp", "1", "--micro-batch", "1"},
+      Capture::stdout_only);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("\ngemm,2048,2304,768,1,"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\ngemm,768,2304,2048,1,"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\ngemm,2048,50257,768,1,"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\nattention,0,0,0,1,12,2048,64,1\n"), std::string::npos) << r.output;
+  const CommandResult bad = run_hetsim({"calibrate", "shapes", "--tp", "0"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.output.find("--tp: expected positive integers separated by commas, got \"0\""),
+            std::string::npos)
+      << bad.output;
+}
+
+TEST(CudaBackend, DryRunPlansEveryKindWithinTheBudget) {
+  REQUIRE_CUDA_PROGRAM();
+  for (const bool quick : {false, true}) {
+    std::vector<std::string> args = {"--dry-run", "--shapes", kShapes};
+    if (quick) args.push_back("--quick");
+    const CommandResult r = run_program(cuda_program(), args);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    for (const char* kind : {"copy", "memory", "collective", "attention", "gemm"})
+      EXPECT_NE(r.output.find(std::string("  ") + kind), std::string::npos) << kind << r.output;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(
+        r.output, m, std::regex(R"(total +~ *([0-9.]+) s against a budget of ([0-9]+) s)")))
+        << r.output;
+    // The whole calibration fits the budget (under five minutes on one GPU).
+    EXPECT_LT(std::stod(m[1]), std::stod(m[2])) << r.output;
+    EXPECT_EQ(r.output.find("over:"), std::string::npos) << r.output;
+  }
+}
+
+TEST(CudaBackend, BadOptionsAndShapesFilesAreClearErrors) {
+  REQUIRE_CUDA_PROGRAM();
+  const std::string bad = ::testing::TempDir() + "bad-shapes.csv";
+  std::ofstream(bad) << "kind,m,n,k,batch,heads,seq,head_dim,causal\ngemm,128,x,64,1,0,0,0,0\n";
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const Case cases[] = {
+      {{"--dry-run", "--shapes", bad},
+       bad + ":2: field 3: expected a non-negative integer, got \"x\""},
+      {{"--dry-run", "--shapes", "/no/such/file.csv"}, "--shapes /no/such/file.csv: cannot open"},
+      {{"--dry-run", "--ops", "gemm,fft"}, "--ops: unknown kind \"fft\""},
+      {{"--dry-run", "--budget-s", "soon"}, "--budget-s: not a positive number: soon"},
+      {{"--device", "x", "--out", "a.csv"}, "--device: not a device index: x"},
+      {{"--quick"}, "--out FILE.csv is required"},
+  };
+  for (const Case& c : cases) {
+    const CommandResult r = run_program(cuda_program(), c.args);
+    EXPECT_NE(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find(c.message), std::string::npos) << c.message << "\n" << r.output;
+  }
+}
+
+TEST(CudaBackend, UnderMpiEachRankNeedsItsOwnGpu) {
+  REQUIRE_CUDA_PROGRAM();
+  // Two ranks on this machine: without two GPUs, every rank says so and the job stops (no hang).
+  const CommandResult probe = run_program(cuda_program(), {"--print-device-type"});
+  if (probe.exit_code == 0) GTEST_SKIP() << "a GPU is present: the no-GPU path is not reachable";
+  const std::string csv = ::testing::TempDir() + "cuda-mpi.csv";
+  const std::string cmd = "timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 " +
+                          shell_quote(cuda_program()) + " --ops collective --out " +
+                          shell_quote(csv) + " 2>&1";
+  CommandResult r;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  char buffer[4096];
+  size_t n = 0;
+  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) r.output.append(buffer, n);
+  const int status = pclose(pipe);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != 124)
+      << r.output;
+  if (r.output.find("built without MPI") != std::string::npos) return;  // also a clear answer
+  EXPECT_NE(r.output.find("2 rank(s) on this node but 0 CUDA device(s)"), std::string::npos)
+      << r.output;
+}
+
+TEST(CudaBackend, MeasuresGemmsOnAGpuIntoTheDatabase) {
+  REQUIRE_CUDA_PROGRAM();
+  const CommandResult probe = run_program(cuda_program(), {"--print-device-type"});
+  if (probe.exit_code != 0) GTEST_SKIP() << "no usable GPU here: " << probe.output;
+  const std::string csv = ::testing::TempDir() + "cuda-quick.csv";
+  std::filesystem::remove(csv);
+  const CommandResult r = run_program(
+      cuda_program(), {"--out", csv, "--quick", "--ops", "gemm,memory", "--budget-s", "20"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const calibrate::Database db = calibrate::read_csv(csv);
+  ASSERT_TRUE(db.gemm.count("bf16")) << r.output;
+  EXPECT_GT(db.gemm.at("bf16").size(), 20u);
+  for (const calibrate::GemmPoint& p : db.gemm.at("bf16")) {
+    EXPECT_LE(p.t.p10_s, p.t.median_s);
+    EXPECT_GE(p.t.p90_s, p.t.median_s);
+    EXPECT_GE(p.t.repetitions, 5);
+  }
+}
+
+}  // namespace
+}  // namespace hetsim::e2e
