@@ -15,10 +15,15 @@
 
 namespace hetsim::calibrate::cuda {
 
+// Called before exiting on a failed call: the MPI run sets it to abort every rank, so that no
+// rank waits forever for one that has gone.
+inline void (*fail_hook)() = nullptr;
+
 [[noreturn]] inline void fail_call(const char* file, int line, const char* call,
                                    const char* library, const char* message) {
   std::fprintf(stderr, "%s:%d: %s failed: %s: %s\n", file, line, call, library, message);
   std::fflush(stderr);
+  if (fail_hook != nullptr) fail_hook();
   std::exit(1);
 }
 

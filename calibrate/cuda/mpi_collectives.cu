@@ -25,7 +25,9 @@
 namespace hetsim::calibrate::cuda {
 
 int launcher_world_size() {
-  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS"}) {
+  // Only what a launcher sets for the processes it starts (not, e.g., Slurm's job-wide counts,
+  // which a plain run inside an allocation also sees).
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"}) {
     const char* v = std::getenv(name);
     if (v != nullptr && std::atoi(v) > 0) return std::atoi(v);
   }
@@ -110,6 +112,10 @@ class MpiTimer {
   RepetitionPolicy policy_;
 };
 
+void abort_all_ranks() { MPI_Abort(MPI_COMM_WORLD, 1); }
+
+int measure(const Options& options, int rank, int size);
+
 }  // namespace
 
 int run_mpi_collectives(const Options& options) {
@@ -117,6 +123,41 @@ int run_mpi_collectives(const Options& options) {
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
+  // Every rank takes the same decisions below (same options, same world), so all return together.
+  if (size != launcher_world_size()) {
+    std::fprintf(stderr,
+                 "hetsim-calibrate-cuda: rank %d: the launcher started %d ranks but this MPI "
+                 "library sees a world of %d: was the program built against another MPI?\n",
+                 rank, launcher_world_size(), size);
+    MPI_Finalize();
+    return 2;
+  }
+  if (std::find(options.ops.begin(), options.ops.end(), "collective") == options.ops.end()) {
+    if (rank == 0)
+      std::fprintf(stderr,
+                   "hetsim-calibrate-cuda: under MPI only collectives are measured; --ops has no "
+                   "\"collective\" (run one process per node for the other kinds)\n");
+    MPI_Finalize();
+    return 2;
+  }
+  // From here a failure on one rank (an exception, a failed CUDA/NCCL call) aborts them all.
+  fail_hook = &abort_all_ranks;
+  int status = 1;
+  try {
+    status = measure(options, rank, size);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "hetsim-calibrate-cuda: rank %d: %s\n", rank, e.what());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  fail_hook = nullptr;
+  MPI_Finalize();
+  return status;
+}
+
+namespace {
+
+int measure(const Options& options, int rank, int size) {
   const bool lead = rank == 0;
   // The ranks of this node share memory: their count and this rank's place pick the GPU.
   MPI_Comm local;
@@ -130,19 +171,21 @@ int run_mpi_collectives(const Options& options) {
 
   int gpus = 0;
   const cudaError_t status = cudaGetDeviceCount(&gpus);
-  int usable = status == cudaSuccess && gpus >= local_size ? 1 : 0;
+  // One GPU per rank: the node's GPUs by local rank, or the one GPU a launcher bound to the rank
+  // (CUDA_VISIBLE_DEVICES per rank); NCCL refuses two ranks on one GPU.
+  const bool bound = status == cudaSuccess && gpus == 1;
+  int usable = status == cudaSuccess && (gpus >= local_size || bound) ? 1 : 0;
   MPI_Allreduce(MPI_IN_PLACE, &usable, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   if (!usable) {
-    if (status != cudaSuccess || gpus < local_size)
+    if (status != cudaSuccess || (gpus < local_size && !bound))
       std::fprintf(stderr,
                    "hetsim-calibrate-cuda: rank %d: %d rank(s) on this node but %d CUDA device(s)%s%s "
                    "(one rank per GPU)\n",
                    rank, local_size, status == cudaSuccess ? gpus : 0,
                    status != cudaSuccess ? ": " : "", status != cudaSuccess ? cudaGetErrorString(status) : "");
-    MPI_Finalize();
     return 1;
   }
-  const int device = local_rank;
+  const int device = bound ? 0 : local_rank;
   CHECK_CUDA(cudaSetDevice(device));
   cudaDeviceProp prop{};
   CHECK_CUDA(cudaGetDeviceProperties(&prop, device));
@@ -151,6 +194,31 @@ int run_mpi_collectives(const Options& options) {
       if (kind != "collective")
         std::fprintf(stderr, "%s: not measured under MPI (run one process per node for it)\n", kind.c_str());
   }
+  // Rank 0's CSV first (it may be another device's, or unwritable): all ranks hear whether it
+  // opened before anything else is collective.
+  std::unique_ptr<CsvLog> log;
+  int opened = 1;
+  if (lead) {
+    try {
+      auto provenance = collect_provenance(device);
+      char mpi[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+      int len = 0;
+      MPI_Get_library_version(mpi, &len);
+      const std::string mpi_name(mpi, static_cast<std::size_t>(std::min(len, 60)));
+      for (auto& [key, value] : provenance)
+        if (key == "mpi") value = mpi_name.substr(0, mpi_name.find('\n'));
+      provenance.emplace_back("mpi_ranks", std::to_string(size));
+      provenance.emplace_back("mpi_nodes", std::to_string(nodes));
+      log = std::make_unique<CsvLog>(options.out, provenance);
+      std::fprintf(stderr, "%s: %d ranks on %d node(s), one GPU each; writing %s\n", prop.name, size, nodes,
+                   options.out.c_str());
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "hetsim-calibrate-cuda: %s\n", e.what());
+      opened = 0;
+    }
+  }
+  MPI_Bcast(&opened, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  if (!opened) return 1;
 
   ncclUniqueId id{};
   if (lead) CHECK_NCCL(ncclGetUniqueId(&id));
@@ -169,22 +237,6 @@ int run_mpi_collectives(const Options& options) {
   // Across nodes the network, not NVLink, bounds the rate: budget with a 50 GB/s bus rate.
   if (nodes > 1) config.rates.nvlink_bus_Bps = 50e9;
   std::vector<PlanItem> items = plan_collective(config);
-
-  std::unique_ptr<CsvLog> log;
-  if (lead) {
-    auto provenance = collect_provenance(device);
-    char mpi[MPI_MAX_LIBRARY_VERSION_STRING] = {};
-    int len = 0;
-    MPI_Get_library_version(mpi, &len);
-    const std::string mpi_name(mpi, static_cast<std::size_t>(std::min(len, 60)));
-    for (auto& [key, value] : provenance)
-      if (key == "mpi") value = mpi_name.substr(0, mpi_name.find('\n'));
-    provenance.emplace_back("mpi_ranks", std::to_string(size));
-    provenance.emplace_back("mpi_nodes", std::to_string(nodes));
-    log = std::make_unique<CsvLog>(options.out, provenance);
-    std::fprintf(stderr, "%s: %d ranks on %d node(s), one GPU each; writing %s\n", prop.name, size, nodes,
-                 options.out.c_str());
-  }
 
   std::size_t bytes = 0;
   for (const PlanItem& item : items) bytes = std::max(bytes, static_cast<std::size_t>(item.key.bytes));
@@ -225,9 +277,10 @@ int run_mpi_collectives(const Options& options) {
   log.reset();
   CHECK_CUDA(cudaStreamDestroy(stream));
   CHECK_NCCL(ncclCommDestroy(comm));
-  MPI_Finalize();
   return 0;
 }
+
+}  // namespace
 
 #endif
 

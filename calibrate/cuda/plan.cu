@@ -99,6 +99,7 @@ std::vector<ModelShape> read_model_shapes(const std::string& path) {
   bool seen_header = false;
   while (std::getline(in, line)) {
     ++lineno;
+    if (!line.empty() && line.back() == '\r') line.pop_back();  // a file saved with CRLF
     if (line.empty() || line[0] == '#') continue;
     const std::string where = path + ":" + std::to_string(lineno) + ": ";
     if (!seen_header) {
@@ -119,8 +120,10 @@ std::vector<ModelShape> read_model_shapes(const std::string& path) {
       } catch (const std::logic_error&) {
         used = 0;
       }
-      if (used != f[i + 1].size() || v[i] < 0)
-        throw std::invalid_argument(where + "field " + std::to_string(i + 2) + ": expected a non-negative integer, got \"" + f[i + 1] + "\"");
+      // Each dimension below 2^24 keeps every product of three of them (elements, FLOPs) exact.
+      if (used != f[i + 1].size() || v[i] < 0 || v[i] >= (std::int64_t{1} << 24))
+        throw std::invalid_argument(where + "field " + std::to_string(i + 2) +
+                                    ": expected an integer from 0 to 16777215, got \"" + f[i + 1] + "\"");
     }
     ModelShape s;
     s.m = v[0], s.n = v[1], s.k = v[2], s.batch = v[3], s.heads = v[4], s.seq = v[5], s.head_dim = v[6];

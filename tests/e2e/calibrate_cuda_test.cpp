@@ -89,18 +89,23 @@ TEST(CudaBackend, BadOptionsAndShapesFilesAreClearErrors) {
   REQUIRE_CUDA_PROGRAM();
   const std::string bad = ::testing::TempDir() + "bad-shapes.csv";
   std::ofstream(bad) << "kind,m,n,k,batch,heads,seq,head_dim,causal\ngemm,128,x,64,1,0,0,0,0\n";
+  const std::string huge = ::testing::TempDir() + "huge-shapes.csv";
+  std::ofstream(huge) << "kind,m,n,k,batch,heads,seq,head_dim,causal\r\n"
+                      << "gemm,99999999999,1,1,1,0,0,0,0\r\n";
   struct Case {
     std::vector<std::string> args;
     std::string message;
   };
   const Case cases[] = {
       {{"--dry-run", "--shapes", bad},
-       bad + ":2: field 3: expected a non-negative integer, got \"x\""},
+       bad + ":2: field 3: expected an integer from 0 to 16777215, got \"x\""},
       {{"--dry-run", "--shapes", "/no/such/file.csv"}, "--shapes /no/such/file.csv: cannot open"},
       {{"--dry-run", "--ops", "gemm,fft"}, "--ops: unknown kind \"fft\""},
       {{"--dry-run", "--budget-s", "soon"}, "--budget-s: not a positive number: soon"},
       {{"--device", "x", "--out", "a.csv"}, "--device: not a device index: x"},
       {{"--quick"}, "--out FILE.csv is required"},
+      {{"--dry-run", "--shapes", huge},
+       huge + ":2: field 2: expected an integer from 0 to 16777215"},
   };
   for (const Case& c : cases) {
     const CommandResult r = run_program(cuda_program(), c.args);
