@@ -17,8 +17,36 @@ namespace {
 using workload::Op;
 using workload::OpKind;
 
-// Piecewise-linear interpolation of log(time) over log(bytes); outside the table, time scales
-// with bytes from the nearest edge (bandwidth-bound), so the fallback meets the table there.
+// Monotone piecewise-cubic (Fritsch-Carlson, "PCHIP") interpolation between nodes xs[i] and
+// xs[i + 1] at q, using the nodes around them where they exist. Exact at the nodes, monotone
+// where the data is, no overshoot; it follows the curvature a straight line in log space misses
+// (a rate that saturates with size: linear interpolation would under-predict it between nodes).
+double pchip(const std::vector<double>& xs, const std::vector<double>& ys, size_t i, double q) {
+  const size_t n = xs.size();
+  if (n < 2) return ys.front();
+  auto secant = [&](size_t k) { return (ys[k + 1] - ys[k]) / (xs[k + 1] - xs[k]); };
+  // The slope at node k: zero at a local extremum, a weighted harmonic mean of the neighbouring
+  // secants inside, the adjacent secant at an end.
+  auto slope = [&](size_t k) {
+    if (k == 0) return secant(0);
+    if (k == n - 1) return secant(n - 2);
+    const double d0 = secant(k - 1), d1 = secant(k);
+    if (d0 * d1 <= 0) return 0.0;
+    const double h0 = xs[k] - xs[k - 1], h1 = xs[k + 1] - xs[k];
+    const double w0 = 2 * h1 + h0, w1 = h1 + 2 * h0;
+    return (w0 + w1) / (w0 / d0 + w1 / d1);
+  };
+  const double h = xs[i + 1] - xs[i];
+  const double t = (q - xs[i]) / h;
+  if (t <= 0) return ys[i];
+  if (t >= 1) return ys[i + 1];
+  const double t2 = t * t, t3 = t2 * t;
+  return (2 * t3 - 3 * t2 + 1) * ys[i] + (t3 - 2 * t2 + t) * h * slope(i) +
+         (-2 * t3 + 3 * t2) * ys[i + 1] + (t3 - t2) * h * slope(i + 1);
+}
+
+// Interpolation of log(time) over log(bytes) (monotone cubic, above); outside the table, time
+// scales with bytes from the nearest edge (bandwidth-bound), so the fallback meets the table there.
 struct SizeTable {
   std::vector<std::pair<double, double>> pts;  // log bytes, log seconds (sorted, deduplicated)
   void build(const std::vector<SizePoint>& v, int64_t ranks, int64_t nodes) {
@@ -40,9 +68,10 @@ struct SizeTable {
     if (x >= pts.back().first)
       return std::exp(pts.back().second) * bytes / std::exp(pts.back().first);
     auto hi = std::lower_bound(pts.begin(), pts.end(), std::make_pair(x, -1e300));
-    auto lo = hi - 1;
-    const double w = (x - lo->first) / (hi->first - lo->first);
-    return std::exp(lo->second + w * (hi->second - lo->second));
+    const size_t i = static_cast<size_t>(hi - pts.begin()) - 1;
+    std::vector<double> xs, ys;
+    for (const auto& [px, py] : pts) xs.push_back(px), ys.push_back(py);
+    return std::exp(pchip(xs, ys, i, x));
   }
 };
 
@@ -86,6 +115,54 @@ struct MeasuredCostModel::Tables {
   // (name, ranks, nodes)
   std::map<std::tuple<std::string, int64_t, int64_t>, SizeTable> memory, collective, copy;
 };
+
+namespace {
+
+// Tensor-product monotone cubic in log space over the measured grid around (m, n, k): along k,
+// then n, then m, on up to four nodes per axis (the bracketing pair and one beyond each side).
+// A node that was not measured drops out of its line; a line left without nodes on both sides
+// of the query drops out of the next axis. nullopt when nothing brackets the query: the caller
+// falls back to trilinear over the corners.
+std::optional<double> tensor_pchip(const MeasuredCostModel::Tables::Gemm& g, double m, double n,
+                                   double k) {
+  auto window = [](const std::vector<double>& axis, double v) {
+    auto hi = std::lower_bound(axis.begin(), axis.end(), v);
+    size_t i = static_cast<size_t>(hi - axis.begin());
+    if (i == axis.size()) i = axis.size() - 1;
+    if (i > 0 && axis[i] != v) --i;  // the left node of the bracket
+    return std::make_pair(i > 0 ? i - 1 : 0, std::min(axis.size() - 1, i + 2));
+  };
+  // The value at log(v) from the nodes (log x, y) of one line, if they bracket it.
+  auto along = [](const std::vector<double>& xs, const std::vector<double>& ys,
+                  double v) -> std::optional<double> {
+    const double q = std::log(v);
+    if (xs.empty() || q < xs.front() - 1e-12 || q > xs.back() + 1e-12) return std::nullopt;
+    if (xs.size() == 1) return ys.front();
+    size_t i = static_cast<size_t>(std::upper_bound(xs.begin(), xs.end(), q) - xs.begin());
+    i = std::clamp<size_t>(i, 1, xs.size() - 1) - 1;
+    return pchip(xs, ys, i, q);
+  };
+  const auto [m_from, m_to] = window(g.ms, m);
+  const auto [n_from, n_to] = window(g.ns, n);
+  const auto [k_from, k_to] = window(g.ks, k);
+  std::vector<double> mx, my;
+  for (size_t a = m_from; a <= m_to; ++a) {
+    std::vector<double> nx, ny;
+    for (size_t b = n_from; b <= n_to; ++b) {
+      std::vector<double> kx, ky;
+      for (size_t c = k_from; c <= k_to; ++c) {
+        auto v = g.value.find({static_cast<int64_t>(g.ms[a]), static_cast<int64_t>(g.ns[b]),
+                               static_cast<int64_t>(g.ks[c])});
+        if (v != g.value.end()) kx.push_back(std::log(g.ks[c])), ky.push_back(v->second);
+      }
+      if (auto y = along(kx, ky, k)) nx.push_back(std::log(g.ns[b])), ny.push_back(*y);
+    }
+    if (auto y = along(nx, ny, n)) mx.push_back(std::log(g.ms[a])), my.push_back(*y);
+  }
+  return along(mx, my, m);
+}
+
+}  // namespace
 
 MeasuredCostModel::MeasuredCostModel(Database db, workload::DatasheetCostModel datasheet)
     : db_(std::move(db)), datasheet_(std::move(datasheet)), tables_(std::make_unique<Tables>()) {}
@@ -158,31 +235,35 @@ std::optional<double> MeasuredCostModel::predict_gemm(const std::string& dtype, 
   const auto [m0, m1, wm] = bracket(g.ms, cm);
   const auto [n0, n1, wn] = bracket(g.ns, cn);
   const auto [k0, k1, wk] = bracket(g.ks, ck);
-  double sum = 0, wsum = 0;
-  for (int a = 0; a < 2; ++a) {
-    for (int b = 0; b < 2; ++b) {
-      for (int c = 0; c < 2; ++c) {
-        const double w = (a ? wm : 1 - wm) * (b ? wn : 1 - wn) * (c ? wk : 1 - wk);
-        if (w <= 0) continue;
-        auto v = g.value.find({a ? m1 : m0, b ? n1 : n0, c ? k1 : k0});
-        if (v == g.value.end()) continue;
-        sum += w * v->second;
-        wsum += w;
+  double log_rate = 0;
+  if (auto cubic = tensor_pchip(g, cm, cn, ck)) {
+    log_rate = *cubic;
+  } else {
+    // Trilinear in log space over the bracketing corners that were measured.
+    double sum = 0, wsum = 0;
+    for (int a = 0; a < 2; ++a) {
+      for (int b = 0; b < 2; ++b) {
+        for (int c = 0; c < 2; ++c) {
+          const double w = (a ? wm : 1 - wm) * (b ? wn : 1 - wn) * (c ? wk : 1 - wk);
+          if (w <= 0) continue;
+          auto v = g.value.find({a ? m1 : m0, b ? n1 : n0, c ? k1 : k0});
+          if (v == g.value.end()) continue;
+          sum += w * v->second;
+          wsum += w;
+        }
       }
     }
-  }
-  double log_rate;
-  if (wsum > 0) {
-    log_rate = sum / wsum;
-  } else {
-    // No corner measured: the nearest point in log distance.
-    double best = 1e300;
-    log_rate = 0;
-    for (const auto& [key, v] : g.value) {
-      const double d = std::pow(std::log(std::get<0>(key) / cm), 2) +
-                       std::pow(std::log(std::get<1>(key) / cn), 2) +
-                       std::pow(std::log(std::get<2>(key) / ck), 2);
-      if (d < best) best = d, log_rate = v;
+    if (wsum > 0) {
+      log_rate = sum / wsum;
+    } else {
+      // No corner measured: the nearest point in log distance.
+      double best = 1e300;
+      for (const auto& [key, v] : g.value) {
+        const double d = std::pow(std::log(std::get<0>(key) / cm), 2) +
+                         std::pow(std::log(std::get<1>(key) / cn), 2) +
+                         std::pow(std::log(std::get<2>(key) / ck), 2);
+        if (d < best) best = d, log_rate = v;
+      }
     }
   }
   const Op at =

@@ -31,8 +31,9 @@ class MeasuredCostModel : public workload::CostModel {
   std::optional<double> predict_attention(const std::string& dtype, const AttentionPoint& q) const;
   const Database& database() const { return db_; }
 
+  struct Tables;  // the interpolation tables, built on first use (measured_cost_model.cpp)
+
  private:
-  struct Tables;
   const config::GpuProfile* reference() const;  // the measured type's profile, if a GPU
   double shape_efficiency(const workload::Op& op, const config::GpuProfile& gpu) const;
   Database db_;

@@ -194,9 +194,30 @@ TEST(CalibrationCostModel, InterpolationBetweenPointsFollowsTheData) {
     EXPECT_GT(t, last) << b;
     last = t;
   }
-  // Log-log interpolation: halfway (in log) between 1 MB / 1 ms and 4 MB / 3 ms.
-  EXPECT_NEAR(*m.predict_size("memory", "copy", SizePoint{2e6, 1, {}}), std::sqrt(1e-3 * 3e-3),
-              1e-12);
+  // Monotone cubic in log-log space: halfway (in log) between 1 MB / 1 ms and 4 MB / 3 ms, the
+  // Hermite cubic with the secant slope at the first node and the harmonic mean of the two
+  // secants (equal spacing) at the second.
+  {
+    const double h = std::log(4.0), d0 = std::log(3.0) / h, d1 = std::log(10.0 / 3.0) / h;
+    const double m1 = 2 / (1 / d0 + 1 / d1);
+    const double expected = std::sqrt(1e-3 * 3e-3) * std::exp(0.125 * h * (d0 - m1));
+    EXPECT_NEAR(*m.predict_size("memory", "copy", SizePoint{2e6, 1, {}}), expected, 1e-15);
+  }
+  // A power law is reproduced exactly between the points (a straight line in log-log space).
+  {
+    Database law = db;
+    law.memory["copy"].clear();
+    for (double b : {1e6, 4e6, 16e6, 64e6}) {
+      const double t = 1e-9 * std::pow(b, 0.9);
+      law.memory["copy"].push_back(SizePoint{b, 1, Timing{t, t, t, 5}});
+    }
+    const MeasuredCostModel lm(law, workload::DatasheetCostModel());
+    for (double b : {1.5e6, 2e6, 8e6, 30e6, 60e6})
+      EXPECT_NEAR(
+          *lm.predict_size("memory", "copy", SizePoint{b, 1, {}}) / (1e-9 * std::pow(b, 0.9)), 1.0,
+          1e-12)
+          << b;
+  }
   // Collectives interpolate per group size and node count only.
   EXPECT_TRUE(m.predict_size("collective", "allreduce", SizePoint{2e6, 2, {}}).has_value());
   EXPECT_FALSE(m.predict_size("collective", "allreduce", SizePoint{2e6, 4, {}}).has_value());
@@ -218,6 +239,33 @@ TEST(CalibrationCostModel, AttentionUsesTheImplementationAskedForWhenMeasured) {
   db.attention["fp32"].pop_back();
   const MeasuredCostModel unfused_only(db, workload::DatasheetCostModel());
   EXPECT_DOUBLE_EQ(*unfused_only.predict_attention("fp32", q), 1e-3);
+}
+
+TEST(CalibrationCostModel, ASaturatingGemmRateIsFollowedBetweenGridPoints) {
+  // rate(m, n, k) = R * f(m) f(n) f(k), f(x) = x / (x + 256): a rate that saturates with size, as
+  // GEMMs do. The monotone cubic follows its curvature; a straight line in log space (trilinear)
+  // under-predicts the rate between the nodes by several per cent here.
+  Database db;
+  db.attrs = {{"backend", "cpu"}, {"device_type", "cpu"}};
+  auto f = [](double x) { return x / (x + 256); };
+  auto time = [&](double m, double n, double k) {
+    return 2 * m * n * k / (1e11 * f(m) * f(n) * f(k));
+  };
+  for (int64_t m : {64, 128, 256, 512, 1024, 2048})
+    for (int64_t n : {64, 128, 256, 512, 1024, 2048})
+      for (int64_t k : {64, 128, 256, 512, 1024, 2048}) {
+        const double t = time(m, n, k);
+        db.gemm["fp32"].push_back(GemmPoint{m, n, k, 1, Timing{t, t, t, 5}});
+      }
+  const MeasuredCostModel model(db, workload::DatasheetCostModel());
+  double worst = 0;
+  for (int64_t m : {90, 181, 362, 724})
+    for (int64_t n : {90, 362, 1448})
+      for (int64_t k : {181, 724}) {
+        const double t = *model.predict_gemm("fp32", GemmPoint{m, n, k, 1, {}}, gpu("cpu"));
+        worst = std::max(worst, std::abs(t / time(m, n, k) - 1));
+      }
+  EXPECT_LT(worst, 0.01);
 }
 
 TEST(CalibrationCostModel, FallbackIsContinuousAtTheEdgeOfTheTable) {
