@@ -227,7 +227,13 @@ int run(const Options& o) {
     const double top = o.quick ? 4.0 * (1 << 20) : 64.0 * (1 << 20);
     for (const char* opname :
          {"allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "sendrecv"}) {
-      for (double bytes = 1024; bytes <= top; bytes *= o.quick ? 4 : 2) {
+      // x sqrt(2) steps in full (a message-size curve has protocol steps: eager to rendezvous,
+      // cache sizes), x4 in --quick; each a whole number of floats per rank.
+      for (int h = 20; h <= (o.quick ? 44 : 52); h += o.quick ? 4 : 1) {
+        const double step = std::pow(2.0, h / 2.0);
+        const double quantum = 4.0 * size;
+        const double bytes = std::max(quantum, std::round(step / quantum) * quantum);
+        if (bytes > top) break;
         SizePoint s{bytes, size, {}, nodes};
         const std::string op = opname;
         items.push_back(Item{

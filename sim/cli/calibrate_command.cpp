@@ -2,6 +2,7 @@
 // database; `calibrate check` predicts held-out points; `calibrate import` turns the CUDA
 // backend's CSV into the database.
 #include <fmt/format.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -98,11 +99,28 @@ void add_calibrate_command(CLI::App& app, Action& action) {
               "the CUDA backend was not built (no CUDA toolkit when hetsim was configured)");
         }
         const std::string csv = o->out + ".csv";
-        std::string cmdline = bin.string() + " --out '" + csv + "'" + (o->quick ? " --quick" : "");
-        if (!o->ops.empty()) cmdline += " --ops " + o->ops;
-        const int rc = std::system(cmdline.c_str());
+        // The shipped models' exact shapes join the CUDA backend's grids (as run_gpu.sh does).
+        const std::string shapes = o->out + ".shapes.csv";
+        {
+          const calibrate::ModelShapes s =
+              calibrate::model_shapes(calibrate::builtin_model_names(), {1, 2, 4, 8}, {1, 2, 4, 8});
+          std::ofstream f(shapes);
+          if (!(f << calibrate::model_shapes_csv(s)))
+            throw InputError("--out " + o->out + ": cannot write " + shapes);
+        }
+        auto quote = [](const std::string& w) {
+          std::string q = "'";
+          for (char c : w) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+          return q + "'";
+        };
+        std::string cmdline = quote(bin.string()) + " --out " + quote(csv) + " --shapes " +
+                              quote(shapes) + (o->quick ? " --quick" : "");
+        if (!o->ops.empty()) cmdline += " --ops " + quote(o->ops);
+        const int status = std::system(cmdline.c_str());
+        const int rc = status == -1 ? -1 : WIFEXITED(status) ? WEXITSTATUS(status) : 128;
         if (rc != 0)
-          throw RunError("the CUDA backend failed (exit status " + std::to_string(rc) + ")");
+          throw RunError("the CUDA backend failed (exit status " + std::to_string(rc) + "); " +
+                         csv + " keeps what it measured: run the same command again to resume");
         calibrate::write_database(o->out, calibrate::read_csv(csv));
         return 0;
       }

@@ -141,6 +141,31 @@ TEST(CudaBackend, UnderMpiEachRankNeedsItsOwnGpu) {
       << r.output;
 }
 
+TEST(CudaBackend, ThroughHetsimWithoutAGpuFailsClearlyAndSaysWhy) {
+  const std::string db = ::testing::TempDir() + "through-hetsim.h5";
+  const CommandResult r =
+      run_hetsim({"calibrate", "--backend", "cuda", "--out", db, "--quick", "--ops", "gemm"});
+  if (cuda_program().empty()) {
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_NE(r.output.find("the CUDA backend was not built"), std::string::npos) << r.output;
+    return;
+  }
+  const CommandResult probe = run_program(cuda_program(), {"--print-device-type"});
+  if (probe.exit_code == 0) GTEST_SKIP() << "a GPU is present: the no-GPU path is not reachable";
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("no CUDA device"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("the CUDA backend failed (exit status 1); " + db +
+                          ".csv keeps what it "
+                          "measured"),
+            std::string::npos)
+      << r.output;
+  // The models' shapes were handed to it.
+  std::ifstream shapes(db + ".shapes.csv");
+  std::string header;
+  std::getline(shapes, header);
+  EXPECT_EQ(header, "kind,m,n,k,batch,heads,seq,head_dim,causal");
+}
+
 TEST(CudaBackend, MeasuresGemmsOnAGpuIntoTheDatabase) {
   REQUIRE_CUDA_PROGRAM();
   const CommandResult probe = run_program(cuda_program(), {"--print-device-type"});
