@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -13,6 +14,7 @@
 #include "calibrate/database.h"
 #include "calibrate/measured_cost_model.h"
 #include "calibrate/model_shapes.h"
+#include "calibrate/nccl_tests.h"
 #include "sim/cli/commands.h"
 #include "sim/config/yaml_util.h"
 #include "sim/core/error.h"
@@ -49,6 +51,8 @@ void add_calibrate_command(CLI::App& app, Action& action) {
     std::string backend = "cpu", out, ops, check_file, csv, import_out;
     bool quick = false, points = false;
     std::string shape_models, shape_tp = "1,2,4,8", shape_mb = "1,2,4,8", shape_out;
+    std::vector<std::string> nccl_files;
+    std::string nccl_device, nccl_op = "allreduce", nccl_out;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand(
@@ -73,6 +77,19 @@ void add_calibrate_command(CLI::App& app, Action& action) {
   shapes->add_option("--tp", o->shape_tp, "Tensor-parallel degrees")->capture_default_str();
   shapes->add_option("--micro-batch", o->shape_mb, "Micro-batch sizes")->capture_default_str();
   shapes->add_option("--out", o->shape_out, "CSV file to write (default: standard output)");
+  CLI::App* nccl = cmd->add_subcommand(
+      "import-nccl-tests",
+      "Read nccl-tests results (its text output, or vTrain's CSV form) into a database, as "
+      "measured collectives of a GPU type");
+  nccl->add_option("files", o->nccl_files,
+                   "nccl-tests outputs; FILE:RANKS where the file does not list its ranks")
+      ->required();
+  nccl->add_option("--device-type", o->nccl_device, "GPU profile measured (topologies/gpus/)")
+      ->required();
+  nccl->add_option("--op", o->nccl_op,
+                   "allreduce | allgather | reducescatter | alltoall | broadcast | sendrecv")
+      ->capture_default_str();
+  nccl->add_option("--out", o->nccl_out, "Database file to write")->required();
   CLI::App* imp = cmd->add_subcommand("import", "Convert a backend's CSV into the database");
   imp->add_option("csv", o->csv, "CSV written by a backend")->required();
   imp->add_option("--out", o->import_out, "Database file to write")->required();
@@ -203,6 +220,36 @@ void add_calibrate_command(CLI::App& app, Action& action) {
         std::cerr << fmt::format("{} GEMM and {} attention shapes written to {}\n", s.gemm.size(),
                                  s.attention.size(), o->shape_out);
       }
+      return 0;
+    };
+  });
+  nccl->callback([o, &action] {
+    action = [o] {
+      const std::vector<std::string> ops = {"allreduce", "allgather", "reducescatter",
+                                            "alltoall",  "broadcast", "sendrecv"};
+      if (std::find(ops.begin(), ops.end(), o->nccl_op) == ops.end()) {
+        throw InputError("--op: expected one of " + config::join_names(ops) + ", got \"" +
+                         o->nccl_op + "\"");
+      }
+      if (!config::builtin_gpus().count(o->nccl_device)) {
+        std::vector<std::string> names;
+        for (const auto& [name, _] : config::builtin_gpus()) names.push_back(name);
+        throw InputError("--device-type: no GPU profile \"" + o->nccl_device +
+                         "\" (known: " + config::join_names(names) + ")");
+      }
+      calibrate::Database db;
+      db.attrs = {{"backend", "nccl-tests"}, {"device_type", o->nccl_device}};
+      std::string sources;
+      for (const std::string& a : o->nccl_files) {
+        const calibrate::NcclTestsFile f = calibrate::parse_nccl_tests_argument(a);
+        calibrate::import_nccl_tests(f, o->nccl_op, db);
+        sources +=
+            (sources.empty() ? "" : ", ") + std::filesystem::path(f.path).filename().string();
+      }
+      db.attrs["host"] = "imported: " + sources;
+      calibrate::write_database(o->nccl_out, db);
+      std::cout << db.size() << " " << o->nccl_op << " measurements (" << o->nccl_device
+                << ") written to " << o->nccl_out << "\n";
       return 0;
     };
   });

@@ -9,6 +9,7 @@
 
 #include "calibrate/database.h"
 #include "calibrate/measured_cost_model.h"
+#include "calibrate/nccl_tests.h"
 #include "sim/core/error.h"
 
 namespace hetsim::calibrate {
@@ -333,6 +334,92 @@ TEST(CalibrationCsv, AnInterruptedLastLineIsDroppedAndTheRestKept) {
   const Database db = read_csv(path);
   EXPECT_EQ(db.size(), 1u);
   EXPECT_EQ(db.device_type(), "cpu");
+}
+
+// nccl-tests' text output, as all_reduce_perf prints it on 2 nodes of 2 GPUs.
+const char* const kNcclTestsText =
+    R"(# nThread 1 nGpus 1 minBytes 1048576 maxBytes 4194304 step: 2(factor) warmup iters: 5 iters: 20
+#
+# Using devices
+#  Rank  0 Group  0 Pid     11 on     node-a device  0 [0x07] NVIDIA A100-SXM4-80GB
+#  Rank  1 Group  0 Pid     12 on     node-a device  1 [0x0f] NVIDIA A100-SXM4-80GB
+#  Rank  2 Group  0 Pid     13 on     node-b device  0 [0x07] NVIDIA A100-SXM4-80GB
+#  Rank  3 Group  0 Pid     14 on     node-b device  1 [0x0f] NVIDIA A100-SXM4-80GB
+#
+#                                                              out-of-place                       in-place
+#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
+#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
+     1048576        262144     float     sum      -1    40.00   26.21   39.32      0    42.00   24.97   37.45      0
+     2097152        524288     float     sum      -1    60.00   34.95   52.43      0    60.00   34.95   52.43      0
+     4194304       1048576     float     sum      -1   100.00   41.94   62.91      0    96.00   43.69   65.54      0
+# Out of bounds values : 0 OK
+# Avg bus bandwidth    : 51.2948
+#
+)";
+
+TEST(NcclTestsImport, TextOutputGivesRanksNodesAndTimes) {
+  const std::string path = tmp("all_reduce_perf.txt");
+  std::ofstream(path) << kNcclTestsText;
+  Database db;
+  import_nccl_tests(parse_nccl_tests_argument(path), "allreduce", db);
+  const auto& rows = db.collective.at("allreduce");
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[0].ranks, 4);
+  EXPECT_EQ(rows[0].nodes, 2);
+  EXPECT_EQ(rows[0].bytes, 1048576);
+  // Out-of-place 40 us and in-place 42 us: the mean, the smaller, the larger, two runs.
+  EXPECT_DOUBLE_EQ(rows[0].t.median_s, 41e-6);
+  EXPECT_DOUBLE_EQ(rows[0].t.p10_s, 40e-6);
+  EXPECT_DOUBLE_EQ(rows[0].t.p90_s, 42e-6);
+  EXPECT_EQ(rows[0].t.repetitions, 2);
+  EXPECT_DOUBLE_EQ(rows[2].t.median_s, 98e-6);
+  // FILE:RANKS overrides; a CSV (vTrain's form, times in ns) needs it.
+  const std::string csv = tmp("allreduce_8gpu.csv");
+  std::ofstream(csv) << "size(B),count,type,time(ns),busbw(GB/s),time(ns),busbw(GB/s)\n"
+                        "1048576,262144,float,92790,19.78,92150,19.91\n";
+  Database c;
+  import_nccl_tests(parse_nccl_tests_argument(csv + ":8"), "allreduce", c);
+  EXPECT_EQ(c.collective.at("allreduce")[0].ranks, 8);
+  EXPECT_EQ(c.collective.at("allreduce")[0].nodes, 1);
+  EXPECT_DOUBLE_EQ(c.collective.at("allreduce")[0].t.median_s, (92790 + 92150) / 2 * 1e-9);
+}
+
+TEST(NcclTestsImport, BadFilesSayWhatIsWrong) {
+  auto error = [](const std::string& argument, const std::string& text) {
+    const NcclTestsFile f = parse_nccl_tests_argument(argument);
+    std::ofstream(f.path) << text;
+    Database db;
+    try {
+      import_nccl_tests(f, "allreduce", db);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string csv = tmp("nccl.csv");
+  EXPECT_EQ(error(csv,
+                  "size(B),count,type,time(ns),busbw(GB/s),time(ns),busbw(GB/s)\n"
+                  "1048576,262144,float,92790,19.78,92150,19.91\n"),
+            csv +
+                ": cannot tell how many ranks took part (a CSV has no \"# Rank\" lines): give "
+                "it as " +
+                csv + ":RANKS");
+  EXPECT_EQ(
+      error(csv + ":8",
+            "size(B),count,type,time(ns),busbw(GB/s),time(ns),busbw(GB/s)\n"
+            "1048576,262144,float,fast,19.78,92150,19.91\n"),
+      csv + ":2: expected a result row (size, count, type, time(ns), busbw, time(ns), busbw)");
+  EXPECT_EQ(error(csv + ":8", "hello\n"),
+            csv +
+                ": no nccl-tests result rows (expected nccl-tests' text output, or a CSV whose "
+                "header starts \"size(B),count,type,time(ns)\")");
+  try {
+    parse_nccl_tests_argument(csv + ":1");
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              csv + ":1: expected FILE:RANKS with RANKS a whole number of at least 2");
+  }
 }
 
 }  // namespace

@@ -26,6 +26,7 @@
 #include "sim/network/collective.h"
 #include "sim/network/collective_runner.h"
 #include "sim/platform/cluster.h"
+#include "tests/e2e/run_command.h"
 
 namespace {
 
@@ -265,4 +266,66 @@ TEST(NcclTestsValidation, AllReduceRankCorrelationAcrossBothGpuTypes) {
   std::cout << "Spearman rho of predicted vs measured time, all " << all.size()
             << " points of both GPU types: " << rho << std::endl;
   EXPECT_GT(rho, 0.9) << "rank correlation of predicted vs measured all-reduce times is " << rho;
+}
+
+// The calibration path on real GPU measurements: the same nccl-tests files imported as measured
+// collectives (`hetsim calibrate import-nccl-tests`), then `hetsim calibrate check` predicts every
+// fifth size from the others. All 1,024 rows per GPU count (1 MiB steps), and a thinned table of
+// 1 and 3 x 2^k MiB (20 sizes per count, x1.5 / x1.33 steps), as a calibration run would take.
+
+namespace {
+
+double checked_collective_error(const std::string& db) {
+  const auto r = hetsim::e2e::run_hetsim({"calibrate", "check", db});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  const size_t at = r.output.find("collectives: ");
+  if (at == std::string::npos) return 1e9;
+  return std::stod(r.output.substr(at + 13));
+}
+
+void expect_calibration_check(const std::string& type, const std::string& device) {
+  std::vector<std::string> dense = {"calibrate", "import-nccl-tests"}, thin = dense;
+  for (int n = 2; n <= 8; ++n) {
+    const fs::path file = data_dir() / (type + "_allreduce_" + std::to_string(n) + "gpu.csv");
+    if (!fs::exists(file)) GTEST_SKIP() << "measured nccl-tests data not found: " << file;
+    dense.push_back(file.string() + ":" + std::to_string(n));
+    const fs::path thinned =
+        fs::path(::testing::TempDir()) / (type + "_thin_" + std::to_string(n) + ".csv");
+    std::ifstream in(file);
+    std::ofstream out(thinned);
+    std::string line;
+    std::getline(in, line);
+    out << line << "\n";
+    while (std::getline(in, line)) {
+      const double mib = std::stod(line.substr(0, line.find(','))) / kMiB;
+      double odd = mib;
+      while (odd >= 2 && std::fmod(odd, 2.0) == 0) odd /= 2;
+      if (mib == std::floor(mib) && (odd == 1 || odd == 3)) out << line << "\n";
+    }
+    thin.push_back(thinned.string() + ":" + std::to_string(n));
+  }
+  const std::string dense_db = ::testing::TempDir() + type + "-nccl.h5";
+  const std::string thin_db = ::testing::TempDir() + type + "-nccl-thin.h5";
+  for (auto* args : {&dense, &thin}) {
+    args->insert(args->end(),
+                 {"--device-type", device, "--out", args == &dense ? dense_db : thin_db});
+    const auto r = hetsim::e2e::run_hetsim(*args);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  const double dense_error = checked_collective_error(dense_db);
+  const double thin_error = checked_collective_error(thin_db);
+  std::printf("%s all-reduce held out (calibrate check): %.2f%% on 1 MiB steps, %.2f%% thinned\n",
+              type.c_str(), dense_error, thin_error);
+  EXPECT_LT(dense_error, 1.0);
+  EXPECT_LT(thin_error, 5.0);  // the target for collectives
+}
+
+}  // namespace
+
+TEST(NcclTestsCalibration, A100AllReduceHeldOutUnderFivePercent) {
+  expect_calibration_check("a100", "a100-sxm4-80gb");
+}
+
+TEST(NcclTestsCalibration, V100AllReduceHeldOutUnderFivePercent) {
+  expect_calibration_check("v100", "v100-sxm2-32gb");
 }
