@@ -521,9 +521,12 @@ void CudnnSdpa::run(const SdpaBuffers& buffers, void* workspace, cudaStream_t st
   bind(kStats, buffers.stats);
   bind(kScale, &scale_);
   if (shape_.causal) bind(kMaskValue, &mask_value_);
+  std::size_t accumulator_bytes = 0;
+  char* accumulator = nullptr;
   if (shape_.backward) {
     const WorkspaceLayout layout(shape_, plan_workspace_bytes_);
-    char* accumulator = static_cast<char*>(workspace) + layout.accumulator_offset;
+    accumulator = static_cast<char*>(workspace) + layout.accumulator_offset;
+    accumulator_bytes = layout.accumulator_bytes;
     char* row_dot = static_cast<char*>(workspace) + layout.row_dot_offset;
     bind(kDO, buffers.dout);
     bind(kDQ, buffers.dq);
@@ -532,22 +535,27 @@ void CudnnSdpa::run(const SdpaBuffers& buffers, void* workspace, cudaStream_t st
     bind(kOne, &one_);
     bind(kDQAccumulator, accumulator);
     bind(kRowDot, row_dot);
-    if (zero_dq_accumulator_)
-      CHECK_CUDA(cudaMemsetAsync(accumulator, 0, layout.accumulator_bytes, stream));
   }
-
-  BackendDescriptor pack;
-  CHECK_CUDNN(pack.create(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR));
-  const auto count = static_cast<std::int64_t>(uids.size());
-  CHECK_CUDNN(cudnnBackendSetAttribute(pack.get(), CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS,
-                                       CUDNN_TYPE_INT64, count, uids.data()));
-  CHECK_CUDNN(cudnnBackendSetAttribute(pack.get(), CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS,
-                                       CUDNN_TYPE_VOID_PTR, count, pointers.data()));
-  CHECK_CUDNN(cudnnBackendSetAttribute(pack.get(), CUDNN_ATTR_VARIANT_PACK_WORKSPACE,
-                                       CUDNN_TYPE_VOID_PTR, 1, &workspace));
-  CHECK_CUDNN(cudnnBackendFinalize(pack.get()));
+  std::vector<const void*> key(pointers.begin(), pointers.end());
+  key.push_back(workspace);
+  if (pack_.get() == nullptr || key != pack_pointers_) {
+    BackendDescriptor pack;
+    CHECK_CUDNN(pack.create(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR));
+    const auto count = static_cast<std::int64_t>(uids.size());
+    CHECK_CUDNN(cudnnBackendSetAttribute(pack.get(), CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS,
+                                         CUDNN_TYPE_INT64, count, uids.data()));
+    CHECK_CUDNN(cudnnBackendSetAttribute(pack.get(), CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS,
+                                         CUDNN_TYPE_VOID_PTR, count, pointers.data()));
+    CHECK_CUDNN(cudnnBackendSetAttribute(pack.get(), CUDNN_ATTR_VARIANT_PACK_WORKSPACE,
+                                         CUDNN_TYPE_VOID_PTR, 1, &workspace));
+    CHECK_CUDNN(cudnnBackendFinalize(pack.get()));
+    pack_ = std::move(pack);
+    pack_pointers_ = std::move(key);
+  }
+  if (zero_dq_accumulator_ && accumulator != nullptr)
+    CHECK_CUDA(cudaMemsetAsync(accumulator, 0, accumulator_bytes, stream));
   CHECK_CUDNN(cudnnSetStream(handle_, stream));
-  CHECK_CUDNN(cudnnBackendExecute(handle_, plan_, pack.get()));
+  CHECK_CUDNN(cudnnBackendExecute(handle_, plan_, pack_.get()));
 }
 
 std::string cudnn_version_string() {

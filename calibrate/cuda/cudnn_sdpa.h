@@ -63,9 +63,11 @@ class CudnnSdpa {
   // accumulator and the row sums of dO * O that the graph keeps in global memory.
   std::size_t workspace_bytes() const;
 
-  // Enqueues the pass on `stream` (a variant pack, then cudnnBackendExecute; backward on cuDNN
-  // before 9.6 first zeroes the dQ accumulator, as the cuDNN frontend does); a failing call ends
-  // the program through check.h. Requires supported().
+  // Enqueues the pass on `stream` (cudnnBackendExecute with a variant pack, built on the first
+  // call and reused while the buffers and workspace stay the same, so a timed repetition pays no
+  // descriptor work on the host; backward on cuDNN before 9.6 first zeroes the dQ accumulator,
+  // as the cuDNN frontend does); a failing call ends the program through check.h. Requires
+  // supported().
   void run(const SdpaBuffers& buffers, void* workspace, cudaStream_t stream) const;
 
  private:
@@ -80,6 +82,9 @@ class CudnnSdpa {
   bool zero_dq_accumulator_ = false;  // cuDNN before 9.6 leaves that to the caller
   // By-value scalars of the graph; the variant pack points at them.
   float scale_ = 1.0f, mask_value_ = 0.0f, one_ = 1.0f;
+  // The variant pack of the last run() and the pointers it binds.
+  mutable BackendDescriptor pack_;
+  mutable std::vector<const void*> pack_pointers_;
 };
 
 // The cuDNN library loaded at run time, e.g. "9.13.0" (from cudnnGetVersion()).
