@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <map>
 #include <tuple>
 
@@ -376,6 +377,54 @@ std::string MeasuredCostModel::source(const Op&, const config::GpuProfile& gpu) 
   if (reference())
     return "derived from " + db_.device_type() + " measurements and datasheet ratios";
   return "datasheet";
+}
+
+std::string MeasuredCostModel::coverage(const Op& op, const config::GpuProfile& gpu,
+                                        workload::Precision p) const {
+  if (gpu.name != db_.device_type()) return source(op, gpu);
+  const std::string measured = "measured", beyond = "beyond the table (datasheet-scaled from it)";
+  switch (op.kind) {
+    case OpKind::gemm: {
+      const std::string dtype = gemm_dtype(db_, p);
+      auto it = db_.gemm.find(dtype);
+      if (it == db_.gemm.end() || it->second.empty())
+        return "datasheet (no " + dtype + " GEMM table)";
+      int64_t lo[3] = {INT64_MAX, INT64_MAX, INT64_MAX}, hi[3] = {0, 0, 0};
+      const int64_t batch = std::max<int64_t>(1, op.batch);
+      for (const GemmPoint& g : it->second) {
+        if (g.m == op.m && g.n == op.n && g.k == op.k && g.batch == batch) return measured;
+        if (g.batch != 1) continue;
+        const int64_t v[3] = {g.m, g.n, g.k};
+        for (int a = 0; a < 3; ++a) lo[a] = std::min(lo[a], v[a]), hi[a] = std::max(hi[a], v[a]);
+      }
+      const int64_t q[3] = {op.m, op.n, op.k};
+      for (int a = 0; a < 3; ++a)
+        if (q[a] < lo[a] || q[a] > hi[a]) return beyond;
+      return batch > 1 ? beyond : measured;
+    }
+    case OpKind::attention_forward:
+    case OpKind::attention_backward: {
+      const std::string dtype = gemm_dtype(db_, p);
+      auto it = db_.attention.find(dtype);
+      const bool backward = op.kind == OpKind::attention_backward;
+      if (it != db_.attention.end())
+        for (const AttentionPoint& a : it->second)
+          if (a.head_dim == op.head_dim && a.causal == op.causal && a.backward == backward)
+            return measured;
+      return "datasheet (no " + dtype + " attention table for head size " +
+             std::to_string(op.head_dim) + ")";
+    }
+    case OpKind::memory: {
+      const std::string kernel = memory_kernel(op.name);
+      auto it = db_.memory.find(kernel);
+      if (it == db_.memory.end() || it->second.empty())
+        return "datasheet (no " + kernel + " table)";
+      double lo = 1e300, hi = 0;
+      for (const SizePoint& s : it->second) lo = std::min(lo, s.bytes), hi = std::max(hi, s.bytes);
+      return op.bytes >= lo && op.bytes <= hi ? measured : beyond;
+    }
+  }
+  return source(op, gpu);
 }
 
 const config::GpuProfile* MeasuredCostModel::reference() const {

@@ -21,6 +21,8 @@ class MeasuredCostModel : public workload::CostModel {
                 workload::Precision p) const override;
   Time host_time(const workload::Op& op) const override { return datasheet_.host_time(op); }
   std::string source(const workload::Op& op, const config::GpuProfile& gpu) const override;
+  std::string coverage(const workload::Op& op, const config::GpuProfile& gpu,
+                       workload::Precision p) const override;
 
   // Predicted seconds of a measurement kind from the table alone, for `calibrate check`;
   // nullopt where the table has nothing to offer.

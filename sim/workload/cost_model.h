@@ -22,6 +22,11 @@ class CostModel {
   virtual Time host_time(const Op& op) const = 0;
   // Where the figure comes from: "datasheet", "measured", "derived".
   virtual std::string source(const Op& op, const config::GpuProfile& gpu) const = 0;
+  // How this one op's figure was found, for the report's tally: "measured", "beyond the table
+  // (measured edge, datasheet-scaled)", "datasheet (no ... table)", ...; the source by default.
+  virtual std::string coverage(const Op& op, const config::GpuProfile& gpu, Precision) const {
+    return source(op, gpu);
+  }
 };
 
 struct DatasheetEfficiency {

@@ -1,8 +1,11 @@
 // Builds the per-group programs of one iteration; see training_job.h.
 #include "sim/workload/training_job.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "sim/core/error.h"
 
@@ -171,7 +174,8 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
   const double grad_bytes = plan.fp32_main_grads ? 4 : e;
   job.activation_bytes_per_transfer =
       e * static_cast<double>(plan.micro_batch_size) * plan.sequence_length * model.hidden;
-  std::map<std::string, bool> sources;
+  std::map<std::string, std::string> type_source;  // GPU type -> where its costs come from
+  std::map<std::string, std::map<std::string, std::set<std::string>>> coverage;  // -> how, shapes
   for (size_t r = 0; r < plan.replicas.size(); ++r) {
     const ReplicaPlan& rep = plan.replicas[r];
     for (int s = 0; s < P; ++s) {
@@ -279,11 +283,36 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
       if (dp && (plan.zero_stage == 1 || plan.zero_stage == 2)) {
         b.dp_wait(b.dp_collective(CommKind::allgather, e * g.params, "zero.params"));
       }
-      sources[g.gpu->name + ": " + cost.source(Op{}, *g.gpu)] = true;
+      type_source[g.gpu->name] = cost.source(Op{}, *g.gpu);
+      for (const Op& op : g.ops) {
+        coverage[g.gpu->name][cost.coverage(op, *g.gpu, plan.precision)].insert(fmt::format(
+            "{}/{}/{}x{}x{}x{}/{}x{}x{}x{}/{}", op.name, static_cast<int>(op.kind), op.m, op.n,
+            op.k, op.batch, op.heads, op.seq, op.head_dim, op.causal, op.bytes));
+      }
       job.groups.push_back(std::move(g));
     }
   }
-  for (const auto& [k, _] : sources) job.op_sources.push_back(k);
+  // "a100-sxm4-80gb: measured (a100.h5) (14 kernel shapes measured, 2 beyond the table ...)":
+  // the tally only when it says more than the source.
+  for (const auto& [gpu, source] : type_source) {
+    std::string line = gpu + ": " + source;
+    const auto& by = coverage[gpu];
+    if (!(by.size() == 1 && by.begin()->first == source)) {
+      // Measured first, then beyond the table, then the rest.
+      std::vector<std::pair<std::string, size_t>> ordered;
+      for (const auto& [label, shapes] : by) ordered.emplace_back(label, shapes.size());
+      auto rank = [](const std::string& label) {
+        return label.rfind("measured", 0) == 0 ? 0 : label.rfind("beyond", 0) == 0 ? 1 : 2;
+      };
+      std::stable_sort(ordered.begin(), ordered.end(),
+                       [&](const auto& a, const auto& b) { return rank(a.first) < rank(b.first); });
+      std::string parts;
+      for (const auto& [label, count] : ordered)
+        parts += fmt::format("{}{} {}", parts.empty() ? "" : ", ", count, label);
+      line += " (kernel shapes: " + parts + ")";
+    }
+    job.op_sources.push_back(line);
+  }
   return job;
 }
 

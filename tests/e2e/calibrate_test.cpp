@@ -54,7 +54,15 @@ TEST_F(CalibrateCpu, CalibrateCheckAndSimulateWithTheDatabase) {
   const CommandResult s = run_hetsim({"simulate", "--model", "gpt3-125m", "--cluster", "cpu-host",
                                       "--plan", kPlans + "cpu.yaml", "--calibration", db});
   ASSERT_EQ(s.exit_code, 0) << s.output;
-  EXPECT_NE(s.output.find("op costs from  cpu: measured (" + db + ")"), std::string::npos)
+  EXPECT_NE(s.output.find("op costs from  cpu: measured (" + db + ") (kernel shapes: "),
+            std::string::npos)
+      << s.output;
+  // Which kernels came from the tables: the quick grid holds GEMMs up to 256 and no attention.
+  EXPECT_NE(s.output.find(" measured, "), std::string::npos) << s.output;
+  EXPECT_NE(s.output.find(" beyond the table (datasheet-scaled from it)"), std::string::npos)
+      << s.output;
+  EXPECT_NE(s.output.find(" datasheet (no fp32 attention table for head size 64)"),
+            std::string::npos)
       << s.output;
 }
 
