@@ -278,7 +278,13 @@ int run(const Options& o) {
               const double warm = std::max(sample(1), sample(1));
               const int calls = calls_for(warm, o.quick);
               std::vector<double> t;
-              const int reps = o.quick ? 5 : 15;
+              // Enough samples for a stable median where processes contend for memory: about
+              // 0.25 s of them (15 to 60) in full, 5 in --quick. Derived from all-reduced times,
+              // so every rank takes the same count.
+              const int reps =
+                  o.quick ? 5
+                          : static_cast<int>(std::clamp(
+                                std::ceil(0.25 / std::max(warm * calls, 1e-9)), 15.0, 60.0));
               for (int r = 0; r < reps; ++r) t.push_back(sample(calls));
               std::sort(t.begin(), t.end());
               auto pct = [&](double q) { return t[static_cast<size_t>(q * (t.size() - 1) + 0.5)]; };
