@@ -112,7 +112,8 @@ struct MeasuredCostModel::Tables {
     std::map<std::tuple<int64_t, int64_t, int64_t>, double> value;           // log normalised rate
     std::map<int64_t, int64_t> to_m, to_n, to_k;                             // sizes on the axes
   };
-  std::map<std::pair<std::string, std::string>, Gemm> gemm;  // (dtype, GPU type): units differ
+  // (dtype, GPU type, batch): units differ by type; batched GEMMs (attention's) have their own
+  std::map<std::tuple<std::string, std::string, int64_t>, Gemm> gemm;
   // (name, ranks, nodes)
   std::map<std::tuple<std::string, int64_t, int64_t>, SizeTable> memory, collective, copy;
 };
@@ -172,20 +173,38 @@ MeasuredCostModel::~MeasuredCostModel() = default;
 
 namespace {
 
-Op gemm_op(int64_t m, int64_t n, int64_t k, int64_t batch) {
+// A GEMM table's element type: its precision for the datasheet and its bytes per element.
+workload::Precision dtype_precision(const std::string& dtype) {
+  if (dtype == "fp8") return workload::Precision::fp8;
+  if (dtype == "fp16") return workload::Precision::fp16;
+  if (dtype == "tf32" || dtype == "fp32") return workload::Precision::fp32;
+  return workload::Precision::bf16;
+}
+
+double dtype_bytes(const std::string& dtype) {
+  return dtype == "fp8" ? 1 : dtype == "tf32" || dtype == "fp32" ? 4 : 2;
+}
+
+Op gemm_op(int64_t m, int64_t n, int64_t k, int64_t batch, const std::string& dtype) {
   Op op;
   op.kind = OpKind::gemm;
   op.m = m, op.n = n, op.k = k, op.batch = batch;
   op.flops = 2.0 * m * n * k * std::max<int64_t>(1, batch);
-  op.bytes = 2.0 * (double(m) * k + double(k) * n + double(m) * n) * std::max<int64_t>(1, batch);
+  op.bytes = dtype_bytes(dtype) * (double(m) * k + double(k) * n + double(m) * n) *
+             std::max<int64_t>(1, batch);
   return op;
 }
 
 }  // namespace
 
-double MeasuredCostModel::shape_efficiency(const Op& op, const config::GpuProfile& gpu) const {
-  // Tiles and waves are a GPU's; a CPU's BLAS has neither.
-  return gpu.architecture == "cpu" ? 1.0 : datasheet_.gemm_shape_efficiency(op, gpu);
+double MeasuredCostModel::gemm_reference(const Op& op, const config::GpuProfile& gpu,
+                                         const std::string& dtype) const {
+  // A CPU's BLAS has no tiles or waves: its table holds rates (FLOPs per second).
+  if (gpu.architecture == "cpu") return op.flops;
+  // A GPU's: the datasheet kernel time of the shape (roofline with tile and wave quantisation;
+  // no launch gap, which event-timed kernels do not contain).
+  return datasheet_.duration(op, gpu, dtype_precision(dtype)).seconds() -
+         datasheet_.efficiency().kernel_overhead.seconds();
 }
 
 std::optional<double> MeasuredCostModel::predict_gemm(const std::string& dtype, const GemmPoint& q,
@@ -193,17 +212,26 @@ std::optional<double> MeasuredCostModel::predict_gemm(const std::string& dtype, 
   auto it = db_.gemm.find(dtype);
   if (it == db_.gemm.end() || it->second.empty()) return std::nullopt;
   auto& tables = tables_->gemm;
-  const auto table_key = std::make_pair(dtype, gpu.name);
+  // The points of the query's batch count where there are any (attention's batched GEMMs),
+  // else the plain GEMMs, whose factor then carries the reference's batch dependence.
+  const int64_t want_batch = std::max<int64_t>(1, q.batch);
+  const bool batched_table =
+      want_batch > 1 && std::any_of(it->second.begin(), it->second.end(),
+                                    [&](const GemmPoint& p) { return p.batch == want_batch; });
+  const int64_t table_batch = batched_table ? want_batch : 1;
+  const auto table_key = std::make_tuple(dtype, gpu.name, table_batch);
   auto tit = tables.find(table_key);
   if (tit == tables.end()) {
     Tables::Gemm g;
     std::vector<int64_t> ms, ns, ks;
     for (const GemmPoint& p : it->second) {
       g.exact[{p.m, p.n, p.k, p.batch}] = p.t.median_s;
-      if (p.batch != 1) continue;
-      const Op op = gemm_op(p.m, p.n, p.k, 1);
-      const double rate = op.flops / p.t.median_s;
-      g.value[{p.m, p.n, p.k}] = std::log(rate / shape_efficiency(op, gpu));
+      if (p.batch != table_batch) continue;
+      // log(reference / time): a CPU's log rate, a GPU's log of datasheet time over measured, a
+      // correction factor that varies slowly where the raw rate steps (tiles, waves, the
+      // compute/memory crossover).
+      g.value[{p.m, p.n, p.k}] = std::log(
+          gemm_reference(gemm_op(p.m, p.n, p.k, table_batch, dtype), gpu, dtype) / p.t.median_s);
       ms.push_back(p.m), ns.push_back(p.n), ks.push_back(p.k);
     }
     for (auto* axis : {&ms, &ns, &ks}) {
@@ -236,9 +264,9 @@ std::optional<double> MeasuredCostModel::predict_gemm(const std::string& dtype, 
   const auto [m0, m1, wm] = bracket(g.ms, cm);
   const auto [n0, n1, wn] = bracket(g.ns, cn);
   const auto [k0, k1, wk] = bracket(g.ks, ck);
-  double log_rate = 0;
+  double log_factor = 0;
   if (auto cubic = tensor_pchip(g, cm, cn, ck)) {
-    log_rate = *cubic;
+    log_factor = *cubic;
   } else {
     // Trilinear in log space over the bracketing corners that were measured.
     double sum = 0, wsum = 0;
@@ -255,7 +283,7 @@ std::optional<double> MeasuredCostModel::predict_gemm(const std::string& dtype, 
       }
     }
     if (wsum > 0) {
-      log_rate = sum / wsum;
+      log_factor = sum / wsum;
     } else {
       // No corner measured: the nearest point in log distance.
       double best = 1e300;
@@ -263,20 +291,13 @@ std::optional<double> MeasuredCostModel::predict_gemm(const std::string& dtype, 
         const double d = std::pow(std::log(std::get<0>(key) / cm), 2) +
                          std::pow(std::log(std::get<1>(key) / cn), 2) +
                          std::pow(std::log(std::get<2>(key) / ck), 2);
-        if (d < best) best = d, log_rate = v;
+        if (d < best) best = d, log_factor = v;
       }
     }
   }
-  const Op at =
-      gemm_op(static_cast<int64_t>(cm), static_cast<int64_t>(cn), static_cast<int64_t>(ck), 1);
-  const double t_at = at.flops / (std::exp(log_rate) * shape_efficiency(at, gpu));
-  const Op want = gemm_op(q.m, q.n, q.k, q.batch);
-  if (at.m == q.m && at.n == q.n && at.k == q.k && q.batch <= 1) return t_at;
-  // Beyond the table: the datasheet's shape dependence (a CPU's: its FLOPs), from the edge.
-  if (gpu.architecture == "cpu") return t_at * want.flops / at.flops;
-  const workload::Precision p = workload::Precision::bf16;
-  return t_at * datasheet_.duration(want, gpu, p).seconds() /
-         datasheet_.duration(at, gpu, p).seconds();
+  // Inside the table, the reference of the shape over the interpolated factor; beyond it, the
+  // factor at the nearest edge carries the reference's shape dependence out (continuous there).
+  return gemm_reference(gemm_op(q.m, q.n, q.k, q.batch, dtype), gpu, dtype) / std::exp(log_factor);
 }
 
 std::optional<double> MeasuredCostModel::predict_size(const std::string& kind,

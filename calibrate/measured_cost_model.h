@@ -1,6 +1,7 @@
 // The cost model that reads calibration data: interpolates between measured points (in log
-// space, in units of the datasheet's shape efficiency so tile and wave steps survive) and falls
-// back to the datasheet roofline outside the table, scaled to meet the table at its edge. GPU
+// space; a GPU's GEMMs as their ratio to the datasheet kernel time, so tile and wave steps and
+// the compute/memory crossover survive) and falls back to the datasheet roofline outside the
+// table, scaled to meet the table at its edge. GPU
 // types nobody measured get costs derived from a measured type and the datasheet ratios.
 #pragma once
 
@@ -37,7 +38,10 @@ class MeasuredCostModel : public workload::CostModel {
 
  private:
   const config::GpuProfile* reference() const;  // the measured type's profile, if a GPU
-  double shape_efficiency(const workload::Op& op, const config::GpuProfile& gpu) const;
+  // What a GEMM table is normalised by (see predict_gemm): FLOPs on a CPU, the datasheet
+  // kernel time on a GPU.
+  double gemm_reference(const workload::Op& op, const config::GpuProfile& gpu,
+                        const std::string& dtype) const;
   Database db_;
   workload::DatasheetCostModel datasheet_;
   std::unique_ptr<Tables> tables_;

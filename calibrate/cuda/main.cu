@@ -106,7 +106,34 @@ int run(const Options& options) {
   if (options.dry_run) {
     config.gpus = 8;  // an assumed HGX node of H200 (compute capability 9.0)
     std::fprintf(stderr, "dry run: assuming 8 GPUs of compute capability 9.0 (H200)\n");
-    print_plan(build_plan(options, config, nullptr), options.budget_s);
+    const std::vector<KindPlan> plans = build_plan(options, config, nullptr);
+    print_plan(plans, options.budget_s);
+    if (!options.out.empty()) {
+      // The points a run would measure, as its CSV lines, with the planner's estimates for
+      // times and 0 repetitions; marked so that no reader takes them for measurements.
+      if (std::FILE* probe = std::fopen(options.out.c_str(), "r")) {
+        std::fclose(probe);
+        throw std::invalid_argument("--out " + options.out +
+                                    ": exists; a dry run writes its plan only to a new file");
+      }
+      CsvLog plan_log(options.out, {{"backend", "cuda"},
+                                    {"device_type", "h200-sxm-141gb"},
+                                    {"device_name", "dry run"},
+                                    {"dry_run", "planner estimates, nothing measured"},
+                                    {"gpus_in_node", "8"}});
+      std::size_t points = 0;
+      for (const KindPlan& plan : plans)
+        for (const PlanItem& item : plan.items) {
+          Stats s;
+          s.median_s = s.p10_s = s.p90_s = item.estimate_s;
+          s.repetitions = 0;
+          Key key = item.key;
+          if (key.kind == "attention") key.name = config.cudnn ? "cudnn" : "unfused";
+          plan_log.append(key, s);
+          ++points;
+        }
+      std::fprintf(stderr, "dry run: %zu planned points written to %s\n", points, options.out.c_str());
+    }
     return 0;
   }
 

@@ -15,7 +15,8 @@ const char* usage() {
          "copies on this node and appends one CSV line per measurement to FILE.csv (resuming it if it\n"
          "exists). --shapes adds the exact GEMM and attention shapes of models (calibrate/model_shapes.csv,\n"
          "written by `hetsim calibrate shapes`). --dry-run prints the plan for an assumed node of 8 H200\n"
-         "without touching a GPU.\n";
+         "without touching a GPU; with --out it also writes the planned points, times being the\n"
+         "planner's estimates (marked \"# dry_run=\": hetsim refuses to import them).\n";
 }
 
 namespace {

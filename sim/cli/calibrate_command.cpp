@@ -257,6 +257,10 @@ void add_calibrate_command(CLI::App& app, Action& action) {
     action = [o] {
       const calibrate::Database db = calibrate::read_csv(o->csv);
       if (db.device_type().empty()) throw InputError(o->csv + ": no \"# device_type=\" line");
+      if (db.attrs.count("dry_run")) {
+        throw InputError(o->csv + ": a dry run's plan (\"# dry_run=" + db.attrs.at("dry_run") +
+                         "\"), not measurements");
+      }
       calibrate::write_database(o->import_out, db);
       std::cout << db.size() << " measurements written to " << o->import_out << "\n";
       return 0;
