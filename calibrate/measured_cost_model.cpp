@@ -321,39 +321,94 @@ std::optional<double> MeasuredCostModel::predict_size(const std::string& kind,
   return it->second.seconds(q.bytes);
 }
 
+namespace {
+
+// The attention kernel of a point, for its reference time: FLOPs as ops.cpp counts them (a
+// fused kernel skips the masked half and recomputes in its backward, 2.5x the forward; an
+// unfused one computes every score, backward 2x) and the bytes it moves (Q, K, V, O, and the
+// scores an unfused kernel writes and reads about 6 times forward, 9 backward).
+Op attention_op(const AttentionPoint& a) {
+  Op op;
+  op.kind = a.backward ? OpKind::attention_backward : OpKind::attention_forward;
+  op.batch = a.batch, op.heads = a.heads, op.seq = a.seq, op.head_dim = a.head_dim;
+  op.causal = a.causal, op.fused = a.fused;
+  const double forward = 4.0 * a.batch * a.heads * double(a.seq) * a.seq * a.head_dim;
+  op.flops =
+      (a.fused && a.causal ? 0.5 : 1.0) * (a.backward ? (a.fused ? 2.5 : 2.0) : 1.0) * forward;
+  const double io = 2.0 * 4 * a.batch * a.heads * double(a.seq) * a.head_dim;
+  const double scores = a.fused ? 0 : 2.0 * a.batch * a.heads * double(a.seq) * a.seq;
+  op.bytes = a.backward ? 2 * io + 9 * scores : io + 6 * scores;
+  return op;
+}
+
+}  // namespace
+
+double MeasuredCostModel::attention_reference(const AttentionPoint& a,
+                                              const config::GpuProfile& gpu) const {
+  const Op op = attention_op(a);
+  if (gpu.architecture == "cpu") return op.flops;
+  return datasheet_.duration(op, gpu, workload::Precision::bf16).seconds() -
+         datasheet_.efficiency().kernel_overhead.seconds();
+}
+
 std::optional<double> MeasuredCostModel::predict_attention(const std::string& dtype,
-                                                           const AttentionPoint& q) const {
+                                                           const AttentionPoint& q,
+                                                           const config::GpuProfile& gpu) const {
   auto it = db_.attention.find(dtype);
   if (it == db_.attention.end()) return std::nullopt;
-  // Same head size, masking and pass: log(rate) over log(work) with work = b h s^2 d. The
-  // points of the asked implementation (fused or not); the other's only if it has none.
+  // log(reference / time) over log(b h s^2 d), for the same mask and pass: the points of the
+  // asked implementation (fused or not; the other's only if it has none), of the same head
+  // size where they bracket the query, else of every head size.
   const auto& all = it->second;
-  const bool have_same = std::any_of(all.begin(), all.end(), [&](const AttentionPoint& p) {
-    return p.fused == q.fused && p.head_dim == q.head_dim && p.causal == q.causal &&
-           p.backward == q.backward;
-  });
-  std::vector<std::pair<double, double>> pts;
-  for (const AttentionPoint& p : all) {
-    if (p.head_dim != q.head_dim || p.causal != q.causal || p.backward != q.backward) continue;
-    if (have_same && p.fused != q.fused) continue;
-    const double work = double(p.batch) * p.heads * double(p.seq) * p.seq * p.head_dim;
-    pts.emplace_back(std::log(work), std::log(work / p.t.median_s));
-  }
-  if (pts.empty()) return std::nullopt;
-  std::sort(pts.begin(), pts.end());
   const double work = double(q.batch) * q.heads * double(q.seq) * q.seq * q.head_dim;
   const double x = std::log(work);
-  double y;
-  if (x <= pts.front().first) {
-    y = pts.front().second;
-  } else if (x >= pts.back().first) {
-    y = pts.back().second;
-  } else {
-    auto hi = std::lower_bound(pts.begin(), pts.end(), std::make_pair(x, -1e300));
-    auto lo = hi - 1;
-    y = lo->second + (x - lo->first) / (hi->first - lo->first) * (hi->second - lo->second);
+  auto same_kind = [&](const AttentionPoint& p) {
+    return p.causal == q.causal && p.backward == q.backward;
+  };
+  const bool have_impl = std::any_of(all.begin(), all.end(), [&](const AttentionPoint& p) {
+    return same_kind(p) && p.fused == q.fused;
+  });
+  auto collect = [&](bool same_head) {
+    std::vector<std::pair<double, double>> pts;
+    for (const AttentionPoint& p : all) {
+      if (!same_kind(p) || (have_impl && p.fused != q.fused)) continue;
+      if (same_head && p.head_dim != q.head_dim) continue;
+      const double w = double(p.batch) * p.heads * double(p.seq) * p.seq * p.head_dim;
+      pts.emplace_back(std::log(w), std::log(attention_reference(p, gpu) / p.t.median_s));
+    }
+    std::sort(pts.begin(), pts.end());
+    return pts;
+  };
+  std::vector<std::pair<double, double>> pts = collect(true);
+  const bool brackets = !pts.empty() && pts.front().first <= x && pts.back().first >= x;
+  if (!brackets) {
+    std::vector<std::pair<double, double>> wider = collect(false);
+    if (pts.empty() || (wider.front().first <= x && wider.back().first >= x)) pts = wider;
   }
-  return work / std::exp(y);
+  if (pts.empty()) return std::nullopt;
+  // Points of equal work (b h taken apart differently) share one node: their median.
+  std::vector<double> xs, ys;
+  for (size_t i = 0; i < pts.size();) {
+    size_t j = i;
+    while (j < pts.size() && pts[j].first == pts[i].first) ++j;
+    std::vector<double> same;
+    for (size_t k = i; k < j; ++k) same.push_back(pts[k].second);
+    std::sort(same.begin(), same.end());
+    xs.push_back(pts[i].first);
+    ys.push_back(same[same.size() / 2]);
+    i = j;
+  }
+  double y;
+  if (x <= xs.front()) {
+    y = ys.front();
+  } else if (x >= xs.back()) {
+    y = ys.back();
+  } else {
+    const size_t hi = static_cast<size_t>(std::lower_bound(xs.begin(), xs.end(), x) - xs.begin());
+    y = pchip(xs, ys, hi - 1, x);
+  }
+  // Beyond the points the factor at the nearest one carries the reference out.
+  return attention_reference(q, gpu) / std::exp(y);
 }
 
 Time MeasuredCostModel::duration(const Op& op, const config::GpuProfile& gpu,
@@ -383,7 +438,8 @@ Time MeasuredCostModel::duration(const Op& op, const config::GpuProfile& gpu,
                                            op.causal,
                                            op.kind == OpKind::attention_backward,
                                            {},
-                                           op.fused});
+                                           op.fused},
+                            gpu);
       break;
     case OpKind::memory:
       s = predict_size("memory", memory_kernel(op.name), SizePoint{op.bytes, 1, {}});
@@ -428,12 +484,18 @@ std::string MeasuredCostModel::coverage(const Op& op, const config::GpuProfile& 
       const std::string dtype = gemm_dtype(db_, p);
       auto it = db_.attention.find(dtype);
       const bool backward = op.kind == OpKind::attention_backward;
-      if (it != db_.attention.end())
-        for (const AttentionPoint& a : it->second)
-          if (a.head_dim == op.head_dim && a.causal == op.causal && a.backward == backward)
-            return measured;
-      return "datasheet (no " + dtype + " attention table for head size " +
-             std::to_string(op.head_dim) + ")";
+      bool same_head = false, any = false;
+      if (it != db_.attention.end()) {
+        for (const AttentionPoint& a : it->second) {
+          if (a.causal != op.causal || a.backward != backward) continue;
+          any = true;
+          same_head = same_head || a.head_dim == op.head_dim;
+        }
+      }
+      if (same_head) return measured;
+      if (any) return "measured, other head sizes";
+      return "datasheet (no " + dtype + " " + (op.causal ? "causal " : "") +
+             (backward ? "backward" : "forward") + " attention table)";
     }
     case OpKind::memory: {
       const std::string kernel = memory_kernel(op.name);
@@ -498,7 +560,7 @@ std::vector<CheckRow> check_database(const Database& db, const config::GpuProfil
     CheckRow row;
     row.table = "attention/" + dtype;
     for (const AttentionPoint& p : held) {
-      if (auto s = m.predict_attention(dtype, p))
+      if (auto s = m.predict_attention(dtype, p, gpu))
         row.points.push_back(
             point(fmt::format("batch={} heads={} seq={} head_dim={}{}{}{}", p.batch, p.heads, p.seq,
                               p.head_dim, p.causal ? " causal" : "", p.backward ? " backward" : "",

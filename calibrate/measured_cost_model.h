@@ -31,7 +31,8 @@ class MeasuredCostModel : public workload::CostModel {
                                      const config::GpuProfile& gpu) const;
   std::optional<double> predict_size(const std::string& kind, const std::string& name,
                                      const SizePoint& q) const;
-  std::optional<double> predict_attention(const std::string& dtype, const AttentionPoint& q) const;
+  std::optional<double> predict_attention(const std::string& dtype, const AttentionPoint& q,
+                                          const config::GpuProfile& gpu) const;
   const Database& database() const { return db_; }
 
   struct Tables;  // the interpolation tables, built on first use (measured_cost_model.cpp)
@@ -42,6 +43,8 @@ class MeasuredCostModel : public workload::CostModel {
   // kernel time on a GPU.
   double gemm_reference(const workload::Op& op, const config::GpuProfile& gpu,
                         const std::string& dtype) const;
+  // The same for an attention point (its FLOPs on a CPU, its datasheet kernel time on a GPU).
+  double attention_reference(const AttentionPoint& a, const config::GpuProfile& gpu) const;
   Database db_;
   workload::DatasheetCostModel datasheet_;
   std::unique_ptr<Tables> tables_;

@@ -218,7 +218,7 @@ std::vector<PlanItem> plan_attention(const PlanConfig& c) {
   // A small grid (the cost model interpolates the rate over b h s^2 d per head size, mask and
   // pass), then the models' own head sizes and sequences.
   const std::vector<std::int64_t> seqs =
-      c.quick ? std::vector<std::int64_t>{1024, 4096} : std::vector<std::int64_t>{512, 2048, 8192};
+      c.quick ? std::vector<std::int64_t>{1024, 4096} : powers_of_two(512, 8192, 1);
   const std::vector<std::int64_t> head_dims =
       c.quick ? std::vector<std::int64_t>{128} : std::vector<std::int64_t>{64, 128};
   constexpr double kMaxScoreBytes = 8.0 * (1 << 30);  // one S x S score tensor per head and sample

@@ -168,11 +168,28 @@ TEST(CudaBackend, RehearsalThePlannedPointsReadAndInterpolate) {
       p.t = calibrate::Timing{t, t, t, 5};
     }
   }
+  for (calibrate::AttentionPoint& a : db.attention.at("bf16")) {
+    // A fused kernel: 4 b h s^2 d FLOPs forward (half of them when causal), 2.5x that backward;
+    // Q, K, V, O (and their gradients) moved once.
+    workload::Op op;
+    op.kind =
+        a.backward ? workload::OpKind::attention_backward : workload::OpKind::attention_forward;
+    const double forward = 4.0 * a.batch * a.heads * double(a.seq) * a.seq * a.head_dim;
+    op.flops = (a.causal ? 0.5 : 1.0) * (a.backward ? 2.5 : 1.0) * forward;
+    op.bytes = (a.backward ? 2 : 1) * 2.0 * 4 * a.batch * a.heads * a.seq * a.head_dim;
+    const double t = device.duration(op, h200, workload::Precision::bf16).seconds() *
+                     ripple(double(a.seq) * a.heads * a.batch);
+    a.t = calibrate::Timing{t, t, t, 5};
+  }
   for (const auto& row : calibrate::check_database(db, h200)) {
-    if (row.table.rfind("gemm/", 0) == 0 || row.table.rfind("memory/", 0) == 0) {
+    if (row.table.rfind("gemm/", 0) == 0 || row.table.rfind("memory/", 0) == 0 ||
+        row.table.rfind("attention/", 0) == 0) {
       std::printf("  rehearsal %-22s %5zu held out  mean %.3f%%  max %.3f%%\n", row.table.c_str(),
                   row.held_out, 100 * row.mean_error, 100 * row.max_error);
-      EXPECT_LT(row.mean_error, 0.05) << row.table;  // the target
+      // The target for GEMMs (and the memory kernels); attention's grid is sparser (a
+      // cuDNN plan to build per point) and its smallest kernels sit on the device's floor.
+      const bool attention = row.table.rfind("attention/", 0) == 0;
+      EXPECT_LT(row.mean_error, attention ? 0.10 : 0.05) << row.table;
     }
   }
 }
