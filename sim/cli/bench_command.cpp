@@ -8,7 +8,10 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <memory>
 
+#include "calibrate/database.h"
+#include "calibrate/measured_cost_model.h"
 #include "sim/cli/commands.h"
 #include "sim/config/units.h"
 #include "sim/core/error.h"
@@ -89,8 +92,11 @@ void add_bench_command(CLI::App& app, Action& action) {
       std::vector<std::string>{"gpt3-175b", "llama3-405b"});
   train->add_option("--cases", *which, "Cases to run: gpt3-175b, llama3-405b")
       ->capture_default_str();
-  train->callback([which, &action] {
-    action = [which] {
+  auto calibration = std::make_shared<std::string>();
+  train->add_option("--calibration", *calibration,
+                    "Cost kernels from this calibration database (as simulate does)");
+  train->callback([which, calibration, &action] {
+    action = [which, calibration] {
       struct Case {
         std::string name, model, cluster;
         int nodes, tp, pp, dp;
@@ -119,8 +125,13 @@ void add_bench_command(CLI::App& app, Action& action) {
               workload::uniform_plan(model, c, k.tp, k.pp, k.dp, 1, k.batch, k.seq);
           plan.recompute = workload::Recompute::selective;
           plan.sequence_parallel = true;
-          const workload::DatasheetCostModel cost;
-          const workload::TrainingJob job = workload::build_training_job(model, plan, c, cost);
+          std::unique_ptr<workload::CostModel> cost =
+              std::make_unique<workload::DatasheetCostModel>();
+          if (!calibration->empty()) {
+            cost = std::make_unique<calibrate::MeasuredCostModel>(
+                calibrate::read_database(*calibration), workload::DatasheetCostModel());
+          }
+          const workload::TrainingJob job = workload::build_training_job(model, plan, c, *cost);
           const auto result = workload::replay(job);
           const auto rep =
               report::make_training_report(job, result, workload::memory_per_group(job));

@@ -61,8 +61,7 @@ TEST_F(CalibrateCpu, CalibrateCheckAndSimulateWithTheDatabase) {
   EXPECT_NE(s.output.find(" measured, "), std::string::npos) << s.output;
   EXPECT_NE(s.output.find(" beyond the table (datasheet-scaled from it)"), std::string::npos)
       << s.output;
-  EXPECT_NE(s.output.find(" datasheet (no fp32 causal forward attention table)"),
-            std::string::npos)
+  EXPECT_NE(s.output.find(" datasheet (no fp32 causal forward attention table)"), std::string::npos)
       << s.output;
 }
 
