@@ -49,30 +49,26 @@ double pchip(const std::vector<double>& xs, const std::vector<double>& ys, size_
 // Interpolation of log(time) over log(bytes) (monotone cubic, above); outside the table, time
 // scales with bytes from the nearest edge (bandwidth-bound), so the fallback meets the table there.
 struct SizeTable {
-  std::vector<std::pair<double, double>> pts;  // log bytes, log seconds (sorted, deduplicated)
+  std::vector<double> xs, ys;  // log bytes (sorted, distinct), log seconds (median of repeats)
   void build(const std::vector<SizePoint>& v, int64_t ranks, int64_t nodes) {
     std::map<double, std::vector<double>> by;
     for (size_t i = 0; i < v.size(); ++i) {
       if (v[i].ranks != ranks || v[i].nodes != nodes || v[i].bytes <= 0) continue;
       by[std::log(v[i].bytes)].push_back(std::log(v[i].t.median_s));
     }
-    for (auto& [x, ys] : by) {
-      std::sort(ys.begin(), ys.end());
-      pts.emplace_back(x, ys[ys.size() / 2]);
+    for (auto& [x, same] : by) {
+      std::sort(same.begin(), same.end());
+      xs.push_back(x);
+      ys.push_back(same[same.size() / 2]);
     }
   }
   std::optional<double> seconds(double bytes) const {
-    if (pts.empty() || bytes <= 0) return std::nullopt;
+    if (xs.empty() || bytes <= 0) return std::nullopt;
     const double x = std::log(bytes);
-    if (x <= pts.front().first)
-      return std::exp(pts.front().second) * bytes / std::exp(pts.front().first);
-    if (x >= pts.back().first)
-      return std::exp(pts.back().second) * bytes / std::exp(pts.back().first);
-    auto hi = std::lower_bound(pts.begin(), pts.end(), std::make_pair(x, -1e300));
-    const size_t i = static_cast<size_t>(hi - pts.begin()) - 1;
-    std::vector<double> xs, ys;
-    for (const auto& [px, py] : pts) xs.push_back(px), ys.push_back(py);
-    return std::exp(pchip(xs, ys, i, x));
+    if (x <= xs.front()) return std::exp(ys.front()) * bytes / std::exp(xs.front());
+    if (x >= xs.back()) return std::exp(ys.back()) * bytes / std::exp(xs.back());
+    const size_t hi = static_cast<size_t>(std::lower_bound(xs.begin(), xs.end(), x) - xs.begin());
+    return std::exp(pchip(xs, ys, hi - 1, x));
   }
 };
 
