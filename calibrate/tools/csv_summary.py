@@ -52,6 +52,8 @@ def main(argv=None):
     device_type = cal.provenance.get("device_type", "")
     print(f"{args.csv}: {len(cal.rows)} measurements on {cal.provenance.get('device_name', '?')} "
           f"({device_type})")
+    if "dry_run" in cal.provenance:
+        print(f"  DRY RUN ({cal.provenance['dry_run']}): the figures below are the planner's")
     gemms = [r for r in cal.rows if r["kind"] == "gemm" and r["median_s"] > 0]
     for dtype in ("bf16", "fp16", "fp8", "tf32", "fp32"):
         rows = [r for r in gemms if r["dtype"] == dtype]
