@@ -514,22 +514,75 @@ const config::GpuProfile* MeasuredCostModel::reference() const {
   return &it->second;
 }
 
+void summarise_row(CheckRow& r) {
+  r.held_out = r.points.size();
+  r.mean_error = r.max_error = r.mean_spread = 0;
+  for (const CheckPoint& p : r.points) {
+    const double e = std::abs(p.predicted_s / p.measured_s - 1);
+    r.mean_error += e, r.max_error = std::max(r.max_error, e), r.mean_spread += p.spread;
+  }
+  if (r.held_out > 0) r.mean_error /= r.held_out, r.mean_spread /= r.held_out;
+}
+
+namespace {
+
+CheckPoint compared(std::string label, const Timing& t, double predicted) {
+  return CheckPoint{std::move(label), t.median_s, predicted, (t.p90_s - t.p10_s) / t.median_s};
+}
+
+}  // namespace
+
+std::vector<CheckRow> MeasuredCostModel::compare_datasheet(const config::GpuProfile& gpu) const {
+  const double gap = datasheet_.efficiency().kernel_overhead.seconds();
+  std::vector<CheckRow> rows;
+  for (const auto& [dtype, points] : db_.gemm) {
+    CheckRow row;
+    row.table = "gemm/" + dtype;
+    for (const GemmPoint& p : points) {
+      const Op op = gemm_op(p.m, p.n, p.k, p.batch, dtype);
+      row.points.push_back(
+          compared(fmt::format("m={} n={} k={} batch={}", p.m, p.n, p.k, p.batch), p.t,
+                   datasheet_.duration(op, gpu, dtype_precision(dtype)).seconds() - gap));
+    }
+    rows.push_back(std::move(row));
+  }
+  for (const auto& [dtype, points] : db_.attention) {
+    CheckRow row;
+    row.table = "attention/" + dtype;
+    for (const AttentionPoint& p : points) {
+      row.points.push_back(compared(
+          fmt::format("batch={} heads={} seq={} head_dim={}{}{}{}", p.batch, p.heads, p.seq,
+                      p.head_dim, p.causal ? " causal" : "", p.backward ? " backward" : "",
+                      p.fused ? " fused" : ""),
+          p.t, datasheet_.duration(attention_op(p), gpu, dtype_precision(dtype)).seconds() - gap));
+    }
+    rows.push_back(std::move(row));
+  }
+  for (const auto& [kernel, points] : db_.memory) {
+    CheckRow row;
+    row.table = "memory/" + kernel;
+    for (const SizePoint& p : points) {
+      Op op;
+      op.kind = OpKind::memory;
+      op.bytes = p.bytes;
+      row.points.push_back(
+          compared(fmt::format("bytes={:.0f}", p.bytes), p.t,
+                   datasheet_.duration(op, gpu, workload::Precision::bf16).seconds() - gap));
+    }
+    rows.push_back(std::move(row));
+  }
+  for (CheckRow& r : rows) summarise_row(r);
+  return rows;
+}
+
 std::vector<CheckRow> check_database(const Database& db, const config::GpuProfile& gpu) {
   std::vector<CheckRow> rows;
   auto finish = [&](CheckRow r) {
     if (r.points.empty()) return;
-    r.held_out = r.points.size();
-    for (const CheckPoint& p : r.points) {
-      const double e = std::abs(p.predicted_s / p.measured_s - 1);
-      r.mean_error += e, r.max_error = std::max(r.max_error, e), r.mean_spread += p.spread;
-    }
-    r.mean_error /= r.held_out;
-    r.mean_spread /= r.held_out;
+    summarise_row(r);
     rows.push_back(r);
   };
-  auto point = [](std::string label, const Timing& t, double predicted) {
-    return CheckPoint{std::move(label), t.median_s, predicted, (t.p90_s - t.p10_s) / t.median_s};
-  };
+  auto point = compared;
   for (const auto& [dtype, pts] : db.gemm) {
     Database rest = db;
     rest.gemm[dtype].clear();

@@ -14,6 +14,8 @@
 
 namespace hetsim::calibrate {
 
+struct CheckRow;
+
 class MeasuredCostModel : public workload::CostModel {
  public:
   MeasuredCostModel(Database db, workload::DatasheetCostModel datasheet);
@@ -34,6 +36,10 @@ class MeasuredCostModel : public workload::CostModel {
   std::optional<double> predict_attention(const std::string& dtype, const AttentionPoint& q,
                                           const config::GpuProfile& gpu) const;
   const Database& database() const { return db_; }
+
+  // Every measured kernel (GEMM, attention, memory-bound) against the datasheet model's kernel
+  // time (no launch gap), per table: how far this GPU is from hetsim's uncalibrated model.
+  std::vector<CheckRow> compare_datasheet(const config::GpuProfile& gpu) const;
 
   struct Tables;  // the interpolation tables, built on first use (measured_cost_model.cpp)
 
@@ -65,5 +71,7 @@ struct CheckRow {
   std::vector<CheckPoint> points;  // every held-out point
 };
 std::vector<CheckRow> check_database(const Database& db, const config::GpuProfile& gpu);
+// Fills held_out, mean_error, max_error and mean_spread from the row's points.
+void summarise_row(CheckRow& r);
 
 }  // namespace hetsim::calibrate

@@ -10,14 +10,17 @@
 #include <fstream>
 #include <iostream>
 
+#include "calibrate/compare.h"
 #include "calibrate/cpu/cpu_backend.h"
 #include "calibrate/database.h"
 #include "calibrate/measured_cost_model.h"
 #include "calibrate/model_shapes.h"
 #include "calibrate/nccl_tests.h"
 #include "sim/cli/commands.h"
+#include "sim/config/cluster_config.h"
 #include "sim/config/yaml_util.h"
 #include "sim/core/error.h"
+#include "sim/platform/cluster.h"
 
 namespace hetsim::cli {
 
@@ -52,6 +55,8 @@ void add_calibrate_command(CLI::App& app, Action& action) {
     bool quick = false, points = false;
     std::string shape_models, shape_tp = "1,2,4,8", shape_mb = "1,2,4,8", shape_out;
     std::vector<std::string> nccl_files;
+    std::string compare_file;
+    ClusterFlags compare_cluster;
     std::string nccl_device, nccl_op = "allreduce", nccl_out;
   };
   auto o = std::make_shared<Opts>();
@@ -90,6 +95,13 @@ void add_calibrate_command(CLI::App& app, Action& action) {
                    "allreduce | allgather | reducescatter | alltoall | broadcast | sendrecv")
       ->capture_default_str();
   nccl->add_option("--out", o->nccl_out, "Database file to write")->required();
+  CLI::App* compare = cmd->add_subcommand(
+      "compare",
+      "Measured kernels against the datasheet model, and measured collectives against the "
+      "network model on a cluster: how far uncalibrated hetsim is from this machine");
+  compare->add_option("file", o->compare_file, "Calibration database")->required();
+  o->compare_cluster.add_to(*compare, "");
+  compare->add_flag("--points", o->points, "Also print every point");
   CLI::App* imp = cmd->add_subcommand("import", "Convert a backend's CSV into the database");
   imp->add_option("csv", o->csv, "CSV written by a backend")->required();
   imp->add_option("--out", o->import_out, "Database file to write")->required();
@@ -250,6 +262,57 @@ void add_calibrate_command(CLI::App& app, Action& action) {
       calibrate::write_database(o->nccl_out, db);
       std::cout << db.size() << " " << o->nccl_op << " measurements (" << o->nccl_device
                 << ") written to " << o->nccl_out << "\n";
+      return 0;
+    };
+  });
+  compare->callback([o, &action] {
+    action = [o] {
+      const calibrate::Database db = calibrate::read_database(o->compare_file);
+      const config::GpuProfile& gpu = profile_of(db);
+      auto print = [&](const calibrate::CheckRow& r, const std::string& skipped) {
+        if (!skipped.empty()) {
+          std::cout << fmt::format("  {:<40} skipped: {}\n", r.table, skipped);
+          return;
+        }
+        double bias = 0;
+        for (const auto& p : r.points) bias += p.predicted_s / p.measured_s - 1;
+        bias /= std::max<size_t>(1, r.points.size());
+        std::cout << fmt::format("  {:<40} {:>7} {:>9.2f} {:>9.2f} {:>+9.2f}\n", r.table,
+                                 r.held_out, 100 * r.mean_error, 100 * r.max_error, 100 * bias);
+        if (o->points) {
+          for (const auto& p : r.points) {
+            std::cout << fmt::format(
+                "    {:<40} measured {:>11.4g} s  model {:>11.4g} s  "
+                "error {:>+7.2f}%\n",
+                p.label, p.measured_s, p.predicted_s, 100 * (p.predicted_s / p.measured_s - 1));
+          }
+        }
+      };
+      const std::string header = fmt::format("  {:<40} {:>7} {:>9} {:>9} {:>9}\n", "table",
+                                             "points", "mean %", "max %", "bias %");
+      std::cout << fmt::format("{} ({} measurements, {}): measured against hetsim's models\n",
+                               o->compare_file, db.size(), db.device_type());
+      const calibrate::MeasuredCostModel model(db, workload::DatasheetCostModel());
+      const auto kernels = model.compare_datasheet(gpu);
+      if (!kernels.empty()) {
+        std::cout << "kernels against the datasheet model (kernel time, no launch gap) of "
+                  << gpu.name << "\n"
+                  << header;
+        for (const auto& r : kernels) print(r, "");
+      }
+      if (!db.collective.empty()) {
+        if (o->compare_cluster.cluster.empty()) {
+          std::cout << "collectives: give --cluster (a built-in name or a file) to replay them on "
+                       "hetsim's network model\n";
+        } else {
+          const platform::Cluster cluster(
+              config::load_cluster(o->compare_cluster.cluster, o->compare_cluster.options()));
+          std::cout << "collectives against the network model on " << o->compare_cluster.cluster
+                    << " (alone, nccl-tests' timing)\n"
+                    << header;
+          for (const auto& c : calibrate::compare_collectives(db, cluster)) print(c.row, c.skipped);
+        }
+      }
       return 0;
     };
   });

@@ -51,6 +51,14 @@ TEST_F(CalibrateCpu, CalibrateCheckAndSimulateWithTheDatabase) {
   // Every held-out point with its measurement, prediction and spread: index 2 of the 3x3x3 grid.
   EXPECT_NE(k.output.find("    m=64 n=64 k=256 batch=1 "), std::string::npos) << k.output;
   EXPECT_NE(k.output.find("predicted"), std::string::npos) << k.output;
+  // Against the uncalibrated models: the kernels against the cpu profile's datasheet figures.
+  const CommandResult c2 = run_hetsim({"calibrate", "compare", db});
+  ASSERT_EQ(c2.exit_code, 0) << c2.output;
+  EXPECT_NE(c2.output.find("kernels against the datasheet model (kernel time, no launch gap) of "
+                           "cpu"),
+            std::string::npos)
+      << c2.output;
+  EXPECT_NE(c2.output.find("  gemm/fp32 "), std::string::npos) << c2.output;
   const CommandResult s = run_hetsim({"simulate", "--model", "gpt3-125m", "--cluster", "cpu-host",
                                       "--plan", kPlans + "cpu.yaml", "--calibration", db});
   ASSERT_EQ(s.exit_code, 0) << s.output;

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "calibrate/compare.h"
 #include "calibrate/database.h"
 #include "calibrate/measured_cost_model.h"
 #include "calibrate/nccl_tests.h"
@@ -337,6 +338,37 @@ TEST(CalibrationCsv, AnInterruptedLastLineIsDroppedAndTheRestKept) {
   const Database db = read_csv(path);
   EXPECT_EQ(db.size(), 1u);
   EXPECT_EQ(db.device_type(), "cpu");
+}
+
+TEST(CalibrationCompare, CollectivesTheClusterCannotHostAreSkippedWithTheReason) {
+  Database db;
+  db.attrs = {{"device_type", "a100-sxm4-80gb"}};
+  const Timing t{1e-3, 1e-3, 1e-3, 5};
+  db.collective["allreduce"] = {SizePoint{1 << 20, 8, t, 1}, SizePoint{1 << 20, 16, t, 2},
+                                SizePoint{1 << 20, 3, t, 2}};
+  db.collective["gossip"] = {SizePoint{1 << 20, 8, t, 1}};
+  config::ClusterOptions one;
+  one.nodes = 1;
+  const platform::Cluster cluster(config::load_cluster("dgx-a100", one));
+  const auto rows = compare_collectives(db, cluster);
+  ASSERT_EQ(rows.size(), 4u);
+  EXPECT_EQ(rows[0].row.table, "collective/allreduce ranks=3 nodes=2");
+  EXPECT_EQ(rows[0].skipped, "the cluster has 1 node(s)");
+  EXPECT_EQ(rows[1].row.table, "collective/allreduce ranks=8 nodes=1");
+  EXPECT_EQ(rows[1].skipped, "");
+  ASSERT_EQ(rows[1].row.points.size(), 1u);
+  EXPECT_GT(rows[1].row.points[0].predicted_s, 0);
+  EXPECT_EQ(rows[2].skipped, "the cluster has 1 node(s)");
+  EXPECT_EQ(rows[3].row.table, "collective/gossip ranks=8 nodes=1");
+  EXPECT_EQ(rows[3].skipped, "not a collective hetsim models");
+  // Two nodes: 3 ranks do not split; 16 take 8 GPUs of each node.
+  config::ClusterOptions two;
+  two.nodes = 2;
+  const auto two_rows =
+      compare_collectives(db, platform::Cluster(config::load_cluster("dgx-a100", two)));
+  EXPECT_EQ(two_rows[0].skipped, "3 ranks do not split evenly over 2 nodes");
+  EXPECT_EQ(two_rows[2].skipped, "");
+  EXPECT_GT(two_rows[2].row.points[0].predicted_s, two_rows[1].row.points[0].predicted_s);
 }
 
 // nccl-tests' text output, as all_reduce_perf prints it on 2 nodes of 2 GPUs.

@@ -283,7 +283,8 @@ double checked_collective_error(const std::string& db) {
   return std::stod(r.output.substr(at + 13));
 }
 
-void expect_calibration_check(const std::string& type, const std::string& device) {
+void expect_calibration_check(const std::string& type, const std::string& device,
+                              const std::string& cluster) {
   std::vector<std::string> dense = {"calibrate", "import-nccl-tests"}, thin = dense;
   for (int n = 2; n <= 8; ++n) {
     const fs::path file = data_dir() / (type + "_allreduce_" + std::to_string(n) + "gpu.csv");
@@ -318,14 +319,32 @@ void expect_calibration_check(const std::string& type, const std::string& device
               type.c_str(), dense_error, thin_error);
   EXPECT_LT(dense_error, 1.0);
   EXPECT_LT(thin_error, 5.0);  // the target for collectives
+
+  // The same tables replayed on hetsim's network model (`calibrate compare`): a row per GPU
+  // count, each within the error the validation above allows its sizes (from 1 MiB here).
+  const auto r = hetsim::e2e::run_hetsim(
+      {"calibrate", "compare", thin_db, "--cluster", cluster, "--nodes", "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (int n = 2; n <= 8; ++n) {
+    const std::string table = "collective/allreduce ranks=" + std::to_string(n) + " nodes=1";
+    const size_t at = r.output.find(table);
+    ASSERT_NE(at, std::string::npos) << table << "\n" << r.output;
+    std::istringstream row(r.output.substr(at + table.size()));
+    int points = 0;
+    double mean = 0;
+    row >> points >> mean;
+    EXPECT_EQ(points, 20) << table;
+    EXPECT_LT(mean, kConfigLimitPct) << table << "\n" << r.output;
+  }
+  std::printf("%s", r.output.c_str());
 }
 
 }  // namespace
 
 TEST(NcclTestsCalibration, A100AllReduceHeldOutUnderFivePercent) {
-  expect_calibration_check("a100", "a100-sxm4-80gb");
+  expect_calibration_check("a100", "a100-sxm4-80gb", "dgx-a100");
 }
 
 TEST(NcclTestsCalibration, V100AllReduceHeldOutUnderFivePercent) {
-  expect_calibration_check("v100", "v100-sxm2-32gb");
+  expect_calibration_check("v100", "v100-sxm2-32gb", "dgx1-v100");
 }
