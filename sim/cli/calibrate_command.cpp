@@ -67,7 +67,9 @@ void add_calibrate_command(CLI::App& app, Action& action) {
   cmd->add_option("--backend", o->backend, "cpu | cuda")->capture_default_str();
   cmd->add_option("--out", o->out, "Database file to write (.h5)");
   cmd->add_flag("--quick", o->quick, "A small grid (for tests)");
-  cmd->add_option("--ops", o->ops, "Kinds to measure: gemm,memory,collective (cpu); default all");
+  cmd->add_option("--ops", o->ops,
+                  "Kinds to measure: gemm,memory,collective (cpu); gemm,attention,memory,"
+                  "collective,copy (cuda); default all");
   CLI::App* check = cmd->add_subcommand(
       "check", "Hold out every fifth point, predict it from the rest, print the error per table");
   check->add_option("file", o->check_file, "Calibration database")->required();
