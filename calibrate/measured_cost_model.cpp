@@ -106,7 +106,6 @@ struct MeasuredCostModel::Tables {
     std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, double> exact;  // seconds
     std::vector<double> ms, ns, ks;                                          // axes (log)
     std::map<std::tuple<int64_t, int64_t, int64_t>, double> value;           // log normalised rate
-    std::map<int64_t, int64_t> to_m, to_n, to_k;                             // sizes on the axes
   };
   // (dtype, GPU type, batch): units differ by type; batched GEMMs (attention's) have their own
   std::map<std::tuple<std::string, std::string, int64_t>, Gemm> gemm;
@@ -234,9 +233,9 @@ std::optional<double> MeasuredCostModel::predict_gemm(const std::string& dtype, 
       std::sort(axis->begin(), axis->end());
       axis->erase(std::unique(axis->begin(), axis->end()), axis->end());
     }
-    for (int64_t v : ms) g.ms.push_back(double(v)), g.to_m[v] = v;
-    for (int64_t v : ns) g.ns.push_back(double(v)), g.to_n[v] = v;
-    for (int64_t v : ks) g.ks.push_back(double(v)), g.to_k[v] = v;
+    for (int64_t v : ms) g.ms.push_back(double(v));
+    for (int64_t v : ns) g.ns.push_back(double(v));
+    for (int64_t v : ks) g.ks.push_back(double(v));
     tit = tables.emplace(table_key, std::move(g)).first;
   }
   const Tables::Gemm& g = tit->second;

@@ -310,8 +310,22 @@ void add_calibrate_command(CLI::App& app, Action& action) {
           const platform::Cluster cluster(
               config::load_cluster(o->compare_cluster.cluster, o->compare_cluster.options()));
           std::cout << "collectives against the network model on " << o->compare_cluster.cluster
-                    << " (alone, nccl-tests' timing)\n"
-                    << header;
+                    << " (alone, nccl-tests' timing)\n";
+          // A cluster of other GPUs compares another machine's fabric: say so.
+          std::vector<std::string> others;
+          for (size_t n = 0; n < cluster.node_count(); ++n) {
+            const platform::Node& node = cluster.node(static_cast<uint32_t>(n));
+            if (node.gpu_count == 0) continue;
+            const std::string& name = cluster.gpu(node.first_gpu).profile->name;
+            if (name != db.device_type() &&
+                std::find(others.begin(), others.end(), name) == others.end())
+              others.push_back(name);
+          }
+          if (!others.empty()) {
+            std::cout << "  note: the cluster has " << config::join_names(others)
+                      << " GPUs; the database measured " << db.device_type() << "\n";
+          }
+          std::cout << header;
           for (const auto& c : calibrate::compare_collectives(db, cluster)) print(c.row, c.skipped);
         }
       }

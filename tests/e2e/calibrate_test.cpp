@@ -89,6 +89,25 @@ TEST_F(CalibrateCpu, MpiCollectivesBetweenTwoProcesses) {
     EXPECT_EQ(d.collective.at(op).front().nodes, 1) << op;  // both processes on this machine
     EXPECT_GE(d.collective.at(op).size(), 5u) << op;
   }
+  // Replayed on the network model of the cpu-host cluster: every op compared, none skipped.
+  const CommandResult c = run_hetsim({"calibrate", "compare", db, "--cluster", "cpu-host"});
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  for (const char* op :
+       {"allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "sendrecv"}) {
+    EXPECT_NE(c.output.find(std::string("collective/") + op + " ranks=2 nodes=1 "),
+              std::string::npos)
+        << op << c.output;
+  }
+  EXPECT_EQ(c.output.find("skipped"), std::string::npos) << c.output;
+  EXPECT_EQ(c.output.find("note:"), std::string::npos) << c.output;
+  // On a cluster of other GPUs the comparison says whose fabric it is.
+  const CommandResult other =
+      run_hetsim({"calibrate", "compare", db, "--cluster", "dgx-a100", "--nodes", "1"});
+  ASSERT_EQ(other.exit_code, 0) << other.output;
+  EXPECT_NE(
+      other.output.find("  note: the cluster has a100-sxm4-80gb GPUs; the database measured cpu\n"),
+      std::string::npos)
+      << other.output;
 }
 
 TEST_F(CalibrateCpu, AnInterruptedRunResumesAndKeepsWhatItHadMeasured) {
