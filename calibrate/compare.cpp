@@ -46,8 +46,8 @@ std::vector<CollectiveComparison> compare_collectives(const Database& db,
         for (const SizePoint* p : rows) {
           req.bytes = p->bytes;
           const double simulated = network::simulate_collective(cluster, req).time.seconds();
-          c.row.points.push_back(CheckPoint{fmt::format("bytes={:.0f}", p->bytes), p->t.median_s,
-                                            simulated, (p->t.p90_s - p->t.p10_s) / p->t.median_s});
+          c.row.points.push_back(
+              check_point(fmt::format("bytes={:.0f}", p->bytes), p->t, simulated));
         }
         summarise_row(c.row);
       }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <tuple>
 
@@ -318,18 +319,16 @@ std::optional<double> MeasuredCostModel::predict_size(const std::string& kind,
 
 namespace {
 
-// The attention kernel of a point, for its reference time: FLOPs as ops.cpp counts them (a
-// fused kernel skips the masked half and recomputes in its backward, 2.5x the forward; an
-// unfused one computes every score, backward 2x) and the bytes it moves (Q, K, V, O, and the
-// scores an unfused kernel writes and reads about 6 times forward, 9 backward).
+// The attention kernel of a point, for its reference time: its FLOPs (as the workload counts
+// them) and the bytes it moves (Q, K, V, O, and the scores an unfused kernel writes and reads
+// about 6 times forward, 9 backward).
 Op attention_op(const AttentionPoint& a) {
   Op op;
   op.kind = a.backward ? OpKind::attention_backward : OpKind::attention_forward;
   op.batch = a.batch, op.heads = a.heads, op.seq = a.seq, op.head_dim = a.head_dim;
   op.causal = a.causal, op.fused = a.fused;
-  const double forward = 4.0 * a.batch * a.heads * double(a.seq) * a.seq * a.head_dim;
   op.flops =
-      (a.fused && a.causal ? 0.5 : 1.0) * (a.backward ? (a.fused ? 2.5 : 2.0) : 1.0) * forward;
+      workload::attention_flops(a.batch, a.heads, a.seq, a.head_dim, a.causal, a.fused, a.backward);
   const double io = 2.0 * 4 * a.batch * a.heads * double(a.seq) * a.head_dim;
   const double scores = a.fused ? 0 : 2.0 * a.batch * a.heads * double(a.seq) * a.seq;
   op.bytes = a.backward ? 2 * io + 9 * scores : io + 6 * scores;
@@ -523,13 +522,21 @@ void summarise_row(CheckRow& r) {
   if (r.held_out > 0) r.mean_error /= r.held_out, r.mean_spread /= r.held_out;
 }
 
-namespace {
-
-CheckPoint compared(std::string label, const Timing& t, double predicted) {
+CheckPoint check_point(std::string label, const Timing& t, double predicted) {
   return CheckPoint{std::move(label), t.median_s, predicted, (t.p90_s - t.p10_s) / t.median_s};
 }
 
-}  // namespace
+template <>
+std::string point_label(const GemmPoint& p) {
+  return fmt::format("m={} n={} k={} batch={}", p.m, p.n, p.k, p.batch);
+}
+
+template <>
+std::string point_label(const AttentionPoint& p) {
+  return fmt::format("batch={} heads={} seq={} head_dim={}{}{}{}", p.batch, p.heads, p.seq,
+                     p.head_dim, p.causal ? " causal" : "", p.backward ? " backward" : "",
+                     p.fused ? " fused" : "");
+}
 
 std::vector<CheckRow> MeasuredCostModel::compare_datasheet(const config::GpuProfile& gpu) const {
   const double gap = datasheet_.efficiency().kernel_overhead.seconds();
@@ -540,8 +547,8 @@ std::vector<CheckRow> MeasuredCostModel::compare_datasheet(const config::GpuProf
     for (const GemmPoint& p : points) {
       const Op op = gemm_op(p.m, p.n, p.k, p.batch, dtype);
       row.points.push_back(
-          compared(fmt::format("m={} n={} k={} batch={}", p.m, p.n, p.k, p.batch), p.t,
-                   datasheet_.duration(op, gpu, dtype_precision(dtype)).seconds() - gap));
+          check_point(point_label(p), p.t,
+                      datasheet_.duration(op, gpu, dtype_precision(dtype)).seconds() - gap));
     }
     rows.push_back(std::move(row));
   }
@@ -549,11 +556,9 @@ std::vector<CheckRow> MeasuredCostModel::compare_datasheet(const config::GpuProf
     CheckRow row;
     row.table = "attention/" + dtype;
     for (const AttentionPoint& p : points) {
-      row.points.push_back(compared(
-          fmt::format("batch={} heads={} seq={} head_dim={}{}{}{}", p.batch, p.heads, p.seq,
-                      p.head_dim, p.causal ? " causal" : "", p.backward ? " backward" : "",
-                      p.fused ? " fused" : ""),
-          p.t, datasheet_.duration(attention_op(p), gpu, dtype_precision(dtype)).seconds() - gap));
+      row.points.push_back(check_point(
+          point_label(p), p.t,
+          datasheet_.duration(attention_op(p), gpu, dtype_precision(dtype)).seconds() - gap));
     }
     rows.push_back(std::move(row));
   }
@@ -565,8 +570,8 @@ std::vector<CheckRow> MeasuredCostModel::compare_datasheet(const config::GpuProf
       op.kind = OpKind::memory;
       op.bytes = p.bytes;
       row.points.push_back(
-          compared(fmt::format("bytes={:.0f}", p.bytes), p.t,
-                   datasheet_.duration(op, gpu, workload::Precision::bf16).seconds() - gap));
+          check_point(fmt::format("bytes={:.0f}", p.bytes), p.t,
+                      datasheet_.duration(op, gpu, workload::Precision::bf16).seconds() - gap));
     }
     rows.push_back(std::move(row));
   }
@@ -574,72 +579,77 @@ std::vector<CheckRow> MeasuredCostModel::compare_datasheet(const config::GpuProf
   return rows;
 }
 
+namespace {
+
+// One table's held-out check: every fifth point (from the third) predicted by a model built from
+// the others alone, in a database holding just them (`with`) and the provenance.
+template <typename Point>
+void hold_out(
+    const std::string& table, const std::vector<Point>& points, const Database& db,
+    const workload::DatasheetCostModel& datasheet,
+    const std::function<void(Database&, std::vector<Point>)>& with,
+    const std::function<std::optional<double>(const MeasuredCostModel&, const Point&)>& predict,
+    const std::function<std::string(const Point&)>& label, std::vector<CheckRow>& rows) {
+  std::vector<Point> held, kept;
+  for (size_t i = 0; i < points.size(); ++i) (i % 5 == 2 ? held : kept).push_back(points[i]);
+  Database rest;
+  rest.source = db.source;
+  rest.attrs = db.attrs;
+  with(rest, std::move(kept));
+  const MeasuredCostModel m(std::move(rest), datasheet);
+  CheckRow row;
+  row.table = table;
+  for (const Point& p : held) {
+    if (auto s = predict(m, p)) row.points.push_back(check_point(label(p), p.t, *s));
+  }
+  if (row.points.empty()) return;
+  summarise_row(row);
+  rows.push_back(std::move(row));
+}
+
+}  // namespace
+
 std::vector<CheckRow> check_database(const Database& db, const config::GpuProfile& gpu) {
   std::vector<CheckRow> rows;
-  auto finish = [&](CheckRow r) {
-    if (r.points.empty()) return;
-    summarise_row(r);
-    rows.push_back(r);
-  };
-  auto point = compared;
+  const workload::DatasheetCostModel datasheet;
   for (const auto& [dtype, pts] : db.gemm) {
-    Database rest = db;
-    rest.gemm[dtype].clear();
-    std::vector<GemmPoint> held;
-    for (size_t i = 0; i < pts.size(); ++i)
-      (i % 5 == 2 ? held : rest.gemm[dtype]).push_back(pts[i]);
-    const MeasuredCostModel m(rest, workload::DatasheetCostModel());
-    CheckRow row;
-    row.table = "gemm/" + dtype;
-    for (const GemmPoint& p : held) {
-      if (auto s = m.predict_gemm(dtype, p, gpu))
-        row.points.push_back(
-            point(fmt::format("m={} n={} k={} batch={}", p.m, p.n, p.k, p.batch), p.t, *s));
-    }
-    finish(row);
+    hold_out<GemmPoint>(
+        "gemm/" + dtype, pts, db, datasheet,
+        [&](Database& r, std::vector<GemmPoint> kept) { r.gemm[dtype] = std::move(kept); },
+        [&](const MeasuredCostModel& m, const GemmPoint& p) {
+          return m.predict_gemm(dtype, p, gpu);
+        },
+        point_label<GemmPoint>, rows);
   }
   for (const auto& [dtype, pts] : db.attention) {
-    Database rest = db;
-    rest.attention[dtype].clear();
-    std::vector<AttentionPoint> held;
-    for (size_t i = 0; i < pts.size(); ++i)
-      (i % 5 == 2 ? held : rest.attention[dtype]).push_back(pts[i]);
-    const MeasuredCostModel m(rest, workload::DatasheetCostModel());
-    CheckRow row;
-    row.table = "attention/" + dtype;
-    for (const AttentionPoint& p : held) {
-      if (auto s = m.predict_attention(dtype, p, gpu))
-        row.points.push_back(
-            point(fmt::format("batch={} heads={} seq={} head_dim={}{}{}{}", p.batch, p.heads, p.seq,
-                              p.head_dim, p.causal ? " causal" : "", p.backward ? " backward" : "",
-                              p.fused ? " fused" : ""),
-                  p.t, *s));
-    }
-    finish(row);
+    hold_out<AttentionPoint>(
+        "attention/" + dtype, pts, db, datasheet,
+        [&](Database& r, std::vector<AttentionPoint> kept) {
+          r.attention[dtype] = std::move(kept);
+        },
+        [&](const MeasuredCostModel& m, const AttentionPoint& p) {
+          return m.predict_attention(dtype, p, gpu);
+        },
+        point_label<AttentionPoint>, rows);
   }
-  auto sizes = [&](const char* kind, const std::map<std::string, std::vector<SizePoint>>& all) {
-    for (const auto& [name, pts] : all) {
-      Database rest = db;
-      auto& slot = std::string(kind) == "memory"       ? rest.memory[name]
-                   : std::string(kind) == "collective" ? rest.collective[name]
-                                                       : rest.copy[name];
-      slot.clear();
-      std::vector<SizePoint> held;
-      for (size_t i = 0; i < pts.size(); ++i) (i % 5 == 2 ? held : slot).push_back(pts[i]);
-      const MeasuredCostModel m(rest, workload::DatasheetCostModel());
-      CheckRow row;
-      row.table = std::string(kind) + "/" + name;
-      for (const SizePoint& p : held) {
-        if (auto s = m.predict_size(kind, name, p))
-          row.points.push_back(point(
-              fmt::format("bytes={:.0f} ranks={} nodes={}", p.bytes, p.ranks, p.nodes), p.t, *s));
-      }
-      finish(row);
+  using SizeTables = std::map<std::string, std::vector<SizePoint>> Database::*;
+  for (const auto& [kind, member] :
+       {std::pair<const char*, SizeTables>{"memory", &Database::memory},
+        {"collective", &Database::collective},
+        {"copy", &Database::copy}}) {
+    for (const auto& [name, pts] : db.*member) {
+      hold_out<SizePoint>(
+          std::string(kind) + "/" + name, pts, db, datasheet,
+          [&](Database& r, std::vector<SizePoint> kept) { (r.*member)[name] = std::move(kept); },
+          [&](const MeasuredCostModel& m, const SizePoint& p) {
+            return m.predict_size(kind, name, p);
+          },
+          [](const SizePoint& p) {
+            return fmt::format("bytes={:.0f} ranks={} nodes={}", p.bytes, p.ranks, p.nodes);
+          },
+          rows);
     }
-  };
-  sizes("memory", db.memory);
-  sizes("collective", db.collective);
-  sizes("copy", db.copy);
+  }
   return rows;
 }
 

@@ -73,5 +73,15 @@ struct CheckRow {
 std::vector<CheckRow> check_database(const Database& db, const config::GpuProfile& gpu);
 // Fills held_out, mean_error, max_error and mean_spread from the row's points.
 void summarise_row(CheckRow& r);
+// A point of a row: its label, measured median, the prediction, and the measurement's spread.
+CheckPoint check_point(std::string label, const Timing& t, double predicted);
+// "m=.. n=.. k=.. batch=.." for a GEMM point, "batch=.. heads=.. seq=.. head_dim=..[ causal]
+// [ backward][ fused]" for an attention point.
+template <typename Point>
+std::string point_label(const Point& p);
+template <>
+std::string point_label(const GemmPoint& p);
+template <>
+std::string point_label(const AttentionPoint& p);
 
 }  // namespace hetsim::calibrate

@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 
+#include "sim/config/yaml_util.h"
 #include "sim/core/error.h"
 
 namespace hetsim::calibrate {
@@ -28,13 +29,9 @@ std::vector<std::string> split(const std::string& line, char sep) {
 }
 
 bool number(const std::string& s, double* v) {
-  try {
-    size_t used = 0;
-    *v = std::stod(s, &used);
-    return used == s.size();
-  } catch (const std::logic_error&) {
-    return false;
-  }
+  const std::optional<double> parsed = config::parse_whole<double>(s);
+  if (parsed) *v = *parsed;
+  return parsed.has_value();
 }
 
 }  // namespace

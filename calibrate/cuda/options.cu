@@ -2,6 +2,7 @@
 #include "options.h"
 
 #include <algorithm>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 
@@ -27,6 +28,17 @@ std::vector<std::string> split_commas(const std::string& text) {
   while (std::getline(in, part, ','))
     if (!part.empty()) parts.push_back(part);
   return parts;
+}
+// The whole of `text` read by `parse` (std::stoi, std::stod), or nullopt.
+template <typename T, typename Parse>
+std::optional<T> parse_all(const std::string& text, Parse parse) {
+  std::size_t used = 0;
+  try {
+    const T v = parse(text, &used);
+    if (used == text.size()) return v;
+  } catch (const std::logic_error&) {
+  }
+  return std::nullopt;
 }
 }  // namespace
 
@@ -54,22 +66,14 @@ Options parse_options(int argc, char** argv, bool* help) {
                                       "\" (expected gemm, attention, memory, collective, copy)");
     } else if (arg == "--device") {
       const std::string v = value();
-      std::size_t used = 0;
-      try {
-        o.device = std::stoi(v, &used);
-      } catch (const std::logic_error&) {
-        used = 0;
-      }
-      if (used != v.size() || o.device < 0) throw std::invalid_argument("--device: not a device index: " + v);
+      const auto d = parse_all<int>(v, [](const std::string& t, std::size_t* u) { return std::stoi(t, u); });
+      if (!d || *d < 0) throw std::invalid_argument("--device: not a device index: " + v);
+      o.device = *d;
     } else if (arg == "--budget-s") {
       const std::string v = value();
-      std::size_t used = 0;
-      try {
-        o.budget_s = std::stod(v, &used);
-      } catch (const std::logic_error&) {
-        used = 0;
-      }
-      if (used != v.size() || !(o.budget_s > 0)) throw std::invalid_argument("--budget-s: not a positive number: " + v);
+      const auto b = parse_all<double>(v, [](const std::string& t, std::size_t* u) { return std::stod(t, u); });
+      if (!b || !(*b > 0)) throw std::invalid_argument("--budget-s: not a positive number: " + v);
+      o.budget_s = *b;
     } else if (arg == "--shapes") {
       o.shapes = value();
     } else if (arg == "--dry-run") {

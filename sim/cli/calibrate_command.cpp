@@ -200,18 +200,12 @@ void add_calibrate_command(CLI::App& app, Action& action) {
       auto numbers = [](const std::string& flag, const std::string& text) {
         std::vector<int64_t> v;
         for (const std::string& x : split_list(text)) {
-          size_t used = 0;
-          long long n = 0;
-          try {
-            n = std::stoll(x, &used);
-          } catch (const std::logic_error&) {
-            used = 0;
-          }
-          if (used != x.size() || n < 1 || n > 4096) {
+          const std::optional<long long> n = config::parse_whole<long long>(x);
+          if (!n || *n < 1 || *n > 4096) {
             throw InputError(flag + ": expected positive integers separated by commas, got \"" +
                              text + "\"");
           }
-          v.push_back(n);
+          v.push_back(*n);
         }
         if (v.empty()) throw InputError(flag + ": expected at least one value");
         return v;

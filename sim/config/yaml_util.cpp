@@ -48,15 +48,6 @@ std::string missing(const std::string& file, const YAML::Node& node, const std::
   return where(file, node) + ": " + field + ": missing required field";
 }
 
-// Whole-string number parse (no leading '+', no trailing text).
-template <typename T>
-std::optional<T> parse_whole(const std::string& s) {
-  T v{};
-  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
-  return v;
-}
-
 // A deep copy built in code: its nodes carry no file position (a --set value is not on any line
 // of the file, and Clone() would stamp line 1 on it).
 YAML::Node unmarked(const YAML::Node& n) {
@@ -107,6 +98,18 @@ std::optional<std::vector<Step>> parse_path(std::string_view path) {
 }
 
 }  // namespace
+
+template <typename T>
+std::optional<T> parse_whole(const std::string& s) {
+  T v{};
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+template std::optional<long> parse_whole<long>(const std::string&);
+template std::optional<long long> parse_whole<long long>(const std::string&);
+template std::optional<unsigned long> parse_whole<unsigned long>(const std::string&);
+template std::optional<double> parse_whole<double>(const std::string&);
 
 std::string where(const std::string& file, const YAML::Node& node) {
   const YAML::Mark mark = node.Mark();

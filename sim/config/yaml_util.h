@@ -19,6 +19,11 @@ namespace hetsim::config {
 // (one built in code, such as a --set value).
 std::string where(const std::string& file, const YAML::Node& node);
 
+// The whole of `s` as a number (no leading '+' or space, no trailing text), or nullopt. Defined
+// for long, long long, unsigned long (size_t) and double.
+template <typename T>
+std::optional<T> parse_whole(const std::string& s);
+
 // Levenshtein distance over bytes.
 size_t edit_distance(std::string_view a, std::string_view b);
 

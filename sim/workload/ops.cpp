@@ -23,6 +23,13 @@ int element_bytes(Precision p) {
   return p == Precision::fp32 ? 4 : 2;
 }  // fp8 keeps 16-bit activations
 
+double attention_flops(int64_t batch, int64_t heads, int64_t seq, int64_t head_dim, bool causal,
+                       bool fused, bool backward) {
+  const double forward = 4.0 * batch * seq * seq * head_dim * heads;
+  const double masked = causal && fused ? 0.5 : 1.0;
+  return masked * (backward ? (fused ? 2.5 : 2.0) * forward : forward);
+}
+
 namespace {
 
 struct Builder {
@@ -86,13 +93,13 @@ struct Builder {
     op.fused = s.flash_attention;
     // Q K^T and P V: 4 b s^2 d per head; backward 2x (dQ, dK, dV, dP), counted in full for the
     // MFU numerator as Narayanan et al. do; causal kernels skip half of it.
-    const double fwd = 4.0 * s.micro_batch * s.sequence * s.sequence * m.head_dim * heads;
+    const double fwd =
+        attention_flops(s.micro_batch, heads, s.sequence, m.head_dim, false, false, false);
     op.model_flops = forward ? fwd : 2 * fwd;
-    // Flash attention skips the masked half of causal attention and recomputes the forward
-    // inside its backward kernel (FlashAttention-2: backward = 2.5x forward); standard attention
-    // computes the whole s x s score matrix, masks it, and stores it for the backward.
-    const double causal = m.causal && s.flash_attention ? 0.5 : 1.0;
-    op.flops = causal * (forward ? fwd : (s.flash_attention ? 2.5 : 2.0) * fwd);
+    // Standard attention computes the whole s x s score matrix, masks it, and stores it for the
+    // backward; flash attention does neither (attention_flops).
+    op.flops = attention_flops(s.micro_batch, heads, s.sequence, m.head_dim, m.causal,
+                               s.flash_attention, !forward);
     const double kv_local = std::max<int64_t>(1, m.kv_heads / s.tensor_parallel);
     const double qkvo = e * tokens() * m.head_dim * (2.0 * heads + 2.0 * kv_local);
     const double scores =

@@ -17,6 +17,13 @@ int element_bytes(Precision p);
 
 enum class OpKind { gemm, attention_forward, attention_backward, memory };
 
+// FLOPs one attention kernel executes over `heads` heads: Q K^T and P V, 4 b s^2 d per head
+// forward. A fused (flash) kernel skips the masked half of causal attention and recomputes the
+// forward inside its backward (FlashAttention-2: backward = 2.5x forward); an unfused one
+// computes every score, backward 2x.
+double attention_flops(int64_t batch, int64_t heads, int64_t seq, int64_t head_dim, bool causal,
+                       bool fused, bool backward);
+
 // One kernel on one GPU (of a tensor-parallel group: shapes are per rank).
 struct Op {
   std::string name;  // e.g. "fc1.dgrad"

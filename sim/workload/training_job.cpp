@@ -176,6 +176,7 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
       e * static_cast<double>(plan.micro_batch_size) * plan.sequence_length * model.hidden;
   std::map<std::string, std::string> type_source;  // GPU type -> where its costs come from
   std::map<std::string, std::map<std::string, std::set<std::string>>> coverage;  // -> how, shapes
+  std::map<std::string, std::set<std::string>> classified;  // GPU type -> shapes seen
   for (size_t r = 0; r < plan.replicas.size(); ++r) {
     const ReplicaPlan& rep = plan.replicas[r];
     for (int s = 0; s < P; ++s) {
@@ -284,10 +285,14 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
         b.dp_wait(b.dp_collective(CommKind::allgather, e * g.params, "zero.params"));
       }
       type_source[g.gpu->name] = cost.source(Op{}, *g.gpu);
+      // Each distinct kernel shape of a GPU type is classified once: groups of one type share
+      // most of their kernels, and the lookup scans the tables.
       for (const Op& op : g.ops) {
-        coverage[g.gpu->name][cost.coverage(op, *g.gpu, plan.precision)].insert(fmt::format(
-            "{}/{}/{}x{}x{}x{}/{}x{}x{}x{}/{}", op.name, static_cast<int>(op.kind), op.m, op.n,
-            op.k, op.batch, op.heads, op.seq, op.head_dim, op.causal, op.bytes));
+        const std::string shape = fmt::format("{}/{}/{}x{}x{}x{}/{}x{}x{}x{}/{}", op.name,
+                                              static_cast<int>(op.kind), op.m, op.n, op.k, op.batch,
+                                              op.heads, op.seq, op.head_dim, op.causal, op.bytes);
+        if (classified[g.gpu->name].insert(shape).second)
+          coverage[g.gpu->name][cost.coverage(op, *g.gpu, plan.precision)].insert(shape);
       }
       job.groups.push_back(std::move(g));
     }
