@@ -5,6 +5,7 @@
 #include <hdf5.h>
 
 #include <fmt/format.h>
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -28,6 +29,51 @@ size_t Database::size() const {
   for (const auto& [_, v] : collective) n += v.size();
   for (const auto& [_, v] : copy) n += v.size();
   return n;
+}
+
+namespace {
+
+template <typename Point>
+void add_spread(std::vector<TableSpread>& out, const std::string& table,
+                const std::vector<Point>& points) {
+  std::vector<double> spreads;
+  for (const Point& p : points) {
+    if (p.t.median_s > 0) spreads.push_back((p.t.p90_s - p.t.p10_s) / p.t.median_s);
+  }
+  if (spreads.empty()) return;
+  const size_t mid = spreads.size() / 2;
+  std::nth_element(spreads.begin(), spreads.begin() + mid, spreads.end());
+  double median = spreads[mid];
+  if (spreads.size() % 2 == 0) {
+    median = (median + *std::max_element(spreads.begin(), spreads.begin() + mid)) / 2;
+  }
+  out.push_back(TableSpread{table, spreads.size(), median});
+}
+
+}  // namespace
+
+std::vector<TableSpread> table_spreads(const Database& db) {
+  std::vector<TableSpread> out;
+  for (const auto& [dtype, pts] : db.gemm) add_spread(out, "gemm/" + dtype, pts);
+  for (const auto& [dtype, pts] : db.attention) add_spread(out, "attention/" + dtype, pts);
+  for (const auto& [name, pts] : db.memory) add_spread(out, "memory/" + name, pts);
+  for (const auto& [name, pts] : db.collective) add_spread(out, "collective/" + name, pts);
+  for (const auto& [name, pts] : db.copy) add_spread(out, "copy/" + name, pts);
+  return out;
+}
+
+std::vector<std::string> spread_warnings(const Database& db) {
+  std::vector<std::string> out;
+  for (const TableSpread& t : table_spreads(db)) {
+    if (t.median_spread <= kMaxMedianSpread) continue;
+    out.push_back(fmt::format(
+        "calibration {} table {}: median spread {:.0f}% over {} points exceeds {:.0f}% (spread: "
+        "(p90 - p10) / median of repeated runs); measured on a loaded machine? Its times are not "
+        "to be trusted: re-measure on a quiet one (hetsim calibrate check shows the held-out "
+        "error)",
+        db.source, t.table, 100 * t.median_spread, t.points, 100 * kMaxMedianSpread));
+  }
+  return out;
 }
 
 namespace {

@@ -56,6 +56,29 @@ Database read_database(const std::string& path);
 // Writes atomically (a temporary file renamed over the target).
 void write_database(const std::string& path, const Database& db);
 
+// Sanity of a database's measurements. A kernel repeated on a quiet machine agrees with itself
+// within a few percent: (p90 - p10) / median is 0.6-2% in the shipped H200 and A100 samples
+// (tests/data/calibration) and typically under 20% for CPU kernels. A table whose *median* point
+// spreads more than half its own median was measured on a loaded or throttling machine: its
+// medians are not this machine's speed (issue 9's trial: a loaded CPU run put an iteration at
+// 449 s against 34.8 s on a quiet rerun, with spreads over 1000%). 50% leaves a wide margin for
+// honest noise and still catches that.
+constexpr double kMaxMedianSpread = 0.5;
+// Held-out points of a smooth grid come back within a few percent (calibrate check on the
+// shipped samples); interpolation cannot be that wrong by shape alone, so a mean held-out error
+// over 25% means neighbouring points disagree: noise, not the kernel's curve (the trial: 67-75%).
+constexpr double kMaxHeldOutError = 0.25;
+
+struct TableSpread {
+  std::string table;  // "gemm/fp32", "memory/copy", "collective/allreduce", as calibrate check
+  size_t points = 0;
+  double median_spread = 0;  // median over points of (p90 - p10) / median
+};
+// Every table's spread, from the stored percentiles alone (cheap: no model is built).
+std::vector<TableSpread> table_spreads(const Database& db);
+// One sentence per table over kMaxMedianSpread, naming the table, the figure and the threshold.
+std::vector<std::string> spread_warnings(const Database& db);
+
 // CSV interchange: header, "# key=value" provenance lines, one measurement per line.
 Database read_csv(const std::string& path);
 std::string csv_header();

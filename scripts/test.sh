@@ -6,6 +6,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 jobs=$(nproc)
+# Open MPI's mpirun refuses to run as root without these (CI containers run as root).
+if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+
+# CTest lists skipped tests without their reason; GoogleTest logs it on the line after
+# "FILE:LINE: Skipped", so print it with the test's name.
+skip_reasons() {
+  awk '/^\[ RUN      \]/ { test = $4 } reason { print "  skipped: " test ": " $0; reason = 0 }
+       /: Skipped$/ { reason = 1 }' "$1"/Testing/Temporary/LastTest.log 2>/dev/null || true
+}
 
 echo "== format check (clang-format)"
 git ls-files '*.cpp' '*.h' | xargs clang-format --dry-run -Werror
@@ -15,6 +24,7 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DHETSIM_WERROR=ON >/dev
 cmake --build build -j "$jobs"
 echo "== tests"
 ctest --test-dir build --output-on-failure -j "$jobs"
+skip_reasons build
 
 if [ "${HETSIM_SKIP_SANITIZE:-0}" != "1" ]; then
   echo "== build (ASan + UBSan)"
@@ -24,4 +34,5 @@ if [ "${HETSIM_SKIP_SANITIZE:-0}" != "1" ]; then
   echo "== tests under ASan + UBSan"
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir build-asan --output-on-failure -j "$jobs"
+  skip_reasons build-asan
 fi

@@ -1,10 +1,11 @@
 // Attention points, bf16, BHSD. Each point first tries cuDNN's fused flash attention
 // (cudnn_sdpa.h: the backend graph API, forward with the softmax statistics training keeps,
-// backward from them); where cuDNN cannot build a plan, or cannot be loaded at all, the point
-// measures the unfused path a framework takes without FlashAttention: cuBLASLt strided-batched
-// GEMMs for QK^T and PV and the hetsim row softmax in between, the backward pass reusing the saved
-// probabilities P (no recomputation). The unfused path materialises the scores, so it is slower
-// than a fused kernel at long sequences. The CSV name column says which one a row measured
+// backward from them); where cuDNN cannot build a plan, fails to execute one, or cannot be loaded
+// at all, the point measures the unfused path a framework takes without FlashAttention: cuBLASLt
+// strided-batched GEMMs for QK^T and PV and the hetsim row softmax in between, the backward pass
+// reusing the saved probabilities P (no recomputation). The unfused path materialises the scores,
+// so it is slower than a fused kernel at long sequences. The CSV name column says which one a row
+// measured
 // ("cudnn" or "unfused"); the provenance line `attention_impl` says the same.
 //
 // Unfused layout per (sample, head): Q, K, V, O row-major [seq][head_dim], which cuBLAS sees as
@@ -80,18 +81,22 @@ class AttentionBench final : public Bench {
     CHECK_CUDA(cudaStreamSynchronize(context_.stream));
     CHECK_CUBLAS(cublasLtCreate(&handle_));
 #ifdef HETSIM_CALIBRATE_CUDNN
+    if (!context_.cudnn) {
+      std::fprintf(stderr, "attention: --no-cudnn: measuring the UNFUSED path for every point\n");
+      return;
+    }
     const cudnnStatus_t status = cudnnCreate(&cudnn_);
     if (status != CUDNN_STATUS_SUCCESS) {
       cudnn_ = nullptr;
       std::fprintf(stderr,
-                   "attention: cuDNN unavailable (cudnnCreate: %s); measuring the unfused path for "
+                   "attention: cuDNN unavailable (cudnnCreate: %s); measuring the UNFUSED path for "
                    "every point\n",
                    cudnnGetErrorString(status));
     }
 #else
     std::fprintf(stderr,
                  "attention: built without cuDNN (not found at configure time); measuring the "
-                 "unfused path for every point\n");
+                 "UNFUSED path for every point\n");
 #endif
   }
   ~AttentionBench() override {
@@ -106,7 +111,7 @@ class AttentionBench final : public Bench {
     if (cudnn_ != nullptr) {
       std::string reason;
       if (std::optional<Stats> stats = measure_fused(key, &reason)) return stats;
-      std::fprintf(stderr, "%s: cuDNN fused SDPA unsupported (%s); measuring the unfused path\n",
+      std::fprintf(stderr, "%s: cuDNN fused SDPA failed (%s); measuring the UNFUSED path\n",
                    key.label().c_str(), reason.c_str());
     }
 #endif
@@ -118,7 +123,7 @@ class AttentionBench final : public Bench {
  private:
 #ifdef HETSIM_CALIBRATE_CUDNN
   // cuDNN's fused forward or backward pass; nullopt with `reason` when it has no plan for the
-  // point.
+  // point or its plan fails to execute (tried once, untimed, before the timed repetitions).
   std::optional<Stats> measure_fused(const Key& key, std::string* reason) {
     SdpaShape shape;
     shape.batch = key.batch;
@@ -143,9 +148,21 @@ class AttentionBench final : public Bench {
     buffers.stats = stats_.get();
     cudaStream_t stream = context_.stream;
 
+    // One untimed execution: a status error falls back to the unfused path. (A fault inside a
+    // kernel is sticky and ends the program: run_gpu.sh then resumes with --no-cudnn.)
+    const auto execute = [&](const CudnnSdpa& pass, void* ws, const char* what) {
+      const cudnnStatus_t status = pass.try_run(buffers, ws, stream);
+      if (status != CUDNN_STATUS_SUCCESS) {
+        *reason = std::string(what) + " execute: " + cudnn_status_text(status);
+        return false;
+      }
+      CHECK_CUDA(cudaStreamSynchronize(stream));
+      return true;
+    };
     std::optional<Stats> stats;
     if (!key.backward) {
       void* ws = workspace(forward.workspace_bytes());
+      if (!execute(forward, ws, "forward")) return std::nullopt;
       // The softmax statistics are written as in training: part of the timed kernel.
       stats = context_.timer->measure([&] { forward.run(buffers, ws, stream); });
     } else {
@@ -157,8 +174,8 @@ class AttentionBench final : public Bench {
       }
       void* ws = workspace(std::max(forward.workspace_bytes(), backward.workspace_bytes()));
       // O and the statistics the backward pass reads come from one forward pass.
-      forward.run(buffers, ws, stream);
-      CHECK_CUDA(cudaStreamSynchronize(stream));
+      if (!execute(forward, ws, "forward") || !execute(backward, ws, "backward"))
+        return std::nullopt;
       stats = context_.timer->measure([&] { backward.run(buffers, ws, stream); });
     }
     stats->impl = "cudnn";
@@ -225,10 +242,10 @@ class AttentionBench final : public Bench {
 #ifdef HETSIM_CALIBRATE_CUDNN
   cudnnHandle_t cudnn_ = nullptr;  // null when cuDNN could not be loaded: every point unfused
 #endif
-  DeviceBuffer tensors_[8];        // q, k, v, o, dO, dQ, dK, dV
-  DeviceBuffer p_, dp_;            // unfused: probabilities and their gradient
-  DeviceBuffer stats_;             // fused: FP32 softmax statistics [B, H, S]
-  DeviceBuffer workspace_;         // cuBLASLt's, and cuDNN's (grown as a plan needs)
+  DeviceBuffer tensors_[8];  // q, k, v, o, dO, dQ, dK, dV
+  DeviceBuffer p_, dp_;      // unfused: probabilities and their gradient
+  DeviceBuffer stats_;       // fused: FP32 softmax statistics [B, H, S]
+  DeviceBuffer workspace_;   // cuBLASLt's, and cuDNN's (grown as a plan needs)
 };
 }  // namespace
 

@@ -17,6 +17,7 @@ struct BenchContext {
   int device = 0;
   cudaStream_t stream = nullptr;
   Timer* timer = nullptr;
+  bool cudnn = true;  // attention may try cuDNN's fused kernels (false: --no-cudnn, unfused only)
 };
 
 class Bench {

@@ -11,7 +11,9 @@
 #ifdef HETSIM_CALIBRATE_CUDNN
 #include <cudnn_graph.h>
 #endif
+#ifdef HETSIM_CALIBRATE_NCCL
 #include <nccl.h>
+#endif
 
 namespace hetsim::calibrate::cuda {
 
@@ -45,6 +47,7 @@ inline void (*fail_hook)() = nullptr;
                                            cublasLtGetStatusString(check_status_)); \
   } while (0)
 
+#ifdef HETSIM_CALIBRATE_NCCL
 #define CHECK_NCCL(call)                                                       \
   do {                                                                         \
     const ncclResult_t check_status_ = (call);                                 \
@@ -52,6 +55,7 @@ inline void (*fail_hook)() = nullptr;
       ::hetsim::calibrate::cuda::fail_call(__FILE__, __LINE__, #call, "NCCL",  \
                                            ncclGetErrorString(check_status_)); \
   } while (0)
+#endif
 
 #ifdef HETSIM_CALIBRATE_CUDNN
 #define CHECK_CUDNN(call)                                                       \

@@ -508,6 +508,11 @@ std::size_t CudnnSdpa::workspace_bytes() const {
 }
 
 void CudnnSdpa::run(const SdpaBuffers& buffers, void* workspace, cudaStream_t stream) const {
+  CHECK_CUDNN(try_run(buffers, workspace, stream));
+}
+
+cudnnStatus_t CudnnSdpa::try_run(const SdpaBuffers& buffers, void* workspace,
+                                 cudaStream_t stream) const {
   std::vector<std::int64_t> uids;
   std::vector<void*> pointers;
   const auto bind = [&](std::int64_t uid, const void* pointer) {
@@ -538,24 +543,37 @@ void CudnnSdpa::run(const SdpaBuffers& buffers, void* workspace, cudaStream_t st
   }
   std::vector<const void*> key(pointers.begin(), pointers.end());
   key.push_back(workspace);
+  cudnnStatus_t status = CUDNN_STATUS_SUCCESS;
+  // Stops at the first failing call, keeping its status.
+  const auto step = [&status](cudnnStatus_t s) {
+    if (status == CUDNN_STATUS_SUCCESS) status = s;
+    return status == CUDNN_STATUS_SUCCESS;
+  };
   if (pack_.get() == nullptr || key != pack_pointers_) {
     BackendDescriptor pack;
-    CHECK_CUDNN(pack.create(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR));
     const auto count = static_cast<std::int64_t>(uids.size());
-    CHECK_CUDNN(cudnnBackendSetAttribute(pack.get(), CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS,
-                                         CUDNN_TYPE_INT64, count, uids.data()));
-    CHECK_CUDNN(cudnnBackendSetAttribute(pack.get(), CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS,
-                                         CUDNN_TYPE_VOID_PTR, count, pointers.data()));
-    CHECK_CUDNN(cudnnBackendSetAttribute(pack.get(), CUDNN_ATTR_VARIANT_PACK_WORKSPACE,
-                                         CUDNN_TYPE_VOID_PTR, 1, &workspace));
-    CHECK_CUDNN(cudnnBackendFinalize(pack.get()));
-    pack_ = std::move(pack);
-    pack_pointers_ = std::move(key);
+    if (step(pack.create(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR)) &&
+        step(cudnnBackendSetAttribute(pack.get(), CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS,
+                                      CUDNN_TYPE_INT64, count, uids.data())) &&
+        step(cudnnBackendSetAttribute(pack.get(), CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS,
+                                      CUDNN_TYPE_VOID_PTR, count, pointers.data())) &&
+        step(cudnnBackendSetAttribute(pack.get(), CUDNN_ATTR_VARIANT_PACK_WORKSPACE,
+                                      CUDNN_TYPE_VOID_PTR, 1, &workspace)) &&
+        step(cudnnBackendFinalize(pack.get()))) {
+      pack_ = std::move(pack);
+      pack_pointers_ = std::move(key);
+    }
+    if (status != CUDNN_STATUS_SUCCESS) return status;
   }
   if (zero_dq_accumulator_ && accumulator != nullptr)
     CHECK_CUDA(cudaMemsetAsync(accumulator, 0, accumulator_bytes, stream));
-  CHECK_CUDNN(cudnnSetStream(handle_, stream));
-  CHECK_CUDNN(cudnnBackendExecute(handle_, plan_, pack_.get()));
+  if (step(cudnnSetStream(handle_, stream))) step(cudnnBackendExecute(handle_, plan_, pack_.get()));
+  return status;
+}
+
+std::string cudnn_status_text(cudnnStatus_t status) {
+  const std::string message = last_cudnn_message();
+  return std::string(cudnnGetErrorString(status)) + (message.empty() ? "" : ": " + message);
 }
 
 std::string cudnn_version_string() {

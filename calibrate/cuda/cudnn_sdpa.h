@@ -69,6 +69,10 @@ class CudnnSdpa {
   // as the cuDNN frontend does); a failing call ends the program through check.h. Requires
   // supported().
   void run(const SdpaBuffers& buffers, void* workspace, cudaStream_t stream) const;
+  // The same, returning cuDNN's status instead of ending the program: a plan that finalised can
+  // still fail at execution (CUDNN_STATUS_EXECUTION_FAILED, NOT_SUPPORTED), and the caller then
+  // measures the unfused path. A CUDA failure (the accumulator's memset) still ends the program.
+  cudnnStatus_t try_run(const SdpaBuffers& buffers, void* workspace, cudaStream_t stream) const;
 
  private:
   void build();
@@ -86,6 +90,9 @@ class CudnnSdpa {
   mutable BackendDescriptor pack_;
   mutable std::vector<const void*> pack_pointers_;
 };
+
+// "<cudnnGetErrorString>: <cuDNN's last message, first line>" for a failed call.
+std::string cudnn_status_text(cudnnStatus_t status);
 
 // The cuDNN library loaded at run time, e.g. "9.13.0" (from cudnnGetVersion()).
 std::string cudnn_version_string();

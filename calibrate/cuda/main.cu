@@ -32,7 +32,11 @@ struct KindEntry {
 const KindEntry kKindTable[] = {
     {"copy", &plan_copy, &make_copy_bench, 1.0},
     {"memory", &plan_memory, &make_memory_bench, 0.5},
+#ifdef HETSIM_CALIBRATE_NCCL
     {"collective", &plan_collective, &make_collective_bench, 4.0},
+#else
+    {"collective", &plan_collective, nullptr, 0.0},  // plans nothing without NCCL
+#endif
     {"attention", &plan_attention, &make_attention_bench, 0.5},
     {"gemm", &plan_gemm, &make_gemm_bench, 1.0},
 };
@@ -54,7 +58,8 @@ struct KindPlan {
   double planned_s = 0;
 };
 
-std::vector<KindPlan> build_plan(const Options& options, const PlanConfig& config, const CsvLog* log) {
+std::vector<KindPlan> build_plan(const Options& options, const PlanConfig& config,
+                                 const CsvLog* log) {
   std::vector<KindPlan> plans;
   for (const std::string& kind : options.ops) {
     KindPlan plan{&kind_entry(kind), {}, 0};
@@ -72,7 +77,8 @@ double print_plan(const std::vector<KindPlan>& plans, double budget_s) {
   double total = 0;
   std::fprintf(stderr, "plan (estimated wall time):\n");
   for (const KindPlan& plan : plans) {
-    std::fprintf(stderr, "  %-10s %6zu points  ~%6.1f s", plan.entry->name, plan.items.size(), plan.planned_s);
+    std::fprintf(stderr, "  %-10s %6zu points  ~%6.1f s", plan.entry->name, plan.items.size(),
+                 plan.planned_s);
     std::map<std::string, std::pair<int, double>> by_type;  // gemm: per dtype
     if (std::string(plan.entry->name) == "gemm") {
       for (const PlanItem& item : plan.items) {
@@ -96,13 +102,35 @@ double print_plan(const std::vector<KindPlan>& plans, double budget_s) {
   return total;
 }
 
+// What this build lacks, said loudly before planning: the data it cannot produce.
+void print_build_limits(const Options& options) {
+#ifndef HETSIM_CALIBRATE_NCCL
+  std::fprintf(stderr,
+               "*** built WITHOUT NCCL (not found at configure time): collectives are NOT "
+               "measured ***\n");
+#endif
+#ifndef HETSIM_CALIBRATE_CUDNN
+  std::fprintf(stderr,
+               "*** built WITHOUT cuDNN (not found at configure time): attention is measured "
+               "UNFUSED only ***\n");
+#else
+  if (options.no_cudnn)
+    std::fprintf(stderr, "*** --no-cudnn: attention is measured UNFUSED only ***\n");
+#endif
+  (void)options;
+}
+
 int run(const Options& options) {
   PlanConfig config;
   config.quick = options.quick;
   if (!options.shapes.empty()) config.model_shapes = read_model_shapes(options.shapes);
 #ifdef HETSIM_CALIBRATE_CUDNN
-  config.cudnn = true;
+  config.cudnn = !options.no_cudnn;
 #endif
+#ifdef HETSIM_CALIBRATE_NCCL
+  config.nccl = true;
+#endif
+  if (!options.print_device_type) print_build_limits(options);
   if (options.dry_run) {
     config.gpus = 8;  // an assumed HGX node of H200 (compute capability 9.0)
     std::fprintf(stderr, "dry run: assuming 8 GPUs of compute capability 9.0 (H200)\n");
@@ -116,11 +144,14 @@ int run(const Options& options) {
         throw std::invalid_argument("--out " + options.out +
                                     ": exists; a dry run writes its plan only to a new file");
       }
-      CsvLog plan_log(options.out, {{"backend", "cuda"},
-                                    {"device_type", "h200-sxm-141gb"},
-                                    {"device_name", "dry run"},
-                                    {"dry_run", "planner estimates, nothing measured"},
-                                    {"gpus_in_node", "8"}});
+      std::vector<std::pair<std::string, std::string>> provenance = {
+          {"backend", "cuda"},
+          {"device_type", "h200-sxm-141gb"},
+          {"device_name", "dry run"},
+          {"dry_run", "planner estimates, nothing measured"},
+          {"gpus_in_node", "8"}};
+      for (const auto& line : library_provenance()) provenance.push_back(line);
+      CsvLog plan_log(options.out, provenance);
       std::size_t points = 0;
       for (const KindPlan& plan : plans)
         for (const PlanItem& item : plan.items) {
@@ -132,7 +163,8 @@ int run(const Options& options) {
           plan_log.append(key, s);
           ++points;
         }
-      std::fprintf(stderr, "dry run: %zu planned points written to %s\n", points, options.out.c_str());
+      std::fprintf(stderr, "dry run: %zu planned points written to %s\n", points,
+                   options.out.c_str());
     }
     return 0;
   }
@@ -140,8 +172,10 @@ int run(const Options& options) {
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);
   if (status != cudaSuccess || count == 0) {
-    std::fprintf(stderr, "hetsim-calibrate-cuda: no CUDA device (%s)\n",
-                 status != cudaSuccess ? cudaGetErrorString(status) : "cudaGetDeviceCount found 0");
+    // Without a GPU the runtime answers "CUDA driver version is insufficient for CUDA runtime
+    // version" (no driver at all): the cause, not that message, comes first.
+    std::fprintf(stderr, "hetsim-calibrate-cuda: no CUDA GPU found (cudaGetDeviceCount: %s)\n",
+                 status != cudaSuccess ? cudaGetErrorString(status) : "0 devices");
     return 1;
   }
   if (options.device >= count)
@@ -163,13 +197,20 @@ int run(const Options& options) {
   std::fprintf(stderr, "%s (cc %d.%d, %d SMs), %d GPU(s) in the node; writing %s\n", prop.name,
                prop.major, prop.minor, prop.multiProcessorCount, count, options.out.c_str());
   if (log.resumed_count() > 0)
-    std::fprintf(stderr, "resuming: %zu measurements already in %s are skipped\n", log.resumed_count(),
-                 options.out.c_str());
-  for (const std::string& kind : options.ops)
-    if (kind == "collective" && count < 2)
-      std::fprintf(stderr, "collective: skipped, only 1 GPU in this node (NCCL collectives need 2 or more)\n");
+    std::fprintf(stderr, "resuming: %zu measurements already in %s are skipped\n",
+                 log.resumed_count(), options.out.c_str());
+  for (const std::string& kind : options.ops) {
+    if (kind != "collective") continue;
+    if (!config.nccl)
+      std::fprintf(stderr, "*** collective: SKIPPED, built without NCCL ***\n");
+    else if (count < 2)
+      std::fprintf(stderr,
+                   "*** collective: SKIPPED, only 1 GPU in this node (NCCL collectives need 2 or "
+                   "more) ***\n");
+  }
   if (!config.has_fp8())
-    std::fprintf(stderr, "gemm fp8: skipped, compute capability %d.%d < 8.9\n", prop.major, prop.minor);
+    std::fprintf(stderr, "gemm fp8: skipped, compute capability %d.%d < 8.9\n", prop.major,
+                 prop.minor);
 
   const std::vector<KindPlan> plans = build_plan(options, config, &log);
   const double planned_total = print_plan(plans, options.budget_s);
@@ -180,10 +221,10 @@ int run(const Options& options) {
 
   cudaStream_t stream = nullptr;
   CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  int measured = 0, unsupported = 0, cut = 0;
+  int measured = 0, unsupported = 0, cut = 0, fused = 0, unfused = 0;
   {
     Timer timer(options.device, stream);
-    const BenchContext context{options.device, stream, &timer};
+    const BenchContext context{options.device, stream, &timer, config.cudnn};
     Progress progress(planned_total);
     // Each kind may run until its cumulative share of the budget: a kind that runs long eats into
     // its own points, not the next kind's, and the run never passes the budget.
@@ -207,21 +248,26 @@ int run(const Options& options) {
         if (stats) {
           Key logged = item.key;
           if (!stats->impl.empty()) logged.name = stats->impl;  // attention: cudnn or unfused
+          if (item.key.kind == "attention") ++(stats->impl == "cudnn" ? fused : unfused);
           log.append(logged, *stats);
           ++measured;
         } else {
           ++unsupported;
-          std::fprintf(stderr, "skipped %s: cuBLASLt has no algorithm for it\n", item.key.label().c_str());
+          std::fprintf(stderr, "skipped %s: cuBLASLt has no algorithm for it\n",
+                       item.key.label().c_str());
         }
         progress.advance(planned, item.key.label());
       }
       if (kind_cut > 0)
-        std::fprintf(stderr, "%s: %d points cut to stay within the %.0f s budget\n", plan.entry->name,
-                     kind_cut, options.budget_s);
+        std::fprintf(stderr, "%s: %d points cut to stay within the %.0f s budget\n",
+                     plan.entry->name, kind_cut, options.budget_s);
       cut += kind_cut;
     }
-    std::fprintf(stderr, "done: %d measured, %d unsupported, %d cut, %.1f s\n", measured, unsupported,
-                 cut, progress.elapsed_s());
+    std::fprintf(stderr, "done: %d measured, %d unsupported, %d cut, %.1f s\n", measured,
+                 unsupported, cut, progress.elapsed_s());
+    if (unfused > 0)
+      std::fprintf(stderr, "*** attention: %d point(s) measured UNFUSED (%d fused by cuDNN) ***\n",
+                   unfused, fused);
   }
   CHECK_CUDA(cudaStreamDestroy(stream));
   return 0;

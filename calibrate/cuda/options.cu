@@ -9,15 +9,23 @@
 namespace hetsim::calibrate::cuda {
 
 const char* usage() {
-  return "usage: hetsim-calibrate-cuda --out FILE.csv [--quick] [--ops gemm,attention,memory,collective,copy]\n"
-         "                             [--shapes FILE.csv] [--device N] [--budget-s SECONDS] [--dry-run]\n"
-         "                             [--print-device-type]\n"
-         "Measures GEMMs (cuBLASLt), attention, memory-bound kernels, NCCL collectives and host-device\n"
-         "copies on this node and appends one CSV line per measurement to FILE.csv (resuming it if it\n"
-         "exists). --shapes adds the exact GEMM and attention shapes of models (calibrate/model_shapes.csv,\n"
-         "written by `hetsim calibrate shapes`). --dry-run prints the plan for an assumed node of 8 H200\n"
+  return "usage: hetsim-calibrate-cuda --out FILE.csv [--quick] [--ops "
+         "gemm,attention,memory,collective,copy]\n"
+         "                             [--shapes FILE.csv] [--device N] [--budget-s SECONDS] "
+         "[--dry-run]\n"
+         "                             [--no-cudnn] [--print-device-type]\n"
+         "Measures GEMMs (cuBLASLt), attention, memory-bound kernels, NCCL collectives and "
+         "host-device\n"
+         "copies on this node and appends one CSV line per measurement to FILE.csv (resuming it if "
+         "it\n"
+         "exists). --shapes adds the exact GEMM and attention shapes of models "
+         "(calibrate/model_shapes.csv,\n"
+         "written by `hetsim calibrate shapes`). --dry-run prints the plan for an assumed node of "
+         "8 H200\n"
          "without touching a GPU; with --out it also writes the planned points, times being the\n"
-         "planner's estimates (marked \"# dry_run=\": hetsim refuses to import them).\n";
+         "planner's estimates (marked \"# dry_run=\": hetsim refuses to import them). --no-cudnn\n"
+         "measures attention on the unfused path only (run_gpu.sh's rerun after a crash in "
+         "cuDNN).\n";
 }
 
 namespace {
@@ -63,21 +71,25 @@ Options parse_options(int argc, char** argv, bool* help) {
       for (const std::string& op : ops)
         if (std::find(kKinds.begin(), kKinds.end(), op) == kKinds.end())
           throw std::invalid_argument("--ops: unknown kind \"" + op +
-                                      "\" (expected gemm, attention, memory, collective, copy)");
+                                      "\" (expected copy, memory, gemm, attention, collective)");
     } else if (arg == "--device") {
       const std::string v = value();
-      const auto d = parse_all<int>(v, [](const std::string& t, std::size_t* u) { return std::stoi(t, u); });
+      const auto d =
+          parse_all<int>(v, [](const std::string& t, std::size_t* u) { return std::stoi(t, u); });
       if (!d || *d < 0) throw std::invalid_argument("--device: not a device index: " + v);
       o.device = *d;
     } else if (arg == "--budget-s") {
       const std::string v = value();
-      const auto b = parse_all<double>(v, [](const std::string& t, std::size_t* u) { return std::stod(t, u); });
+      const auto b = parse_all<double>(
+          v, [](const std::string& t, std::size_t* u) { return std::stod(t, u); });
       if (!b || !(*b > 0)) throw std::invalid_argument("--budget-s: not a positive number: " + v);
       o.budget_s = *b;
     } else if (arg == "--shapes") {
       o.shapes = value();
     } else if (arg == "--dry-run") {
       o.dry_run = true;
+    } else if (arg == "--no-cudnn") {
+      o.no_cudnn = true;
     } else if (arg == "--print-device-type") {
       o.print_device_type = true;
     } else {

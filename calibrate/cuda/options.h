@@ -14,13 +14,15 @@ struct Options {
   double budget_s = 0;             // --budget-s: measurement time limit (0: 240 full, 90 quick)
   bool dry_run = false;            // --dry-run: print the plan for an assumed 8 x H200 node
   bool print_device_type = false;  // --print-device-type: print the profile name and exit
-  std::string shapes;  // --shapes FILE: the models' exact shapes (hetsim calibrate shapes)
+  std::string shapes;     // --shapes FILE: the models' exact shapes (hetsim calibrate shapes)
+  bool no_cudnn = false;  // --no-cudnn: attention on the unfused path only (a rerun after a crash)
 };
 
-// The kinds in the order they run: short ones first, the GEMM sweep (the one that absorbs a
-// budget overrun) last.
-inline const std::vector<std::string> kKinds = {"copy", "memory", "collective", "attention",
-                                                "gemm"};
+// The kinds in the order they run, the most valuable data first: the short copy and memory
+// kinds, then the GEMMs (what the cost model needs most), then attention (cuDNN, the likeliest
+// to fail on a new machine), then collectives. Each kind runs until its share of the budget.
+inline const std::vector<std::string> kKinds = {"copy", "memory", "gemm", "attention",
+                                                "collective"};
 
 // Throws std::invalid_argument with a message for the user; `help` is set for -h/--help.
 Options parse_options(int argc, char** argv, bool* help);

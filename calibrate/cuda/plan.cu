@@ -299,7 +299,7 @@ std::vector<PlanItem> plan_memory(const PlanConfig& c) {
 
 std::vector<PlanItem> plan_collective(const PlanConfig& c) {
   std::vector<PlanItem> out;
-  if (c.gpus < 2) return out;
+  if (c.gpus < 2 || !c.nccl) return out;
   const int max_log2 = c.quick ? 28 : 32;  // 256 MiB or 4 GiB
   const char* ops[] = {"allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "sendrecv"};
   const std::int64_t quantum = 2 * static_cast<std::int64_t>(c.gpus);  // bf16 chunks per rank

@@ -35,6 +35,7 @@ struct PlanConfig {
   RateGuess rates = RateGuess::for_compute_capability(9, 0);
   std::vector<ModelShape> model_shapes;  // measured in bf16 besides the grids (--shapes)
   bool cudnn = false;                    // attention runs cuDNN's fused kernels (plans to build)
+  bool nccl = false;                     // built with NCCL: collectives can be measured
 
   bool has_fp8() const { return cc_major * 10 + cc_minor >= 89; }
 };

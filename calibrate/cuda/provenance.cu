@@ -11,7 +11,9 @@
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
+#ifdef HETSIM_CALIBRATE_NCCL
 #include <nccl.h>
+#endif
 
 #include "check.h"
 #ifdef HETSIM_CALIBRATE_CUDNN
@@ -67,16 +69,26 @@ std::string device_type_from_name(const std::string& device_name) {
     const char* profile;
   };
   static const Pattern table[] = {
-      {"h200", "nvl", "h200-nvl-141gb"},    {"h200", "", "h200-sxm-141gb"},
-      {"h100", "pcie", "h100-pcie-80gb"},   {"h100", "nvl", "h100-nvl-94gb"},
-      {"h100", "hbm3", "h100-sxm5-80gb"},   {"h100", "sxm", "h100-sxm5-80gb"},
-      {"a100", "sxm4-80gb", "a100-sxm4-80gb"}, {"a100", "sxm4-40gb", "a100-sxm4-40gb"},
-      {"a100", "pcie", "a100-pcie-80gb"},   {"a100", "80gb", "a100-sxm4-80gb"},
-      {"a100", "", ""},                     {"b200", "", "b200"},
-      {"l40s", "", "l40s"},                 {"l40", "", ""},
-      {"rtx 4090", "", "rtx-4090"},         {"rtx 3090", "", "rtx-3090"},
-      {"nvidia a40", "", "a40"},            {"nvidia a10", "", "a10"},
-      {" l4", "", "l4"},                    {" t4", "", "t4"},
+      {"h200", "nvl", "h200-nvl-141gb"},
+      {"h200", "", "h200-sxm-141gb"},
+      {"h100", "pcie", "h100-pcie-80gb"},
+      {"h100", "nvl", "h100-nvl-94gb"},
+      {"h100", "hbm3", "h100-sxm5-80gb"},
+      {"h100", "sxm", "h100-sxm5-80gb"},
+      {"a100", "sxm4-80gb", "a100-sxm4-80gb"},
+      {"a100", "sxm4-40gb", "a100-sxm4-40gb"},
+      {"a100", "pcie", "a100-pcie-80gb"},
+      {"a100", "80gb", "a100-sxm4-80gb"},
+      {"a100", "", ""},
+      {"b200", "", "b200"},
+      {"l40s", "", "l40s"},
+      {"l40", "", ""},
+      {"rtx 4090", "", "rtx-4090"},
+      {"rtx 3090", "", "rtx-3090"},
+      {"nvidia a40", "", "a40"},
+      {"nvidia a10", "", "a10"},
+      {" l4", "", "l4"},
+      {" t4", "", "t4"},
   };
   for (const Pattern& p : table) {
     if (!contains(n, p.first) || !contains(n, p.second)) continue;
@@ -91,13 +103,28 @@ std::string device_type_from_name(const std::string& device_name) {
   return fallback;
 }
 
+std::vector<std::pair<std::string, std::string>> library_provenance() {
+  int nccl = 0;  // 0: built without NCCL (no collectives measured), written as ""
+#ifdef HETSIM_CALIBRATE_NCCL
+  CHECK_NCCL(ncclGetVersion(&nccl));
+#endif
+  std::ostringstream nccl_s;  // 2.x encoding since 2.9: major*10000 + minor*100 + patch
+  if (nccl != 0) nccl_s << nccl / 10000 << '.' << (nccl / 100) % 100 << '.' << nccl % 100;
+  return {
+      {"nccl_version", nccl_s.str()},
+#ifdef HETSIM_CALIBRATE_CUDNN
+      {"cudnn_version", cudnn_version_string()},
+#else
+      {"cudnn_version", ""},  // built without cuDNN: attention is unfused
+#endif
+  };
+}
+
 std::vector<std::pair<std::string, std::string>> collect_provenance(int device) {
   cudaDeviceProp prop{};
   CHECK_CUDA(cudaGetDeviceProperties(&prop, device));
   int runtime = 0;
   CHECK_CUDA(cudaRuntimeGetVersion(&runtime));
-  int nccl = 0;
-  CHECK_NCCL(ncclGetVersion(&nccl));
   int sm_khz = 0, mem_khz = 0, gpus = 0;
   CHECK_CUDA(cudaDeviceGetAttribute(&sm_khz, cudaDevAttrClockRate, device));
   CHECK_CUDA(cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, device));
@@ -106,8 +133,6 @@ std::vector<std::pair<std::string, std::string>> collect_provenance(int device) 
   const std::size_t cublas = cublasLtGetVersion();  // major*10000 + minor*100 + patch
   std::ostringstream cublas_s;
   cublas_s << cublas / 10000 << '.' << (cublas / 100) % 100 << '.' << cublas % 100;
-  std::ostringstream nccl_s;  // 2.x encoding since 2.9: major*10000 + minor*100 + patch
-  nccl_s << nccl / 10000 << '.' << (nccl / 100) % 100 << '.' << nccl % 100;
 
   char host[256] = {};
   if (gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
@@ -118,23 +143,16 @@ std::vector<std::pair<std::string, std::string>> collect_provenance(int device) 
   std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", &utc);
 
   std::ostringstream clocks;
-  clocks << "sm " << sm_khz / 1000 << " MHz (peak), memory " << mem_khz / 1000
-         << " MHz (peak); cc " << prop.major << '.' << prop.minor << ", " << prop.multiProcessorCount
-         << " SMs";
+  clocks << "sm " << sm_khz / 1000 << " MHz (peak), memory " << mem_khz / 1000 << " MHz (peak); cc "
+         << prop.major << '.' << prop.minor << ", " << prop.multiProcessorCount << " SMs";
 
-  return {
+  std::vector<std::pair<std::string, std::string>> lines = {
       {"backend", "cuda"},
       {"device_name", prop.name},
       {"device_type", device_type_from_name(prop.name)},
       {"driver", driver_version()},
       {"cuda_version", cuda_version_string(runtime)},
       {"cublas_version", cublas_s.str()},
-      {"nccl_version", nccl_s.str()},
-#ifdef HETSIM_CALIBRATE_CUDNN
-      {"cudnn_version", cudnn_version_string()},
-#else
-      {"cudnn_version", ""},  // built without cuDNN: attention is unfused
-#endif
       {"blas", ""},
       {"mpi", ""},
       {"host", host},
@@ -145,6 +163,8 @@ std::vector<std::pair<std::string, std::string>> collect_provenance(int device) 
        "hetsim softmax; per point in the name column"},
       {"gpus_in_node", std::to_string(gpus)},
   };
+  for (const auto& line : library_provenance()) lines.push_back(line);
+  return lines;
 }
 
 }  // namespace hetsim::calibrate::cuda

@@ -16,4 +16,8 @@ std::string device_type_from_name(const std::string& device_name);
 // cudnn_version, host, date, clocks, attention_impl, gpus_in_node.
 std::vector<std::pair<std::string, std::string>> collect_provenance(int device);
 
+// nccl_version and cudnn_version of the libraries this build loaded ("" for one built without):
+// needs no GPU, so the dry run records them too.
+std::vector<std::pair<std::string, std::string>> library_provenance();
+
 }  // namespace hetsim::calibrate::cuda

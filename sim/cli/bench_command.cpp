@@ -17,6 +17,7 @@
 #include "sim/core/error.h"
 #include "sim/network/collective_runner.h"
 #include "sim/report/collective_report.h"
+#include "sim/report/progress.h"
 #include "sim/report/training_report.h"
 #include "sim/workload/memory.h"
 #include "sim/workload/replay.h"
@@ -95,8 +96,19 @@ void add_bench_command(CLI::App& app, Action& action) {
   auto calibration = std::make_shared<std::string>();
   train->add_option("--calibration", *calibration,
                     "Cost kernels from this calibration database (as simulate does)");
-  train->callback([which, calibration, &action] {
-    action = [which, calibration] {
+  // A case runs for minutes: say which one starts, and show its progress, on standard error.
+  struct Progress {
+    bool quiet = false;
+    double after_s = 2;
+  };
+  auto progress = std::make_shared<Progress>();
+  train->add_flag("--quiet", progress->quiet, "No progress lines on standard error");
+  train
+      ->add_option("--progress-after", progress->after_s,
+                   "Seconds of wall time before progress lines start")
+      ->group("");
+  train->callback([which, calibration, progress, &action] {
+    action = [which, calibration, progress] {
       struct Case {
         std::string name, model, cluster;
         int nodes, tp, pp, dp;
@@ -115,8 +127,13 @@ void add_bench_command(CLI::App& app, Action& action) {
                                "wall_s", "peak_MiB", "iteration_s", "mfu", "events");
       for (const Case& k : all) {
         if (std::find(which->begin(), which->end(), k.name) == which->end()) continue;
+        if (!progress->quiet) {
+          std::cerr << fmt::format("bench: {} on {} GPUs ...\n", k.name, k.nodes * 8) << std::flush;
+        }
         const CaseResult r = run_isolated([&] {
           const auto t0 = std::chrono::steady_clock::now();
+          report::ProgressMeter meter(std::cerr, "bench " + k.name, progress->after_s, 1.0,
+                                      report::stderr_is_terminal());
           const workload::ModelConfig model = workload::load_model(k.model);
           config::ClusterOptions opt;
           opt.nodes = k.nodes;
@@ -132,7 +149,11 @@ void add_bench_command(CLI::App& app, Action& action) {
                 calibrate::read_database(*calibration), workload::DatasheetCostModel());
           }
           const workload::TrainingJob job = workload::build_training_job(model, plan, c, *cost);
-          const auto result = workload::replay(job);
+          workload::ReplayOptions ropt;
+          if (!progress->quiet)
+            ropt.progress = [&meter](const workload::ReplayStatus& s) { meter.update(s); };
+          const auto result = workload::replay(job, nullptr, ropt);
+          meter.finish();
           const auto rep =
               report::make_training_report(job, result, workload::memory_per_group(job));
           CaseResult cr;

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <set>
 
 #include "calibrate/compare.h"
 #include "calibrate/cpu/cpu_backend.h"
@@ -47,12 +48,83 @@ const config::GpuProfile& profile_of(const calibrate::Database& db) {
   return it->second;
 }
 
+// `calibrate check`: the held-out error per table, then a WARNING line per table beyond the
+// sanity bounds (calibrate/database.h says why these) and a summary; --strict makes that bad input.
+int run_check(const std::string& file, bool points, bool strict) {
+  const calibrate::Database db = calibrate::read_database(file);
+  const config::GpuProfile& gpu = profile_of(db);
+  std::cout << fmt::format("{} ({} measurements, {} on {}): held-out error, every fifth point\n",
+                           file, db.size(), db.device_type(),
+                           db.attrs.count("host") ? db.attrs.at("host") : "?");
+  std::cout << fmt::format("  {:<28} {:>8} {:>10} {:>10} {:>10}\n", "table", "points", "mean %",
+                           "max %", "spread %");
+  double gemm = 0, coll = 0;
+  size_t ng = 0, nc = 0;
+  std::vector<std::string> warnings;
+  std::set<std::string> offending;
+  for (const auto& r : calibrate::check_database(db, gpu)) {
+    std::cout << fmt::format("  {:<28} {:>8} {:>10.2f} {:>10.2f} {:>10.2f}\n", r.table, r.held_out,
+                             100 * r.mean_error, 100 * r.max_error, 100 * r.mean_spread);
+    if (points) {
+      for (const auto& p : r.points) {
+        std::cout << fmt::format(
+            "    {:<40} measured {:>11.4g} s  predicted {:>11.4g} s  "
+            "error {:>+7.2f}%  spread {:>6.2f}%\n",
+            p.label, p.measured_s, p.predicted_s, 100 * (p.predicted_s / p.measured_s - 1),
+            100 * p.spread);
+      }
+    }
+    if (r.table.rfind("gemm/", 0) == 0) gemm += r.mean_error * r.held_out, ng += r.held_out;
+    if (r.table.rfind("collective/", 0) == 0) coll += r.mean_error * r.held_out, nc += r.held_out;
+    if (r.mean_error > calibrate::kMaxHeldOutError) {
+      warnings.push_back(fmt::format(
+          "{}: held-out error {:.1f}% mean over {} points exceeds {:.0f}% (neighbouring points "
+          "disagree: noise rather than the kernel's curve)",
+          r.table, 100 * r.mean_error, r.held_out, 100 * calibrate::kMaxHeldOutError));
+      offending.insert(r.table);
+    }
+  }
+  if (ng)
+    std::cout << fmt::format("  GEMMs: {:.2f}% mean over {} held-out points\n", 100 * gemm / ng,
+                             ng);
+  if (nc)
+    std::cout << fmt::format("  collectives: {:.2f}% mean over {} held-out points\n",
+                             100 * coll / nc, nc);
+  const std::vector<calibrate::TableSpread> spreads = calibrate::table_spreads(db);
+  for (const calibrate::TableSpread& t : spreads) {
+    if (t.median_spread <= calibrate::kMaxMedianSpread) continue;
+    warnings.push_back(fmt::format(
+        "{}: median spread {:.0f}% over {} points exceeds {:.0f}% ((p90 - p10) / median of "
+        "repeated runs: measured on a loaded machine?)",
+        t.table, 100 * t.median_spread, t.points, 100 * calibrate::kMaxMedianSpread));
+    offending.insert(t.table);
+  }
+  for (const std::string& w : warnings) std::cout << "WARNING: " << w << "\n";
+  if (offending.empty()) {
+    std::cout << fmt::format(
+        "sanity: all {} tables within bounds (median spread <= {:.0f}%, held-out error <= "
+        "{:.0f}%)\n",
+        spreads.size(), 100 * calibrate::kMaxMedianSpread, 100 * calibrate::kMaxHeldOutError);
+    return 0;
+  }
+  std::cout << fmt::format(
+      "sanity: {} of {} tables beyond reason (median spread > {:.0f}% or held-out error > "
+      "{:.0f}%): re-measure on a quiet machine before simulating with this database\n",
+      offending.size(), spreads.size(), 100 * calibrate::kMaxMedianSpread,
+      100 * calibrate::kMaxHeldOutError);
+  if (strict) {
+    throw InputError(
+        fmt::format("{}: {} table(s) beyond the sanity bounds (--strict)", file, offending.size()));
+  }
+  return 0;
+}
+
 }  // namespace
 
 void add_calibrate_command(CLI::App& app, Action& action) {
   struct Opts {
     std::string backend = "cpu", out, ops, check_file, csv, import_out;
-    bool quick = false, points = false;
+    bool quick = false, points = false, strict = false;
     std::string shape_models, shape_tp = "1,2,4,8", shape_mb = "1,2,4,8", shape_out;
     std::vector<std::string> nccl_files;
     std::string compare_file;
@@ -75,6 +147,9 @@ void add_calibrate_command(CLI::App& app, Action& action) {
   check->add_option("file", o->check_file, "Calibration database")->required();
   check->add_flag("--points", o->points,
                   "Also print every held-out point: measured, predicted, error, spread");
+  check->add_flag("--strict", o->strict,
+                  "Exit with status 2 when a table is beyond the sanity bounds (median spread over "
+                  "50% or held-out error over 25%)");
   CLI::App* shapes = cmd->add_subcommand(
       "shapes",
       "Write the exact GEMM and attention shapes of models (default: every built-in one) for the "
@@ -149,52 +224,31 @@ void add_calibrate_command(CLI::App& app, Action& action) {
         if (!o->ops.empty()) cmdline += " --ops " + quote(o->ops);
         const int status = std::system(cmdline.c_str());
         const int rc = status == -1 ? -1 : WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-        if (rc != 0)
-          throw RunError("the CUDA backend failed (exit status " + std::to_string(rc) + "); " +
-                         csv + " keeps what it measured: run the same command again to resume");
+        if (rc != 0) {
+          // Name the CSV only where the backend wrote one (it fails before creating it when
+          // there is no GPU), with how many measurements a rerun would resume from.
+          std::string kept = "; it wrote no measurements";
+          if (std::ifstream in(csv); in) {
+            std::size_t rows = 0;
+            bool header = false;
+            for (std::string line; std::getline(in, line);) {
+              if (line.empty() || line[0] == '#') continue;
+              if (header) ++rows;
+              header = true;  // the first other line is the header
+            }
+            kept = "; " + csv + " keeps the " + std::to_string(rows) +
+                   " measurement(s) it took: run the same command again to resume";
+          }
+          throw RunError("the CUDA backend failed (exit status " + std::to_string(rc) + ")" + kept);
+        }
         calibrate::write_database(o->out, calibrate::read_csv(csv));
         return 0;
       }
       throw InputError("--backend: expected cpu or cuda, got \"" + o->backend + "\"");
     };
   });
-  check->callback([o, &action] {
-    action = [o] {
-      const calibrate::Database db = calibrate::read_database(o->check_file);
-      const config::GpuProfile& gpu = profile_of(db);
-      std::cout << fmt::format(
-          "{} ({} measurements, {} on {}): held-out error, every fifth point\n", o->check_file,
-          db.size(), db.device_type(), db.attrs.count("host") ? db.attrs.at("host") : "?");
-      std::cout << fmt::format("  {:<28} {:>8} {:>10} {:>10} {:>10}\n", "table", "points", "mean %",
-                               "max %", "spread %");
-      double gemm = 0, coll = 0;
-      size_t ng = 0, nc = 0;
-      for (const auto& r : calibrate::check_database(db, gpu)) {
-        std::cout << fmt::format("  {:<28} {:>8} {:>10.2f} {:>10.2f} {:>10.2f}\n", r.table,
-                                 r.held_out, 100 * r.mean_error, 100 * r.max_error,
-                                 100 * r.mean_spread);
-        if (o->points) {
-          for (const auto& p : r.points) {
-            std::cout << fmt::format(
-                "    {:<40} measured {:>11.4g} s  predicted {:>11.4g} s  "
-                "error {:>+7.2f}%  spread {:>6.2f}%\n",
-                p.label, p.measured_s, p.predicted_s, 100 * (p.predicted_s / p.measured_s - 1),
-                100 * p.spread);
-          }
-        }
-        if (r.table.rfind("gemm/", 0) == 0) gemm += r.mean_error * r.held_out, ng += r.held_out;
-        if (r.table.rfind("collective/", 0) == 0)
-          coll += r.mean_error * r.held_out, nc += r.held_out;
-      }
-      if (ng)
-        std::cout << fmt::format("  GEMMs: {:.2f}% mean over {} held-out points\n", 100 * gemm / ng,
-                                 ng);
-      if (nc)
-        std::cout << fmt::format("  collectives: {:.2f}% mean over {} held-out points\n",
-                                 100 * coll / nc, nc);
-      return 0;
-    };
-  });
+  check->callback(
+      [o, &action] { action = [o] { return run_check(o->check_file, o->points, o->strict); }; });
   shapes->callback([o, &action] {
     action = [o] {
       auto numbers = [](const std::string& flag, const std::string& text) {

@@ -1,8 +1,11 @@
 // `hetsim collective`: one collective, simulated as nccl-tests would measure it.
+#include <fmt/format.h>
+
 #include <cmath>
 #include <iostream>
 
 #include "sim/cli/commands.h"
+#include "sim/config/limits.h"
 #include "sim/config/units.h"
 #include "sim/core/error.h"
 #include "sim/network/collective_runner.h"
@@ -54,6 +57,29 @@ std::vector<uint32_t> parse_ranks(const std::string& text, size_t gpu_count) {
   }
   return out;
 }
+
+namespace {
+
+// The sizes of a MIN:MAX sweep by FACTOR, as nccl-tests' -b/-e/-f: whole bytes, each distinct
+// (a factor too small to move the rounded size skips the repeats), at most limits::kSweepSizes.
+std::vector<double> sweep_sizes(double lo, double hi, double factor) {
+  if (!(factor > 1)) throw InputError("--factor must be > 1 for a sweep");
+  if (!(std::round(lo) >= 1)) throw InputError("a sweep starts at 1 byte or more");
+  // Geometric steps from lo to hi; the count is known before anything is stored.
+  const double steps = std::floor(std::log(hi / lo) / std::log(factor) + 1e-9) + 1;
+  if (!(steps <= config::limits::kSweepSizes)) {
+    throw InputError(fmt::format("the sweep takes {:.0f} steps of x{}; at most {} (raise --factor)",
+                                 steps, factor, config::limits::kSweepSizes));
+  }
+  std::vector<double> sizes;
+  for (double s = lo; s <= hi * (1 + 1e-12); s *= factor) {
+    const double bytes = std::round(s);
+    if (sizes.empty() || bytes > sizes.back()) sizes.push_back(bytes);
+  }
+  return sizes;
+}
+
+}  // namespace
 
 void add_collective_command(CLI::App& app, Action& action) {
   struct Opts {
@@ -112,12 +138,10 @@ void add_collective_command(CLI::App& app, Action& action) {
                 ? lo
                 : config::parse_quantity(o->bytes.substr(colon + 1), config::Dimension::bytes);
         if (hi < lo) throw InputError("the sweep's end is below its start");
-        if (colon != std::string::npos && !(o->factor > 1)) {
-          throw InputError("--factor must be > 1 for a sweep");
-        }
-        for (double s = lo; s <= hi * (1 + 1e-12); s *= o->factor) {
-          sizes.push_back(std::round(s));
-          if (colon == std::string::npos) break;
+        if (colon == std::string::npos) {
+          sizes.push_back(std::round(lo));
+        } else {
+          sizes = sweep_sizes(lo, hi, o->factor);
         }
       } catch (const InputError& e) {
         throw InputError(std::string("--bytes: ") + e.what());

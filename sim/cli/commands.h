@@ -16,7 +16,7 @@ using Action = std::function<int()>;
 // --cluster, --nodes, --set, shared by every command that reads a cluster.
 struct ClusterFlags {
   std::string cluster;
-  int nodes = 0;
+  long nodes = 0;
   CLI::Option* nodes_option = nullptr;
   std::vector<std::string> sets;
   void add_to(CLI::App& app, const std::string& default_cluster);

@@ -1,4 +1,7 @@
 // `hetsim simulate`: replay one training iteration of a model on a cluster under a plan.
+#include <fmt/format.h>
+
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 
@@ -6,11 +9,36 @@
 #include "sim/cli/commands.h"
 #include "sim/core/error.h"
 #include "sim/report/chrome_trace.h"
+#include "sim/report/progress.h"
 #include "sim/report/training_report.h"
 #include "sim/workload/memory.h"
 #include "sim/workload/replay.h"
 
 namespace hetsim::cli {
+
+namespace {
+
+// A trace path must be a file in an existing folder: found now, not after a long simulation.
+void check_trace_path(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    throw InputError("--trace " + path + ": is a directory (expected a file name, e.g. " +
+                     (fs::path(path) / "trace.json").string() + ")");
+  }
+  const fs::path folder = fs::path(path).parent_path();
+  if (!folder.empty() && !fs::is_directory(folder, ec)) {
+    throw InputError("--trace " + path + ": folder " + folder.string() + " does not exist");
+  }
+}
+
+uint32_t most_micro_batches(const workload::Plan& plan) {
+  int n = 0;
+  for (const auto& r : plan.replicas) n = std::max(n, r.micro_batches);
+  return static_cast<uint32_t>(n);
+}
+
+}  // namespace
 
 void add_simulate_command(CLI::App& app, Action& action) {
   struct Opts {
@@ -18,8 +46,9 @@ void add_simulate_command(CLI::App& app, Action& action) {
     std::string model, plan, trace, efficiency, calibration;
     std::vector<std::string> plan_sets;
     std::string trace_devices, trace_micro_batches;
-    bool json = false;
+    bool json = false, quiet = false;
     bool free_communication = false;
+    double progress_after_s = 2;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand(
@@ -45,9 +74,23 @@ void add_simulate_command(CLI::App& app, Action& action) {
                   "Micro-batches to trace, e.g. 0-3 (default: all)");
   cmd->add_flag("--free-communication", o->free_communication,
                 "What-if bound: every collective and transfer takes no time");
-  cmd->add_flag("--json", o->json, "Print JSON");
+  cmd->add_flag("--json", o->json, "Print JSON (and no progress)");
+  cmd->add_flag("--quiet", o->quiet, "No progress lines on standard error");
+  // Hidden: tests force progress on a short run.
+  cmd->add_option("--progress-after", o->progress_after_s,
+                  "Seconds of wall time before progress lines start")
+      ->group("");
   cmd->callback([o, &action] {
     action = [o] {
+      report::ProgressMeter progress(std::cerr, "simulate", o->progress_after_s, 1.0,
+                                     report::stderr_is_terminal());
+      if (!o->trace.empty()) check_trace_path(o->trace);
+      // A selection without a trace would be silently ignored.
+      if (o->trace.empty() && !(o->trace_devices + o->trace_micro_batches).empty()) {
+        throw InputError(
+            std::string(o->trace_devices.empty() ? "--trace-micro-batches" : "--trace-devices") +
+            ": selects what --trace FILE writes; give --trace too");
+      }
       const workload::ModelConfig model = workload::load_model(o->model);
       const platform::Cluster cluster(
           config::load_cluster(o->cluster.cluster, o->cluster.options()));
@@ -57,15 +100,21 @@ void add_simulate_command(CLI::App& app, Action& action) {
       const workload::DatasheetCostModel datasheet(
           workload::load_datasheet_efficiency(o->efficiency));
       std::unique_ptr<calibrate::MeasuredCostModel> measured;
+      // Only the spread is checked here: it is stored, so cheap; the held-out error needs a model
+      // per table (hetsim calibrate check).
+      std::vector<std::string> warnings;
       if (!o->calibration.empty()) {
-        measured = std::make_unique<calibrate::MeasuredCostModel>(
-            calibrate::read_database(o->calibration), datasheet);
+        calibrate::Database db = calibrate::read_database(o->calibration);
+        warnings = calibrate::spread_warnings(db);
+        for (const std::string& w : warnings) std::cerr << "hetsim: warning: " << w << "\n";
+        measured = std::make_unique<calibrate::MeasuredCostModel>(std::move(db), datasheet);
       }
       const workload::CostModel& cost =
           measured ? static_cast<const workload::CostModel&>(*measured) : datasheet;
       report::TraceFilter filter;
       if (!o->trace.empty()) {
-        filter = report::make_trace_filter(cluster, o->trace_devices, o->trace_micro_batches);
+        filter = report::make_trace_filter(cluster, o->trace_devices, o->trace_micro_batches,
+                                           most_micro_batches(plan));
       }
       const workload::TrainingJob job = workload::build_training_job(model, plan, cluster, cost);
       const auto memory = workload::memory_per_group(job);
@@ -73,8 +122,12 @@ void add_simulate_command(CLI::App& app, Action& action) {
       if (!o->trace.empty()) trace = std::make_unique<report::ChromeTrace>(filter);
       workload::ReplayOptions ropt;
       ropt.free_communication = o->free_communication;
+      if (!o->quiet && !o->json)
+        ropt.progress = [&progress](const workload::ReplayStatus& s) { progress.update(s); };
       const workload::ReplayResult result = workload::replay(job, trace.get(), ropt);
-      const report::TrainingReport rep = report::make_training_report(job, result, memory);
+      progress.finish();
+      report::TrainingReport rep = report::make_training_report(job, result, memory);
+      rep.warnings = warnings;
       if (trace) {
         std::ofstream out(o->trace, std::ios::binary);
         if (!out) throw InputError("--trace " + o->trace + ": cannot write the file");

@@ -108,7 +108,7 @@ struct ClusterConfig {
 };
 
 struct ClusterOptions {
-  std::optional<int> nodes;       // --nodes N (single-group clusters)
+  std::optional<long> nodes;      // --nodes N (single-group clusters)
   std::vector<std::string> sets;  // --set PATH=VALUE
 };
 

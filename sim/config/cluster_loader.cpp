@@ -9,6 +9,7 @@
 
 #include "sim/config/cluster_config.h"
 #include "sim/config/embedded_data.h"
+#include "sim/config/limits.h"
 #include "sim/config/yaml_util.h"
 #include "sim/core/error.h"
 
@@ -100,7 +101,7 @@ GpuProfile parse_gpu(const std::string& file, const YAML::Node& n, const std::st
   g.name = get_string(file, n, path, "name");
   g.description = get_string(file, n, path, "description", g.name);
   g.architecture = get_string(file, n, path, "architecture", "");
-  g.sms = static_cast<int>(get_int(file, n, path, "sms", 1));
+  g.sms = static_cast<int>(get_int(file, n, path, "sms", 1, limits::kSms));
   g.memory_bytes = positive(file, n, path, "memory", Dimension::bytes);
   g.memory_bandwidth_Bps = positive(file, n, path, "memory_bandwidth", Dimension::bandwidth);
   g.l2_bytes = get_quantity(file, n, path, "l2_cache", Dimension::bytes, 0.0);
@@ -207,7 +208,7 @@ class ClusterParser {
     }
     std::vector<std::string> type_names;
     for (const NodeType& t : c.node_types) type_names.push_back(t.name);
-    int total_nodes = 0;
+    long total_nodes = 0, total_gpus = 0;
     for (size_t i = 0; i < groups.size(); ++i) {
       const std::string p = idx("groups", i);
       check_keys(file_, groups[i], p, {"node_type", "count"});
@@ -218,8 +219,17 @@ class ClusterParser {
                          ".node_type: unknown node type \"" + g.node_type + "\"" +
                          did_you_mean(g.node_type, type_names));
       }
-      g.count = static_cast<int>(get_int(file_, groups[i], p, "count", 1));
+      g.count = static_cast<int>(get_int(file_, groups[i], p, "count", 1, limits::kNodes));
       total_nodes += g.count;
+      for (const NodeType& t : c.node_types) {
+        if (t.name == g.node_type) total_gpus += static_cast<long>(g.count) * t.gpus;
+      }
+      if (total_gpus > limits::kGpus) {
+        throw InputError(where(file_, groups[i]["count"]) + ": " + p + ".count: the groups up to " +
+                         "this one hold " + std::to_string(total_gpus) +
+                         " GPUs, more than hetsim simulates (" + std::to_string(limits::kGpus) +
+                         ")");
+      }
       c.groups.push_back(g);
     }
     if (total_nodes > 1) {
@@ -230,7 +240,7 @@ class ClusterParser {
         }
       }
     }
-    c.fabric = parse_fabric(total_nodes);
+    c.fabric = parse_fabric(static_cast<int>(total_nodes));  // <= kGpus: a node has a GPU
     return c;
   }
 
@@ -250,7 +260,7 @@ class ClusterParser {
     NodeType t;
     t.name = get_string(file_, n, path, "name");
     t.gpu = get_string(file_, n, path, "gpu");
-    t.gpus = static_cast<int>(get_int(file_, n, path, "gpus", 1));
+    t.gpus = static_cast<int>(get_int(file_, n, path, "gpus", 1, limits::kGpusPerNode));
     const std::string ip = join_path(path, "intra");
     const YAML::Node intra = require(file_, n, path, "intra");
     const std::string kind =
@@ -320,7 +330,8 @@ class ClusterParser {
       const std::string np = join_path(path, "nics");
       if (nics.IsMap()) {
         check_keys(file_, nics, np, {"count", "link_class", "bandwidth"});
-        const int count = static_cast<int>(get_int(file_, nics, np, "count", 1));
+        const int count =
+            static_cast<int>(get_int(file_, nics, np, "count", 1, limits::kGpusPerNode));
         if (count > t.gpus) {
           throw InputError(where(file_, nics["count"]) + ": " + np +
                            ".count: more NICs than GPUs; list them with their GPUs instead");
@@ -379,11 +390,13 @@ class ClusterParser {
                   "oversubscription"});
       f.kind = rail ? FabricKind::rail_optimized : FabricKind::fat_tree;
       if (rail) {
-        f.nodes_per_unit = static_cast<int>(get_int(file_, n, "fabric", "nodes_per_unit", 1));
+        f.nodes_per_unit =
+            static_cast<int>(get_int(file_, n, "fabric", "nodes_per_unit", 1, limits::kNodes));
       } else {
-        f.nics_per_leaf = static_cast<int>(get_int(file_, n, "fabric", "nics_per_leaf", 1));
+        f.nics_per_leaf =
+            static_cast<int>(get_int(file_, n, "fabric", "nics_per_leaf", 1, limits::kGpus));
       }
-      f.spines = static_cast<int>(get_int(file_, n, "fabric", "spines", 1, 1));
+      f.spines = static_cast<int>(get_int(file_, n, "fabric", "spines", 1, limits::kGpus, 1));
       f.oversubscription = get_number(file_, n, "fabric", "oversubscription", 1.0);
       if (!(f.oversubscription >= 1)) {
         throw InputError(where(file_, n["oversubscription"]) +
@@ -486,7 +499,10 @@ ClusterConfig load_cluster_text(const std::string& text, const std::string& file
     }
   }
   if (options.nodes) {
-    if (*options.nodes < 1) throw InputError("--nodes: expected an integer >= 1");
+    if (*options.nodes < 1 || *options.nodes > limits::kNodes) {
+      throw InputError("--nodes: expected an integer from 1 to " + std::to_string(limits::kNodes) +
+                       ", got " + std::to_string(*options.nodes));
+    }
     const YAML::Node groups = root["groups"];
     if (!groups.IsSequence() || groups.size() != 1) {
       throw InputError(file +
@@ -502,6 +518,9 @@ ClusterConfig load_cluster_text(const std::string& text, const std::string& file
 ClusterConfig load_cluster(const std::string& path_or_name, const ClusterOptions& options) {
   if (std::filesystem::is_regular_file(path_or_name)) {
     return load_cluster_text(read_text_file(path_or_name), path_or_name, options);
+  }
+  if (std::filesystem::is_directory(path_or_name)) {
+    throw InputError(path_or_name + ": is a directory, expected a cluster file");
   }
   for (const std::string& candidate :
        {path_or_name, "topologies/" + path_or_name, "topologies/" + path_or_name + ".yaml"}) {

@@ -4,6 +4,7 @@
 
 #include <sstream>
 
+#include <filesystem>
 #include <fstream>
 
 #include <algorithm>
@@ -44,8 +45,21 @@ std::string scalar_of(const std::string& file, const YAML::Node& value, const st
   return value.Scalar();
 }
 
-std::string missing(const std::string& file, const YAML::Node& node, const std::string& field) {
-  return where(file, node) + ": " + field + ": missing required field";
+// A required field that is absent, or present with no value ("key:" alone, or null).
+std::string missing(const std::string& file, const YAML::Node& node, const std::string& field,
+                    std::string_view key, std::string_view expected) {
+  if (node.IsMap()) {
+    // The key's own line: yaml-cpp marks an empty value at the start of the next line.
+    const auto entry = std::find_if(node.begin(), node.end(), [&](const auto& kv) {
+      return kv.first.IsScalar() && kv.first.Scalar() == key;
+    });
+    if (entry != node.end()) {
+      return where(file, entry->first) + ": " + field + ": no value given" +
+             (expected.empty() ? "" : " (expected " + std::string(expected) + ")");
+    }
+  }
+  return where(file, node) + ": " + field + ": missing required field" +
+         (expected.empty() ? "" : " (" + std::string(expected) + ")");
 }
 
 // A deep copy built in code: its nodes carry no file position (a --set value is not on any line
@@ -158,6 +172,10 @@ void check_keys(const std::string& file, const YAML::Node& map, std::string_view
 }
 
 std::string read_text_file(const std::string& path, std::string_view what) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw InputError(path + ": is a directory, expected a " + std::string(what));
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path + ": cannot open " + std::string(what));
   std::ostringstream s;
@@ -199,7 +217,7 @@ std::string join_path(std::string_view path, std::string_view key) {
 YAML::Node require(const std::string& file, const YAML::Node& node, std::string_view path,
                    std::string_view key) {
   std::optional<YAML::Node> value = lookup(file, node, path, key);
-  if (!value) throw InputError(missing(file, node, join_path(path, key)));
+  if (!value) throw InputError(missing(file, node, join_path(path, key), key, ""));
   return *value;
 }
 
@@ -209,7 +227,7 @@ double get_quantity(const std::string& file, const YAML::Node& node, std::string
   const std::optional<YAML::Node> value = lookup(file, node, path, key);
   if (!value) {
     if (default_value) return *default_value;
-    throw InputError(missing(file, node, field));
+    throw InputError(missing(file, node, field, key, "a " + dimension_name(dim)));
   }
   const std::string text = scalar_of(file, *value, field, "a " + dimension_name(dim));
   try {
@@ -225,23 +243,24 @@ std::string get_string(const std::string& file, const YAML::Node& node, std::str
   const std::optional<YAML::Node> value = lookup(file, node, path, key);
   if (!value) {
     if (default_value) return *default_value;
-    throw InputError(missing(file, node, field));
+    throw InputError(missing(file, node, field, key, "a string"));
   }
   return scalar_of(file, *value, field, "a string");
 }
 
 long get_int(const std::string& file, const YAML::Node& node, std::string_view path,
-             std::string_view key, long min, std::optional<long> default_value) {
+             std::string_view key, long min, long max, std::optional<long> default_value) {
   const std::string field = join_path(path, key);
   const std::optional<YAML::Node> value = lookup(file, node, path, key);
+  const std::string expected =
+      "an integer from " + std::to_string(min) + " to " + std::to_string(max);
   if (!value) {
     if (default_value) return *default_value;
-    throw InputError(missing(file, node, field));
+    throw InputError(missing(file, node, field, key, expected));
   }
-  const std::string expected = "an integer >= " + std::to_string(min);
   const std::string text = scalar_of(file, *value, field, expected);
   const std::optional<long> v = parse_whole<long>(text);
-  if (!v || *v < min) {
+  if (!v || *v < min || *v > max) {
     throw InputError(where(file, *value) + ": " + field + ": expected " + expected + ", got \"" +
                      text + "\"");
   }
@@ -254,7 +273,7 @@ double get_number(const std::string& file, const YAML::Node& node, std::string_v
   const std::optional<YAML::Node> value = lookup(file, node, path, key);
   if (!value) {
     if (default_value) return *default_value;
-    throw InputError(missing(file, node, field));
+    throw InputError(missing(file, node, field, key, "a number"));
   }
   const std::string text = scalar_of(file, *value, field, "a number");
   const std::optional<double> v = parse_whole<double>(text);

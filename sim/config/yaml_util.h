@@ -38,7 +38,8 @@ void check_keys(const std::string& file, const YAML::Node& map, std::string_view
 
 // Field readers. `path` names `node` ("node_types[0].intra", "" for the document root); errors
 // read "file:line: path.key: message", with the line of the value (of the map when the key is
-// missing). Without a default, a missing key throws "missing required field".
+// missing). Without a default, a missing key throws "missing required field (<what was
+// expected>)", and a key with no value "no value given (expected ...)".
 YAML::Node require(const std::string& file, const YAML::Node& node, std::string_view path,
                    std::string_view key);
 double get_quantity(const std::string& file, const YAML::Node& node, std::string_view path,
@@ -47,9 +48,11 @@ double get_quantity(const std::string& file, const YAML::Node& node, std::string
 std::string get_string(const std::string& file, const YAML::Node& node, std::string_view path,
                        std::string_view key,
                        std::optional<std::string> default_value = std::nullopt);
-// Error: `expected an integer >= MIN, got "x"`.
+// An integer in [min, max] (max from sim/config/limits.h for counts, checked before the caller
+// allocates anything). Error: `expected an integer from MIN to MAX, got "x"`.
 long get_int(const std::string& file, const YAML::Node& node, std::string_view path,
-             std::string_view key, long min, std::optional<long> default_value = std::nullopt);
+             std::string_view key, long min, long max,
+             std::optional<long> default_value = std::nullopt);
 // A plain number (no unit). Error: `expected a number, got "x"`.
 double get_number(const std::string& file, const YAML::Node& node, std::string_view path,
                   std::string_view key, std::optional<double> default_value = std::nullopt);

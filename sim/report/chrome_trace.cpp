@@ -11,7 +11,10 @@ namespace hetsim::report {
 
 namespace {
 
-std::vector<bool> parse_set(const std::string& text, size_t limit, const char* flag) {
+// `what` names the items ("GPUs"), `where` what holds `limit` of them ("the cluster has 32
+// GPUs"); an item beyond the limit is an error, not an empty trace.
+std::vector<bool> parse_set(const std::string& text, size_t limit, const char* flag,
+                            const std::string& what, const std::string& where) {
   std::vector<bool> out(limit, false);
   size_t pos = 0;
   while (pos <= text.size()) {
@@ -20,14 +23,25 @@ std::vector<bool> parse_set(const std::string& text, size_t limit, const char* f
     const size_t dash = item.find('-');
     long lo = -1, hi = -1;
     try {
-      lo = std::stol(item.substr(0, dash));
-      hi = dash == std::string::npos ? lo : std::stol(item.substr(dash + 1));
+      size_t used = 0;
+      lo = std::stol(item.substr(0, dash), &used);
+      if (used != std::min(dash, item.size())) lo = -1;
+      if (dash != std::string::npos) {
+        hi = std::stol(item.substr(dash + 1), &used);
+        if (used != item.size() - dash - 1) lo = -1;
+      } else {
+        hi = lo;
+      }
     } catch (const std::exception&) {
     }
     if (lo < 0 || hi < lo) {
       throw InputError(std::string(flag) + " " + text + ": expected a list such as 0-3,8");
     }
-    for (long v = lo; v <= hi && static_cast<size_t>(v) < limit; ++v) out[v] = true;
+    if (static_cast<size_t>(hi) >= limit) {
+      throw InputError(fmt::format("{} {}: {} {} out of range ({}: valid {})", flag, text, what,
+                                   item, where, limit == 1 ? "0" : fmt::format("0-{}", limit - 1)));
+    }
+    for (long v = lo; v <= hi; ++v) out[v] = true;
     pos = comma + 1;
   }
   return out;
@@ -59,16 +73,20 @@ const char* pass_name(workload::Pass p) {
 }  // namespace
 
 TraceFilter make_trace_filter(const platform::Cluster& c, const std::string& devices,
-                              const std::string& micro_batches) {
+                              const std::string& micro_batches, uint32_t micro_batch_count) {
   TraceFilter f;
   if (!devices.empty()) {
-    f.devices = parse_set(devices, c.gpu_count(), "--trace-devices");
+    f.devices = parse_set(devices, c.gpu_count(), "--trace-devices", "GPU(s)",
+                          fmt::format("the cluster has {} GPUs", c.gpu_count()));
   } else if (c.gpu_count() > 64) {
     f.devices.assign(c.gpu_count(), false);
     for (uint32_t g = 0; g < c.node(0).gpu_count; ++g) f.devices[c.node(0).first_gpu + g] = true;
   }
-  if (!micro_batches.empty())
-    f.micro_batches = parse_set(micro_batches, 1 << 20, "--trace-micro-batches");
+  if (!micro_batches.empty()) {
+    f.micro_batches =
+        parse_set(micro_batches, micro_batch_count, "--trace-micro-batches", "micro-batch(es)",
+                  fmt::format("the plan has {} micro-batches per replica", micro_batch_count));
+  }
   return f;
 }
 

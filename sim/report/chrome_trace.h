@@ -18,9 +18,12 @@ struct TraceFilter {
 };
 
 // Devices "0-7,64" and micro-batches "0-3"; empty text: the defaults (all devices up to 64 GPUs,
-// else node 0's; all micro-batches).
+// else node 0's; all micro-batches). A selection beyond the cluster's GPUs or beyond
+// `micro_batch_count` (the most micro-batches of any replica) throws InputError naming the valid
+// range: it would otherwise give an empty trace.
 TraceFilter make_trace_filter(const platform::Cluster& c, const std::string& devices,
-                              const std::string& micro_batches);
+                              const std::string& micro_batches,
+                              uint32_t micro_batch_count = 1 << 20);
 
 class ChromeTrace : public workload::ReplayObserver {
  public:

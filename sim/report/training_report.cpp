@@ -5,8 +5,11 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
+#include <tuple>
 
 #include "sim/config/units.h"
+#include "sim/config/yaml_util.h"
 #include "sim/workload/cost_model.h"
 
 namespace hetsim::report {
@@ -25,7 +28,7 @@ TrainingReport make_training_report(const workload::TrainingJob& job,
   r.samples_per_s = samples / r.iteration_time_s;
   r.tokens_per_s = samples * p.sequence_length / r.iteration_time_s;
   double peak = 0, price = 0;
-  bool priced = true;
+  std::set<std::string> unpriced;
   double devices = 0;
   for (size_t i = 0; i < job.groups.size(); ++i) {
     const workload::Group& g = job.groups[i];
@@ -37,7 +40,7 @@ TrainingReport make_training_report(const workload::TrainingJob& job,
     if (g.gpu->price_per_hour) {
       price += *g.gpu->price_per_hour * n;
     } else {
-      priced = false;
+      unpriced.insert(g.gpu->name);
     }
     r.compute_s += t.compute.seconds() * n;
     r.tp_exposed_s += t.tp_wait.seconds() * n;
@@ -48,6 +51,8 @@ TrainingReport make_training_report(const workload::TrainingJob& job,
       dr.id = c.gpu_name(d);
       dr.index = d;
       dr.gpu = g.gpu->name;
+      dr.node = c.gpu(d).node;
+      dr.local = c.gpu(d).local;
       dr.replica = g.replica;
       dr.stage = g.stage;
       dr.busy_s = t.compute.seconds();
@@ -65,7 +70,8 @@ TrainingReport make_training_report(const workload::TrainingJob& job,
   r.bubble_s /= devices;
   r.communication_exposed_s = r.tp_exposed_s + r.dp_exposed_s;
   r.mfu = r.model_flops / (r.iteration_time_s * peak);
-  if (priced) r.cost_per_iteration_usd = price * r.iteration_time_s / 3600;
+  if (unpriced.empty()) r.cost_per_iteration_usd = price * r.iteration_time_s / 3600;
+  r.unpriced_gpus.assign(unpriced.begin(), unpriced.end());
   r.cost_sources = job.op_sources;
   r.events = result.events;
   return r;
@@ -88,7 +94,14 @@ nlohmann::ordered_json to_json(const TrainingReport& r) {
                       {"bubble", r.bubble_s},
                       {"tensor_parallel_exposed", r.tp_exposed_s},
                       {"data_parallel_exposed", r.dp_exposed_s}};
-  if (r.cost_per_iteration_usd >= 0) j["cost_per_iteration_usd"] = r.cost_per_iteration_usd;
+  // Null, not absent, when a GPU type has no price: the reader learns which ones.
+  if (r.cost_per_iteration_usd >= 0) {
+    j["cost_per_iteration_usd"] = r.cost_per_iteration_usd;
+  } else {
+    j["cost_per_iteration_usd"] = nullptr;
+    j["gpus_without_price"] = r.unpriced_gpus;
+  }
+  j["warnings"] = r.warnings;
   j["op_costs_from"] = r.cost_sources;
   auto& devs = j["devices"] = nlohmann::ordered_json::array();
   for (const DeviceReport& d : r.devices) {
@@ -110,10 +123,178 @@ nlohmann::ordered_json to_json(const TrainingReport& r) {
   return j;
 }
 
-std::string to_text(const TrainingReport& r) {
+namespace {
+
+// Sorted distinct ids as short text: "0-63", "0,8,..,120" (a progression), "0-3,8-11"; long
+// irregular lists keep their first runs and last run ("0-3,8,..,120").
+std::string compress_ids(std::vector<uint32_t> ids) {
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  if (ids.empty()) return "";
+  std::vector<std::pair<uint32_t, uint32_t>> runs;
+  for (uint32_t v : ids) {
+    if (!runs.empty() && runs.back().second + 1 == v) {
+      runs.back().second = v;
+    } else {
+      runs.emplace_back(v, v);
+    }
+  }
+  auto run_text = [](const std::pair<uint32_t, uint32_t>& x) {
+    return x.first == x.second ? std::to_string(x.first) : fmt::format("{}-{}", x.first, x.second);
+  };
+  if (runs.size() > 4 && ids.size() == runs.size()) {
+    const uint32_t step = ids[1] - ids[0];
+    bool progression = true;
+    for (size_t i = 1; i < ids.size(); ++i)
+      progression = progression && ids[i] - ids[i - 1] == step;
+    if (progression) return fmt::format("{},{},..,{}", ids[0], ids[1], ids.back());
+  }
+  std::string s;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    if (runs.size() > 4 && i == 3) {
+      s += ",..," + run_text(runs.back());
+      break;
+    }
+    s += (i ? "," : "") + run_text(runs[i]);
+  }
+  return s;
+}
+
+// Devices that share every figure of the text report: within a node, consecutive GPUs (of any
+// replica and stage: those columns list the set); across nodes, rows whose GPU type, GPU slots and
+// figures are identical (a 1024-GPU run of identical replicas prints a handful of rows, not 128).
+struct RowGroup {
+  const DeviceReport* d = nullptr;  // a representative device
+  uint32_t first_local = 0, last_local = 0;
+  std::vector<uint32_t> nodes, replicas, stages;
+  size_t gpus = 0;
+  std::string label() const {
+    const std::string slots = first_local == last_local
+                                  ? fmt::format("gpu{}", first_local)
+                                  : fmt::format("gpu{}-{}", first_local, last_local);
+    if (nodes.size() == 1) return fmt::format("node{}.{}", nodes[0], slots);
+    return fmt::format("nodes {} {}", compress_ids(nodes), slots);
+  }
+};
+
+bool same_figures(const DeviceReport& a, const DeviceReport& b) {
+  const workload::DeviceMemory &x = a.memory, &y = b.memory;
+  return a.gpu == b.gpu && a.busy_s == b.busy_s && x.peak == y.peak && x.capacity == y.capacity &&
+         x.weights == y.weights && x.gradients == y.gradients && x.optimizer == y.optimizer &&
+         x.activations == y.activations && x.workspace == y.workspace;
+}
+
+std::vector<RowGroup> group_rows(const std::vector<DeviceReport>& devices) {
+  std::vector<RowGroup> rows;
+  // Index of the merged row by its figures and GPU slots; first appearance keeps its place.
+  std::map<std::tuple<std::string, double, double, uint32_t, uint32_t>, std::vector<size_t>> index;
+  for (size_t i = 0; i < devices.size();) {
+    const DeviceReport& d = devices[i];
+    size_t j = i + 1;
+    while (j < devices.size() && devices[j].node == d.node &&
+           devices[j].local == devices[j - 1].local + 1 && same_figures(devices[j], d)) {
+      ++j;
+    }
+    const uint32_t lo = d.local, hi = devices[j - 1].local;
+    auto& candidates = index[{d.gpu, d.busy_s, d.memory.peak, lo, hi}];
+    RowGroup* row = nullptr;
+    for (size_t k : candidates) {
+      if (same_figures(*rows[k].d, d)) row = &rows[k];
+    }
+    if (row == nullptr) {
+      candidates.push_back(rows.size());
+      rows.push_back(RowGroup{&d, lo, hi, {}, {}, {}, 0});
+      row = &rows.back();
+    }
+    if (row->nodes.empty() || row->nodes.back() != d.node) row->nodes.push_back(d.node);
+    for (size_t k = i; k < j; ++k) {
+      row->replicas.push_back(devices[k].replica);
+      row->stages.push_back(devices[k].stage);
+    }
+    row->gpus += j - i;
+    i = j;
+  }
+  return rows;
+}
+
+constexpr size_t kMaxRows = 64;  // the text stays readable; --json lists every device
+
+std::string device_table(const std::vector<RowGroup>& rows) {
   using config::format_bytes;
+  std::string s = fmt::format("  {:<26} {:>5} {:<16} {:>7} {:>7} {:>10} {:>12} {:>12}\n", "devices",
+                              "gpus", "gpu", "repl", "stage", "busy", "peak memory", "capacity");
+  for (size_t i = 0; i < rows.size() && i < kMaxRows; ++i) {
+    const RowGroup& g = rows[i];
+    const DeviceReport& d = *g.d;
+    s += fmt::format("  {:<26} {:>5} {:<16} {:>7} {:>7} {:>10} {:>12} {:>12}{}\n", g.label(),
+                     g.gpus, d.gpu, compress_ids(g.replicas), compress_ids(g.stages),
+                     config::format_time(d.busy_s), format_bytes(d.memory.peak),
+                     format_bytes(d.memory.capacity), d.memory.oom() ? "  OOM" : "");
+  }
+  if (rows.size() > kMaxRows)
+    s += fmt::format("  ... {} rows in all (--json lists every device)\n", rows.size());
+  // The memory model's split of each row's peak, so an OOM says what to shrink.
+  s += fmt::format("  {:<26} {:>10} {:>10} {:>10} {:>11} {:>10}\n", "memory per device", "weights",
+                   "gradients", "optimizer", "activations", "workspace");
+  for (size_t i = 0; i < rows.size() && i < kMaxRows; ++i) {
+    const workload::DeviceMemory& m = rows[i].d->memory;
+    s += fmt::format("  {:<26} {:>10} {:>10} {:>10} {:>11} {:>10}\n", rows[i].label(),
+                     format_bytes(m.weights), format_bytes(m.gradients), format_bytes(m.optimizer),
+                     format_bytes(m.activations), format_bytes(m.workspace));
+  }
+  return s;
+}
+
+// One line per distinct (need, capacity), worst first, naming the devices.
+std::string oom_summary(const std::vector<RowGroup>& rows, size_t gpus) {
+  using config::format_bytes;
+  struct Shortfall {
+    double peak, capacity;
+    size_t devices = 0;
+    std::vector<std::string> where;
+  };
+  std::vector<Shortfall> by;
+  size_t over = 0;
+  for (const RowGroup& g : rows) {
+    const workload::DeviceMemory& m = g.d->memory;
+    if (!m.oom()) continue;
+    over += g.gpus;
+    auto it = std::find_if(by.begin(), by.end(), [&](const Shortfall& f) {
+      return f.peak == m.peak && f.capacity == m.capacity;
+    });
+    if (it == by.end()) it = by.insert(by.end(), Shortfall{m.peak, m.capacity, 0, {}});
+    it->devices += g.gpus;
+    it->where.push_back(g.label());
+  }
+  std::stable_sort(by.begin(), by.end(), [](const Shortfall& a, const Shortfall& b) {
+    return a.peak - a.capacity > b.peak - b.capacity;
+  });
+  std::string s = fmt::format(
+      "  OUT OF MEMORY: {} of {} devices over capacity, worst {} over ({} needs {} of {})\n", over,
+      gpus, format_bytes(by[0].peak - by[0].capacity), by[0].where[0], format_bytes(by[0].peak),
+      format_bytes(by[0].capacity));
+  constexpr size_t kMaxLines = 16;
+  for (size_t i = 0; i < by.size() && i < kMaxLines; ++i) {
+    const Shortfall& f = by[i];
+    std::string where;
+    for (size_t k = 0; k < f.where.size() && k < 4; ++k) where += (k ? "; " : "") + f.where[k];
+    if (f.where.size() > 4) where += fmt::format("; ... {} rows", f.where.size());
+    s += fmt::format("    {} device{} need {} of {} ({} over): {}\n", f.devices,
+                     f.devices == 1 ? "" : "s", format_bytes(f.peak), format_bytes(f.capacity),
+                     format_bytes(f.peak - f.capacity), where);
+  }
+  if (by.size() > kMaxLines)
+    s += fmt::format("    ... {} distinct shortfalls in all (--json lists every device)\n",
+                     by.size());
+  return s;
+}
+
+}  // namespace
+
+std::string to_text(const TrainingReport& r) {
   using config::format_time;
   std::string s = fmt::format("{} on {} ({} GPUs), plan {}\n", r.model, r.cluster, r.gpus, r.plan);
+  for (const std::string& w : r.warnings) s += "  WARNING: " + w + "\n";
   s += fmt::format("  iteration      {}\n", format_time(r.iteration_time_s));
   s += fmt::format("  throughput     {:.0f} tokens/s, {:.2f} samples/s\n", r.tokens_per_s,
                    r.samples_per_s);
@@ -121,6 +302,9 @@ std::string to_text(const TrainingReport& r) {
   if (r.cost_per_iteration_usd >= 0) {
     s += fmt::format("  cost           ${:.4f} per iteration (on-demand prices)\n",
                      r.cost_per_iteration_usd);
+  } else {
+    s += "  cost           no price for GPU " + config::join_names(r.unpriced_gpus) +
+         " (price_per_hour in its profile, topologies/gpus/)\n";
   }
   const double it = r.iteration_time_s;
   s += fmt::format(
@@ -132,43 +316,9 @@ std::string to_text(const TrainingReport& r) {
   s += "  op costs from  ";
   for (size_t i = 0; i < r.cost_sources.size(); ++i) s += (i ? "; " : "") + r.cost_sources[i];
   s += "\n";
-  // Per device; the GPUs of one node and one (replica, stage) share every figure, so they share a
-  // row: node0.gpu0-7.
-  s += fmt::format("  {:<18} {:<16} {:>5} {:>5} {:>10} {:>12} {:>12}\n", "devices", "gpu", "repl",
-                   "stage", "busy", "peak memory", "capacity");
-  size_t rows = 0;
-  for (size_t i = 0; i < r.devices.size();) {
-    const DeviceReport& d = r.devices[i];
-    const std::string node = d.id.substr(0, d.id.find('.'));
-    size_t j = i + 1;
-    while (j < r.devices.size() && r.devices[j].id.substr(0, r.devices[j].id.find('.')) == node &&
-           r.devices[j].replica == d.replica && r.devices[j].stage == d.stage &&
-           r.devices[j].busy_s == d.busy_s && r.devices[j].memory.peak == d.memory.peak) {
-      ++j;
-    }
-    std::string id = d.id;
-    if (j - i > 1) id += "-" + r.devices[j - 1].id.substr(r.devices[j - 1].id.rfind("gpu") + 3);
-    if (rows++ < 64 || d.memory.oom()) {
-      s += fmt::format("  {:<18} {:<16} {:>5} {:>5} {:>10} {:>12} {:>12}{}\n", id, d.gpu, d.replica,
-                       d.stage, format_time(d.busy_s), format_bytes(d.memory.peak),
-                       format_bytes(d.memory.capacity), d.memory.oom() ? "  OOM" : "");
-    }
-    i = j;
-  }
-  if (rows > 64) s += fmt::format("  ... {} rows in all (--json lists every device)\n", rows);
-  if (r.oom) {
-    s += "  OUT OF MEMORY:\n";
-    size_t listed = 0;
-    for (const DeviceReport& d : r.devices) {
-      if (!d.memory.oom()) continue;
-      if (listed++ < 16) {
-        s += fmt::format("    {} needs {} of {} ({} over)\n", d.id, format_bytes(d.memory.peak),
-                         format_bytes(d.memory.capacity),
-                         format_bytes(d.memory.peak - d.memory.capacity));
-      }
-    }
-    if (listed > 16) s += fmt::format("    ... {} devices over capacity in all\n", listed);
-  }
+  const std::vector<RowGroup> rows = group_rows(r.devices);
+  s += device_table(rows);
+  if (r.oom) s += oom_summary(rows, r.gpus);
   return s;
 }
 

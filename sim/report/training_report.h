@@ -12,9 +12,10 @@
 namespace hetsim::report {
 
 struct DeviceReport {
-  std::string id;      // node3.gpu5
-  uint32_t index = 0;  // global GPU id
-  std::string gpu;     // profile name
+  std::string id;                // node3.gpu5
+  uint32_t index = 0;            // global GPU id
+  std::string gpu;               // profile name
+  uint32_t node = 0, local = 0;  // node index, GPU index within the node
   uint32_t replica = 0, stage = 0;
   double busy_s = 0;
   workload::DeviceMemory memory;
@@ -29,11 +30,15 @@ struct TrainingReport {
   double model_flops = 0;  // per iteration
   double compute_s = 0, communication_exposed_s = 0, bubble_s = 0;
   double tp_exposed_s = 0, dp_exposed_s = 0;
-  double cost_per_iteration_usd = -1;  // when every GPU type has a price
+  double cost_per_iteration_usd = -1;      // when every GPU type has a price
+  std::vector<std::string> unpriced_gpus;  // GPU types without price_per_hour, sorted
   bool oom = false;
   std::vector<DeviceReport> devices;
   std::vector<std::string> cost_sources;
   uint64_t events = 0;
+  // Doubts about the inputs (e.g. a calibration database too noisy to trust), one sentence each;
+  // printed first in the text and listed in the JSON.
+  std::vector<std::string> warnings;
 };
 
 TrainingReport make_training_report(const workload::TrainingJob& job,

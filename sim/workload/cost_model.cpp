@@ -14,29 +14,51 @@
 
 namespace hetsim::workload {
 
-double peak_flops(const config::GpuProfile& gpu, Precision p) {
-  auto get = [&](const char* k) {
-    auto it = gpu.peak_flops.find(k);
-    return it == gpu.peak_flops.end() ? 0.0 : it->second;
-  };
-  double v = 0;
+namespace {
+
+// The profile's peak keys a training precision runs on: fp32 training takes TF32 tensor cores
+// where they exist (PyTorch's and Megatron's default for matmuls since Ampere).
+std::vector<const char*> peak_keys(Precision p) {
   switch (p) {
     case Precision::fp32:
-      v = std::max(get("tf32"), get("fp32"));
-      break;
+      return {"tf32", "fp32"};
     case Precision::fp16:
-      v = get("fp16");
-      break;
+      return {"fp16"};
     case Precision::bf16:
-      v = get("bf16") > 0 ? get("bf16") : get("fp16");
-      break;
+      return {"bf16"};
     case Precision::fp8:
-      v = get("fp8") > 0 ? get("fp8") : std::max(get("bf16"), get("fp16"));
-      break;
+      return {"fp8"};
+  }
+  return {};
+}
+
+}  // namespace
+
+bool has_precision(const config::GpuProfile& gpu, Precision p) {
+  for (const char* k : peak_keys(p)) {
+    auto it = gpu.peak_flops.find(k);
+    if (it != gpu.peak_flops.end() && it->second > 0) return true;
+  }
+  return false;
+}
+
+std::string training_precisions(const config::GpuProfile& gpu) {
+  std::string out;
+  for (Precision p : {Precision::fp32, Precision::fp16, Precision::bf16, Precision::fp8}) {
+    if (has_precision(gpu, p)) out += (out.empty() ? "" : ", ") + to_string(p);
+  }
+  return out.empty() ? "none" : out;
+}
+
+double peak_flops(const config::GpuProfile& gpu, Precision p) {
+  double v = 0;
+  for (const char* k : peak_keys(p)) {
+    auto it = gpu.peak_flops.find(k);
+    if (it != gpu.peak_flops.end()) v = std::max(v, it->second);
   }
   if (v <= 0) {
-    throw InputError("GPU type " + gpu.name + " has no peak for " + to_string(p) + " in " +
-                     gpu.source);
+    throw InputError("GPU type " + gpu.name + " has no " + to_string(p) + " (it has " +
+                     training_precisions(gpu) + "; " + gpu.source + ")");
   }
   return v;
 }

@@ -59,7 +59,13 @@ class DatasheetCostModel : public CostModel {
 };
 
 // Peak dense FLOP/s of a GPU at a training precision (fp32 GEMMs use TF32 where the GPU has it,
-// as cuBLAS does when allowed; fp8 falls back to 16-bit where the GPU lacks it).
+// as cuBLAS does when allowed). Throws InputError when the GPU lacks the precision.
 double peak_flops(const config::GpuProfile& gpu, Precision p);
+// Whether the GPU runs training at precision p at its own rate: its profile gives a peak for it
+// (bf16 needs Ampere or later, fp8 Ada or Hopper). A precision it lacks is not emulated: hetsim
+// refuses it rather than cost it as another (see plan.h).
+bool has_precision(const config::GpuProfile& gpu, Precision p);
+// "fp32, fp16": the training precisions the GPU has.
+std::string training_precisions(const config::GpuProfile& gpu);
 
 }  // namespace hetsim::workload

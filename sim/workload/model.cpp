@@ -7,9 +7,11 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "sim/config/embedded_data.h"
+#include "sim/config/limits.h"
 #include "sim/config/yaml_util.h"
 #include "sim/core/error.h"
 
@@ -69,18 +71,20 @@ ModelConfig load_model_yaml_text(const std::string& text, const std::string& fil
   m.source = file;
   m.name = get_string(file, root, "", "name");
   m.family = get_string(file, root, "", "family");
-  m.layers = static_cast<int>(get_int(file, root, "", "layers", 1));
-  m.hidden = static_cast<int>(get_int(file, root, "", "hidden", 1));
-  m.heads = static_cast<int>(get_int(file, root, "", "heads", 1));
-  m.kv_heads = static_cast<int>(get_int(file, root, "", "kv_heads", 1, m.heads));
+  m.layers = static_cast<int>(get_int(file, root, "", "layers", 1, limits::kLayers));
+  m.hidden = static_cast<int>(get_int(file, root, "", "hidden", 1, limits::kHidden));
+  m.heads = static_cast<int>(get_int(file, root, "", "heads", 1, limits::kHeads));
+  m.kv_heads = static_cast<int>(get_int(file, root, "", "kv_heads", 1, m.heads, m.heads));
   if (m.hidden % m.heads != 0 && !root["head_dim"]) {
     throw InputError(where(file, root["heads"]) + ": heads: hidden (" + std::to_string(m.hidden) +
                      ") is not a multiple of heads; give head_dim");
   }
-  m.head_dim = static_cast<int>(get_int(file, root, "", "head_dim", 1, m.hidden / m.heads));
-  m.ffn_hidden = static_cast<int>(get_int(file, root, "", "ffn_hidden", 1, 4L * m.hidden));
-  m.vocab = static_cast<int>(get_int(file, root, "", "vocab", 1));
-  m.sequence = static_cast<int>(get_int(file, root, "", "sequence", 1));
+  m.head_dim =
+      static_cast<int>(get_int(file, root, "", "head_dim", 1, limits::kHidden, m.hidden / m.heads));
+  m.ffn_hidden =
+      static_cast<int>(get_int(file, root, "", "ffn_hidden", 1, limits::kFfn, 4L * m.hidden));
+  m.vocab = static_cast<int>(get_int(file, root, "", "vocab", 1, limits::kVocab));
+  m.sequence = static_cast<int>(get_int(file, root, "", "sequence", 1, limits::kSequence));
   m.activation =
       static_cast<Activation>(get_choice(file, root, "", "activation", {"gelu", "swiglu"}));
   m.norm = static_cast<Norm>(get_choice(file, root, "", "norm", {"layernorm", "rmsnorm"}));
@@ -110,18 +114,40 @@ ModelConfig load_model_hf_text(const std::string& text, const std::string& file)
   if (!j.is_object()) throw InputError(file + ": expected a JSON object");
   std::string arch;
   if (j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty()) {
+    if (!j["architectures"][0].is_string()) {
+      throw InputError(file + ": architectures[0]: expected a string, got " +
+                       std::string(j["architectures"][0].type_name()));
+    }
     arch = j["architectures"][0].get<std::string>();
   }
-  auto get = [&](const std::vector<const char*>& keys) -> int {
+  // An integer field in [min, max]; a present field of another type, or out of range, is an
+  // error that names it (a value nlohmann reads as unsigned is compared before narrowing).
+  auto integer = [&](const char* k, long min, long max) -> std::optional<int> {
+    if (!j.contains(k) || j[k].is_null()) return std::nullopt;
+    const nlohmann::json& v = j[k];
+    const std::string expected =
+        "an integer from " + std::to_string(min) + " to " + std::to_string(max);
+    if (!v.is_number_integer()) {
+      throw InputError(file + ": " + k + ": expected " + expected + ", got " +
+                       std::string(v.type_name()) + " " + v.dump());
+    }
+    const bool in_range = v.is_number_unsigned() ? v.get<uint64_t>() <= static_cast<uint64_t>(max)
+                                                 : v.get<int64_t>() <= max;
+    if (!in_range || v.get<int64_t>() < min) {
+      throw InputError(file + ": " + k + ": expected " + expected + ", got " + v.dump());
+    }
+    return static_cast<int>(v.get<int64_t>());
+  };
+  auto get = [&](const std::vector<const char*>& keys, long max) -> int {
     for (const char* k : keys) {
-      if (j.contains(k) && j[k].is_number_integer()) return j[k].get<int>();
+      if (const std::optional<int> v = integer(k, 1, max)) return *v;
     }
     std::string names;
     for (const char* k : keys) names += (names.empty() ? "" : " or ") + std::string(k);
     throw InputError(file + ": " + names + ": missing required field (an integer) for " + arch);
   };
-  auto get_or = [&](const char* k, int def) {
-    return j.contains(k) && j[k].is_number_integer() ? j[k].get<int>() : def;
+  auto get_or = [&](const char* k, long min, long max, int def) {
+    return integer(k, min, max).value_or(def);
   };
   auto get_bool = [&](const char* k, bool def) {
     return j.contains(k) && j[k].is_boolean() ? j[k].get<bool>() : def;
@@ -206,20 +232,24 @@ ModelConfig load_model_hf_text(const std::string& text, const std::string& file)
   }
   ModelConfig m;
   m.source = file;
-  m.name = j.value("_name_or_path", std::string());
+  if (j.contains("_name_or_path") && j["_name_or_path"].is_string()) {
+    m.name = j["_name_or_path"].get<std::string>();
+  }
   if (m.name.empty()) {
     const std::filesystem::path p(file);
     m.name =
         p.filename() == "config.json" ? p.parent_path().filename().string() : p.stem().string();
   }
   m.family = a->family;
-  m.layers = get({a->layers});
-  m.hidden = get({a->hidden});
-  m.heads = get({a->heads});
-  m.kv_heads = get_or("num_key_value_heads", m.heads);
-  m.ffn_hidden = a->ffn ? get({a->ffn}) : get_or("n_inner", 4 * m.hidden);
-  m.vocab = get({a->vocab});
-  m.sequence = get(a->sequence);
+  namespace limits = config::limits;
+  m.layers = get({a->layers}, limits::kLayers);
+  m.hidden = get({a->hidden}, limits::kHidden);
+  m.heads = get({a->heads}, limits::kHeads);
+  m.kv_heads = get_or("num_key_value_heads", 0, m.heads, m.heads);
+  m.ffn_hidden =
+      a->ffn ? get({a->ffn}, limits::kFfn) : get_or("n_inner", 1, limits::kFfn, 4 * m.hidden);
+  m.vocab = get({a->vocab}, limits::kVocab);
+  m.sequence = get(a->sequence, limits::kSequence);
   m.activation = a->activation;
   m.norm = a->norm;
   m.position = a->position;
@@ -227,15 +257,12 @@ ModelConfig load_model_hf_text(const std::string& text, const std::string& file)
   m.causal = a->causal;
   m.bias = m.family == "llama" ? get_bool("attention_bias", false) : a->bias;
   if (m.kv_heads == 0) m.kv_heads = m.heads;
-  for (auto [v, name] : {std::pair{m.layers, "layers"},
-                         {m.hidden, "hidden"},
-                         {m.heads, "heads"},
-                         {m.ffn_hidden, "ffn_hidden"},
-                         {m.vocab, "vocab"},
-                         {m.sequence, "sequence"}}) {
-    if (v < 1) throw InputError(file + ": " + name + ": expected a positive integer");
+  if (m.hidden % m.heads != 0 && !j.contains("head_dim")) {
+    throw InputError(file + ": " + a->heads + ": " + a->hidden + " (" + std::to_string(m.hidden) +
+                     ") is not a multiple of " + a->heads + " (" + std::to_string(m.heads) +
+                     "); give head_dim");
   }
-  m.head_dim = get_or("head_dim", m.hidden / m.heads);
+  m.head_dim = get_or("head_dim", 1, limits::kHidden, m.hidden / m.heads);
   validate(m, file);
   return m;
 }
@@ -247,6 +274,16 @@ ModelConfig load_model(const std::string& path_or_name) {
   };
   if (std::filesystem::is_regular_file(path_or_name)) {
     return parse(config::read_text_file(path_or_name), path_or_name);
+  }
+  // A Hugging Face model folder (as downloaded) holds its config.json.
+  if (std::filesystem::is_directory(path_or_name)) {
+    const std::string config = (std::filesystem::path(path_or_name) / "config.json").string();
+    if (!std::filesystem::is_regular_file(config)) {
+      throw InputError(path_or_name +
+                       ": is a directory without a config.json; expected a model YAML file, a "
+                       "Hugging Face config.json or a folder holding one");
+    }
+    return parse(config::read_text_file(config), config);
   }
   std::vector<std::string> names;
   for (const config::EmbeddedFile& f : config::embedded_files()) {

@@ -3,14 +3,17 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <fstream>
 #include <numeric>
 #include <set>
 #include <sstream>
 
+#include "sim/config/limits.h"
 #include "sim/config/units.h"
 #include "sim/config/yaml_util.h"
 #include "sim/core/error.h"
+#include "sim/workload/cost_model.h"
 
 namespace hetsim::workload {
 
@@ -43,6 +46,7 @@ namespace {
 using config::get_int;
 using config::get_string;
 using config::where;
+namespace limits = config::limits;
 
 // "0-7,16" -> GPU ids, or a YAML list of ints.
 std::vector<platform::GpuId> device_list(const std::string& file, const YAML::Node& n,
@@ -79,6 +83,63 @@ std::vector<platform::GpuId> device_list(const std::string& file, const YAML::No
     throw InputError(where(file, n) + ": " + path + ": a GPU is listed twice");
   }
   return out;
+}
+
+// The replay holds a program per stage group and simulates every tensor-parallel rank's
+// communication: its memory and time grow with ranks x micro-batches x layers (limits.h).
+void check_work(const std::string& file, long units) {
+  if (units > limits::kWorkUnits) {
+    throw InputError(
+        file + ": the plan asks for " + std::to_string(units) +
+        " rank-micro-batch-layers in one iteration (GPUs x micro-batches x layers "
+        "per stage), more than one run can hold (" +
+        std::to_string(limits::kWorkUnits) +
+        "); use fewer micro-batches per iteration, a larger micro-batch, or fewer GPUs");
+  }
+}
+
+void check_work(const std::string& file, const Plan& p) {
+  long units = 0;
+  for (const ReplicaPlan& r : p.replicas) {
+    for (const StagePlan& st : r.stages) {
+      units += static_cast<long>(st.tensor_parallel()) * r.micro_batches * st.layers * p.interleave;
+    }
+  }
+  check_work(file, units);
+}
+
+// Mixed precision as the frameworks run it: every GPU of the plan must have the precision at its
+// own rate. Without `precision:` the plan takes bf16 where all its GPUs have it and fp16
+// otherwise (V100, T4 and P100 train in fp16 with loss scaling); a precision some GPU lacks is
+// refused, since cuBLAS would run it off the tensor cores (bf16 on Volta) or not at all (fp8
+// before Ada), which no datasheet figure describes.
+void resolve_precision(const std::string& file, const YAML::Node& root,
+                       const platform::Cluster& cluster, Plan& p) {
+  std::vector<const config::GpuProfile*> gpus;
+  for (const ReplicaPlan& r : p.replicas) {
+    for (const StagePlan& st : r.stages) {
+      const config::GpuProfile* g = cluster.gpu(st.devices.front()).profile;
+      if (std::find(gpus.begin(), gpus.end(), g) == gpus.end()) gpus.push_back(g);
+    }
+  }
+  auto all_have = [&](Precision x) {
+    return std::all_of(gpus.begin(), gpus.end(),
+                       [&](const config::GpuProfile* g) { return has_precision(*g, x); });
+  };
+  if (!root["precision"]) {
+    p.precision = all_have(Precision::bf16) ? Precision::bf16 : Precision::fp16;
+    p.precision_defaulted = true;
+  }
+  for (const config::GpuProfile* g : gpus) {
+    if (has_precision(*g, p.precision)) continue;
+    throw InputError(
+        (root["precision"] ? where(file, root["precision"]) + ": precision" : file) + ": " +
+        to_string(p.precision) + " is not available on " + g->name + " (it has " +
+        training_precisions(*g) + ")" +
+        (p.precision == Precision::bf16 && has_precision(*g, Precision::fp16)
+             ? "; train in fp16 with loss scaling (precision: fp16) as frameworks do on it"
+             : ""));
+  }
 }
 
 void check_stage(const std::string& where_, const ModelConfig& model,
@@ -144,19 +205,28 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
                       "bucket_size", "devices", "replicas"});
   Plan p;
   p.source = file;
-  p.micro_batch_size = get_int(file, root, "", "micro_batch_size", 1, 1);
-  p.sequence_length = get_int(file, root, "", "sequence_length", 1, model.sequence);
+  p.micro_batch_size = get_int(file, root, "", "micro_batch_size", 1, limits::kBatch, 1);
+  p.sequence_length =
+      get_int(file, root, "", "sequence_length", 1, limits::kSequence, model.sequence);
+  if (p.micro_batch_size * p.sequence_length > limits::kTokensPerMicroBatch) {
+    throw InputError(file + ": micro_batch_size x sequence_length = " +
+                     std::to_string(p.micro_batch_size * p.sequence_length) +
+                     " tokens in one micro-batch, more than hetsim simulates (" +
+                     std::to_string(limits::kTokensPerMicroBatch) + ")");
+  }
   // Enum order follows the option lists.
   p.schedule = static_cast<Schedule>(
       config::get_choice(file, root, "", "schedule", {"gpipe", "1f1b", "interleaved"}, "1f1b"));
-  p.interleave = static_cast<int>(get_int(file, root, "", "interleave", 1, 1));
+  p.interleave = static_cast<int>(get_int(file, root, "", "interleave", 1, limits::kLayers, 1));
   if (p.schedule != Schedule::interleaved && p.interleave != 1) {
     throw InputError(where(file, root["interleave"]) + ": interleave: needs schedule: interleaved");
   }
   p.recompute = static_cast<Recompute>(
       config::get_choice(file, root, "", "recompute", {"none", "selective", "full"}, "none"));
-  p.precision = static_cast<Precision>(
-      config::get_choice(file, root, "", "precision", {"fp32", "fp16", "bf16", "fp8"}, "bf16"));
+  if (root["precision"]) {
+    p.precision = static_cast<Precision>(
+        config::get_choice(file, root, "", "precision", {"fp32", "fp16", "bf16", "fp8"}));
+  }
   p.flash_attention =
       config::get_choice(file, root, "", "attention", {"flash", "standard"}, "flash") == 0;
   p.fp32_main_grads =
@@ -171,11 +241,7 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
                        ": sequence_parallel: expected true or false");
     }
   }
-  p.zero_stage = static_cast<int>(get_int(file, root, "", "zero_stage", 0, 0));
-  if (p.zero_stage > 3) {
-    throw InputError(where(file, root["zero_stage"]) + ": zero_stage: expected 0, 1, 2 or 3, got " +
-                     std::to_string(p.zero_stage));
-  }
+  p.zero_stage = static_cast<int>(get_int(file, root, "", "zero_stage", 0, 3, 0));
   const int v = p.interleave;
   if (root["replicas"]) {
     // Heterogeneous: replicas and stages spelled out.
@@ -195,7 +261,8 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
       const std::string rp = "replicas[" + std::to_string(r) + "]";
       config::check_keys(file, reps[r], rp, {"micro_batches", "stages"});
       ReplicaPlan rep;
-      rep.micro_batches = static_cast<int>(get_int(file, reps[r], rp, "micro_batches", 1));
+      rep.micro_batches =
+          static_cast<int>(get_int(file, reps[r], rp, "micro_batches", 1, limits::kMicroBatches));
       const YAML::Node stages = config::require(file, reps[r], rp, "stages");
       if (!stages.IsSequence() || stages.size() == 0) {
         throw InputError(where(file, stages) + ": " + rp + ".stages: expected a non-empty list");
@@ -205,7 +272,7 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
         const std::string sp = rp + ".stages[" + std::to_string(s) + "]";
         config::check_keys(file, stages[s], sp, {"layers", "tensor_parallel", "devices"});
         StagePlan st;
-        const long layers = get_int(file, stages[s], sp, "layers", 0);
+        const long layers = get_int(file, stages[s], sp, "layers", 0, limits::kLayers);
         if (layers == 0) {
           throw InputError(where(file, stages[s]["layers"]) + ": " + sp +
                            ".layers: a stage with no layers");
@@ -215,7 +282,7 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
         next_layer += st.layers;
         st.devices = device_list(file, config::require(file, stages[s], sp, "devices"),
                                  sp + ".devices", cluster.gpu_count());
-        const long tp = get_int(file, stages[s], sp, "tensor_parallel", 1,
+        const long tp = get_int(file, stages[s], sp, "tensor_parallel", 1, limits::kGpus,
                                 static_cast<long>(st.devices.size()));
         if (static_cast<size_t>(tp) != st.devices.size()) {
           throw InputError(where(file, stages[s]) + ": " + sp + ": tensor_parallel " +
@@ -242,9 +309,10 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
       throw InputError(where(file, root["schedule"]) +
                        ": schedule: interleaved applies to uniform plans only");
     }
+    check_work(file, p);
     int64_t total = 0;
     for (const ReplicaPlan& r : p.replicas) total += r.micro_batches * p.micro_batch_size;
-    p.global_batch_size = get_int(file, root, "", "global_batch_size", 1, total);
+    p.global_batch_size = get_int(file, root, "", "global_batch_size", 1, limits::kBatch, total);
     if (p.global_batch_size != total) {
       throw InputError(where(file, root["global_batch_size"]) +
                        ": global_batch_size: " + std::to_string(p.global_batch_size) +
@@ -269,11 +337,13 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
     p.tensor_parallel = p.replicas[0].stages[0].tensor_parallel();
     p.pipeline_parallel = p.stages();
     p.data_parallel = static_cast<int>(p.replicas.size());
+    resolve_precision(file, root, cluster, p);
     return p;
   }
   // Uniform: Megatron's rank order, tensor-parallel fastest, then data, then pipeline.
-  const int tp = static_cast<int>(get_int(file, root, "", "tensor_parallel", 1, 1));
-  const int pp = static_cast<int>(get_int(file, root, "", "pipeline_parallel", 1, 1));
+  const int tp = static_cast<int>(get_int(file, root, "", "tensor_parallel", 1, limits::kGpus, 1));
+  const int pp =
+      static_cast<int>(get_int(file, root, "", "pipeline_parallel", 1, limits::kGpus, 1));
   std::vector<platform::GpuId> devices;
   if (root["devices"]) {
     devices = device_list(file, root["devices"], "devices", cluster.gpu_count());
@@ -282,21 +352,21 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
     std::iota(devices.begin(), devices.end(), 0);
   }
   const long dp_default = static_cast<long>(devices.size()) / (tp * pp);
-  const int dp =
-      static_cast<int>(get_int(file, root, "", "data_parallel", 1, std::max(1L, dp_default)));
+  const int dp = static_cast<int>(
+      get_int(file, root, "", "data_parallel", 1, limits::kGpus, std::max(1L, dp_default)));
   if (static_cast<size_t>(tp) * pp * dp != devices.size()) {
     throw InputError(
         file + ": tensor_parallel x pipeline_parallel x data_parallel = " + std::to_string(tp) +
         " x " + std::to_string(pp) + " x " + std::to_string(dp) + " = " +
-        std::to_string(tp * pp * dp) + ", but the plan has " + std::to_string(devices.size()) +
-        " GPUs" +
+        std::to_string(static_cast<long>(tp) * pp * dp) + ", but the plan has " +
+        std::to_string(devices.size()) + " GPUs" +
         (root["devices"] ? " (devices)" : " (the whole cluster; set devices to use fewer)"));
   }
   p.uniform = true;
   p.tensor_parallel = tp;
   p.pipeline_parallel = pp;
   p.data_parallel = dp;
-  p.global_batch_size = get_int(file, root, "", "global_batch_size", 1);
+  p.global_batch_size = get_int(file, root, "", "global_batch_size", 1, limits::kBatch);
   if (p.global_batch_size % (p.micro_batch_size * dp) != 0) {
     throw InputError(where(file, root["global_batch_size"]) +
                      ": global_batch_size: " + std::to_string(p.global_batch_size) +
@@ -320,6 +390,9 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
                      std::to_string(m) + ") to be a multiple of pipeline_parallel (" +
                      std::to_string(pp) + ")");
   }
+  // The work is known before the replicas are laid out: tp x dp ranks each run m micro-batches
+  // over the whole model's layers, a pipeline stage's share of them each.
+  check_work(file, static_cast<long>(tp) * dp * m * model.layers);
   // Layers per stage: equal, or when pipeline_parallel does not divide them, one more on the
   // middle stages, so the first and last (which also hold the embedding and the head) get
   // fewer, as Llama 3 405B's 126 layers on 16 stages (Meta, 2024).
@@ -344,6 +417,7 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
     }
     p.replicas.push_back(std::move(rep));
   }
+  resolve_precision(file, root, cluster, p);
   return p;
 }
 

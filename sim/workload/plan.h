@@ -41,6 +41,7 @@ struct Plan {
   bool sequence_parallel = false;
   int zero_stage = 0;
   Precision precision = Precision::bf16;
+  bool precision_defaulted = false;  // not given: bf16 where every GPU has it, else fp16
   bool flash_attention = true;
   bool fp32_main_grads = true;     // Megatron keeps fp32 gradients: 18 bytes per parameter
   double bucket_bytes = 40e6 * 4;  // gradient all-reduce bucket (Megatron: 40M fp32 elements)

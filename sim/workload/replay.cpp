@@ -48,6 +48,8 @@ class Replayer {
     for (uint32_t g = 0; g < job_.groups.size(); ++g) {
       engine_.schedule_at(Time(), [this, g] { advance(g); });
     }
+    ProgressPoll poll(*this);  // outlives every event: the engine runs only here
+    if (opt_.progress) engine_.add_observer(&poll);
     engine_.run();
     ReplayResult r;
     for (uint32_t g = 0; g < job_.groups.size(); ++g) {
@@ -68,6 +70,28 @@ class Replayer {
   }
 
  private:
+  // Engine observer that reports the replay's status every opt_.progress_every events.
+  class ProgressPoll : public EngineObserver {
+   public:
+    explicit ProgressPoll(const Replayer& r) : r_(r) {
+      for (const Group& g : r.job_.groups) total_ += g.program.size();
+    }
+    void on_event(Time now) override {
+      if (++count_ < r_.opt_.progress_every) return;
+      count_ = 0;
+      ReplayStatus s;
+      s.now = now;
+      s.events = r_.engine_.events_executed();
+      s.tasks_total = total_;
+      for (const State& st : r_.st_) s.tasks_done += st.pc;
+      r_.opt_.progress(s);
+    }
+
+   private:
+    const Replayer& r_;
+    uint64_t count_ = 0, total_ = 0;
+  };
+
   struct State {
     size_t pc = 0;
     WaitReason blocked = WaitReason::none;

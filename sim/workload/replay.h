@@ -2,6 +2,8 @@
 // data-parallel collectives and pipeline transfers as flows on the cluster's links.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -41,10 +43,21 @@ struct ReplayResult {
   uint64_t flows = 0;
 };
 
+// Where a replay has got to, for a progress display.
+struct ReplayStatus {
+  Time now;  // simulated time
+  uint64_t events = 0;
+  uint64_t tasks_done = 0, tasks_total = 0;  // program tasks over all groups
+};
+
 struct ReplayOptions {
   // Every collective and transfer takes no time: isolates compute and pipeline bubbles (the
   // "what if the network were free" bound, and the bubble oracles' setting).
   bool free_communication = false;
+  // Called every `progress_every` events (and so cheap to poll the wall clock in); it only
+  // reads, so the replay's results do not depend on it.
+  std::function<void(const ReplayStatus&)> progress;
+  uint64_t progress_every = 4096;
 };
 
 ReplayResult replay(const TrainingJob& job, ReplayObserver* observer = nullptr,

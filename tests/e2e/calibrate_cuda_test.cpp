@@ -77,8 +77,15 @@ TEST(CudaBackend, DryRunPlansEveryKindWithinTheBudget) {
     if (quick) args.push_back("--quick");
     const CommandResult r = run_program(cuda_program(), args);
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    for (const char* kind : {"copy", "memory", "collective", "attention", "gemm"})
-      EXPECT_NE(r.output.find(std::string("  ") + kind), std::string::npos) << kind << r.output;
+    // Every kind, in the order they run: the GEMMs (the most valuable data) before attention
+    // (cuDNN, the likeliest to fail) and the collectives.
+    size_t previous = 0;
+    for (const char* kind : {"copy", "memory", "gemm", "attention", "collective"}) {
+      const size_t at = r.output.find(std::string("\n  ") + kind);
+      ASSERT_NE(at, std::string::npos) << kind << r.output;
+      EXPECT_GT(at, previous) << kind << " out of order\n" << r.output;
+      previous = at;
+    }
     // "  total      ~198.1 s against a budget of 240 s": the whole calibration fits the budget
     // (under five minutes on one GPU). (No std::regex: GCC 12's sanitizer build warns in it.)
     const size_t total = r.output.find("  total ");
@@ -194,6 +201,36 @@ TEST(CudaBackend, RehearsalThePlannedPointsReadAndInterpolate) {
   }
 }
 
+// run_gpu.sh's rerun after a crash inside cuDNN: --no-cudnn plans attention on the unfused path
+// (no plan builds budgeted) and says so loudly.
+TEST(CudaBackend, NoCudnnPlansAttentionUnfusedAndSaysSo) {
+  REQUIRE_CUDA_PROGRAM();
+  const std::string fused = ::testing::TempDir() + "plan-fused.csv";
+  const std::string unfused = ::testing::TempDir() + "plan-unfused.csv";
+  std::filesystem::remove(fused);
+  std::filesystem::remove(unfused);
+  const CommandResult with =
+      run_program(cuda_program(), {"--dry-run", "--ops", "attention", "--out", fused});
+  const CommandResult without = run_program(
+      cuda_program(), {"--dry-run", "--ops", "attention", "--no-cudnn", "--out", unfused});
+  ASSERT_EQ(with.exit_code, 0) << with.output;
+  ASSERT_EQ(without.exit_code, 0) << without.output;
+  EXPECT_NE(without.output.find("*** --no-cudnn: attention is measured UNFUSED only ***"),
+            std::string::npos)
+      << without.output;
+  const std::string plan = read(unfused);
+  EXPECT_NE(plan.find("\nattention,bf16,unfused,"), std::string::npos) << plan;
+  EXPECT_EQ(plan.find("\nattention,bf16,cudnn,"), std::string::npos) << plan;
+  // Without plan builds to budget, the unfused plan is shorter.
+  double fused_s = 0, unfused_s = 0;
+  const size_t a = with.output.find("  total "), b = without.output.find("  total ");
+  ASSERT_NE(a, std::string::npos);
+  ASSERT_NE(b, std::string::npos);
+  ASSERT_EQ(std::sscanf(with.output.c_str() + a, " total ~%lf", &fused_s), 1);
+  ASSERT_EQ(std::sscanf(without.output.c_str() + b, " total ~%lf", &unfused_s), 1);
+  EXPECT_LT(unfused_s, fused_s) << with.output << without.output;
+}
+
 TEST(CudaBackend, BadOptionsAndShapesFilesAreClearErrors) {
   REQUIRE_CUDA_PROGRAM();
   const std::string bad = ::testing::TempDir() + "bad-shapes.csv";
@@ -257,18 +294,54 @@ TEST(CudaBackend, ThroughHetsimWithoutAGpuFailsClearlyAndSaysWhy) {
   }
   const CommandResult probe = run_program(cuda_program(), {"--print-device-type"});
   if (probe.exit_code == 0) GTEST_SKIP() << "a GPU is present: the no-GPU path is not reachable";
+  // The cause, not the runtime's "CUDA driver version is insufficient" that a GPU-less machine
+  // gets; and no CSV named that was never written.
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_NE(r.output.find("no CUDA device"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("the CUDA backend failed (exit status 1); " + db +
-                          ".csv keeps what it "
-                          "measured"),
+  EXPECT_NE(r.output.find("no CUDA GPU found (cudaGetDeviceCount: "), std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("no CUDA device"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("the CUDA backend failed (exit status 1); it wrote no measurements"),
             std::string::npos)
       << r.output;
+  EXPECT_EQ(r.output.find(".csv keeps"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(db + ".csv"));
   // The models' shapes were handed to it.
   std::ifstream shapes(db + ".shapes.csv");
   std::string header;
   std::getline(shapes, header);
   EXPECT_EQ(header, "kind,m,n,k,batch,heads,seq,head_dim,causal");
+}
+
+TEST(CudaBackend, ThroughHetsimAFailedRunNamesTheCsvItResumesWithItsRows) {
+  if (cuda_program().empty()) GTEST_SKIP() << "the CUDA backend was not built";
+  const CommandResult probe = run_program(cuda_program(), {"--print-device-type"});
+  if (probe.exit_code == 0) GTEST_SKIP() << "a GPU is present: the no-GPU path is not reachable";
+  // An earlier run's CSV (two measurements) beside the database: the failed rerun names it.
+  const std::string db = ::testing::TempDir() + "resumed-through-hetsim.h5";
+  std::ofstream(db + ".csv")
+      << "# backend=cuda\n# device_name=NVIDIA H200\n"
+      << "kind,dtype,name,m,n,k,batch,heads,seq,head_dim,causal,backward,bytes,ranks,nodes,"
+         "median_s,p10_s,p90_s,repetitions\n"
+      << "gemm,bf16,,1024,1024,1024,1,0,0,0,0,0,0,0,0,1e-05,1e-05,1e-05,100\n"
+      << "gemm,bf16,,2048,2048,2048,1,0,0,0,0,0,0,0,0,5e-05,5e-05,5e-05,100\n";
+  const CommandResult r =
+      run_hetsim({"calibrate", "--backend", "cuda", "--out", db, "--quick", "--ops", "gemm"});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("the CUDA backend failed (exit status 1); " + db +
+                          ".csv keeps the 2 measurement(s) it took: run the same command again "
+                          "to resume"),
+            std::string::npos)
+      << r.output;
+}
+
+TEST(CudaBackend, WithoutAGpuTheProgramSaysNoGpuFound) {
+  REQUIRE_CUDA_PROGRAM();
+  const CommandResult r = run_program(cuda_program(), {"--print-device-type"});
+  if (r.exit_code == 0) GTEST_SKIP() << "a GPU is present: the no-GPU path is not reachable";
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("hetsim-calibrate-cuda: no CUDA GPU found (cudaGetDeviceCount: "),
+            std::string::npos)
+      << r.output;
 }
 
 TEST(CudaBackend, MeasuresGemmsOnAGpuIntoTheDatabase) {

@@ -378,7 +378,7 @@ TEST(Plans, ImpossiblePlansAreRejectedWithTheReason) {
       err("replicas:\n  - micro_batches: 2\n    stages:\n      - {layers: 0, devices: \"0\"}\n"),
       "p.yaml:4: replicas[0].stages[0].layers: a stage with no layers");
   EXPECT_EQ(err("tensor_parallel: 8\nglobal_batch_size: 8\nzero_stage: 4\n"),
-            "p.yaml:3: zero_stage: expected 0, 1, 2 or 3, got 4");
+            "p.yaml:3: zero_stage: expected an integer from 0 to 3, got \"4\"");
   EXPECT_EQ(err("tensor_parallel: 8\nglobal_batch_size: 8\nschedul: gpipe\n"),
             "p.yaml:3: schedul: unknown key (did you mean \"schedule\"?)");
 }

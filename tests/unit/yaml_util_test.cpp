@@ -120,10 +120,10 @@ TEST(Require, MissingFieldNamesTheLineOfTheMap) {
   EXPECT_EQ(require(kFile, root, "", "name").Scalar(), "c");
 }
 
-TEST(Require, NullValueCountsAsMissing) {
+TEST(Require, NullValueIsNamedAsGivenWithoutAValue) {
   const YAML::Node root = YAML::Load("a: 1\nfabric:\n");
   EXPECT_EQ(error_of([&] { require(kFile, root, "", "fabric"); }),
-            "topologies/x.yaml:1: fabric: missing required field");
+            "topologies/x.yaml:2: fabric: no value given");
 }
 
 TEST(GetQuantity, ParsesTheValueInBaseUnits) {
@@ -148,7 +148,7 @@ TEST(GetQuantity, DefaultAppliesOnlyWhenTheKeyIsAbsent) {
   EXPECT_DOUBLE_EQ(get_quantity(kFile, n, "fabric", "latency", Dimension::time, 100e-9), 50e-9);
   EXPECT_DOUBLE_EQ(get_quantity(kFile, n, "fabric", "other", Dimension::time, 100e-9), 100e-9);
   EXPECT_EQ(error_of([&] { get_quantity(kFile, n, "fabric", "other", Dimension::time); }),
-            "topologies/x.yaml:1: fabric.other: missing required field");
+            "topologies/x.yaml:1: fabric.other: missing required field (a time)");
 }
 
 TEST(GetQuantity, NonScalarIsAnError) {
@@ -164,29 +164,47 @@ TEST(GetQuantity, ReadingFromANonMapIsAnError) {
       "topologies/x.yaml:1: fabric: expected a map");
 }
 
-TEST(GetInt, AcceptsIntegersFromTheMinimumUp) {
+TEST(GetInt, AcceptsIntegersFromTheMinimumToTheMaximum) {
   const YAML::Node n = YAML::Load("count: 1\nzero: 0\nbig: 16\n");
-  EXPECT_EQ(get_int(kFile, n, "groups[0]", "count", 1), 1);
-  EXPECT_EQ(get_int(kFile, n, "groups[0]", "big", 1), 16);
-  EXPECT_EQ(get_int(kFile, n, "groups[0]", "zero", 0), 0);
-  EXPECT_EQ(error_of([&] { get_int(kFile, n, "groups[0]", "zero", 1); }),
-            "topologies/x.yaml:2: groups[0].zero: expected an integer >= 1, got \"0\"");
-  EXPECT_EQ(get_int(kFile, n, "groups[0]", "absent", 1, 8), 8);
+  EXPECT_EQ(get_int(kFile, n, "groups[0]", "count", 1, 1), 1);
+  EXPECT_EQ(get_int(kFile, n, "groups[0]", "big", 1, 16), 16);
+  EXPECT_EQ(get_int(kFile, n, "groups[0]", "zero", 0, 10), 0);
+  EXPECT_EQ(error_of([&] { get_int(kFile, n, "groups[0]", "zero", 1, 10); }),
+            "topologies/x.yaml:2: groups[0].zero: expected an integer from 1 to 10, got \"0\"");
+  EXPECT_EQ(error_of([&] { get_int(kFile, n, "groups[0]", "big", 1, 15); }),
+            "topologies/x.yaml:3: groups[0].big: expected an integer from 1 to 15, got \"16\"");
+  EXPECT_EQ(get_int(kFile, n, "groups[0]", "absent", 1, 10, 8), 8);
 }
 
-TEST(GetInt, RejectsNonIntegers) {
-  const YAML::Node n = YAML::Load("a: x\nb: 1.5\nc: 4 nodes\nd: -2\n");
-  EXPECT_EQ(error_of([&] { get_int(kFile, n, "g", "a", 1); }),
-            "topologies/x.yaml:1: g.a: expected an integer >= 1, got \"x\"");
-  EXPECT_EQ(error_of([&] { get_int(kFile, n, "g", "b", 1); }),
-            "topologies/x.yaml:2: g.b: expected an integer >= 1, got \"1.5\"");
-  EXPECT_EQ(error_of([&] { get_int(kFile, n, "g", "c", 1); }),
-            "topologies/x.yaml:3: g.c: expected an integer >= 1, got \"4 nodes\"");
-  EXPECT_EQ(error_of([&] { get_int(kFile, n, "g", "d", 0); }),
-            "topologies/x.yaml:4: g.d: expected an integer >= 0, got \"-2\"");
-  EXPECT_EQ(get_int(kFile, n, "g", "d", -5), -2);
-  EXPECT_EQ(error_of([&] { get_int(kFile, n, "g", "e", 1); }),
-            "topologies/x.yaml:1: g.e: missing required field");
+TEST(GetInt, RejectsNonIntegersAndNumbersBeyondLong) {
+  const YAML::Node n =
+      YAML::Load("a: x\nb: 1.5\nc: 4 nodes\nd: -2\nf: 10000000000000000000000\ng:\nh: [1]\n");
+  EXPECT_EQ(error_of([&] { get_int(kFile, n, "g", "a", 1, 9); }),
+            "topologies/x.yaml:1: g.a: expected an integer from 1 to 9, got \"x\"");
+  EXPECT_EQ(error_of([&] { get_int(kFile, n, "g", "b", 1, 9); }),
+            "topologies/x.yaml:2: g.b: expected an integer from 1 to 9, got \"1.5\"");
+  EXPECT_EQ(error_of([&] { get_int(kFile, n, "g", "c", 1, 9); }),
+            "topologies/x.yaml:3: g.c: expected an integer from 1 to 9, got \"4 nodes\"");
+  EXPECT_EQ(error_of([&] { get_int(kFile, n, "g", "d", 0, 9); }),
+            "topologies/x.yaml:4: g.d: expected an integer from 0 to 9, got \"-2\"");
+  EXPECT_EQ(get_int(kFile, n, "g", "d", -5, 9), -2);
+  EXPECT_EQ(error_of([&] { get_int(kFile, n, "g", "f", 1, 9); }),
+            "topologies/x.yaml:5: g.f: expected an integer from 1 to 9, got "
+            "\"10000000000000000000000\"");
+  EXPECT_EQ(error_of([&] { get_int(kFile, n, "g", "e", 1, 9); }),
+            "topologies/x.yaml:1: g.e: missing required field (an integer from 1 to 9)");
+  // "g:" alone is present but empty; a list is the wrong kind.
+  EXPECT_EQ(error_of([&] { get_int(kFile, n, "g", "g", 1, 9); }),
+            "topologies/x.yaml:6: g.g: no value given (expected an integer from 1 to 9)");
+  EXPECT_EQ(error_of([&] { get_int(kFile, n, "g", "h", 1, 9); }),
+            "topologies/x.yaml:7: g.h: expected an integer from 1 to 9, got a list");
+}
+
+TEST(ReadTextFile, ADirectoryIsNamedAsSuch) {
+  EXPECT_EQ(error_of([&] { read_text_file(HETSIM_SOURCE_DIR, "plan file"); }),
+            std::string(HETSIM_SOURCE_DIR) + ": is a directory, expected a plan file");
+  EXPECT_EQ(error_of([&] { read_text_file("/nonexistent/x.yaml", "plan file"); }),
+            "/nonexistent/x.yaml: cannot open plan file");
 }
 
 TEST(GetNumber, ReadsPlainNumbersOnly) {
@@ -285,8 +303,8 @@ TEST(ApplyOverride, AddsANewKeyToAnExistingMap) {
 TEST(ApplyOverride, OverriddenValueHasNoFilePosition) {
   YAML::Node root = YAML::Load(kOverridable);
   apply_override(root, "groups[0].count=x");
-  EXPECT_EQ(error_of([&] { get_int(kFile, root["groups"][0], "groups[0]", "count", 1); }),
-            "topologies/x.yaml: groups[0].count: expected an integer >= 1, got \"x\"");
+  EXPECT_EQ(error_of([&] { get_int(kFile, root["groups"][0], "groups[0]", "count", 1, 9); }),
+            "topologies/x.yaml: groups[0].count: expected an integer from 1 to 9, got \"x\"");
   EXPECT_EQ(where(kFile, root["groups"][0]["node_type"]), kFile + ":6");
 }
 

@@ -1,5 +1,5 @@
 // Validation against measured nccl-tests all-reduce times on one node (vTrain's data,
-// shared/reference/ground_truth/vtrain): DGX A100 (NVSwitch) -> built-in "dgx-a100", DGX-1
+// tests/data/ground_truth/vtrain): DGX A100 (NVSwitch) -> built-in "dgx-a100", DGX-1
 // (hybrid cube mesh) -> "dgx1-v100"; the N ranks are GPUs 0..N-1 of node 0. Each simulated
 // point is compared with the out-of-place time. Prints a table of signed errors, the mean
 // absolute percentage error (MAPE) from 16 MiB per GPU count and overall, and the Spearman rank
@@ -45,7 +45,9 @@ constexpr int kStride = 1;
 constexpr double kTypeLimitPct = 10.0;
 constexpr double kConfigLimitPct = 20.0;
 
-fs::path data_dir() { return fs::path(HETSIM_SHARED_DIR) / "reference/ground_truth/vtrain"; }
+// Shipped with the repository (sources and licence in its README.md), so a missing file is a
+// broken checkout: the tests fail rather than skip.
+fs::path data_dir() { return fs::path(HETSIM_SOURCE_DIR) / "tests/data/ground_truth/vtrain"; }
 
 struct Row {
   double bytes = 0;
@@ -215,12 +217,8 @@ const TypeResult& result(const std::string& type) {
   return it->second;
 }
 
-#define REQUIRE_DATA(r)                                                                    \
-  if (!(r).data_found) {                                                                   \
-    std::cout << "nccl-tests validation skipped: measured data not found: " << (r).missing \
-              << std::endl;                                                                \
-    GTEST_SKIP() << "measured nccl-tests data not found: " << (r).missing;                 \
-  }
+#define REQUIRE_DATA(r) \
+  if (!(r).data_found) GTEST_FAIL() << "measured nccl-tests data not found: " << (r).missing
 
 void expect_type_mape(const std::string& type) {
   const auto& r = result(type);
@@ -288,7 +286,7 @@ void expect_calibration_check(const std::string& type, const std::string& device
   std::vector<std::string> dense = {"calibrate", "import-nccl-tests"}, thin = dense;
   for (int n = 2; n <= 8; ++n) {
     const fs::path file = data_dir() / (type + "_allreduce_" + std::to_string(n) + "gpu.csv");
-    if (!fs::exists(file)) GTEST_SKIP() << "measured nccl-tests data not found: " << file;
+    if (!fs::exists(file)) GTEST_FAIL() << "measured nccl-tests data not found: " << file;
     dense.push_back(file.string() + ":" + std::to_string(n));
     const fs::path thinned =
         fs::path(::testing::TempDir()) / (type + "_thin_" + std::to_string(n) + ".csv");

@@ -5,12 +5,12 @@
 //     plans in experiments/korthikanti/. Prints predicted vs measured time and the signed error,
 //     asserts the mean absolute percentage error (MAPE) < 10%; prints the memory per GPU against
 //     the paper's Fig. 1 (params + optimizer asserted within 25%, activations only printed).
-// (b) vTrain (shared/reference/ground_truth/vtrain/a100_single_node_iterations.csv): 1,440
+// (b) vTrain (tests/data/ground_truth/vtrain/a100_single_node_iterations.csv): 1,440
 //     measured Megatron-DeepSpeed iterations on one DGX A100 node (GPT, fp16, full recompute,
 //     1F1B, no gradient bucketing). Prints the MAPE overall and per (tp, dp, pp) and the Spearman
 //     rank correlation within each model configuration (hidden, layers, heads, sequence) across
-//     its plans; asserts the overall MAPE < 10%. Skipped, with the reason printed, when the data
-//     is absent.
+//     its plans; asserts the overall MAPE < 10%. The data ships with the repository: a missing
+//     file fails the test.
 #include <gtest/gtest.h>
 
 #include "tests/validation/rank_correlation.h"
@@ -172,8 +172,8 @@ struct VtrainRow {
 };
 
 fs::path vtrain_csv() {
-  return fs::path(HETSIM_SHARED_DIR) /
-         "reference/ground_truth/vtrain/a100_single_node_iterations.csv";
+  return fs::path(HETSIM_SOURCE_DIR) /
+         "tests/data/ground_truth/vtrain/a100_single_node_iterations.csv";
 }
 
 std::vector<VtrainRow> read_vtrain(const fs::path& file) {
@@ -244,10 +244,7 @@ double mape(const std::vector<const VtrainRow*>& rows) {
 
 TEST(TrainingValidation, VtrainSingleNode) {
   const fs::path file = vtrain_csv();
-  if (!fs::exists(file)) {
-    std::cout << "vTrain data not found at " << file << ": skipping\n";
-    GTEST_SKIP() << "vTrain data not found at " << file;
-  }
+  ASSERT_TRUE(fs::exists(file)) << "vTrain data not found at " << file;
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<VtrainRow> all = read_vtrain(file);
   ASSERT_FALSE(all.empty()) << file;

@@ -1,0 +1,38 @@
+// A progress display for long replays on standard error: silent while a run is short, then a
+// line (or one line rewritten in place on a terminal) every second or so.
+#pragma once
+
+#include <chrono>
+#include <ostream>
+#include <string>
+
+#include "sim/workload/replay.h"
+
+namespace hetsim::report {
+
+class ProgressMeter {
+ public:
+  // Nothing is printed before `after_s` seconds of wall time since construction; then at most one
+  // update per `every_s`. `rewrite`: one line updated with '\r' (a terminal), else a line each.
+  ProgressMeter(std::ostream& out, std::string label, double after_s = 2.0, double every_s = 1.0,
+                bool rewrite = false);
+  // Cheap when called often: one clock read, and a line only when one is due.
+  void update(const workload::ReplayStatus& s);
+  // Ends a rewritten line, so what follows starts on its own line.
+  void finish();
+  // "simulate: 12.0 s, simulated 1.23 s, 4567890 events, 45% of tasks, about 15 s left".
+  static std::string line(const std::string& label, double wall_s, const workload::ReplayStatus& s);
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  std::ostream& out_;
+  std::string label_;
+  Clock::time_point start_;
+  double after_s_, every_s_, next_s_;
+  bool rewrite_, printed_ = false;
+};
+
+// Whether standard error is a terminal (progress then rewrites one line).
+bool stderr_is_terminal();
+
+}  // namespace hetsim::report
