@@ -23,6 +23,12 @@ TrainingReport make_training_report(const workload::TrainingJob& job,
   r.model = job.model->name;
   r.cluster = c.config().name;
   r.plan = p.source;
+  r.precision = workload::to_string(p.precision);
+  if (p.precision_defaulted) {
+    r.precision += p.precision == workload::Precision::bf16
+                       ? " (default: every GPU of the plan has bf16)"
+                       : " (default: a GPU of the plan has no bf16)";
+  }
   r.iteration_time_s = result.iteration.seconds();
   const double samples = static_cast<double>(p.global_batch_size);
   r.samples_per_s = samples / r.iteration_time_s;
@@ -82,6 +88,7 @@ nlohmann::ordered_json to_json(const TrainingReport& r) {
   j["model"] = r.model;
   j["cluster"] = r.cluster;
   j["plan"] = r.plan;
+  j["precision"] = r.precision;
   j["gpus"] = r.gpus;
   j["iteration_time_s"] = r.iteration_time_s;
   j["throughput_tokens_per_s"] = r.tokens_per_s;
@@ -295,6 +302,7 @@ std::string to_text(const TrainingReport& r) {
   using config::format_time;
   std::string s = fmt::format("{} on {} ({} GPUs), plan {}\n", r.model, r.cluster, r.gpus, r.plan);
   for (const std::string& w : r.warnings) s += "  WARNING: " + w + "\n";
+  s += fmt::format("  precision      {}\n", r.precision);
   s += fmt::format("  iteration      {}\n", format_time(r.iteration_time_s));
   s += fmt::format("  throughput     {:.0f} tokens/s, {:.2f} samples/s\n", r.tokens_per_s,
                    r.samples_per_s);

@@ -23,6 +23,7 @@ struct DeviceReport {
 
 struct TrainingReport {
   std::string model, cluster, plan;
+  std::string precision;  // the plan's; "bf16 (default: ...)" when the plan gives none
   size_t gpus = 0;
   double iteration_time_s = 0;
   double tokens_per_s = 0, samples_per_s = 0;

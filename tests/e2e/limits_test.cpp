@@ -6,6 +6,7 @@
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <csignal>
@@ -229,8 +230,8 @@ TEST(Precision, APrecisionTheGpuLacksIsRefusedNamingWhatItHas) {
                      "bf16)");
 }
 
-// Without `precision:`, V100 trains in fp16 and A100 in bf16: the same FLOPs at each one's own
-// 16-bit peak, so the V100 run reports fp16 and the MFU against the fp16 peak.
+// Without `precision:`, V100 trains in fp16 and A100 in bf16: the same run as the precision
+// given explicitly, and the report says which it took and why.
 TEST(Precision, WithoutAPrecisionThePlanTakesTheBest16BitTheGpusHave) {
   const std::string good = plain_plan();
   auto json = [&](const std::string& cluster, const std::string& precision) {
@@ -242,11 +243,20 @@ TEST(Precision, WithoutAPrecisionThePlanTakesTheBest16BitTheGpusHave) {
     }
     const CommandResult r = run_hetsim(args, Capture::stdout_only);
     EXPECT_EQ(r.exit_code, 0) << r.output;
-    return r.output;
+    return nlohmann::json::parse(r.output);
   };
-  EXPECT_EQ(json("dgx1-v100", ""), json("dgx1-v100", "fp16"));
-  EXPECT_EQ(json("dgx-a100", ""), json("dgx-a100", "bf16"));
-  EXPECT_NE(json("dgx-a100", "fp16"), json("dgx-a100", "fp32"));
+  auto without_precision = [](nlohmann::json j) {
+    j.erase("precision");
+    return j;
+  };
+  const nlohmann::json v100 = json("dgx1-v100", ""), a100 = json("dgx-a100", "");
+  EXPECT_EQ(v100["precision"], "fp16 (default: a GPU of the plan has no bf16)");
+  EXPECT_EQ(a100["precision"], "bf16 (default: every GPU of the plan has bf16)");
+  EXPECT_EQ(without_precision(v100), without_precision(json("dgx1-v100", "fp16")));
+  EXPECT_EQ(without_precision(a100), without_precision(json("dgx-a100", "bf16")));
+  EXPECT_EQ(json("dgx-a100", "fp32")["precision"], "fp32");
+  EXPECT_NE(without_precision(json("dgx-a100", "fp16")),
+            without_precision(json("dgx-a100", "fp32")));
 }
 
 TEST(Shapes, ShapesNoFrameworkBuildsAreRefused) {

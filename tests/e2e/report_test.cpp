@@ -2,6 +2,7 @@
 // the missing price, out-of-range trace selections and trace paths, the grouped report of a
 // multi-node run, and progress lines on standard error.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -26,20 +27,29 @@ struct Split {
   std::string out, err;
 };
 Split run_split(const std::vector<std::string>& args) {
-  const std::string err = ::testing::TempDir() + "hetsim-report-test.stderr";
+  // One file per call and process: ctest runs tests of this file in parallel processes.
+  static int calls = 0;
+  const std::string err = ::testing::TempDir() + "hetsim-report-test." + std::to_string(getpid()) +
+                          "." + std::to_string(++calls) + ".stderr";
   std::string cmd = shell_quote(HETSIM_BINARY);
   for (const std::string& a : args) cmd += " " + shell_quote(a);
   const CommandResult r =
       run_program("/bin/sh", {"-c", cmd + " 2>" + shell_quote(err)}, Capture::stdout_only);
-  std::ifstream in(err);
   std::stringstream s;
-  s << in.rdbuf();
+  {
+    std::ifstream in(err);
+    s << in.rdbuf();
+  }
+  std::filesystem::remove(err);
   return Split{r.exit_code, r.output, s.str()};
 }
 
 // A hand-made CSV (tests/data/calibration) as a database in the test's temporary folder.
 std::string database(const std::string& csv) {
-  const std::string out = ::testing::TempDir() + csv + ".h5";
+  // Named after the test too: ctest runs the tests of this file in parallel processes.
+  const std::string out = ::testing::TempDir() +
+                          ::testing::UnitTest::GetInstance()->current_test_info()->name() + "-" +
+                          csv + ".h5";
   const CommandResult r = run_hetsim({"calibrate", "import", kCalibration + csv, "--out", out});
   EXPECT_EQ(r.exit_code, 0) << r.output;
   return out;
@@ -185,7 +195,7 @@ TEST(TraceSelection, DevicesBeyondTheClusterAreBadInputNamingTheValidRange) {
 
 TEST(TraceSelection, MicroBatchesBeyondThePlanAreBadInputNamingTheValidRange) {
   // 64 samples over 4 replicas at micro-batch 1: 16 micro-batches per replica.
-  const std::string path = ::testing::TempDir() + "never.json";
+  const std::string path = ::testing::TempDir() + "micro-batch-15.json";
   const CommandResult r =
       run_hetsim(four_nodes({"--trace", path, "--trace-micro-batches", "100-200"}));
   EXPECT_EQ(r.exit_code, 2) << r.output;
@@ -227,7 +237,7 @@ TEST(GroupedReport, IdenticalNodesShareOneRowWithTheMemorySplit) {
                   "  memory per device             weights  gradients  optimizer activations  "
                   "workspace\n  nodes 0-3 gpu0-7  "))
       << r.output;
-  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 11) << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 12) << r.output;
 }
 
 TEST(GroupedReport, OutOfMemoryIsSummarisedByShortfallAcrossNodes) {
@@ -240,15 +250,16 @@ TEST(GroupedReport, OutOfMemoryIsSummarisedByShortfallAcrossNodes) {
   EXPECT_TRUE(has(r.output, "    16 devices need ")) << r.output;
   EXPECT_TRUE(has(r.output, "over): nodes 0-1 gpu0-7\n")) << r.output;
   // One line for the 16 devices, not one each.
-  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 13) << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 14) << r.output;
 }
 
 // ---- progress ---------------------------------------------------------------------------------
 
 TEST(Progress, LinesOnStderrWhenForcedNoneWithQuietOrJsonAndStdoutUnchanged) {
-  const Split plain = run_split(four_nodes({}));
+  // Under the threshold (here far beyond the run's length) nothing is printed.
+  const Split plain = run_split(four_nodes({"--progress-after", "1000"}));
   ASSERT_EQ(plain.exit_code, 0) << plain.err;
-  EXPECT_EQ(plain.err, "");  // a short run stays silent under the default threshold
+  EXPECT_EQ(plain.err, "");
   const Split forced = run_split(four_nodes({"--progress-after", "0"}));
   ASSERT_EQ(forced.exit_code, 0) << forced.err;
   EXPECT_EQ(forced.err.rfind("simulate: ", 0), 0u) << forced.err;

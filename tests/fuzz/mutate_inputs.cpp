@@ -183,13 +183,23 @@ std::vector<Span> scalar_spans(const std::string& s) {
   return spans;
 }
 
-// Values at the edges of what a loader must reject or survive: zero and negatives, beyond 32 and
-// 64 bits, non-finite, the empty string, a huge string, and the wrong type.
+// Values at the edges of what a loader must reject or survive: zero and negatives, large but
+// within the loaders' bounds (sim/config/limits.h), beyond 32 and 64 bits, non-finite, the empty
+// string, a huge string, and the wrong type.
 std::vector<std::string> boundary_values(bool json) {
-  std::vector<std::string> v = {"0",          "-1",         "1",
-                                "1e30",       "-1e30",      "10000000000000",
-                                "2147483648", "4294967296", "9223372036854775808",
-                                "1e400",      "0.5",        "-0"};
+  std::vector<std::string> v = {"0",
+                                "-1",
+                                "1",
+                                "1e30",
+                                "-1e30",
+                                "100000",
+                                "10000000000000",
+                                "2147483648",
+                                "4294967296",
+                                "9223372036854775808",
+                                "1e400",
+                                "0.5",
+                                "-0"};
   if (json) {
     for (const char* s : {"\"\"", "null", "true", "[1, 2]", "{\"a\": 1}", "\"nan\"", "[]", "{}"})
       v.push_back(s);
