@@ -241,10 +241,41 @@ class ClusterParser {
       }
     }
     c.fabric = parse_fabric(static_cast<int>(total_nodes));  // <= kGpus: a node has a GPU
+    check_switch_count(c, total_nodes);
     return c;
   }
 
  private:
+  // The fabric's switch count, known before anything is built: routing keeps all-pairs switch
+  // distances (limits::kSwitches).
+  void check_switch_count(const ClusterConfig& c, long nodes) const {
+    long nics = 0;
+    size_t rails = 0;
+    for (const Group& g : c.groups) {
+      for (const NodeType& t : c.node_types) {
+        if (t.name != g.node_type) continue;
+        nics += static_cast<long>(g.count) * static_cast<long>(t.nics.size());
+        rails = std::max(rails, t.nics.size());
+      }
+    }
+    const Fabric& f = c.fabric;
+    long leaves = 1;
+    if (f.kind == FabricKind::fat_tree) leaves = (nics + f.nics_per_leaf - 1) / f.nics_per_leaf;
+    if (f.kind == FabricKind::rail_optimized) {
+      leaves = (nodes + f.nodes_per_unit - 1) / f.nodes_per_unit * static_cast<long>(rails);
+    }
+    const long switches = f.kind == FabricKind::explicit_links
+                              ? static_cast<long>(f.switches.size())
+                          : leaves > 1 ? leaves + std::max(1, f.spines)
+                                       : leaves;
+    if (switches > limits::kSwitches) {
+      throw InputError(where(file_, root_["fabric"]) + ": fabric: " + std::to_string(switches) +
+                       " switches for " + std::to_string(nodes) +
+                       " nodes, more than hetsim routes (" + std::to_string(limits::kSwitches) +
+                       "); use fewer nodes, or more NICs per leaf or nodes per unit");
+    }
+  }
+
   std::string link_class(const YAML::Node& n, std::string_view path) {
     const std::string v = get_string(file_, n, path, "link_class");
     if (!classes_->count(v)) {

@@ -6,11 +6,15 @@
 
 namespace hetsim::config::limits {
 
-// Cluster. The largest training clusters reported by 2026 hold about 200k GPUs; 2^20 is five
-// times that. Building the platform graph costs about 1 KiB and 0.4 us per GPU (measured: 131k
-// GPUs, 160 MB, 6 s on one core), so 2^20 GPUs stay near 1.2 GB.
-inline constexpr long kGpus = 1L << 20;
+// Cluster. The largest training clusters reported by 2026 hold about 200k GPUs; 2^18 is above
+// that. The platform graph costs about 1.2 KiB per GPU (measured: 131k GPUs of dgx-a100, 158 MB,
+// 1.9 s on one core), so 2^18 GPUs stay near 320 MB.
+inline constexpr long kGpus = 1L << 18;
 inline constexpr long kNodes = kGpus;
+// Routing keeps the distance between every pair of fabric switches (2 bytes each) and finds
+// them by a breadth-first search from each: 8192 switches are 128 MB and about 20 s (measured:
+// 8200 switches, dgx-a100 at 32768 nodes, 25 s; 4100 switches 1.9 s).
+inline constexpr long kSwitches = 1L << 13;
 // NVL72 racks hold 72 GPUs in one NVLink domain, NVL576 576.
 inline constexpr long kGpusPerNode = 1024;
 inline constexpr long kSms = 4096;  // the H100 has 132, the B200 148

@@ -156,7 +156,7 @@ const BadFlagCase kBadFlags[] = {
      "group; use --set groups[i].count=N instead\n"},
     {"NegativeNodesIsRejected",
      {"collective", "--nodes", "-1", "--bytes", "1MiB"},
-     "hetsim: error: --nodes: expected an integer from 1 to 1048576, got -1\n"},
+     "hetsim: error: --nodes: expected an integer from 1 to 262144, got -1\n"},
     {"SetThroughMissingKeyGivesDidYouMeanHint",
      {"collective", "--bytes", "1MiB", "--set", "fabric.nodes_per_unt.x=2"},
      "hetsim: error: topologies/dgx-a100.yaml: --set fabric.nodes_per_unt.x=2: fabric has no key "
@@ -182,7 +182,7 @@ const BadFlagCase kBadFlags[] = {
     {"SetValueIsValidatedLikeTheFile",
      {"collective", "--bytes", "1MiB", "--set", "groups[0].count=0"},
      "hetsim: error: topologies/dgx-a100.yaml: groups[0].count: expected an integer from 1 to "
-     "1048576, got \"0\"\n"},
+     "262144, got \"0\"\n"},
     {"UnknownBuiltinClusterListsBuiltins",
      {"collective", "--cluster", "dgx-a10", "--bytes", "1MiB"},
      "hetsim: error: dgx-a10: no such cluster file, nor a built-in cluster (built-in: " +
@@ -256,7 +256,7 @@ TEST(BadBenchFlag, GpuCountNotMultipleOf8ExitsWithCode2) {
 TEST(BadFlagNodes, NodesZeroIsRejected) {
   const CommandResult r = run_hetsim({"collective", "--nodes", "0", "--bytes", "1MiB"});
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_EQ(r.output, "hetsim: error: --nodes: expected an integer from 1 to 1048576, got 0\n");
+  EXPECT_EQ(r.output, "hetsim: error: --nodes: expected an integer from 1 to 262144, got 0\n");
 }
 
 }  // namespace

@@ -131,13 +131,19 @@ std::string plain_plan() {
 TEST(Limits, HugeNodeCountInAClusterIsRefusedBeforeAnythingIsBuilt) {
   expect_refused({"collective", "--bytes", "1MiB", "--set", "groups[0].count=10000000000000"},
                  "topologies/dgx-a100.yaml: groups[0].count: expected an integer from 1 to "
-                 "1048576, got \"10000000000000\"");
+                 "262144, got \"10000000000000\"");
   // Within each group's bound, the groups together still hold too many GPUs.
-  expect_refused({"collective", "--bytes", "1MiB", "--set", "groups[0].count=1048576"},
+  expect_refused({"collective", "--bytes", "1MiB", "--set", "groups[0].count=100000"},
                  "topologies/dgx-a100.yaml: groups[0].count: the groups up to this one hold "
-                 "8388608 GPUs, more than hetsim simulates (1048576)");
+                 "800000 GPUs, more than hetsim simulates (262144)");
   expect_refused({"collective", "--bytes", "1MiB", "--nodes", "2000000000"},
-                 "--nodes: expected an integer from 1 to 1048576, got 2000000000");
+                 "--nodes: expected an integer from 1 to 262144, got 2000000000");
+  // Within the GPU bound, a rail fabric of one node per unit has more switches (8 rail leaves a
+  // node, and the spines) than routing holds.
+  expect_refused(
+      {"collective", "--bytes", "1MiB", "--nodes", "2048", "--set", "fabric.nodes_per_unit=1"},
+      "topologies/dgx-a100.yaml:24: fabric: 16400 switches for 2048 nodes, more than "
+      "hetsim routes (8192); use fewer nodes, or more NICs per leaf or nodes per unit");
 }
 
 TEST(Limits, HugeBatchesAndMicroBatchCountsAreRefused) {
