@@ -1,0 +1,227 @@
+// Validation against AMP's 52 measured DeepSpeed trials of one GPT-2 model on 16 T4s over 50 Gb/s
+// Ethernet (tests/data/ground_truth/amp_t4/): pure data parallel to 16-stage pipelines, tensor
+// parallel over PCIe, micro-batches 1 to 32. Each trial becomes a `replicas:` plan in DeepSpeed's
+// rank order on topologies/aws-g4dn-12xlarge.yaml and is replayed with the datasheet cost model.
+// Prints predicted against measured per trial, the mean absolute percentage error (MAPE) overall
+// and per plan class, and AMP's own model's MAPE beside it; trials that failed (out of memory)
+// are listed with hetsim's OOM verdict.
+//
+// This is the baseline of issue 10 (fidelity on commodity clusters): hetsim is far off here
+// today. The assertions hold the line (the MAPE may not grow beyond the baseline measured when
+// the test was written, kBaselineMapePct) so fidelity work can only move it down; lower the
+// ceiling with each improvement.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "sim/config/cluster_config.h"
+#include "sim/platform/cluster.h"
+#include "sim/report/training_report.h"
+#include "sim/workload/cost_model.h"
+#include "sim/workload/memory.h"
+#include "sim/workload/model.h"
+#include "sim/workload/plan.h"
+#include "sim/workload/replay.h"
+#include "sim/workload/training_job.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace hetsim;
+
+// Measured with this test on 2026-11-30 (datasheet cost model, no calibration): see the note of
+// issue 10's baseline. A ceiling, not a goal.
+constexpr double kBaselineMapePct = 62.5;  // measured 61.7% (47 trials), all too fast
+
+struct Trial {
+  int tp = 1, dp = 1, pp = 1, micro_batch = 1, global_batch = 32;
+  std::vector<int> layers;  // transformer layers per stage
+  bool failed = false;      // the trial did not run (mostly out of memory)
+  double measured_s = 0, amp_s = 0, predicted_s = 0;
+  bool predicted_oom = false;
+  bool unexpressed = false;  // a plan shape hetsim cannot express (see below)
+  std::string label() const {
+    char b[64];
+    std::snprintf(b, sizeof b, "tp%d dp%d pp%d mb%d", tp, dp, pp, micro_batch);
+    return b;
+  }
+  // The class the issue reports separately: pure data parallelism, or a pipeline or tensor
+  // parallelism in the plan.
+  const char* kind() const { return tp == 1 && pp == 1 ? "data parallel" : "pipeline/tensor"; }
+};
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, sep)) out.push_back(item);
+  return out;
+}
+
+std::vector<Trial> read_trials(const fs::path& file) {
+  std::ifstream in(file);
+  std::string line;
+  std::getline(in, line);  // header
+  std::vector<Trial> trials;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    const std::vector<std::string> f = split(line, ',');
+    if (f.size() != 9) throw std::runtime_error(file.string() + ": expected 9 fields: " + line);
+    Trial t;
+    t.tp = std::stoi(f[0]);
+    t.dp = std::stoi(f[1]);
+    t.pp = std::stoi(f[2]);
+    t.micro_batch = std::stoi(f[3]);
+    t.global_batch = std::stoi(f[4]);
+    for (const std::string& l : split(f[6], ' ')) t.layers.push_back(std::stoi(l));
+    t.failed = f[7] == "failed";
+    if (!t.failed) t.measured_s = std::stod(f[7]);
+    t.amp_s = std::stod(f[8]);
+    trials.push_back(t);
+  }
+  return trials;
+}
+
+// GPT-2 345M-style as AMP trained it (README of the data): hidden 1024, 24 layers, 16 heads,
+// sequence 1024, vocabulary 52256, tied embeddings.
+workload::ModelConfig amp_model() {
+  return workload::load_model_yaml_text(
+      "name: amp-gpt2\nfamily: gpt\nlayers: 24\nhidden: 1024\nheads: 16\nffn_hidden: 4096\n"
+      "vocab: 52256\nsequence: 1024\nactivation: gelu\nnorm: layernorm\nposition: learned\n"
+      "tied_embeddings: true\ncausal: true\nbias: true\n",
+      "amp-gpt2.yaml");
+}
+
+// DeepSpeed's rank order: pipeline stage slowest, then the data-parallel index, then the tensor
+// index fastest. fp16, fp32 gradient all-reduce, no recomputation, unfused attention.
+std::string amp_plan(const Trial& t) {
+  std::ostringstream y;
+  y << "micro_batch_size: " << t.micro_batch << "\nglobal_batch_size: " << t.global_batch
+    << "\nsequence_length: 1024\nprecision: fp16\nattention: standard\nrecompute: none\n"
+    << "schedule: 1f1b\nmain_grads: fp32\nreplicas:\n";
+  const int micro_batches = t.global_batch / (t.dp * t.micro_batch);
+  for (int d = 0; d < t.dp; ++d) {
+    y << "  - micro_batches: " << micro_batches << "\n    stages:\n";
+    for (int s = 0; s < t.pp; ++s) {
+      const int first = s * t.dp * t.tp + d * t.tp;
+      y << "      - {layers: " << t.layers[s] << ", tensor_parallel: " << t.tp << ", devices: \""
+        << first << "-" << first + t.tp - 1 << "\"}\n";
+    }
+  }
+  return y.str();
+}
+
+double mape(const std::vector<const Trial*>& v, double Trial::*field) {
+  double s = 0;
+  for (const Trial* t : v) s += std::abs((t->*field - t->measured_s) / t->measured_s) * 100;
+  return v.empty() ? NAN : s / static_cast<double>(v.size());
+}
+
+TEST(TrainingValidation, AmpT4DeepSpeedTrials) {
+  const fs::path file =
+      fs::path(HETSIM_SOURCE_DIR) / "tests/data/ground_truth/amp_t4/amp_t4_iterations.csv";
+  ASSERT_TRUE(fs::exists(file)) << file;
+  std::vector<Trial> trials = read_trials(file);
+  ASSERT_EQ(trials.size(), 52u);
+
+  const workload::ModelConfig model = amp_model();
+  const platform::Cluster cluster(config::load_cluster("aws-g4dn-12xlarge"));
+  ASSERT_EQ(cluster.gpu_count(), 16u);
+  const workload::DatasheetCostModel cost;
+  int unexpressed = 0;
+  for (Trial& t : trials) {
+    ASSERT_EQ(static_cast<int>(t.layers.size()), t.pp) << t.label();
+    // A stage holding only the embedding (no transformer layer) is not a plan hetsim expresses
+    // yet; one failed trial has such stages.
+    if (std::find(t.layers.begin(), t.layers.end(), 0) != t.layers.end()) {
+      t.unexpressed = true;
+      ++unexpressed;
+      continue;
+    }
+    const workload::Plan plan = workload::load_plan_text(amp_plan(t), t.label(), model, cluster);
+    const workload::TrainingJob job = workload::build_training_job(model, plan, cluster, cost);
+    const std::vector<workload::DeviceMemory> memory = workload::memory_per_group(job);
+    const report::TrainingReport r =
+        report::make_training_report(job, workload::replay(job), memory);
+    t.predicted_s = r.iteration_time_s;
+    t.predicted_oom = r.oom;
+  }
+
+  std::ostringstream os;
+  char buf[200];
+  os << "\n=== AMP: DeepSpeed GPT-2 on 16 T4 (4 x g4dn.12xlarge, 50 Gb/s Ethernet) ===\n";
+  std::snprintf(buf, sizeof buf, "%-22s %-12s %10s %10s %8s %10s %8s\n", "plan", "layers",
+                "measured", "hetsim", "err%", "AMP", "err%");
+  os << buf;
+  std::vector<const Trial*> finite;
+  std::map<std::string, std::vector<const Trial*>> by_kind;
+  int failed_predicted_oom = 0, failed = 0, finite_too_fast = 0;
+  for (const Trial& t : trials) {
+    std::string layers;
+    for (int l : t.layers) layers += (layers.empty() ? "" : "/") + std::to_string(l);
+    if (t.unexpressed) {
+      std::snprintf(buf, sizeof buf,
+                    "%-22s %-12s %10s   (a stage without transformer layers: "
+                    "not expressible yet)\n",
+                    t.label().c_str(), layers.c_str(), t.failed ? "failed" : "measured");
+      os << buf;
+      continue;
+    }
+    if (t.failed) {
+      ++failed;
+      failed_predicted_oom += t.predicted_oom ? 1 : 0;
+      std::snprintf(buf, sizeof buf, "%-22s %-12s %10s %9.3fs %8s   (hetsim: %s)\n",
+                    t.label().c_str(), layers.c_str(), "failed", t.predicted_s, "",
+                    t.predicted_oom ? "OOM" : "fits");
+      os << buf;
+      continue;
+    }
+    finite.push_back(&t);
+    by_kind[t.kind()].push_back(&t);
+    finite_too_fast += t.predicted_s < t.measured_s ? 1 : 0;
+    std::snprintf(buf, sizeof buf, "%-22s %-12s %9.3fs %9.3fs %+8.1f %9.3fs %+8.1f%s\n",
+                  t.label().c_str(), layers.c_str(), t.measured_s, t.predicted_s,
+                  (t.predicted_s - t.measured_s) / t.measured_s * 100, t.amp_s,
+                  (t.amp_s - t.measured_s) / t.measured_s * 100, t.predicted_oom ? "  OOM" : "");
+    os << buf;
+  }
+  const double ours = mape(finite, &Trial::predicted_s);
+  const double amps = mape(finite, &Trial::amp_s);
+  std::snprintf(buf, sizeof buf,
+                "MAPE over %zu measured trials: hetsim %.1f%%, AMP's model %.1f%%\n", finite.size(),
+                ours, amps);
+  os << buf;
+  for (const auto& [kind, v] : by_kind) {
+    double ratio = 0;
+    for (const Trial* t : v) ratio += t->measured_s / t->predicted_s;
+    std::snprintf(buf, sizeof buf,
+                  "  %-16s %2zu trials: MAPE %.1f%%, measured / hetsim %.2f (mean)\n", kind.c_str(),
+                  v.size(), mape(v, &Trial::predicted_s), ratio / static_cast<double>(v.size()));
+    os << buf;
+  }
+  std::snprintf(buf, sizeof buf,
+                "  predicted too fast: %d of %zu; failed trials hetsim calls OOM: %d of %d\n",
+                finite_too_fast, finite.size(), failed_predicted_oom, failed);
+  os << buf;
+  std::cout << os.str();
+
+  // AMP published 52 trials; the CSV marks the ones that did not run. Every trial that ran is
+  // expressed and replayed.
+  EXPECT_GT(finite.size(), 40u);
+  EXPECT_LE(unexpressed, 1);
+  EXPECT_LT(ours, kBaselineMapePct) << "hetsim's error on the AMP T4 trials grew past its baseline";
+  // AMP's own model, from the same file: 47.6% (the data's README); a check the file was read
+  // as published.
+  EXPECT_NEAR(amps, 47.6, 0.1);
+}
+
+}  // namespace
