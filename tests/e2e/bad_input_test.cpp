@@ -108,7 +108,8 @@ struct BadFlagCase {
 };
 
 const std::string kBuiltins =
-    "aws-g4dn-12xlarge, cpu-host, dgx-a100, dgx-h100, dgx1-v100, mixed-a100-v100, mixed-explicit, mixed-h100-a100, "
+    "aws-g4dn-12xlarge, cpu-host, dgx-a100, dgx-h100, dgx1-v100, mixed-a100-v100, mixed-explicit, "
+    "mixed-h100-a100, "
     "pcie-a100, "
     "pcie-v100";
 
