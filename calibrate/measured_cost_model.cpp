@@ -108,8 +108,9 @@ struct MeasuredCostModel::Tables {
     std::vector<double> ms, ns, ks;                                          // axes (log)
     std::map<std::tuple<int64_t, int64_t, int64_t>, double> value;           // log normalised rate
   };
-  // (dtype, GPU type, batch): units differ by type; batched GEMMs (attention's) have their own
-  std::map<std::tuple<std::string, std::string, int64_t>, Gemm> gemm;
+  // (dtype, GPU type, batch, aligned): units differ by type; batched GEMMs (attention's) have
+  // their own; so do shapes whose leading dimensions break cuBLAS's 16-byte alignment (below)
+  std::map<std::tuple<std::string, std::string, int64_t, bool>, Gemm> gemm;
   // (name, ranks, nodes)
   std::map<std::tuple<std::string, int64_t, int64_t>, SizeTable> memory, collective, copy;
 };
@@ -181,6 +182,18 @@ double dtype_bytes(const std::string& dtype) {
   return dtype == "fp8" ? 1 : dtype == "tf32" || dtype == "fp32" ? 4 : 2;
 }
 
+// Whether a GEMM's leading dimensions are multiples of 16 bytes in the calibration's "TN"
+// layout (A and B stored with leading dimension k, C with m). cuBLAS's tensor-core kernels need
+// that alignment; without it they fall back to far slower ones (on the H200, k = 50257 ran at
+// 110-170 TFLOP/s where its aligned neighbours ran at 650-800), so such shapes form their own
+// table: one cannot stand for the other's neighbours. n, the stored matrices' column count,
+// does not matter (n = 50257 measured at the aligned rate).
+bool gemm_aligned(int64_t m, int64_t k, const std::string& dtype) {
+  const int64_t in = static_cast<int64_t>(dtype_bytes(dtype));
+  const int64_t out = dtype == "tf32" || dtype == "fp32" ? 4 : 2;  // fp8 writes bf16
+  return (k * in) % 16 == 0 && (m * out) % 16 == 0;
+}
+
 Op gemm_op(int64_t m, int64_t n, int64_t k, int64_t batch, const std::string& dtype) {
   Op op;
   op.kind = OpKind::gemm;
@@ -215,14 +228,16 @@ std::optional<double> MeasuredCostModel::predict_gemm(const std::string& dtype, 
       want_batch > 1 && std::any_of(it->second.begin(), it->second.end(),
                                     [&](const GemmPoint& p) { return p.batch == want_batch; });
   const int64_t table_batch = batched_table ? want_batch : 1;
-  const auto table_key = std::make_tuple(dtype, gpu.name, table_batch);
-  auto tit = tables.find(table_key);
-  if (tit == tables.end()) {
+  // The table of the query's alignment class where it has points, else the other class's.
+  auto table_of = [&](bool aligned) -> const Tables::Gemm& {
+    const auto table_key = std::make_tuple(dtype, gpu.name, table_batch, aligned);
+    auto tit = tables.find(table_key);
+    if (tit != tables.end()) return tit->second;
     Tables::Gemm g;
     std::vector<int64_t> ms, ns, ks;
     for (const GemmPoint& p : it->second) {
       g.exact[{p.m, p.n, p.k, p.batch}] = p.t.median_s;
-      if (p.batch != table_batch) continue;
+      if (p.batch != table_batch || gemm_aligned(p.m, p.k, dtype) != aligned) continue;
       // log(reference / time): a CPU's log rate, a GPU's log of datasheet time over measured, a
       // correction factor that varies slowly where the raw rate steps (tiles, waves, the
       // compute/memory crossover).
@@ -237,9 +252,12 @@ std::optional<double> MeasuredCostModel::predict_gemm(const std::string& dtype, 
     for (int64_t v : ms) g.ms.push_back(double(v));
     for (int64_t v : ns) g.ns.push_back(double(v));
     for (int64_t v : ks) g.ks.push_back(double(v));
-    tit = tables.emplace(table_key, std::move(g)).first;
-  }
-  const Tables::Gemm& g = tit->second;
+    return tables.emplace(table_key, std::move(g)).first->second;
+  };
+  const bool want_aligned = gemm_aligned(q.m, q.k, dtype);
+  const Tables::Gemm* chosen = &table_of(want_aligned);
+  if (chosen->value.empty()) chosen = &table_of(!want_aligned);
+  const Tables::Gemm& g = *chosen;
   if (auto e = g.exact.find({q.m, q.n, q.k, q.batch}); e != g.exact.end()) return e->second;
   if (g.value.empty()) return std::nullopt;
   // Clamp to the table, interpolate there, then carry the datasheet's shape dependence out.

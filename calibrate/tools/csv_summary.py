@@ -140,6 +140,9 @@ def sanity(cal, profiles, device_type, reference_path):
         if "reference_gemm_bf16_8192_tflops" in ref:
             torch_tflops = float(ref["reference_gemm_bf16_8192_tflops"])
             text = f"  reference: PyTorch bf16 8192^3 matmul {torch_tflops:.1f} TFLOP/s"
+            if "reference_gemm_bf16_8192_cold_tflops" in ref:
+                cold = float(ref["reference_gemm_bf16_8192_cold_tflops"])
+                text += f" at the power limit ({cold:.1f} on a cool GPU)"
             if gemm:
                 ours = gemm_tflops(gemm[0])
                 text += f"; ours {ours:.1f} TFLOP/s, {100 * (ours / torch_tflops - 1):+.1f}%"

@@ -1,15 +1,21 @@
 #!/usr/bin/env python3
 """Times the same GPU by another path than hetsim-calibrate-cuda, as a check on its figures:
 PyTorch's bf16 8192-cube matmul and a 2 GiB device-to-device copy, each timed with CUDA events
-(3 warm-ups, then 10 repetitions, the median kept). Prints `key=value` lines that csv_summary.py
+(3 warm-ups, then 10 repetitions, the median kept). The matmul is timed twice: first on the GPU
+as it is (`reference_gemm_bf16_8192_cold_*`), then after --sustain-s seconds of back-to-back
+matmuls, when the board has reached its power limit as it does in training and in the
+calibration's minutes of GEMMs (the figure compared with ours). On the first H200 (700 W) the
+cold matmul ran at 774 TFLOP/s at 1980 MHz and the sustained one at 659 at about 1450 MHz
+(experiments/h200-calibration/gemm_gap.txt). Prints `key=value` lines that csv_summary.py
 --reference reads, or one line "PyTorch not available: no reference (...)" where torch cannot be
 imported or sees no GPU (exit 0 either way: the calibration does not depend on it).
 
-usage: torch_reference.py [--reps N]
+usage: torch_reference.py [--reps N] [--sustain-s S]
 """
 import argparse
 import statistics
 import sys
+import time
 
 MATMUL_N = 8192
 COPY_BYTES = 2 << 30
@@ -35,6 +41,7 @@ def timed(torch, fn, warmups, reps):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=10)
+    parser.add_argument("--sustain-s", type=float, default=5.0)
     args = parser.parse_args(argv)
     try:
         import torch
@@ -51,7 +58,16 @@ def main(argv=None):
     a = torch.randn(MATMUL_N, MATMUL_N, device=device, dtype=torch.bfloat16)
     b = torch.randn(MATMUL_N, MATMUL_N, device=device, dtype=torch.bfloat16)
     c = torch.empty(MATMUL_N, MATMUL_N, device=device, dtype=torch.bfloat16)
-    t = timed(torch, lambda: torch.matmul(a, b, out=c), 3, args.reps)
+    matmul = lambda: torch.matmul(a, b, out=c)  # noqa: E731
+    t = timed(torch, matmul, 3, args.reps)
+    print(f"reference_gemm_bf16_8192_cold_s={t:.6e}")
+    print(f"reference_gemm_bf16_8192_cold_tflops={2.0 * MATMUL_N ** 3 / t / 1e12:.1f}")
+    start = time.monotonic()
+    while time.monotonic() - start < args.sustain_s:
+        for _ in range(20):
+            matmul()
+        torch.cuda.synchronize()
+    t = timed(torch, matmul, 0, args.reps)
     print(f"reference_gemm_bf16_8192_s={t:.6e}")
     print(f"reference_gemm_bf16_8192_tflops={2.0 * MATMUL_N ** 3 / t / 1e12:.1f}")
     del a, b, c
