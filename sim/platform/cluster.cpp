@@ -67,7 +67,8 @@ void Cluster::build_template(const config::NodeType& t) {
     }
   }
   std::vector<uint32_t> gpu_switch(t.gpus, kNone);
-  std::vector<uint32_t> pcie_switch_vertex;
+  std::vector<uint32_t> pcie_switch_vertex, socket_vertex;
+  std::map<uint32_t, uint32_t> switch_socket;  // PCIe switch vertex -> its socket's
   if (t.pcie.present) {
     for (size_t s = 0; s < t.pcie.switches.size(); ++s) {
       const uint32_t v = add_vertex(VertexKind::pcie_switch);
@@ -77,12 +78,13 @@ void Cluster::build_template(const config::NodeType& t) {
         add_pair(tp.gpu_vertex[g], v, t.pcie.bandwidth_Bps, t.pcie.link_class);
       }
     }
-    std::vector<uint32_t> socket_vertex;
     for (const auto& sock : t.pcie.sockets) {
       const uint32_t v = add_vertex(VertexKind::socket);
       socket_vertex.push_back(v);
-      for (int s : sock)
+      for (int s : sock) {
+        switch_socket[pcie_switch_vertex[s]] = v;
         add_pair(pcie_switch_vertex[s], v, t.pcie.bandwidth_Bps, t.pcie.link_class);
+      }
     }
     for (size_t a = 0; a < socket_vertex.size(); ++a) {
       for (size_t b = a + 1; b < socket_vertex.size(); ++b) {
@@ -98,7 +100,14 @@ void Cluster::build_template(const config::NodeType& t) {
     tp.nic_vertex.push_back(v);
     for (int g : nic.gpus) tp.gpu_nic[g] = static_cast<int>(n);
     if (t.pcie.present) {
-      add_pair(v, gpu_switch[nic.gpus.front()], t.pcie.bandwidth_Bps, t.pcie.link_class);
+      // Under the switch of its GPUs; a NIC that serves GPUs under several switches hangs off
+      // the root complex above them (its own root port, as on hosts whose GPUs each have one).
+      const uint32_t sw = gpu_switch[nic.gpus.front()];
+      const bool one_switch =
+          std::all_of(nic.gpus.begin(), nic.gpus.end(), [&](int g) { return gpu_switch[g] == sw; });
+      const auto sock = switch_socket.find(sw);
+      add_pair(v, one_switch || sock == switch_socket.end() ? sw : sock->second,
+               t.pcie.bandwidth_Bps, t.pcie.link_class);
     } else {
       for (int g : nic.gpus) add_pair(tp.gpu_vertex[g], v, nic.bandwidth_Bps, nic.link_class);
     }

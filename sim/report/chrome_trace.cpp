@@ -179,6 +179,12 @@ void ChromeTrace::write(std::ostream& out, const workload::TrainingJob& job) {
         continue;
       }
       Time t = r.start;
+      if (g.segments[r.task.index].ops.empty()) {
+        // The framework's host time (training_job.cpp: GroupBuilder::host).
+        emit(fmt::format(
+            R"j({{"ph":"X","name":"framework host{}","cat":"host","ts":{},"dur":{},"pid":{},"tid":{}}})j",
+            tag, us(r.start), us(r.end - r.start), pid, tid));
+      }
       for (const auto& [op, dur] : g.segments[r.task.index].ops) {
         emit(fmt::format(
             R"j({{"ph":"X","name":"{}{}","cat":"compute","ts":{},"dur":{},"pid":{},"tid":{}}})j",

@@ -202,7 +202,7 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
                      {"tensor_parallel", "pipeline_parallel", "data_parallel", "micro_batch_size",
                       "global_batch_size", "sequence_length", "schedule", "interleave", "recompute",
                       "sequence_parallel", "zero_stage", "precision", "attention", "main_grads",
-                      "bucket_size", "devices", "replicas"});
+                      "bucket_size", "devices", "replicas", "framework", "gradient_reduction"});
   Plan p;
   p.source = file;
   p.micro_batch_size = get_int(file, root, "", "micro_batch_size", 1, limits::kBatch, 1);
@@ -231,8 +231,19 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
       config::get_choice(file, root, "", "attention", {"flash", "standard"}, "flash") == 0;
   p.fp32_main_grads =
       config::get_choice(file, root, "", "main_grads", {"fp32", "same"}, "fp32") == 0;
-  p.bucket_bytes =
-      config::get_quantity(file, root, "", "bucket_size", config::Dimension::bytes, p.bucket_bytes);
+  // The framework first: its defaults (bucket, ZeRO stage, gradient reduction) yield to the
+  // plan's own keys.
+  const std::string framework = get_string(file, root, "", "framework", "megatron");
+  try {
+    p.framework = load_framework(framework);
+  } catch (const InputError& e) {
+    throw InputError(where(file, root["framework"]) + ": framework: " + e.what());
+  }
+  p.gradient_reduction = static_cast<GradReduction>(
+      config::get_choice(file, root, "", "gradient_reduction", {"overlapped", "after_backward"},
+                         to_string(p.framework.gradient_reduction)));
+  p.bucket_bytes = config::get_quantity(file, root, "", "bucket_size", config::Dimension::bytes,
+                                        p.framework.bucket_bytes.value_or(p.bucket_bytes));
   if (root["sequence_parallel"]) {
     try {
       p.sequence_parallel = root["sequence_parallel"].as<bool>();
@@ -241,7 +252,8 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
                        ": sequence_parallel: expected true or false");
     }
   }
-  p.zero_stage = static_cast<int>(get_int(file, root, "", "zero_stage", 0, 3, 0));
+  p.zero_stage = static_cast<int>(
+      get_int(file, root, "", "zero_stage", 0, 3, p.framework.zero_stage.value_or(0)));
   const int v = p.interleave;
   if (root["replicas"]) {
     // Heterogeneous: replicas and stages spelled out.

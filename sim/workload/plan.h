@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "sim/platform/cluster.h"
+#include "sim/workload/framework.h"
 #include "sim/workload/model.h"
 #include "sim/workload/ops.h"
 
@@ -45,6 +46,8 @@ struct Plan {
   bool flash_attention = true;
   bool fp32_main_grads = true;     // Megatron keeps fp32 gradients: 18 bytes per parameter
   double bucket_bytes = 40e6 * 4;  // gradient all-reduce bucket (Megatron: 40M fp32 elements)
+  Framework framework;             // `framework:` (default megatron)
+  GradReduction gradient_reduction = GradReduction::overlapped;  // the framework's, or the plan's
   bool uniform = true;
   int tensor_parallel = 1, pipeline_parallel = 1, data_parallel = 1;  // uniform plans
   std::vector<ReplicaPlan> replicas;

@@ -199,7 +199,13 @@ class Replayer {
           block(g, WaitReason::pipeline);
           return;
         case TaskKind::send:
-          send(g, t);
+          if (job_.plan->framework.blocking_p2p) {
+            // A blocking send (DeepSpeed's pipeline engine): the stage waits for its transfer.
+            block(g, WaitReason::pipeline);
+            send(g, t, true);
+            return;
+          }
+          send(g, t, false);
           ++s.pc;
           continue;
         case TaskKind::dp_comm:
@@ -258,7 +264,8 @@ class Replayer {
   }
 
   // ---- pipeline --------------------------------------------------------------------------
-  void send(uint32_t g, const Task& t) {
+  // A pipeline transfer; with `blocking`, the sending group resumes when it has arrived.
+  void send(uint32_t g, const Task& t, bool blocking) {
     const Group& src = job_.groups[g];
     const bool backward = t.pass == Pass::backward;
     uint32_t stage = src.stage, chunk = t.chunk;
@@ -279,9 +286,10 @@ class Replayer {
     }
     const uint32_t dst = src.replica * stages_ + stage;
     if (opt_.free_communication) {
-      engine_.schedule_in(Time(), [this, g, dst, t, backward, chunk] {
+      engine_.schedule_in(Time(), [this, g, dst, t, backward, chunk, blocking] {
         arrive(dst, key(dst, backward, chunk, t.micro_batch));
         if (obs_) obs_->on_transfer(job_, g, dst, t, engine_.now(), engine_.now());
+        if (blocking) resume(g);
       });
       return;
     }
@@ -302,10 +310,11 @@ class Replayer {
       f.latency = network::step_latency(network::Algorithm::direct, network::Protocol::simple,
                                         c_.route_kind(route)) +
                   c_.route_latency(route);
-      f.on_done = [this, left, g, dst, k, t, start] {
+      f.on_done = [this, left, g, dst, k, t, start, blocking] {
         if (--*left > 0) return;
         if (obs_) obs_->on_transfer(job_, g, dst, t, start, engine_.now());
         arrive(dst, k);
+        if (blocking) resume(g);
       };
       ++flows_;
       net_.start(std::move(f));

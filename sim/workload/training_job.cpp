@@ -139,6 +139,20 @@ class GroupBuilder {
     g_.program.push_back(t);
   }
 
+  // Host time of the framework (its pipeline engine's per-pass work, its per-step work): the
+  // device waits, as for a compute segment without kernels. One segment per distinct duration.
+  void host(Time d, Pass pass, uint32_t mb, uint16_t chunk) {
+    if (d <= Time()) return;
+    auto it = host_segments_.find(d.ps());
+    if (it == host_segments_.end()) {
+      Segment seg;
+      seg.duration = d;
+      g_.segments.push_back(std::move(seg));
+      it = host_segments_.emplace(d.ps(), static_cast<uint32_t>(g_.segments.size() - 1)).first;
+    }
+    emit_one(TaskKind::compute, pass, mb, chunk, it->second);
+  }
+
   uint32_t dp_collective(CommKind kind, double bytes, const std::string& name) {
     g_.dp.push_back(DpCollective{kind, bytes, name});
     emit_one(TaskKind::dp_comm, Pass::other, 0, 0, static_cast<uint32_t>(g_.dp.size() - 1));
@@ -155,6 +169,7 @@ class GroupBuilder {
   const CostModel& cost_;
   LayerShape shape_;
   std::map<std::string, std::vector<Task>> pieces_;
+  std::map<int64_t, uint32_t> host_segments_;  // duration (ps) -> segment
 };
 
 }  // namespace
@@ -230,9 +245,12 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
                             bucket, "dp.grads");
         bucket = 0;
       };
+      const bool overlapped = plan.gradient_reduction == GradReduction::overlapped;
+      const Time per_pass = plan.framework.host_per_pass;
       for (const ScheduleItem& it : order) {
         const int vs = it.chunk * P + s;
         const int first = chunk_first(it.chunk);
+        b.host(per_pass, it.forward ? Pass::forward : Pass::backward, it.micro_batch, it.chunk);
         if (it.forward) {
           if (vs > 0) b.emit_one(TaskKind::recv, Pass::forward, it.micro_batch, it.chunk);
           if (vs == 0) b.emit(ef, Pass::forward, -1, it.micro_batch, it.chunk);
@@ -260,13 +278,23 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
             b.emit(lb, Pass::backward, l, it.micro_batch, it.chunk);
             if (dp && plan.zero_stage >= 2) {
               issued = b.dp_collective(CommKind::reducescatter, layer_grad, "zero.grads");
-            } else if (last) {
+            } else if (last && overlapped) {
               bucket += layer_grad;
               if (bucket >= plan.bucket_bytes) flush_bucket();
             }
           }
           if (vs == 0) b.emit(eb, Pass::backward, -1, it.micro_batch, it.chunk);
           if (vs > 0) b.emit_one(TaskKind::send, Pass::backward, it.micro_batch, it.chunk);
+        }
+      }
+      // After the backward pass: every layer's gradients, in the order backward produced them
+      // (last layer first), in buckets.
+      if (!overlapped && dp && plan.zero_stage < 2) {
+        for (int c = v - 1; c >= 0; --c) {
+          for (int l = st.layers - 1; l >= 0; --l) {
+            bucket += layer_grad;
+            if (bucket >= plan.bucket_bytes) flush_bucket();
+          }
         }
       }
       // Embedding and head gradients join the last bucket.
@@ -278,6 +306,7 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
         flush_bucket();
       }
       if (issued > 0) b.dp_wait(issued);
+      b.host(plan.framework.host_per_step, Pass::other, 0, 0);
       const double shard = plan.zero_stage >= 1 && dp ? g.params / plan.replicas.size() : g.params;
       const auto& opt = b.piece("optimizer", {Step{optimizer_step(shard, plan.precision)}});
       b.emit(opt, Pass::other, -1, 0, 0);

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -103,11 +104,11 @@ workload::ModelConfig amp_model() {
 
 // DeepSpeed's rank order: pipeline stage slowest, then the data-parallel index, then the tensor
 // index fastest. fp16, fp32 gradient all-reduce, no recomputation, unfused attention.
-std::string amp_plan(const Trial& t) {
+std::string amp_plan(const Trial& t, const std::string& framework) {
   std::ostringstream y;
   y << "micro_batch_size: " << t.micro_batch << "\nglobal_batch_size: " << t.global_batch
     << "\nsequence_length: 1024\nprecision: fp16\nattention: standard\nrecompute: none\n"
-    << "schedule: 1f1b\nmain_grads: fp32\nreplicas:\n";
+    << "schedule: 1f1b\nmain_grads: fp32\nframework: " << framework << "\nreplicas:\n";
   const int micro_batches = t.global_batch / (t.dp * t.micro_batch);
   for (int d = 0; d < t.dp; ++d) {
     y << "  - micro_batches: " << micro_batches << "\n    stages:\n";
@@ -134,9 +135,18 @@ TEST(TrainingValidation, AmpT4DeepSpeedTrials) {
   ASSERT_EQ(trials.size(), 52u);
 
   const workload::ModelConfig model = amp_model();
-  const platform::Cluster cluster(config::load_cluster("aws-g4dn-12xlarge"));
+  // For scripts/fit_amp_t4.py: the constants being fitted come from files named in the
+  // environment; without it, the built-in cluster, framework and efficiency constants.
+  auto env = [](const char* k, const char* dflt) {
+    const char* v = std::getenv(k);
+    return std::string(v && *v ? v : dflt);
+  };
+  const platform::Cluster cluster(
+      config::load_cluster(env("HETSIM_AMP_CLUSTER", "aws-g4dn-12xlarge")));
   ASSERT_EQ(cluster.gpu_count(), 16u);
-  const workload::DatasheetCostModel cost;
+  const std::string framework = env("HETSIM_AMP_FRAMEWORK", "deepspeed");
+  const std::string efficiency = env("HETSIM_AMP_EFFICIENCY", "");
+  const workload::DatasheetCostModel cost(workload::load_datasheet_efficiency(efficiency));
   int unexpressed = 0;
   for (Trial& t : trials) {
     ASSERT_EQ(static_cast<int>(t.layers.size()), t.pp) << t.label();
@@ -147,13 +157,23 @@ TEST(TrainingValidation, AmpT4DeepSpeedTrials) {
       ++unexpressed;
       continue;
     }
-    const workload::Plan plan = workload::load_plan_text(amp_plan(t), t.label(), model, cluster);
+    const workload::Plan plan =
+        workload::load_plan_text(amp_plan(t, framework), t.label(), model, cluster);
     const workload::TrainingJob job = workload::build_training_job(model, plan, cluster, cost);
     const std::vector<workload::DeviceMemory> memory = workload::memory_per_group(job);
     const report::TrainingReport r =
         report::make_training_report(job, workload::replay(job), memory);
     t.predicted_s = r.iteration_time_s;
     t.predicted_oom = r.oom;
+  }
+
+  if (std::getenv("HETSIM_AMP_FIT")) {
+    // One line per trial (CSV row order) for scripts/fit_amp_t4.py.
+    for (size_t i = 0; i < trials.size(); ++i) {
+      const Trial& t = trials[i];
+      std::printf("fit_row %zu \"%s\" %.6f %.6f %d %d\n", i, t.label().c_str(), t.measured_s,
+                  t.predicted_s, t.failed || t.unexpressed ? 1 : 0, t.predicted_oom ? 1 : 0);
+    }
   }
 
   std::ostringstream os;

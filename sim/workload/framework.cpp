@@ -1,0 +1,88 @@
+// Framework profiles; see framework.h.
+#include "sim/workload/framework.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+
+#include "sim/config/embedded_data.h"
+#include "sim/config/yaml_util.h"
+#include "sim/core/error.h"
+
+namespace hetsim::workload {
+
+std::string to_string(GradReduction g) {
+  return g == GradReduction::overlapped ? "overlapped" : "after_backward";
+}
+
+namespace {
+constexpr const char* kDir = "frameworks/";
+constexpr const char* kExt = ".yaml";
+}  // namespace
+
+std::vector<std::string> framework_names() {
+  std::vector<std::string> names;
+  const std::string dir = kDir, ext = kExt;
+  for (const config::EmbeddedFile& f : config::embedded_files()) {
+    const std::string p = f.path;
+    if (p.rfind(dir, 0) == 0 && p.size() > dir.size() + ext.size() &&
+        p.compare(p.size() - ext.size(), ext.size(), ext) == 0 &&
+        p.find('/', dir.size()) == std::string::npos)
+      names.push_back(p.substr(dir.size(), p.size() - dir.size() - ext.size()));
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+Framework load_framework_text(const std::string& text, const std::string& file) {
+  using namespace config;
+  const YAML::Node root = load_yaml(text, file);
+  if (!root.IsMap()) throw InputError(file + ": expected a map at the top level");
+  check_keys(file, root, "",
+             {"name", "description", "gradient_reduction", "bucket_size", "zero_stage",
+              "pipeline_p2p", "host"});
+  Framework f;
+  f.source = file;
+  f.name = get_string(file, root, "", "name");
+  f.description = get_string(file, root, "", "description", "");
+  f.gradient_reduction = static_cast<GradReduction>(
+      get_choice(file, root, "", "gradient_reduction", {"overlapped", "after_backward"}));
+  if (root["bucket_size"]) {
+    f.bucket_bytes = get_quantity(file, root, "", "bucket_size", Dimension::bytes);
+    if (!(*f.bucket_bytes > 0))
+      throw InputError(where(file, root["bucket_size"]) + ": bucket_size: expected a size above 0");
+  }
+  if (root["zero_stage"])
+    f.zero_stage = static_cast<int>(get_int(file, root, "", "zero_stage", 0, 3));
+  f.blocking_p2p = get_choice(file, root, "", "pipeline_p2p", {"async", "blocking"}) == 1;
+  const YAML::Node host = require(file, root, "", "host");
+  check_keys(file, host, "host", {"per_pass", "per_step"});
+  auto time_of = [&](const char* key) {
+    const double s = get_quantity(file, host, "host", key, Dimension::time);
+    if (!(s >= 0 && s <= 60))
+      throw InputError(where(file, host[key]) + ": host." + key +
+                       ": expected a time from 0 s to 60 s");
+    return Time::from_seconds(s);
+  };
+  f.host_per_pass = time_of("per_pass");
+  f.host_per_step = time_of("per_step");
+  return f;
+}
+
+Framework load_framework(const std::string& name_or_path) {
+  const std::string embedded = std::string(kDir) + name_or_path + kExt;
+  for (const config::EmbeddedFile& f : config::embedded_files()) {
+    if (embedded == f.path) return load_framework_text(f.text, f.path);
+  }
+  const bool looks_like_file = name_or_path.find('/') != std::string::npos ||
+                               name_or_path.find(".yaml") != std::string::npos ||
+                               name_or_path.find(".yml") != std::string::npos;
+  if (!looks_like_file) {
+    throw InputError("unknown framework \"" + name_or_path + "\" (expected one of " +
+                     config::join_names(framework_names()) + ", or a framework YAML file)" +
+                     config::did_you_mean(name_or_path, framework_names()));
+  }
+  return load_framework_text(config::read_text_file(name_or_path, "framework file"), name_or_path);
+}
+
+}  // namespace hetsim::workload

@@ -1,0 +1,41 @@
+// The training framework a plan runs on, as data (frameworks/*.yaml): how it reduces gradients,
+// whether its pipeline transfers block the sender, and the host time it spends per micro-batch
+// pass and per step. Megatron-LM is hetsim's default; DeepSpeed's pipeline engine, PyTorch DDP
+// and FSDP differ in these and so in time.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sim/core/time.h"
+
+namespace hetsim::workload {
+
+enum class GradReduction {
+  overlapped,      // buckets all-reduced as the last backward pass fills them
+  after_backward,  // all buckets after the whole backward pass (DeepSpeed without ZeRO,
+                   // Megatron-LM before Megatron-Core)
+};
+std::string to_string(GradReduction g);
+
+struct Framework {
+  std::string name = "megatron";
+  std::string description;
+  std::string source;  // the file it came from ("frameworks/megatron.yaml")
+  GradReduction gradient_reduction = GradReduction::overlapped;
+  std::optional<double> bucket_bytes;  // the framework's gradient bucket, when it has one
+  std::optional<int> zero_stage;       // a plan's default ZeRO stage (FSDP: 3)
+  bool blocking_p2p = false;           // a pipeline send holds its stage until the data has arrived
+  Time host_per_pass;  // per forward or backward pass of one micro-batch on one stage
+  Time host_per_step;  // per iteration on every device, before the optimizer step
+};
+
+// The built-in framework names (frameworks/*.yaml), sorted.
+std::vector<std::string> framework_names();
+
+// A built-in name or a framework YAML file. InputError naming the valid names otherwise.
+Framework load_framework(const std::string& name_or_path);
+Framework load_framework_text(const std::string& text, const std::string& file);
+
+}  // namespace hetsim::workload
