@@ -29,6 +29,10 @@ struct Framework {
   bool blocking_p2p = false;           // a pipeline send holds its stage until the data has arrived
   Time host_per_pass;  // per forward or backward pass of one micro-batch on one stage
   Time host_per_step;  // per iteration on every device, before the optimizer step
+  // The first and last pipeline stages each hold the tied input/output embedding: its gradients
+  // are all-reduced between them after the backward pass (DeepSpeed's ReduceTiedGrads,
+  // Megatron-LM's embedding all-reduce).
+  bool tied_embedding_reduction = false;
 };
 
 // The built-in framework names (frameworks/*.yaml), sorted.

@@ -218,6 +218,14 @@ class Replayer {
           if (!s.dp_busy) dp_offer(g);
           ++s.pc;
           continue;
+        case TaskKind::tied:
+          if (opt_.free_communication) {
+            ++s.pc;
+            continue;
+          }
+          block(g, WaitReason::data_parallel);
+          tied_offer(g);
+          return;
         case TaskKind::dp_wait:
           if (s.dp_done >= t.index) {
             ++s.pc;
@@ -336,6 +344,39 @@ class Replayer {
     return r;
   }
 
+  // ---- tied embedding --------------------------------------------------------------------
+  // The first and last stage of a replica both wait at their `tied` task; when both are there,
+  // each pair of their tensor-parallel ranks all-reduces its shard of the embedding gradients.
+  void tied_offer(uint32_t g) {
+    const uint32_t r = job_.groups[g].replica;
+    if (++tied_ready_[r] < 2) return;
+    tied_ready_.erase(r);
+    const uint32_t a = r * stages_, b = r * stages_ + stages_ - 1;
+    const auto& da = job_.groups[a].devices;
+    const auto& db = job_.groups[b].devices;
+    const size_t n = std::max(da.size(), db.size());
+    const double bytes =
+        job_.groups[a].tied_bytes * static_cast<double>(da.size()) / static_cast<double>(n);
+    auto left = std::make_shared<size_t>(n);
+    const Time start = engine_.now();
+    for (size_t j = 0; j < n; ++j) {
+      auto& slot = tied_plans_[{r, static_cast<uint32_t>(j)}];
+      if (!slot) {
+        slot = std::make_unique<network::CollectivePlan>(
+            plan_for(CommKind::allreduce, bytes, {da[j % da.size()], db[j % db.size()]}));
+      }
+      launch(*slot, [this, left, a, b, start] {
+        if (--*left > 0) return;
+        for (uint32_t g2 : {a, b}) {
+          if (obs_)
+            obs_->on_collective(job_, g2, "dp", "tied.embedding.grads",
+                                job_.groups[g2].program[st_[g2].pc], start, engine_.now());
+          resume(g2);
+        }
+      });
+    }
+  }
+
   // ---- data parallel ---------------------------------------------------------------------
   // A group offers its next queued collective; it starts when every replica has offered it.
   void dp_offer(uint32_t g) {
@@ -400,6 +441,8 @@ class Replayer {
   std::map<std::tuple<uint32_t, uint32_t, uint32_t>, std::unique_ptr<network::CollectivePlan>>
       dp_plans_;
   std::vector<std::map<uint32_t, uint32_t>> dp_ready_;
+  std::map<uint32_t, uint32_t> tied_ready_;  // replica -> end stages waiting
+  std::map<std::pair<uint32_t, uint32_t>, std::unique_ptr<network::CollectivePlan>> tied_plans_;
   std::list<std::unique_ptr<network::CollectiveRun>> runs_;
   std::map<uint64_t, std::vector<platform::LinkId>> routes_;
   uint64_t flows_ = 0;

@@ -287,6 +287,12 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
           if (vs > 0) b.emit_one(TaskKind::send, Pass::backward, it.micro_batch, it.chunk);
         }
       }
+      // The tied embedding's gradients, between the first and the last stage.
+      if (plan.framework.tied_embedding_reduction && model.tied_embeddings && P > 1 &&
+          (s == 0 || s == P - 1)) {
+        g.tied_bytes = grad_bytes * static_cast<double>(model.vocab) * model.hidden / t;
+        b.emit_one(TaskKind::tied, Pass::other, 0, 0);
+      }
       // After the backward pass: every layer's gradients, in the order backward produced them
       // (last layer first), in buckets.
       if (!overlapped && dp && plan.zero_stage < 2) {

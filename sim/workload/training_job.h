@@ -24,6 +24,7 @@ enum class TaskKind : uint8_t {
   send,     // start a pipeline transfer (does not block)
   dp_comm,  // queue a data-parallel collective (gradient bucket, ZeRO gather)
   dp_wait,  // wait until `index` data-parallel collectives have completed
+  tied,     // all-reduce the tied embedding's gradients with the replica's other end stage
 };
 
 enum class Pass : uint8_t { forward, backward, recompute, other };
@@ -67,6 +68,7 @@ struct Group {
   std::vector<CommTemplate> comms;
   std::vector<DpCollective> dp;
   std::vector<Task> program;
+  double tied_bytes = 0;     // per rank, when the program holds a `tied` task
   double params = 0;         // parameters held per device
   double compute_flops = 0;  // executed FLOPs per device over the iteration
   double model_flops = 0;    // MFU numerator per device

@@ -1,0 +1,180 @@
+// Frameworks (frameworks/*.yaml, sim/workload/framework.h): the profiles load and bad ones say
+// what is wrong; each behaviour changes the replay as worked out by hand: host time per pass and
+// per step adds exactly, a reduction after the backward pass exposes every bucket's collective,
+// a blocking send holds its stage for the transfer.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <fstream>
+#include <functional>
+
+#include "sim/core/error.h"
+#include "sim/network/collective_runner.h"
+#include "sim/workload/framework.h"
+#include "sim/workload/replay.h"
+
+namespace hetsim::workload {
+namespace {
+
+platform::Cluster dgx(int nodes) {
+  config::ClusterOptions o;
+  o.nodes = nodes;
+  return platform::Cluster(config::load_cluster("dgx-a100", o));
+}
+
+ModelConfig small_gpt(int layers) {
+  return load_model_yaml_text(
+      "name: small\nfamily: gpt\nlayers: " + std::to_string(layers) +
+          "\nhidden: 1024\nheads: 16\nvocab: 50304\nsequence: 1024\nactivation: gelu\n"
+          "norm: layernorm\nposition: learned\ntied_embeddings: true\ncausal: true\nbias: true\n",
+      "small.yaml");
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+const char* kFramework =
+    "name: test\ngradient_reduction: overlapped\npipeline_p2p: async\n"
+    "host: {per_pass: 1ms, per_step: 5ms}\n";
+
+TEST(FrameworkProfiles, BuiltInsLoadAndUnknownNamesListTheValidOnes) {
+  const std::vector<std::string> names = framework_names();
+  for (const char* n : {"deepspeed", "megatron", "pytorch-ddp", "pytorch-fsdp"}) {
+    EXPECT_NE(std::find(names.begin(), names.end(), n), names.end()) << n;
+    EXPECT_EQ(load_framework(n).name, n);
+  }
+  const Framework ds = load_framework("deepspeed");
+  EXPECT_EQ(ds.gradient_reduction, GradReduction::after_backward);
+  EXPECT_TRUE(ds.blocking_p2p);
+  const Framework mg = load_framework("megatron");
+  EXPECT_EQ(mg.gradient_reduction, GradReduction::overlapped);
+  EXPECT_FALSE(mg.blocking_p2p);
+  EXPECT_EQ(mg.host_per_pass, Time());
+  EXPECT_EQ(load_framework("pytorch-fsdp").zero_stage, 3);
+  EXPECT_EQ(error_of([] { load_framework("deepspeeed"); }),
+            "unknown framework \"deepspeeed\" (expected one of deepspeed, megatron, pytorch-ddp, "
+            "pytorch-fsdp, or a framework YAML file) (did you mean \"deepspeed\"?)");
+}
+
+TEST(FrameworkProfiles, BadFieldsAreClearErrors) {
+  EXPECT_EQ(error_of([] {
+              load_framework_text(
+                  "name: x\ngradient_reduction: later\npipeline_p2p: async\n"
+                  "host: {per_pass: 0s, per_step: 0s}\n",
+                  "f.yaml");
+            }),
+            "f.yaml:2: gradient_reduction: unknown value \"later\" (expected one of overlapped, "
+            "after_backward)");
+  EXPECT_EQ(error_of([] {
+              load_framework_text(
+                  "name: x\ngradient_reduction: overlapped\npipeline_p2p: async\n"
+                  "host: {per_pass: -1ms, per_step: 0s}\n",
+                  "f.yaml");
+            }),
+            "f.yaml:4: host.per_pass: expected a non-negative quantity, got \"-1ms\"");
+  EXPECT_EQ(error_of([] {
+              load_framework_text(
+                  "name: x\ngradient_reduction: overlapped\npipeline_p2p: async\n"
+                  "host: {per_pass: 0s, per_step: 61s}\n",
+                  "f.yaml");
+            }),
+            "f.yaml:4: host.per_step: expected a time from 0 s to 60 s");
+  EXPECT_NE(error_of([] {
+              load_framework_text("name: x\nhost: {}\n", "f.yaml");
+            }).find("gradient_reduction: missing required field"),
+            std::string::npos);
+  // A plan naming an unknown framework says where.
+  const ModelConfig m = small_gpt(2);
+  const platform::Cluster c = dgx(1);
+  EXPECT_EQ(error_of([&] {
+              load_plan_text("global_batch_size: 8\nframework: horovod\n", "p.yaml", m, c);
+            }).rfind("p.yaml:2: framework: unknown framework \"horovod\"", 0),
+            0u);
+}
+
+TEST(Frameworks, HostTimePerPassAndPerStepAddsExactly) {
+  // One GPU, 4 micro-batches: 4 forward and 4 backward passes, one step. The framework's host
+  // time adds 8 x 1 ms + 5 ms = 13 ms to the iteration and to the device's busy time.
+  const ModelConfig m = small_gpt(2);
+  const platform::Cluster c = dgx(1);
+  const DatasheetCostModel cost;
+  const std::string dir = ::testing::TempDir() + "fw_host.yaml";
+  { std::ofstream(dir) << kFramework; }
+  const std::string base = "micro_batch_size: 1\nglobal_batch_size: 4\ndevices: \"0\"\n";
+  const Plan a = load_plan_text(base, "a.yaml", m, c);
+  const Plan b = load_plan_text(base + "framework: " + dir + "\n", "b.yaml", m, c);
+  const ReplayResult ra = replay(build_training_job(m, a, c, cost));
+  const ReplayResult rb = replay(build_training_job(m, b, c, cost));
+  EXPECT_EQ(rb.iteration - ra.iteration, Time::from_seconds(13e-3));
+  EXPECT_EQ(rb.groups[0].compute - ra.groups[0].compute, Time::from_seconds(13e-3));
+}
+
+TEST(Frameworks, ReductionAfterTheBackwardPassExposesEveryBucket) {
+  // Data parallel 2 on one node, 8 layers, buckets of about two layers' gradients. Overlapped,
+  // buckets run beside the remaining backward kernels; after the backward pass they run one
+  // after another with nothing beside them, so the wait is the sum of each bucket's collective
+  // alone.
+  const ModelConfig m = small_gpt(8);
+  const platform::Cluster c = dgx(1);
+  const DatasheetCostModel cost;
+  const std::string base =
+      "data_parallel: 2\nmicro_batch_size: 1\nglobal_batch_size: 4\ndevices: \"0-1\"\n"
+      "bucket_size: 100MB\n";
+  const Plan over = load_plan_text(base, "o.yaml", m, c);
+  const Plan after = load_plan_text(base + "gradient_reduction: after_backward\n", "a.yaml", m, c);
+  EXPECT_EQ(after.gradient_reduction, GradReduction::after_backward);
+  const TrainingJob jo = build_training_job(m, over, c, cost);
+  const TrainingJob ja = build_training_job(m, after, c, cost);
+  const ReplayResult ro = replay(jo), ra = replay(ja);
+  // The same bytes in the same buckets either way.
+  ASSERT_EQ(jo.groups[0].dp.size(), ja.groups[0].dp.size());
+  ASSERT_GT(ja.groups[0].dp.size(), 2u);
+  Time alone;
+  for (size_t i = 0; i < ja.groups[0].dp.size(); ++i) {
+    EXPECT_DOUBLE_EQ(jo.groups[0].dp[i].bytes, ja.groups[0].dp[i].bytes);
+    network::CollectiveRequest req;
+    req.op = network::Op::allreduce;
+    req.bytes = ja.groups[0].dp[i].bytes;
+    req.ranks = {0, 1};
+    req.host_launch = false;
+    alone += network::simulate_collective(c, req).time;
+  }
+  EXPECT_EQ(ra.groups[0].dp_wait, alone);
+  EXPECT_EQ(ra.iteration, ra.groups[0].compute + alone);
+  EXPECT_LT(ro.iteration, ra.iteration);
+}
+
+TEST(Frameworks, ABlockingSendHoldsItsStageForTheTransfer) {
+  // Two pipeline stages on two nodes (the transfer crosses InfiniBand), 1F1B, 8 micro-batches.
+  // Non-blocking, stage 0's sends cost it nothing; blocking, each of its 8 forward sends holds
+  // it for at least the transfer's own time (the activation over a 200 Gb/s HDR port at the
+  // link class's 0.94), so its pipeline wait grows by at least 8 of them.
+  const ModelConfig m = small_gpt(4);
+  const platform::Cluster c = dgx(2);
+  const DatasheetCostModel cost;
+  const std::string base =
+      "pipeline_parallel: 2\nmicro_batch_size: 1\nglobal_batch_size: 8\ndevices: [0, 8]\n";
+  const std::string fw = ::testing::TempDir() + "fw_block.yaml";
+  {
+    std::ofstream(fw) << "name: b\ngradient_reduction: overlapped\npipeline_p2p: blocking\n"
+                         "host: {per_pass: 0s, per_step: 0s}\n";
+  }
+  const Plan async = load_plan_text(base, "a.yaml", m, c);
+  const Plan blocking = load_plan_text(base + "framework: " + fw + "\n", "b.yaml", m, c);
+  const TrainingJob ja = build_training_job(m, async, c, cost);
+  const ReplayResult ra = replay(ja), rb = replay(build_training_job(m, blocking, c, cost));
+  const double bytes = ja.activation_bytes_per_transfer;  // 1 x 1024 x 1024 x 2 B
+  EXPECT_DOUBLE_EQ(bytes, 2.0 * 1024 * 1024);
+  const Time transfer = Time::from_seconds(bytes / (200e9 / 8 * 0.94));
+  EXPECT_GE(rb.groups[0].pp_wait - ra.groups[0].pp_wait, transfer * 8);
+  EXPECT_GT(rb.iteration, ra.iteration);
+}
+
+}  // namespace
+}  // namespace hetsim::workload
