@@ -7,6 +7,8 @@ Fitted, each inside physical bounds:
                                              transport through host memory, no GPU P2P)
   ethernet_tcp efficiency and latency        (the same file: NCCL's socket transport over TCP)
   deepspeed host per_pass and per_step       (frameworks/deepspeed.yaml)
+  turing memory efficiency                   (calibrate/datasheet_efficiency.yaml: the share of
+                                             the T4's bandwidth its memory-bound kernels reach)
 Everything else is fixed: the T4's sustained matmul rate (topologies/gpus/t4.yaml, cited), the
 datasheet efficiency constants (fitted on vTrain's A100 set), the model and the plans.
 
@@ -16,7 +18,7 @@ environment variables and prints one `fit_row` line per trial. The search is Nel
 few dozen lines, no SciPy on the build machines) over the bounds mapped to the real line.
 
 usage: scripts/fit_amp_t4.py [--build build] [--evaluations 400] [--write]
-  --write   put the fitted values into the two YAML files (comments kept)
+  --write   put the fitted values into the three YAML files (comments kept)
 """
 import argparse
 import math
@@ -76,7 +78,7 @@ def evaluate(binary, values, tmp):
     open(framework, "w").write(texts[FRAMEWORK])
     env = dict(os.environ, HETSIM_AMP_CLUSTER=cluster, HETSIM_AMP_FRAMEWORK=framework,
                HETSIM_AMP_FIT="1")
-    if EFFICIENCY in texts:
+    if True:
         efficiency = os.path.join(tmp, "efficiency.yaml")
         open(efficiency, "w").write(texts[EFFICIENCY])
         env["HETSIM_AMP_EFFICIENCY"] = efficiency
@@ -175,9 +177,8 @@ def main(argv=None):
           f"(odd rows, {len(odd)}) {mape(odd):.2f}%, all {len(rows)} {mape(rows):.2f}%")
     if args.write:
         for path, text in render(values).items():
-            if path in (CLUSTER, FRAMEWORK):
-                open(path, "w").write(text)
-        print("wrote", CLUSTER, "and", FRAMEWORK)
+            open(path, "w").write(text)
+        print("wrote", CLUSTER, FRAMEWORK, "and", EFFICIENCY)
     return 0
 
 

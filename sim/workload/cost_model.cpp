@@ -76,7 +76,8 @@ DatasheetEfficiency load_datasheet_efficiency(const std::string& path) {
     text = read_text_file(path);
   }
   const YAML::Node root = load_yaml(text, file);
-  check_keys(file, root, "", {"gemm", "attention", "memory", "kernel_overhead", "host_per_kernel"});
+  check_keys(file, root, "",
+             {"gemm", "attention", "memory", "kernel_overhead", "host_per_kernel", "architectures"});
   DatasheetEfficiency e;
   const YAML::Node g = require(file, root, "", "gemm");
   check_keys(file, g, "gemm", {"max_efficiency", "tile", "k_half"});
@@ -97,6 +98,19 @@ DatasheetEfficiency load_datasheet_efficiency(const std::string& path) {
   for (double v : {e.gemm_max, e.attention_forward, e.attention_backward, e.memory}) {
     if (!(v > 0 && v <= 1)) throw InputError(file + ": efficiencies must lie in (0, 1]");
   }
+  if (const YAML::Node arch = root["architectures"]) {
+    if (!arch.IsMap()) throw InputError(where(file, arch) + ": architectures: expected a map");
+    for (const auto& kv : arch) {
+      const std::string name = kv.first.as<std::string>();
+      const std::string path = "architectures." + name;
+      check_keys(file, kv.second, path, {"memory"});
+      const double m = get_number(file, kv.second, path, "memory");
+      if (!(m > 0 && m <= 1))
+        throw InputError(where(file, kv.second["memory"]) + ": " + path +
+                         ".memory: expected an efficiency in (0, 1]");
+      e.memory_by_architecture[name] = m;
+    }
+  }
   return e;
 }
 
@@ -114,7 +128,7 @@ double DatasheetCostModel::gemm_shape_efficiency(const Op& op,
 }
 
 Time DatasheetCostModel::duration(const Op& op, const config::GpuProfile& gpu, Precision p) const {
-  const double bw = gpu.memory_bandwidth_Bps * e_.memory;
+  const double bw = gpu.memory_bandwidth_Bps * e_.memory_for(gpu.architecture);
   double seconds = 0;
   switch (op.kind) {
     case OpKind::gemm: {

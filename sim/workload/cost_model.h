@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <map>
 #include <string>
 
 #include "sim/config/cluster_config.h"
@@ -38,6 +39,13 @@ struct DatasheetEfficiency {
   double memory = 0.8;
   Time kernel_overhead = Time::us(3);
   Time host_per_kernel;  // host issue time per kernel (eager PyTorch dispatch + launch)
+  // Per GPU architecture ("turing", ...): the share of memory bandwidth its memory-bound kernels
+  // reach, where it differs from `memory` (the file's `architectures:` section).
+  std::map<std::string, double> memory_by_architecture;
+  double memory_for(const std::string& architecture) const {
+    auto it = memory_by_architecture.find(architecture);
+    return it == memory_by_architecture.end() ? memory : it->second;
+  }
 };
 
 // The built-in constants (calibrate/datasheet_efficiency.yaml), or a file of the same form.
