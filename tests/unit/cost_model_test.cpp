@@ -130,6 +130,39 @@ TEST(DatasheetCostModel, MemoryBoundKernelsKeepTheirBandwidthOnAThrottledBoard) 
   EXPECT_EQ(t, cost.duration(op, unthrottled("t4"), Precision::fp16));
 }
 
+TEST(DatasheetCostModel, L4ThrottlesEachTensorPrecisionByItsOwnMeasurement) {
+  // L4 (72 W), torch.mm 10240^3 (torch-performance-test-data issue 120):
+  //   fp16 52.47 / (121 x 0.74) = 0.585995; bf16 56.90 / 89.54 = 0.635470;
+  //   fp32 training runs on TF32: 26.17 / (60 x 0.74) = 0.589414.
+  const config::GpuProfile& l4 = gpu("l4");
+  EXPECT_NEAR(throttle_factor(l4, Precision::fp16, 0.74), 0.585995, 1e-6);
+  EXPECT_NEAR(throttle_factor(l4, Precision::bf16, 0.74), 0.635470, 1e-6);
+  EXPECT_NEAR(throttle_factor(l4, Precision::fp32, 0.74), 0.589414, 1e-6);
+  // fp8 has no sustained figure: not throttled.
+  EXPECT_EQ(throttle_factor(l4, Precision::fp8, 0.74), 1.0);
+  // 4096^3 fp16 on 58 SMs: tiles 1024; waves ceil(1024 / 58) = 18; wave eff 1024 / 1044 =
+  // 0.980843; k eff 0.941176; shape eff 0.923146; rate 52.47e12 x 0.923146 = 48.4375e12;
+  // compute 2 x 4096^3 / 48.4375e12 = 2.837450 ms (memory 100.7 MB / 285 GB/s = 0.35 ms);
+  // + 10 us = 2.847450 ms.
+  const DatasheetCostModel cost(shipped());
+  const double t =
+      seconds(cost.duration(gemm(4096, 4096, 4096, Precision::fp16), l4, Precision::fp16));
+  std::printf("L4 fp16 4096^3 GEMM: expected 2.847450 ms, actual %.6f ms\n", t * 1e3);
+  EXPECT_NEAR(t, 2.847450e-3, 1e-9);
+}
+
+TEST(DatasheetCostModel, V100PcieSustainsMoreThanGemmMaxSoIsNotThrottled) {
+  // cuBLAS fp16 8192^3 at ~101 TFLOPS (NVIDIA forum 79781) > 112 x 0.74 = 82.88: factor 1,
+  // exactly, so its times are those of the profile without `sustained:`.
+  const config::GpuProfile& v100 = gpu("v100-pcie-32gb");
+  EXPECT_EQ(v100.sustained_flops.at("fp16"), 101e12);
+  EXPECT_EQ(throttle_factor(v100, Precision::fp16, 0.74), 1.0);
+  const DatasheetCostModel cost(shipped());
+  const Op op = gemm(4096, 4096, 4096, Precision::fp16);
+  EXPECT_EQ(cost.duration(op, v100, Precision::fp16),
+            cost.duration(op, unthrottled("v100-pcie-32gb"), Precision::fp16));
+}
+
 TEST(DatasheetCostModel, Rtx3090Fp16GemmRunsAtTheFp32AccumulateRate) {
   // GeForce tensor cores run FP16 with FP32 accumulate (what training uses) at half the
   // FP16-accumulate rate: 71 TFLOPS dense, not 142 (GA102 whitepaper, App. A). 4096^3 fp16 on
