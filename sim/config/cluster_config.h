@@ -18,6 +18,9 @@ struct GpuProfile {
   double memory_bandwidth_Bps = 0;
   double l2_bytes = 0;
   std::map<std::string, double> peak_flops;  // precision -> FLOP/s (dense)
+  // precision -> FLOP/s a dense matmul sustains under continuous load (power or clock capped);
+  // absent: the board holds its peak as far as the datasheet efficiencies go.
+  std::map<std::string, double> sustained_flops;
   double tdp_w = 0;
   std::optional<double> price_per_hour;
   std::string source;  // file it came from

@@ -95,7 +95,7 @@ void check_partition(const std::string& file, const YAML::Node& node, const std:
 GpuProfile parse_gpu(const std::string& file, const YAML::Node& n, const std::string& path) {
   check_keys(file, n, path,
              {"name", "description", "architecture", "sms", "memory", "memory_bandwidth",
-              "l2_cache", "peak", "tdp", "price_per_hour"});
+              "l2_cache", "peak", "sustained", "tdp", "price_per_hour"});
   GpuProfile g;
   g.source = file;
   g.name = get_string(file, n, path, "name");
@@ -115,6 +115,28 @@ GpuProfile parse_gpu(const std::string& file, const YAML::Node& n, const std::st
   }
   if (g.peak_flops.empty()) {
     throw InputError(where(file, peak) + ": " + ppath + ": expected at least one precision");
+  }
+  // The dense matmul rate the board holds under continuous load (power or clock limit): at most
+  // the peak of the same precision, which it throttles (see workload::throttle_factor).
+  if (const YAML::Node sustained = n["sustained"]) {
+    const std::string spath = join_path(path, "sustained");
+    check_keys(file, sustained, spath, precisions);
+    for (const std::string& p : precisions) {
+      if (!sustained[p]) continue;
+      const double v = positive(file, sustained, spath, p, Dimension::flop_rate);
+      const auto it = g.peak_flops.find(p);
+      if (it == g.peak_flops.end()) {
+        throw InputError(where(file, sustained[p]) + ": " + join_path(spath, p) + ": no peak." + p +
+                         " to sustain (give the peak first)");
+      }
+      if (v > it->second) {
+        throw InputError(where(file, sustained[p]) + ": " + join_path(spath, p) + ": " +
+                         sustained[p].as<std::string>() + " exceeds peak." + p + " (" +
+                         peak[p].as<std::string>() +
+                         "); a board cannot sustain more than its peak");
+      }
+      g.sustained_flops[p] = v;
+    }
   }
   g.tdp_w = get_quantity(file, n, path, "tdp", Dimension::power, 0.0);
   if (n["price_per_hour"]) g.price_per_hour = get_number(file, n, path, "price_per_hour");

@@ -63,6 +63,20 @@ double peak_flops(const config::GpuProfile& gpu, Precision p) {
   return v;
 }
 
+double throttle_factor(const config::GpuProfile& gpu, Precision p, double gemm_max) {
+  // The key peak_flops takes its rate from (the larger where two apply, as TF32 over FP32).
+  const char* key = nullptr;
+  double peak = 0;
+  for (const char* k : peak_keys(p)) {
+    auto it = gpu.peak_flops.find(k);
+    if (it != gpu.peak_flops.end() && it->second > peak) key = k, peak = it->second;
+  }
+  if (key == nullptr) return 1;
+  auto it = gpu.sustained_flops.find(key);
+  if (it == gpu.sustained_flops.end()) return 1;
+  return std::min(1.0, it->second / (peak * gemm_max));
+}
+
 DatasheetEfficiency load_datasheet_efficiency(const std::string& path) {
   using namespace config;
   std::string text, file = path;
@@ -129,13 +143,17 @@ double DatasheetCostModel::gemm_shape_efficiency(const Op& op,
 
 Time DatasheetCostModel::duration(const Op& op, const config::GpuProfile& gpu, Precision p) const {
   const double bw = gpu.memory_bandwidth_Bps * e_.memory_for(gpu.architecture);
+  // A power- or clock-capped board lowers its SM clock under sustained matmul load: GEMMs and
+  // attention slow by the same factor; memory-bound kernels keep their bandwidth. 1 (exactly)
+  // for a profile without `sustained:`.
+  const double throttle = op.kind == OpKind::memory ? 1.0 : throttle_factor(gpu, p, e_.gemm_max);
   double seconds = 0;
   switch (op.kind) {
     case OpKind::gemm: {
       // Tile quantisation: partial tiles at the edges do full work. Wave quantisation: tiles run
       // in waves of one per SM; the last wave may be mostly empty [nv-mm].
       const double compute =
-          op.flops / (peak_flops(gpu, p) * e_.gemm_max * gemm_shape_efficiency(op, gpu));
+          op.flops / (peak_flops(gpu, p) * e_.gemm_max * gemm_shape_efficiency(op, gpu) * throttle);
       seconds = std::max(compute, op.bytes / bw);
       break;
     }
@@ -143,7 +161,7 @@ Time DatasheetCostModel::duration(const Op& op, const config::GpuProfile& gpu, P
     case OpKind::attention_backward: {
       const double eff =
           op.kind == OpKind::attention_forward ? e_.attention_forward : e_.attention_backward;
-      seconds = std::max(op.flops / (peak_flops(gpu, p) * eff), op.bytes / bw);
+      seconds = std::max(op.flops / (peak_flops(gpu, p) * eff * throttle), op.bytes / bw);
       break;
     }
     case OpKind::memory:

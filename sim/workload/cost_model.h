@@ -69,6 +69,12 @@ class DatasheetCostModel : public CostModel {
 // Peak dense FLOP/s of a GPU at a training precision (fp32 GEMMs use TF32 where the GPU has it,
 // as cuBLAS does when allowed). Throws InputError when the GPU lacks the precision.
 double peak_flops(const config::GpuProfile& gpu, Precision p);
+// The share of its datasheet compute rate a power- or clock-capped GPU keeps under continuous
+// matmul load: min(1, sustained / (peak x gemm_max)) for the peak key precision p runs on, where
+// the profile gives a `sustained:` rate for that key; exactly 1 where it gives none. gemm_max is
+// the GEMM efficiency the datasheet model already applies, so a board that sustains gemm_max of
+// its peak is not throttled twice. (T4 fp16: 24 / (65 x 0.74) = 0.499.)
+double throttle_factor(const config::GpuProfile& gpu, Precision p, double gemm_max);
 // Whether the GPU runs training at precision p at its own rate: its profile gives a peak for it
 // (bf16 needs Ampere or later, fp8 Ada or Hopper). A precision it lacks is not emulated: hetsim
 // refuses it rather than cost it as another (see plan.h).

@@ -57,6 +57,9 @@ const BadFileCase kBadFiles[] = {
      "different GPUs in [0, 4) and at least one link"},
     {"PcieIntraWithoutPcieTreeIsRejected", "pcie_intra_without_tree.yaml",
      ":4: node_types[0].pcie: missing required field (intra kind pcie needs the PCIe tree)"},
+    {"SustainedAbovePeakIsRejected", "sustained_above_peak.yaml",
+     ":9: gpu_types[0].sustained.fp16: 70TFLOPS exceeds peak.fp16 (65TFLOPS); a board cannot "
+     "sustain more than its peak"},
     {"MoreNicsThanGpusIsRejected", "nics_more_than_gpus.yaml",
      ":11: node_types[0].nics.count: more NICs than GPUs; list them with their GPUs instead"},
     {"InvalidYamlSyntaxIsRejected", "invalid_yaml.yaml",
