@@ -35,18 +35,16 @@ FRAMEWORK = os.path.join(ROOT, "frameworks", "deepspeed.yaml")
 # name, low, high, unit, (file, regex locating the value)
 PARAMS = [
     ("pcie_efficiency", 0.1, 0.8, "", CLUSTER, r"(pcie3_host_staged:\s*\n\s*kind: pcie\s*\n\s*efficiency: )([0-9.e+-]+)"),
-    ("pcie_latency_us", 0.5, 20.0, "us", CLUSTER, r"(pcie3_host_staged:\s*\n\s*kind: pcie\s*\n\s*efficiency: [^\n]*\n\s*latency: )([0-9.e+-]+)us"),
+    ("pcie_latency_us", 0.5, 200.0, "us", CLUSTER, r"(pcie3_host_staged:\s*\n\s*kind: pcie\s*\n\s*efficiency: [^\n]*\n\s*latency: )([0-9.e+-]+)us"),
     ("tcp_efficiency", 0.3, 0.9, "", CLUSTER, r"(ethernet_tcp:\s*\n\s*kind: network\s*\n\s*efficiency: )([0-9.e+-]+)"),
-    ("tcp_latency_us", 2.0, 20.0, "us", CLUSTER, r"(ethernet_tcp:\s*\n\s*kind: network\s*\n\s*efficiency: [^\n]*\n\s*latency: )([0-9.e+-]+)us"),
-    ("per_pass_ms", 0.0, 10.0, "ms", FRAMEWORK, r"(per_pass: )([0-9.e+-]+)ms"),
+    ("tcp_latency_us", 1.0, 50.0, "us", CLUSTER, r"(ethernet_tcp:\s*\n\s*kind: network\s*\n\s*efficiency: [^\n]*\n\s*latency: )([0-9.e+-]+)us"),
+    ("per_pass_ms", 0.0, 20.0, "ms", FRAMEWORK, r"(per_pass: )([0-9.e+-]+)ms"),
     ("per_step_ms", 0.0, 1000.0, "ms", FRAMEWORK, r"(per_step: )([0-9.e+-]+)ms"),
 ]
-# Extra parameters for exploration: (name, low, high, unit, file, regex), fitted when the file is
-# named in HETSIM_AMP_EFFICIENCY (a copy of calibrate/datasheet_efficiency.yaml).
-EFFICIENCY = os.environ.get("HETSIM_AMP_EFFICIENCY", "")
-if os.environ.get("HETSIM_FIT_MEMORY") and EFFICIENCY:
-    PARAMS.append(("memory_efficiency", 0.5, 0.9, "", EFFICIENCY,
-                   r"(memory:\s*\n\s*efficiency: )([0-9.e+-]+)"))
+# The T4's memory-bound efficiency (calibrate/datasheet_efficiency.yaml, architectures.turing).
+EFFICIENCY = os.path.join(ROOT, "calibrate", "datasheet_efficiency.yaml")
+PARAMS.append(("turing_memory", 0.2, 0.95, "", EFFICIENCY,
+               r"(turing:\s*\n(?:\s*#[^\n]*\n)*\s*memory: )([0-9.e+-]+)"))
 
 
 def substitute(text, regex, value, unit):
