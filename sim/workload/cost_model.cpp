@@ -90,8 +90,9 @@ DatasheetEfficiency load_datasheet_efficiency(const std::string& path) {
     text = read_text_file(path);
   }
   const YAML::Node root = load_yaml(text, file);
-  check_keys(file, root, "",
-             {"gemm", "attention", "memory", "kernel_overhead", "host_per_kernel", "architectures"});
+  check_keys(
+      file, root, "",
+      {"gemm", "attention", "memory", "kernel_overhead", "host_per_kernel", "architectures"});
   DatasheetEfficiency e;
   const YAML::Node g = require(file, root, "", "gemm");
   check_keys(file, g, "gemm", {"max_efficiency", "tile", "k_half"});

@@ -3,8 +3,8 @@
 // reductions, memory-bound kernels); calibration data plugs in behind the same interface.
 #pragma once
 
-#include <memory>
 #include <map>
+#include <memory>
 #include <string>
 
 #include "sim/config/cluster_config.h"
