@@ -163,6 +163,64 @@ TEST(FlowNetworkProperties, NoLinkAboveCapacityAndBytesDeliveredEqualBytesSent) 
   }
 }
 
+// Max-min fairness, checked after every recomputation: each flow with links has a bottleneck, a
+// saturated link on which no flow runs faster than it (or its own cap binds).
+class MaxMinFair : public FlowObserver {
+ public:
+  void on_rates(const FlowNetwork& net, Time) override {
+    const std::vector<double> load = net.link_loads();
+    std::vector<double> fastest(load.size(), 0.0);
+    const std::vector<FlowId> active = net.active_flows();
+    for (FlowId f : active)
+      for (const LinkUse& u : net.spec(f).links)
+        fastest[u.link] = std::max(fastest[u.link], net.rate(f));
+    for (FlowId f : active) {
+      const FlowSpec& s = net.spec(f);
+      if (s.links.empty()) continue;
+      bool ok = s.max_rate_Bps > 0 && net.rate(f) >= s.max_rate_Bps * (1 - 1e-9);
+      for (const LinkUse& u : s.links) {
+        ok = ok || (load[u.link] >= net.capacity(u.link) * (1 - 1e-6) &&
+                    net.rate(f) >= fastest[u.link] * (1 - 1e-6));
+      }
+      unfair += ok ? 0 : 1;
+    }
+    ++checks;
+  }
+  int unfair = 0, checks = 0;
+};
+
+TEST(FlowNetworkProperties, EveryRecomputationIsMaxMinFair) {
+  for (uint32_t seed = 11; seed <= 14; ++seed) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<double> cap(1e9, 50e9), bytes(1e3, 1e9);
+    std::uniform_int_distribution<uint32_t> link(0, 15), hops(1, 5), lat(0, 3000);
+    std::vector<double> caps(16);
+    for (double& c : caps) c = cap(rng);
+    Engine e;
+    FlowNetwork net(e, caps);
+    MaxMinFair fair;
+    net.add_observer(&fair);
+    int budget = 300;
+    std::function<void()> spawn = [&] {
+      if (--budget < 0) return;
+      FlowSpec s;
+      for (uint32_t h = hops(rng); h > 0; --h) s.links.push_back({link(rng), 1});
+      s.bytes = bytes(rng);
+      s.latency = Time::ns(lat(rng));
+      if (budget % 7 == 0) s.max_rate_Bps = 2e9;
+      s.on_done = [&] {
+        spawn();
+        if (budget % 4 == 0) spawn();
+      };
+      net.start(std::move(s));
+    };
+    for (int i = 0; i < 30; ++i) spawn();
+    e.run();
+    EXPECT_GT(fair.checks, 100);
+    EXPECT_EQ(fair.unfair, 0) << "seed " << seed;
+  }
+}
+
 TEST(FlowNetworkProperties, SameInputGivesBitIdenticalTimes) {
   double d1, s1, d2, s2;
   const std::vector<double> a = random_run(42, nullptr, &d1, &s1);
