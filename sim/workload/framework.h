@@ -12,6 +12,11 @@
 
 namespace hetsim::workload {
 
+// Whether and in which precision the tied embedding's gradients are all-reduced between the
+// first and last pipeline stages after the backward pass (DeepSpeed's ReduceTiedGrads on the
+// model's own gradients, Megatron-LM's embedding all-reduce on its fp32 main gradients).
+enum class TiedReduction { none, model_grads, main_grads };
+
 enum class GradReduction {
   overlapped,      // buckets all-reduced as the last backward pass fills them
   after_backward,  // all buckets after the whole backward pass (DeepSpeed without ZeRO,
@@ -29,10 +34,7 @@ struct Framework {
   bool blocking_p2p = false;           // a pipeline send holds its stage until the data has arrived
   Time host_per_pass;  // per forward or backward pass of one micro-batch on one stage
   Time host_per_step;  // per iteration on every device, before the optimizer step
-  // The first and last pipeline stages each hold the tied input/output embedding: its gradients
-  // are all-reduced between them after the backward pass (DeepSpeed's ReduceTiedGrads,
-  // Megatron-LM's embedding all-reduce).
-  bool tied_embedding_reduction = false;
+  TiedReduction tied_embedding_reduction = TiedReduction::none;
 };
 
 // The built-in framework names (frameworks/*.yaml), sorted.

@@ -178,5 +178,37 @@ TEST(Frameworks, ABlockingSendHoldsItsStageForTheTransfer) {
   EXPECT_GT(rb.iteration, ra.iteration);
 }
 
+TEST(Frameworks, TheTiedEmbeddingIsReducedBetweenTheEndStages) {
+  // Two stages on two nodes, tied embeddings: after the backward pass the first and the last
+  // stage all-reduce the embedding's gradients (vocab x hidden x 2 B in bf16 for DeepSpeed's
+  // model_grads). Stage 0 finishes its backward last, so it waits exactly the collective alone.
+  const ModelConfig m = small_gpt(4);
+  const platform::Cluster c = dgx(2);
+  const DatasheetCostModel cost;
+  const std::string fw = ::testing::TempDir() + "fw_tied.yaml";
+  {
+    std::ofstream(fw)
+        << "name: t\ngradient_reduction: after_backward\npipeline_p2p: async\n"
+           "tied_embedding_reduction: model_grads\nhost: {per_pass: 0s, per_step: 0s}\n";
+  }
+  const std::string base =
+      "pipeline_parallel: 2\nmicro_batch_size: 1\nglobal_batch_size: 4\ndevices: [0, 8]\n";
+  const Plan without = load_plan_text(base, "a.yaml", m, c);
+  const Plan with = load_plan_text(base + "framework: " + fw + "\n", "b.yaml", m, c);
+  const TrainingJob j = build_training_job(m, with, c, cost);
+  EXPECT_DOUBLE_EQ(j.groups[0].tied_bytes, 2.0 * 50304 * 1024);
+  EXPECT_DOUBLE_EQ(j.groups[1].tied_bytes, 2.0 * 50304 * 1024);
+  const ReplayResult r = replay(j), r0 = replay(build_training_job(m, without, c, cost));
+  network::CollectiveRequest req;
+  req.op = network::Op::allreduce;
+  req.bytes = j.groups[0].tied_bytes;
+  req.ranks = {0, 8};
+  req.host_launch = false;
+  const Time alone = network::simulate_collective(c, req).time;
+  EXPECT_EQ(r.groups[0].dp_wait - r0.groups[0].dp_wait, alone);
+  EXPECT_GT(r.groups[1].dp_wait - r0.groups[1].dp_wait, alone);
+  EXPECT_EQ(r.iteration - r0.iteration, alone);
+}
+
 }  // namespace
 }  // namespace hetsim::workload
