@@ -55,9 +55,8 @@ Framework load_framework_text(const std::string& text, const std::string& file) 
   if (root["zero_stage"])
     f.zero_stage = static_cast<int>(get_int(file, root, "", "zero_stage", 0, 3));
   f.blocking_p2p = get_choice(file, root, "", "pipeline_p2p", {"async", "blocking"}) == 1;
-  f.tied_embedding_reduction = static_cast<TiedReduction>(
-      get_choice(file, root, "", "tied_embedding_reduction", {"none", "model_grads", "main_grads"},
-                 "none"));
+  f.tied_embedding_reduction = static_cast<TiedReduction>(get_choice(
+      file, root, "", "tied_embedding_reduction", {"none", "model_grads", "main_grads"}, "none"));
   const YAML::Node host = require(file, root, "", "host");
   check_keys(file, host, "host", {"per_pass", "per_step"});
   auto time_of = [&](const char* key) {

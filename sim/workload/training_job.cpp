@@ -289,8 +289,7 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
       }
       // The tied embedding's gradients, between the first and the last stage.
       const TiedReduction tied = plan.framework.tied_embedding_reduction;
-      if (tied != TiedReduction::none && model.tied_embeddings && P > 1 &&
-          (s == 0 || s == P - 1)) {
+      if (tied != TiedReduction::none && model.tied_embeddings && P > 1 && (s == 0 || s == P - 1)) {
         const double bytes = tied == TiedReduction::main_grads ? grad_bytes : e;
         g.tied_bytes = bytes * static_cast<double>(model.vocab) * model.hidden / t;
         b.emit_one(TaskKind::tied, Pass::other, 0, 0);
