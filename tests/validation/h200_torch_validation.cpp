@@ -1,0 +1,141 @@
+// Validation against 24 real single-GPU training iterations in eager PyTorch on one H200
+// (tests/data/ground_truth/h200_torch/): GPT-3 350M, 1.3B and 2.7B shapes, sequence 1024 and
+// 2048, micro-batch 1 to 8, 4 micro-batches per iteration, bf16 autocast, fused AdamW. Each row
+// is replayed on one H200 with the shipped calibration database (calibrate/data/) and with the
+// datasheet model, under `framework: pytorch-ddp`; prints predicted against measured.
+//
+// A baseline, as the AMP set's was (issue 10): on 2026-11-30 hetsim with the H200 database is
+// 23.7% off on average, in two regimes. Where the GPU is busy (larger models and micro-batches)
+// it is 10-15% too fast: eager PyTorch's extra kernels (autocast's weight casts each micro-batch,
+// the fp32 copy of the logits for the loss) are not in hetsim's kernel list. Where the host is the
+// bottleneck (350M at micro-batch 1-4) it is up to 76% too slow: the datasheet model's
+// host_per_kernel (100 us, fitted on vTrain's 2021 A100 host) is far above a 2026 host's. The
+// ceiling holds the line until the framework carries its own host time and kernels.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "calibrate/database.h"
+#include "calibrate/measured_cost_model.h"
+#include "sim/config/cluster_config.h"
+#include "sim/platform/cluster.h"
+#include "sim/workload/cost_model.h"
+#include "sim/workload/model.h"
+#include "sim/workload/plan.h"
+#include "sim/workload/replay.h"
+#include "sim/workload/training_job.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace hetsim;
+
+constexpr double kCeilingPct = 25.0;  // measured 23.7% with the H200 database
+
+struct Row {
+  std::string model;
+  int hidden = 0, layers = 0, heads = 0, ffn = 0, vocab = 0, sequence = 0, micro_batch = 0;
+  int accum = 0;
+  double measured_s = 0, calibrated_s = 0, datasheet_s = 0;
+};
+
+std::vector<Row> read_rows(const fs::path& file) {
+  std::ifstream in(file);
+  std::string line;
+  std::vector<Row> rows;
+  bool header = false;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    if (!header) {
+      header = true;
+      continue;
+    }
+    std::vector<std::string> f;
+    std::stringstream ss(line);
+    std::string cell;
+    while (std::getline(ss, cell, ',')) f.push_back(cell);
+    if (f.size() < 10) throw std::runtime_error(file.string() + ": short row: " + line);
+    Row r;
+    r.model = f[0];
+    r.hidden = std::stoi(f[1]);
+    r.layers = std::stoi(f[2]);
+    r.heads = std::stoi(f[3]);
+    r.ffn = std::stoi(f[4]);
+    r.vocab = std::stoi(f[5]);
+    r.sequence = std::stoi(f[6]);
+    r.micro_batch = std::stoi(f[7]);
+    r.accum = std::stoi(f[8]);
+    r.measured_s = std::stod(f[9]);
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+double replay_s(const Row& r, const platform::Cluster& cluster, const workload::CostModel& cost) {
+  std::ostringstream m;
+  m << "name: " << r.model << "\nfamily: gpt\nlayers: " << r.layers << "\nhidden: " << r.hidden
+    << "\nheads: " << r.heads << "\nffn_hidden: " << r.ffn << "\nvocab: " << r.vocab
+    << "\nsequence: " << r.sequence
+    << "\nactivation: gelu\nnorm: layernorm\nposition: learned\ntied_embeddings: true\n"
+       "causal: true\nbias: true\n";
+  const workload::ModelConfig model = workload::load_model_yaml_text(m.str(), r.model + ".yaml");
+  std::ostringstream p;
+  p << "devices: \"0\"\nmicro_batch_size: " << r.micro_batch
+    << "\nglobal_batch_size: " << r.micro_batch * r.accum << "\nsequence_length: " << r.sequence
+    << "\nprecision: bf16\nattention: flash\nframework: pytorch-ddp\n";
+  const workload::Plan plan = workload::load_plan_text(p.str(), "plan.yaml", model, cluster);
+  const workload::TrainingJob job = workload::build_training_job(model, plan, cluster, cost);
+  return workload::replay(job).iteration.seconds();
+}
+
+TEST(TrainingValidation, H200SingleGpuPyTorchIterations) {
+  const fs::path data =
+      fs::path(HETSIM_SOURCE_DIR) / "tests/data/ground_truth/h200_torch/h200_torch_iterations.csv";
+  std::vector<Row> rows = read_rows(data);
+  ASSERT_EQ(rows.size(), 24u);
+  config::ClusterOptions o;
+  o.nodes = 1;
+  o.sets = {"node_types[0].gpu=h200-sxm-141gb"};
+  const platform::Cluster cluster(config::load_cluster("dgx-h100", o));
+  const workload::DatasheetCostModel datasheet;
+  const calibrate::MeasuredCostModel measured(
+      calibrate::read_database(std::string(HETSIM_SOURCE_DIR) +
+                               "/calibrate/data/h200-sxm-141gb.h5"),
+      datasheet);
+  double cal = 0, ds = 0;
+  std::ostringstream os;
+  char buf[200];
+  os << "\n=== One H200, eager PyTorch (bf16 autocast, fused AdamW), 4 micro-batches ===\n";
+  std::snprintf(buf, sizeof buf, "%-9s %5s %3s %10s %12s %7s %12s %7s\n", "model", "seq", "mb",
+                "measured", "calibrated", "err%", "datasheet", "err%");
+  os << buf;
+  for (Row& r : rows) {
+    r.calibrated_s = replay_s(r, cluster, measured);
+    r.datasheet_s = replay_s(r, cluster, datasheet);
+    const double ec = (r.calibrated_s - r.measured_s) / r.measured_s * 100;
+    const double ed = (r.datasheet_s - r.measured_s) / r.measured_s * 100;
+    cal += std::abs(ec);
+    ds += std::abs(ed);
+    std::snprintf(buf, sizeof buf, "%-9s %5d %3d %9.3fs %11.3fs %+7.1f %11.3fs %+7.1f\n",
+                  r.model.c_str(), r.sequence, r.micro_batch, r.measured_s, r.calibrated_s, ec,
+                  r.datasheet_s, ed);
+    os << buf;
+  }
+  cal /= static_cast<double>(rows.size());
+  ds /= static_cast<double>(rows.size());
+  std::snprintf(buf, sizeof buf,
+                "MAPE over %zu rows: with the H200 calibration %.1f%%, datasheet model %.1f%%\n",
+                rows.size(), cal, ds);
+  os << buf;
+  std::cout << os.str();
+  EXPECT_LT(cal, kCeilingPct);
+}
+
+}  // namespace
