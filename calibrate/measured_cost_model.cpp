@@ -104,10 +104,12 @@ std::string gemm_dtype(const Database& db, workload::Precision p) {
 struct MeasuredCostModel::Tables {
   // GEMM: log(rate / shape efficiency) on the measured (m, n, k) points of batch 1.
   struct Gemm {
-    std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, double> exact;  // seconds
-    std::vector<double> ms, ns, ks;                                          // axes (log)
-    std::map<std::tuple<int64_t, int64_t, int64_t>, double> value;           // log normalised rate
+    std::vector<double> ms, ns, ks;                                 // axes (log)
+    std::map<std::tuple<int64_t, int64_t, int64_t>, double> value;  // log normalised rate
   };
+  // dtype -> (m, n, k, batch) -> seconds: every measured point, whatever its table.
+  std::map<std::string, std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, double>>
+      gemm_exact;
   // (dtype, GPU type, batch, aligned): units differ by type; batched GEMMs (attention's) have
   // their own; so do shapes whose leading dimensions break cuBLAS's 16-byte alignment (below)
   std::map<std::tuple<std::string, std::string, int64_t, bool>, Gemm> gemm;
@@ -228,6 +230,11 @@ std::optional<double> MeasuredCostModel::predict_gemm(const std::string& dtype, 
       want_batch > 1 && std::any_of(it->second.begin(), it->second.end(),
                                     [&](const GemmPoint& p) { return p.batch == want_batch; });
   const int64_t table_batch = batched_table ? want_batch : 1;
+  auto [ex, fresh] = tables_->gemm_exact.try_emplace(dtype);
+  if (fresh) {
+    for (const GemmPoint& p : it->second) ex->second[{p.m, p.n, p.k, p.batch}] = p.t.median_s;
+  }
+  if (auto e = ex->second.find({q.m, q.n, q.k, q.batch}); e != ex->second.end()) return e->second;
   // The table of the query's alignment class where it has points, else the other class's.
   auto table_of = [&](bool aligned) -> const Tables::Gemm& {
     const auto table_key = std::make_tuple(dtype, gpu.name, table_batch, aligned);
@@ -236,7 +243,6 @@ std::optional<double> MeasuredCostModel::predict_gemm(const std::string& dtype, 
     Tables::Gemm g;
     std::vector<int64_t> ms, ns, ks;
     for (const GemmPoint& p : it->second) {
-      g.exact[{p.m, p.n, p.k, p.batch}] = p.t.median_s;
       if (p.batch != table_batch || gemm_aligned(p.m, p.k, dtype) != aligned) continue;
       // log(reference / time): a CPU's log rate, a GPU's log of datasheet time over measured, a
       // correction factor that varies slowly where the raw rate steps (tiles, waves, the
@@ -258,7 +264,6 @@ std::optional<double> MeasuredCostModel::predict_gemm(const std::string& dtype, 
   const Tables::Gemm* chosen = &table_of(want_aligned);
   if (chosen->value.empty()) chosen = &table_of(!want_aligned);
   const Tables::Gemm& g = *chosen;
-  if (auto e = g.exact.find({q.m, q.n, q.k, q.batch}); e != g.exact.end()) return e->second;
   if (g.value.empty()) return std::nullopt;
   // Clamp to the table, interpolate there, then carry the datasheet's shape dependence out.
   auto clamp = [](const std::vector<double>& axis, double v) {

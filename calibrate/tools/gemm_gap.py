@@ -27,6 +27,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     import torch
     import torch.nn.functional as F
+    from torch_reference import event_times
 
     n = args.n
     flops = 2.0 * n ** 3
@@ -50,20 +51,8 @@ def main(argv=None):
         return f" sm_mhz={sm} power_w={power:.0f} temp_c={temp} throttle=0x{reasons:x}"
 
     def timed(fn, flush_l2):
-        for _ in range(3):
-            fn()
-        torch.cuda.synchronize()
-        times = []
-        for r in range(args.reps):
-            if flush_l2:
-                flush.fill_(r & 0xFF)
-            s = torch.cuda.Event(enable_timing=True)
-            e = torch.cuda.Event(enable_timing=True)
-            s.record()
-            fn()
-            e.record()
-            e.synchronize()
-            times.append(s.elapsed_time(e) * 1e-3)
+        before = (lambda r: flush.fill_(r & 0xFF)) if flush_l2 else None
+        times = event_times(torch, fn, 3, args.reps, before)
         return flops / statistics.median(times) / 1e12
 
     a = torch.randn(n, n, device=dev, dtype=torch.bfloat16)

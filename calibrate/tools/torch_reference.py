@@ -21,13 +21,17 @@ MATMUL_N = 8192
 COPY_BYTES = 2 << 30
 
 
-def timed(torch, fn, warmups, reps):
-    """The median of `reps` CUDA-event timings of fn(), in seconds, after `warmups` calls."""
+def event_times(torch, fn, warmups, reps, before=None):
+    """`reps` CUDA-event timings of fn(), in seconds, after `warmups` calls; before(r), when
+    given, runs ahead of repetition r outside the timed span (an L2 flush, say). The other GPU
+    tools here (gemm_gap.py, torch_train_iterations.py) time with it too."""
     for _ in range(warmups):
         fn()
     torch.cuda.synchronize()
     times = []
-    for _ in range(reps):
+    for r in range(reps):
+        if before:
+            before(r)
         start = torch.cuda.Event(enable_timing=True)
         stop = torch.cuda.Event(enable_timing=True)
         start.record()
@@ -35,7 +39,12 @@ def timed(torch, fn, warmups, reps):
         stop.record()
         stop.synchronize()
         times.append(start.elapsed_time(stop) * 1e-3)
-    return statistics.median(times)
+    return times
+
+
+def timed(torch, fn, warmups, reps):
+    """The median of `reps` CUDA-event timings of fn(), in seconds, after `warmups` calls."""
+    return statistics.median(event_times(torch, fn, warmups, reps))
 
 
 def main(argv=None):

@@ -20,6 +20,8 @@ import statistics
 import sys
 import time
 
+from torch_reference import event_times
+
 # (name, hidden, layers, heads): GPT-3 350M, 1.3B, 2.7B shapes (Brown et al. 2020, Table 2.1).
 MODELS = [("gpt-350m", 1024, 24, 16), ("gpt-1.3b", 2048, 24, 16), ("gpt-2.7b", 2560, 32, 32)]
 SEQUENCES = [2048, 1024]
@@ -90,18 +92,7 @@ def measure(torch, hidden, layers, heads, seq, mb, accum, iters):
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    for _ in range(2):
-        iteration()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        s = torch.cuda.Event(enable_timing=True)
-        e = torch.cuda.Event(enable_timing=True)
-        s.record()
-        iteration()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e) * 1e-3)
+    times = event_times(torch, iteration, 2, iters)  # 2 warm-up iterations, then `iters`
     del model, opt
     return times
 

@@ -167,16 +167,26 @@ void FlowNetwork::recompute_rates(const std::vector<FlowId>& flows) {
   ++recomputations_;
   const Time now = engine_.now();
   // Settle progress at the old rates, then number the links in use.
+  // A flow's own cap is one more constraint that only it crosses; so is each link no other
+  // active flow crosses (capacity / count: the same share that link's constraint would give), and
+  // the tightest of them stands for all (own_cap_, by position). Ring flows span many such links
+  // (64% of the links of a recomputation in an interleaved GPT-3 replay): folding them shrinks
+  // the filling's heap.
   touched_.clear();
   rem_.clear();
   weight_.clear();
+  own_cap_.clear();
   for (FlowId id : flows) {
     Flow& f = flows_[id];
     f.remaining = remaining_now(f);
     f.since = now;
     f.rate = f.spec.links.empty() ? kInf : -1;  // -1: not yet frozen
+    double& cap = own_cap_.emplace_back(f.spec.max_rate_Bps > 0 ? f.spec.max_rate_Bps : kInf);
     for (const LinkUse& u : f.spec.links) {
-      if (link_flows_[u.link].size() == 1) continue;  // private: folded into the flow's cap
+      if (link_flows_[u.link].size() == 1) {  // private
+        cap = std::min(cap, capacity_[u.link] / u.count);
+        continue;
+      }
       uint32_t& local = local_[u.link];
       if (local == kNone) {
         local = static_cast<uint32_t>(touched_.size());
@@ -187,21 +197,11 @@ void FlowNetwork::recompute_rates(const std::vector<FlowId>& flows) {
       weight_[local] += u.count;
     }
   }
-  // A flow's own cap is one more constraint that only it crosses; so is each link no other
-  // active flow crosses (capacity / count: the same share that link's constraint would give), and
-  // the tightest of them stands for all. Ring flows span many such links (64% of the links of a
-  // recomputation in an interleaved GPT-3 replay): folding them shrinks the filling's heap.
   cap_local_.resize(flows_.size(), kNone);
-  for (FlowId id : flows) {
-    const Flow& f = flows_[id];
-    if (f.spec.links.empty()) continue;
-    double cap = f.spec.max_rate_Bps > 0 ? f.spec.max_rate_Bps : kInf;
-    for (const LinkUse& u : f.spec.links) {
-      if (link_flows_[u.link].size() == 1) cap = std::min(cap, capacity_[u.link] / u.count);
-    }
-    if (cap < kInf) {
-      cap_local_[id] = static_cast<uint32_t>(rem_.size());
-      rem_.push_back(cap);
+  for (size_t i = 0; i < flows.size(); ++i) {
+    if (own_cap_[i] < kInf && !flows_[flows[i]].spec.links.empty()) {
+      cap_local_[flows[i]] = static_cast<uint32_t>(rem_.size());
+      rem_.push_back(own_cap_[i]);
       weight_.push_back(1);
     }
   }

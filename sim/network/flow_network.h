@@ -123,6 +123,7 @@ class FlowNetwork {
   std::vector<FlowId> adj_;
   std::vector<LinkId> touched_;
   std::vector<uint32_t> cap_local_;  // per flow id: local index of its own cap
+  std::vector<double> own_cap_;      // by position: the tightest of its cap and private links
 };
 
 }  // namespace hetsim::network

@@ -3,7 +3,7 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include <algorithm>
+#include <map>
 
 #include "sim/config/embedded_data.h"
 #include "sim/config/yaml_util.h"
@@ -20,18 +20,30 @@ constexpr const char* kDir = "frameworks/";
 constexpr const char* kExt = ".yaml";
 }  // namespace
 
+namespace {
+// The built-in frameworks (frameworks/*.yaml), parsed once: every plan load names one.
+const std::map<std::string, Framework>& builtin_frameworks() {
+  static const std::map<std::string, Framework> all = [] {
+    std::map<std::string, Framework> m;
+    const std::string dir = kDir, ext = kExt;
+    for (const config::EmbeddedFile& f : config::embedded_files()) {
+      const std::string p = f.path;
+      if (p.rfind(dir, 0) == 0 && p.size() > dir.size() + ext.size() &&
+          p.compare(p.size() - ext.size(), ext.size(), ext) == 0 &&
+          p.find('/', dir.size()) == std::string::npos)
+        m.emplace(p.substr(dir.size(), p.size() - dir.size() - ext.size()),
+                  load_framework_text(f.text, f.path));
+    }
+    return m;
+  }();
+  return all;
+}
+}  // namespace
+
 std::vector<std::string> framework_names() {
   std::vector<std::string> names;
-  const std::string dir = kDir, ext = kExt;
-  for (const config::EmbeddedFile& f : config::embedded_files()) {
-    const std::string p = f.path;
-    if (p.rfind(dir, 0) == 0 && p.size() > dir.size() + ext.size() &&
-        p.compare(p.size() - ext.size(), ext.size(), ext) == 0 &&
-        p.find('/', dir.size()) == std::string::npos)
-      names.push_back(p.substr(dir.size(), p.size() - dir.size() - ext.size()));
-  }
-  std::sort(names.begin(), names.end());
-  return names;
+  for (const auto& [name, f] : builtin_frameworks()) names.push_back(name);
+  return names;  // sorted: map order
 }
 
 Framework load_framework_text(const std::string& text, const std::string& file) {
@@ -72,17 +84,16 @@ Framework load_framework_text(const std::string& text, const std::string& file) 
 }
 
 Framework load_framework(const std::string& name_or_path) {
-  const std::string embedded = std::string(kDir) + name_or_path + kExt;
-  for (const config::EmbeddedFile& f : config::embedded_files()) {
-    if (embedded == f.path) return load_framework_text(f.text, f.path);
-  }
+  const auto& builtin = builtin_frameworks();
+  if (auto it = builtin.find(name_or_path); it != builtin.end()) return it->second;
   const bool looks_like_file = name_or_path.find('/') != std::string::npos ||
                                name_or_path.find(".yaml") != std::string::npos ||
                                name_or_path.find(".yml") != std::string::npos;
   if (!looks_like_file) {
+    const std::vector<std::string> names = framework_names();
     throw InputError("unknown framework \"" + name_or_path + "\" (expected one of " +
-                     config::join_names(framework_names()) + ", or a framework YAML file)" +
-                     config::did_you_mean(name_or_path, framework_names()));
+                     config::join_names(names) + ", or a framework YAML file)" +
+                     config::did_you_mean(name_or_path, names));
   }
   return load_framework_text(config::read_text_file(name_or_path, "framework file"), name_or_path);
 }

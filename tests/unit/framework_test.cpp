@@ -39,6 +39,16 @@ std::string error_of(const std::function<void()>& f) {
   return "(no error)";
 }
 
+// An all-reduce with nothing beside it, as the replay launches one (no host launch cost).
+Time allreduce_alone(const platform::Cluster& c, double bytes, std::vector<platform::GpuId> ranks) {
+  network::CollectiveRequest req;
+  req.op = network::Op::allreduce;
+  req.bytes = bytes;
+  req.ranks = std::move(ranks);
+  req.host_launch = false;
+  return network::simulate_collective(c, req).time;
+}
+
 const char* kFramework =
     "name: test\ngradient_reduction: overlapped\npipeline_p2p: async\n"
     "host: {per_pass: 1ms, per_step: 5ms}\n";
@@ -140,12 +150,7 @@ TEST(Frameworks, ReductionAfterTheBackwardPassExposesEveryBucket) {
   Time alone;
   for (size_t i = 0; i < ja.groups[0].dp.size(); ++i) {
     EXPECT_DOUBLE_EQ(jo.groups[0].dp[i].bytes, ja.groups[0].dp[i].bytes);
-    network::CollectiveRequest req;
-    req.op = network::Op::allreduce;
-    req.bytes = ja.groups[0].dp[i].bytes;
-    req.ranks = {0, 1};
-    req.host_launch = false;
-    alone += network::simulate_collective(c, req).time;
+    alone += allreduce_alone(c, ja.groups[0].dp[i].bytes, {0, 1});
   }
   EXPECT_EQ(ra.groups[0].dp_wait, alone);
   EXPECT_EQ(ra.iteration, ra.groups[0].compute + alone);
@@ -199,12 +204,7 @@ TEST(Frameworks, TheTiedEmbeddingIsReducedBetweenTheEndStages) {
   EXPECT_DOUBLE_EQ(j.groups[0].tied_bytes, 2.0 * 50304 * 1024);
   EXPECT_DOUBLE_EQ(j.groups[1].tied_bytes, 2.0 * 50304 * 1024);
   const ReplayResult r = replay(j), r0 = replay(build_training_job(m, without, c, cost));
-  network::CollectiveRequest req;
-  req.op = network::Op::allreduce;
-  req.bytes = j.groups[0].tied_bytes;
-  req.ranks = {0, 8};
-  req.host_launch = false;
-  const Time alone = network::simulate_collective(c, req).time;
+  const Time alone = allreduce_alone(c, j.groups[0].tied_bytes, {0, 8});
   EXPECT_EQ(r.groups[0].dp_wait - r0.groups[0].dp_wait, alone);
   EXPECT_GT(r.groups[1].dp_wait - r0.groups[1].dp_wait, alone);
   EXPECT_EQ(r.iteration - r0.iteration, alone);

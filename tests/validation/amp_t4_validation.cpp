@@ -34,6 +34,7 @@
 #include "sim/workload/plan.h"
 #include "sim/workload/replay.h"
 #include "sim/workload/training_job.h"
+#include "tests/validation/rank_correlation.h"
 
 namespace {
 
@@ -131,32 +132,11 @@ std::string amp_plan(const Trial& t, const std::string& framework) {
   return y.str();
 }
 
-// Spearman's rank correlation of `field` against the measured times (average ranks for ties).
+// Spearman's rank correlation of `field` against the measured times.
 double spearman(const std::vector<const Trial*>& v, double Trial::*field = &Trial::predicted_s) {
-  auto ranks = [&](double Trial::*f) {
-    std::vector<size_t> idx(v.size());
-    for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
-    std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return v[a]->*f < v[b]->*f; });
-    std::vector<double> r(v.size());
-    for (size_t i = 0; i < idx.size();) {
-      size_t j = i;
-      while (j < idx.size() && v[idx[j]]->*f == v[idx[i]]->*f) ++j;
-      for (size_t k = i; k < j; ++k) r[idx[k]] = (static_cast<double>(i + j) - 1) / 2;
-      i = j;
-    }
-    return r;
-  };
-  const std::vector<double> a = ranks(field), b = ranks(&Trial::measured_s);
-  const double n = static_cast<double>(v.size());
-  double ma = 0, mb = 0;
-  for (size_t i = 0; i < v.size(); ++i) ma += a[i] / n, mb += b[i] / n;
-  double sab = 0, saa = 0, sbb = 0;
-  for (size_t i = 0; i < v.size(); ++i) {
-    sab += (a[i] - ma) * (b[i] - mb);
-    saa += (a[i] - ma) * (a[i] - ma);
-    sbb += (b[i] - mb) * (b[i] - mb);
-  }
-  return sab / std::sqrt(saa * sbb);
+  std::vector<double> a, b;
+  for (const Trial* t : v) a.push_back(t->*field), b.push_back(t->measured_s);
+  return validation::spearman(a, b);
 }
 
 double mape(const std::vector<const Trial*>& v, double Trial::*field) {
