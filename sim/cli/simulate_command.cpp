@@ -48,6 +48,7 @@ void add_simulate_command(CLI::App& app, Action& action) {
     std::string trace_devices, trace_micro_batches;
     bool json = false, quiet = false;
     bool free_communication = false;
+    bool exact = false;
     double progress_after_s = 2;
   };
   auto o = std::make_shared<Opts>();
@@ -74,6 +75,9 @@ void add_simulate_command(CLI::App& app, Action& action) {
                   "Micro-batches to trace, e.g. 0-3 (default: all)");
   cmd->add_flag("--free-communication", o->free_communication,
                 "What-if bound: every collective and transfer takes no time");
+  cmd->add_flag("--exact", o->exact,
+                "Replay every data-parallel replica on its own (default: identical replicas are "
+                "replayed as one, in lockstep)");
   cmd->add_flag("--json", o->json, "Print JSON (and no progress)");
   cmd->add_flag("--quiet", o->quiet, "No progress lines on standard error");
   // Hidden: tests force progress on a short run.
@@ -122,6 +126,7 @@ void add_simulate_command(CLI::App& app, Action& action) {
       if (!o->trace.empty()) trace = std::make_unique<report::ChromeTrace>(filter);
       workload::ReplayOptions ropt;
       ropt.free_communication = o->free_communication;
+      ropt.exact = o->exact;
       if (!o->quiet && !o->json)
         ropt.progress = [&progress](const workload::ReplayStatus& s) { progress.update(s); };
       const workload::ReplayResult result = workload::replay(job, trace.get(), ropt);

@@ -80,6 +80,7 @@ TrainingReport make_training_report(const workload::TrainingJob& job,
   r.unpriced_gpus.assign(unpriced.begin(), unpriced.end());
   r.cost_sources = job.op_sources;
   r.events = result.events;
+  r.folded_replicas = result.folded_replicas;
   return r;
 }
 
@@ -110,6 +111,7 @@ nlohmann::ordered_json to_json(const TrainingReport& r) {
   }
   j["warnings"] = r.warnings;
   j["op_costs_from"] = r.cost_sources;
+  j["folded_replicas"] = r.folded_replicas;
   auto& devs = j["devices"] = nlohmann::ordered_json::array();
   for (const DeviceReport& d : r.devices) {
     devs.push_back({{"id", d.id},
@@ -324,6 +326,12 @@ std::string to_text(const TrainingReport& r) {
   s += "  op costs from  ";
   for (size_t i = 0; i < r.cost_sources.size(); ++i) s += (i ? "; " : "") + r.cost_sources[i];
   s += "\n";
+  if (r.folded_replicas > 1) {
+    s += fmt::format(
+        "  replay         {} identical data-parallel replicas replayed as one, in lockstep "
+        "(--exact replays each)\n",
+        r.folded_replicas);
+  }
   const std::vector<RowGroup> rows = group_rows(r.devices);
   s += device_table(rows);
   if (r.oom) s += oom_summary(rows, r.gpus);

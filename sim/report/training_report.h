@@ -37,6 +37,7 @@ struct TrainingReport {
   std::vector<DeviceReport> devices;
   std::vector<std::string> cost_sources;
   uint64_t events = 0;
+  uint32_t folded_replicas = 1;  // identical replicas replayed as one (1: each replayed)
   // Doubts about the inputs (e.g. a calibration database too noisy to trust), one sentence each;
   // printed first in the text and listed in the JSON.
   std::vector<std::string> warnings;

@@ -5,6 +5,7 @@
 #include <list>
 #include <map>
 #include <memory>
+#include <optional>
 
 #include "sim/core/error.h"
 #include "sim/network/collective_runner.h"
@@ -27,11 +28,78 @@ network::Op to_op(CommKind k) {
   return network::Op::allreduce;
 }
 
+// Whether every replica runs the same program on the same GPU types: then one can stand for all.
+bool replicas_identical(const TrainingJob& job) {
+  const Plan& p = *job.plan;
+  const size_t stages = static_cast<size_t>(p.stages());
+  for (size_t r = 1; r < p.replicas.size(); ++r) {
+    const ReplicaPlan& a = p.replicas[0];
+    const ReplicaPlan& b = p.replicas[r];
+    if (a.micro_batches != b.micro_batches || a.stages.size() != b.stages.size()) return false;
+    for (size_t s = 0; s < stages; ++s) {
+      const Group& ga = job.groups[s];
+      const Group& gb = job.groups[r * stages + s];
+      if (a.stages[s].first_layer != b.stages[s].first_layer ||
+          a.stages[s].layers != b.stages[s].layers || ga.devices.size() != gb.devices.size() ||
+          ga.gpu != gb.gpu || ga.program.size() != gb.program.size() ||
+          ga.segments.size() != gb.segments.size() || ga.comms.size() != gb.comms.size() ||
+          ga.dp.size() != gb.dp.size() || ga.tied_bytes != gb.tied_bytes) {
+        return false;
+      }
+      for (size_t i = 0; i < ga.segments.size(); ++i) {
+        if (ga.segments[i].duration != gb.segments[i].duration) return false;
+      }
+      for (size_t i = 0; i < ga.comms.size(); ++i) {
+        if (ga.comms[i].kind != gb.comms[i].kind || ga.comms[i].bytes != gb.comms[i].bytes ||
+            ga.comms[i].async != gb.comms[i].async) {
+          return false;
+        }
+      }
+      for (size_t i = 0; i < ga.program.size(); ++i) {
+        const Task& x = ga.program[i];
+        const Task& y = gb.program[i];
+        if (x.kind != y.kind || x.index != y.index || x.chunk != y.chunk || x.pass != y.pass ||
+            x.micro_batch != y.micro_batch) {
+          return false;
+        }
+      }
+    }
+  }
+  return true;
+}
+
+// The copies of one collective in every replica as one plan whose flows cross every copy's
+// links, when the copies have the same structure (steps, dependencies, bytes); nullopt if not.
+std::optional<network::CollectivePlan> fold(const std::vector<network::CollectivePlan>& copies) {
+  network::CollectivePlan out = copies.front();
+  for (size_t r = 1; r < copies.size(); ++r) {
+    const network::CollectivePlan& c = copies[r];
+    if (c.algorithm != out.algorithm || c.protocol != out.protocol ||
+        c.steps.size() != out.steps.size()) {
+      return std::nullopt;
+    }
+    out.start_delay = std::max(out.start_delay, c.start_delay);
+    for (size_t i = 0; i < c.steps.size(); ++i) {
+      network::PlanStep& o = out.steps[i];
+      const network::PlanStep& x = c.steps[i];
+      if (x.bytes != o.bytes || x.deps != o.deps || x.max_rate_Bps != o.max_rate_Bps) {
+        return std::nullopt;
+      }
+      o.latency = std::max(o.latency, x.latency);
+      o.links.insert(o.links.end(), x.links.begin(), x.links.end());
+    }
+  }
+  return out;
+}
+
 class Replayer {
  public:
   Replayer(const TrainingJob& job, ReplayObserver* obs, ReplayOptions options)
       : job_(job), c_(*job.cluster), obs_(obs), opt_(options), net_(engine_, c_.capacities()) {
-    const size_t n = job.groups.size();
+    stages_ = job.plan->stages();
+    replicas_ = static_cast<uint32_t>(job.plan->replicas.size());
+    fold_ = !opt_.exact && replicas_ > 1 && replicas_identical(job);
+    const size_t n = fold_ ? stages_ : job.groups.size();
     st_.resize(n);
     const int chunks = job.chunks;
     for (size_t g = 0; g < n; ++g) {
@@ -39,21 +107,20 @@ class Replayer {
       st_[g].arrived.assign(2 * chunks * mbs, 0);
       st_[g].mbs = mbs;
     }
-    stages_ = job.plan->stages();
-    replicas_ = static_cast<uint32_t>(job.plan->replicas.size());
     dp_ready_.resize(stages_);
   }
 
   ReplayResult run() {
-    for (uint32_t g = 0; g < job_.groups.size(); ++g) {
+    for (uint32_t g = 0; g < st_.size(); ++g) {
       engine_.schedule_at(Time(), [this, g] { advance(g); });
     }
     ProgressPoll poll(*this);  // outlives every event: the engine runs only here
     if (opt_.progress) engine_.add_observer(&poll);
     engine_.run();
     ReplayResult r;
+    r.folded_replicas = fold_ ? replicas_ : 1;
     for (uint32_t g = 0; g < job_.groups.size(); ++g) {
-      const State& s = st_[g];
+      const State& s = st_[fold_ ? g % stages_ : g];
       if (s.pc < job_.groups[g].program.size()) {
         const Task& t = job_.groups[g].program[s.pc];
         throw RunError("replay stalled: replica " + std::to_string(job_.groups[g].replica) +
@@ -84,6 +151,7 @@ class Replayer {
       s.events = r_.engine_.events_executed();
       s.tasks_total = total_;
       for (const State& st : r_.st_) s.tasks_done += st.pc;
+      if (r_.fold_) s.tasks_done *= r_.replicas_;  // every replica is where the replayed one is
       r_.opt_.progress(s);
     }
 
@@ -146,8 +214,11 @@ class Replayer {
           engine_.schedule_in(d, [this, g, start, d] {
             State& st = st_[g];
             st.times.compute += d;
-            if (obs_)
-              obs_->on_compute(job_, g, job_.groups[g].program[st.pc], start, engine_.now());
+            if (obs_) {
+              for_copies(g, [&](uint32_t c) {
+                obs_->on_compute(job_, c, job_.groups[g].program[st.pc], start, engine_.now());
+              });
+            }
             ++st.pc;
             advance(g);
           });
@@ -165,10 +236,7 @@ class Replayer {
             ++s.tp_inflight;
             launch(tp_plan(g, t.index), [this, g, start, pc] {
               State& st = st_[g];
-              if (obs_)
-                obs_->on_collective(job_, g, "tp",
-                                    job_.groups[g].comms[job_.groups[g].program[pc].index].name,
-                                    job_.groups[g].program[pc], start, engine_.now());
+              tp_observed(g, pc, start);
               if (--st.tp_inflight == 0 && st.blocked == WaitReason::tensor_parallel) resume(g);
             });
             ++s.pc;
@@ -176,10 +244,7 @@ class Replayer {
           }
           block(g, WaitReason::tensor_parallel);
           launch(tp_plan(g, t.index), [this, g, start, pc] {
-            if (obs_)
-              obs_->on_collective(job_, g, "tp",
-                                  job_.groups[g].comms[job_.groups[g].program[pc].index].name,
-                                  job_.groups[g].program[pc], start, engine_.now());
+            tp_observed(g, pc, start);
             resume(g);
           });
           return;
@@ -238,15 +303,46 @@ class Replayer {
     s.times.finish = engine_.now();
   }
 
+  // Calls f for the group and, when replicas are folded, for its copy in every replica.
+  template <class F>
+  void for_copies(uint32_t g, F f) const {
+    if (!fold_) return f(g);
+    for (uint32_t r = 0; r < replicas_; ++r) f(r * stages_ + g);
+  }
+
+  // The plans one collective of a group runs: its own, or with folded replicas either one plan
+  // over every copy's links or, where the copies differ in structure, every copy's own plan
+  // (the group resumes when the last is done).
+  using Plans = std::vector<network::CollectivePlan>;
+  Plans plans_for(CommKind kind, double bytes,
+                  const std::function<std::vector<platform::GpuId>(uint32_t)>& ranks_of) {
+    Plans copies;
+    for (uint32_t r = 0; r < (fold_ ? replicas_ : 1); ++r) {
+      copies.push_back(plan_for(kind, bytes, ranks_of(r)));
+    }
+    if (copies.size() == 1) return copies;
+    if (auto f = fold(copies)) return Plans{std::move(*f)};
+    return copies;
+  }
+
   // ---- tensor parallel -------------------------------------------------------------------
-  const network::CollectivePlan& tp_plan(uint32_t g, uint32_t index) {
+  const Plans& tp_plan(uint32_t g, uint32_t index) {
     auto& slot = tp_plans_[{g, index}];
     if (!slot) {
       const CommTemplate& ct = job_.groups[g].comms[index];
-      slot = std::make_unique<network::CollectivePlan>(
-          plan_for(ct.kind, ct.bytes, job_.groups[g].devices));
+      slot = std::make_unique<Plans>(plans_for(
+          ct.kind, ct.bytes, [&](uint32_t r) { return job_.groups[r * stages_ + g].devices; }));
     }
     return *slot;
+  }
+
+  void tp_observed(uint32_t g, size_t pc, Time start) {
+    if (!obs_) return;
+    const Task& t = job_.groups[g].program[pc];
+    for_copies(g, [&](uint32_t c) {
+      obs_->on_collective(job_, c, "tp", job_.groups[g].comms[t.index].name, t, start,
+                          engine_.now());
+    });
   }
 
   network::CollectivePlan plan_for(CommKind kind, double bytes,
@@ -257,6 +353,17 @@ class Replayer {
     req.ranks = ranks;
     req.host_launch = false;  // inside an iteration, kernels are queued ahead on the stream
     return network::plan_collective(c_, req);
+  }
+
+  // Runs every plan; `done` when the last has finished.
+  void launch(const Plans& plans, Callback done) {
+    if (plans.size() == 1) return launch(plans.front(), std::move(done));
+    auto left = std::make_shared<size_t>(plans.size());
+    for (const network::CollectivePlan& p : plans) {
+      launch(p, [left, done] {
+        if (--*left == 0) done();
+      });
+    }
   }
 
   void launch(const network::CollectivePlan& plan, Callback done) {
@@ -293,10 +400,16 @@ class Replayer {
       }
     }
     const uint32_t dst = src.replica * stages_ + stage;
+    auto observed = [this, g, dst](const Task& task, Time start) {
+      if (!obs_) return;
+      for_copies(g, [&](uint32_t c) {
+        obs_->on_transfer(job_, c, c - g + dst, task, start, engine_.now());
+      });
+    };
     if (opt_.free_communication) {
-      engine_.schedule_in(Time(), [this, g, dst, t, backward, chunk, blocking] {
+      engine_.schedule_in(Time(), [this, g, dst, t, backward, chunk, blocking, observed] {
         arrive(dst, key(dst, backward, chunk, t.micro_batch));
-        if (obs_) obs_->on_transfer(job_, g, dst, t, engine_.now(), engine_.now());
+        observed(t, engine_.now());
         if (blocking) resume(g);
       });
       return;
@@ -310,17 +423,22 @@ class Replayer {
     const Time start = engine_.now();
     const size_t k = key(dst, backward, chunk, t.micro_batch);
     for (size_t j = 0; j < n; ++j) {
-      const platform::GpuId from = a[j % a.size()], to = b[j % b.size()];
       network::FlowSpec f;
-      const auto& route = route_of(from, to);
-      for (platform::LinkId l : route) f.links.push_back({l, 1});
       f.bytes = bytes;
-      f.latency = network::step_latency(network::Algorithm::direct, network::Protocol::simple,
-                                        c_.route_kind(route)) +
-                  c_.route_latency(route);
-      f.on_done = [this, left, g, dst, k, t, start, blocking] {
+      // Folded: one flow over the routes of every replica's copy, at the pace of the slowest.
+      for (uint32_t r = 0; r < (fold_ ? replicas_ : 1); ++r) {
+        const auto& da = job_.groups[r * stages_ + g].devices;
+        const auto& db = job_.groups[r * stages_ + dst].devices;
+        const auto& route = route_of(da[j % a.size()], db[j % b.size()]);
+        for (platform::LinkId l : route) f.links.push_back({l, 1});
+        f.latency = std::max(
+            f.latency, network::step_latency(network::Algorithm::direct, network::Protocol::simple,
+                                             c_.route_kind(route)) +
+                           c_.route_latency(route));
+      }
+      f.on_done = [this, left, g, dst, k, t, start, blocking, observed] {
         if (--*left > 0) return;
-        if (obs_) obs_->on_transfer(job_, g, dst, t, start, engine_.now());
+        observed(t, start);
         arrive(dst, k);
         if (blocking) resume(g);
       };
@@ -362,15 +480,21 @@ class Replayer {
     for (size_t j = 0; j < n; ++j) {
       auto& slot = tied_plans_[{r, static_cast<uint32_t>(j)}];
       if (!slot) {
-        slot = std::make_unique<network::CollectivePlan>(
-            plan_for(CommKind::allreduce, bytes, {da[j % da.size()], db[j % db.size()]}));
+        slot = std::make_unique<Plans>(plans_for(CommKind::allreduce, bytes, [&](uint32_t c) {
+          const auto& ca = job_.groups[c * stages_ + a].devices;
+          const auto& cb = job_.groups[c * stages_ + b].devices;
+          return std::vector<platform::GpuId>{ca[j % ca.size()], cb[j % cb.size()]};
+        }));
       }
       launch(*slot, [this, left, a, b, start] {
         if (--*left > 0) return;
         for (uint32_t g2 : {a, b}) {
-          if (obs_)
-            obs_->on_collective(job_, g2, "dp", "tied.embedding.grads",
-                                job_.groups[g2].program[st_[g2].pc], start, engine_.now());
+          if (obs_) {
+            for_copies(g2, [&](uint32_t c) {
+              obs_->on_collective(job_, c, "dp", "tied.embedding.grads",
+                                  job_.groups[g2].program[st_[g2].pc], start, engine_.now());
+            });
+          }
           resume(g2);
         }
       });
@@ -386,7 +510,7 @@ class Replayer {
     const uint32_t stage = job_.groups[g].stage;
     const uint32_t index = s.dp_done;
     auto& ready = dp_ready_[stage][index];
-    if (++ready < replicas_) return;
+    if (++ready < (fold_ ? 1 : replicas_)) return;
     dp_ready_[stage].erase(index);
     dp_launch(stage, index);
   }
@@ -407,16 +531,19 @@ class Replayer {
       }
       launch(*slot, [this, left, stage, index, start] {
         if (--*left > 0) return;
-        for (uint32_t r = 0; r < replicas_; ++r) {
-          const uint32_t g = r * stages_ + stage;
-          State& s = st_[g];
-          if (obs_) {
-            Task t;
-            t.kind = TaskKind::dp_comm;
-            t.index = index;
+        if (obs_) {
+          Task t;
+          t.kind = TaskKind::dp_comm;
+          t.index = index;
+          for (uint32_t r = 0; r < replicas_; ++r) {
+            const uint32_t g = r * stages_ + stage;
             obs_->on_collective(job_, g, "dp", job_.groups[g].dp[index].name, t, start,
                                 engine_.now());
           }
+        }
+        for (uint32_t r = 0; r < (fold_ ? 1 : replicas_); ++r) {
+          const uint32_t g = r * stages_ + stage;
+          State& s = st_[g];
           s.dp_done = index + 1;
           s.dp_busy = false;
           if (s.blocked == WaitReason::data_parallel &&
@@ -437,12 +564,13 @@ class Replayer {
   network::FlowNetwork net_;
   std::vector<State> st_;
   uint32_t stages_ = 1, replicas_ = 1;
-  std::map<std::pair<uint32_t, uint32_t>, std::unique_ptr<network::CollectivePlan>> tp_plans_;
+  bool fold_ = false;  // one replica stands for all (see ReplayOptions::exact)
+  std::map<std::pair<uint32_t, uint32_t>, std::unique_ptr<Plans>> tp_plans_;
   std::map<std::tuple<uint32_t, uint32_t, uint32_t>, std::unique_ptr<network::CollectivePlan>>
       dp_plans_;
   std::vector<std::map<uint32_t, uint32_t>> dp_ready_;
   std::map<uint32_t, uint32_t> tied_ready_;  // replica -> end stages waiting
-  std::map<std::pair<uint32_t, uint32_t>, std::unique_ptr<network::CollectivePlan>> tied_plans_;
+  std::map<std::pair<uint32_t, uint32_t>, std::unique_ptr<Plans>> tied_plans_;
   std::list<std::unique_ptr<network::CollectiveRun>> runs_;
   std::map<uint64_t, std::vector<platform::LinkId>> routes_;
   uint64_t flows_ = 0;

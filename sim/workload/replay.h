@@ -41,6 +41,9 @@ struct ReplayResult {
   std::vector<GroupTimes> groups;
   uint64_t events = 0;
   uint64_t flows = 0;
+  // Identical data-parallel replicas replayed as one (see ReplayOptions::exact): how many
+  // replicas the replayed one stood for, 1 when every replica was replayed.
+  uint32_t folded_replicas = 1;
 };
 
 // Where a replay has got to, for a progress display.
@@ -54,6 +57,15 @@ struct ReplayOptions {
   // Every collective and transfer takes no time: isolates compute and pipeline bubbles (the
   // "what if the network were free" bound, and the bubble oracles' setting).
   bool free_communication = false;
+  // Replay every data-parallel replica on its own. Without it, when every replica runs the same
+  // program (same stages, layers, GPU types and micro-batches), one replica stands for all: its
+  // kernels run once, and each of its tensor-parallel collectives and pipeline transfers is one
+  // flow that crosses the links of every replica's copy (a link two copies share counts twice),
+  // so all replicas move in lockstep at the pace of the slowest copy. Data-parallel collectives
+  // still span every replica's devices. Identical to the full replay when the replicas'
+  // traffic is symmetric; where routing makes it asymmetric (hashed spine paths), no faster than
+  // it (tests/unit/fold_test.cpp bounds the difference).
+  bool exact = false;
   // Called every `progress_every` events (and so cheap to poll the wall clock in); it only
   // reads, so the replay's results do not depend on it.
   std::function<void(const ReplayStatus&)> progress;

@@ -237,7 +237,11 @@ TEST(GroupedReport, IdenticalNodesShareOneRowWithTheMemorySplit) {
                   "  memory per device             weights  gradients  optimizer activations  "
                   "workspace\n  nodes 0-3 gpu0-7  "))
       << r.output;
-  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 12) << r.output;
+  EXPECT_TRUE(has(r.output,
+                  "  replay         4 identical data-parallel replicas replayed as one, in "
+                  "lockstep (--exact replays each)\n"))
+      << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 13) << r.output;
 }
 
 TEST(GroupedReport, OutOfMemoryIsSummarisedByShortfallAcrossNodes) {
@@ -250,7 +254,7 @@ TEST(GroupedReport, OutOfMemoryIsSummarisedByShortfallAcrossNodes) {
   EXPECT_TRUE(has(r.output, "    16 devices need ")) << r.output;
   EXPECT_TRUE(has(r.output, "over): nodes 0-1 gpu0-7\n")) << r.output;
   // One line for the 16 devices, not one each.
-  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 14) << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 15) << r.output;
 }
 
 // ---- progress ---------------------------------------------------------------------------------

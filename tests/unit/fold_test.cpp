@@ -1,0 +1,195 @@
+// Folded replay (identical data-parallel replicas replayed as one, in lockstep) against the full
+// replay (`exact`): the same answer to the bit where the replicas' traffic is symmetric, every
+// schedule and framework; never faster, and within a stated bound, where hashed spine routes make
+// it asymmetric; heterogeneous replicas replayed each on their own; observers see every replica.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <tuple>
+
+#include "sim/workload/replay.h"
+
+namespace hetsim::workload {
+namespace {
+
+platform::Cluster cluster(const std::string& name, int nodes) {
+  config::ClusterOptions o;
+  o.nodes = nodes;
+  return platform::Cluster(config::load_cluster(name, o));
+}
+
+ModelConfig small_gpt(int layers = 8) {
+  return load_model_yaml_text(
+      "name: small\nfamily: gpt\nlayers: " + std::to_string(layers) +
+          "\nhidden: 1024\nheads: 16\nvocab: 50304\nsequence: 1024\nactivation: gelu\n"
+          "norm: layernorm\nposition: learned\ntied_embeddings: true\ncausal: true\nbias: true\n",
+      "small.yaml");
+}
+
+// Counts and times what an observer sees, per group.
+class Recorder : public ReplayObserver {
+ public:
+  using Key =
+      std::tuple<char, uint32_t, uint32_t, int64_t, int64_t>;  // kind, group, to, start, end
+  void on_compute(const TrainingJob&, uint32_t g, const Task&, Time s, Time e) override {
+    ++seen[{'c', g, 0, s.ps(), e.ps()}];
+  }
+  void on_collective(const TrainingJob&, uint32_t g, const char* stream, const std::string&,
+                     const Task&, Time s, Time e) override {
+    ++seen[{stream[0], g, 0, s.ps(), e.ps()}];
+  }
+  void on_transfer(const TrainingJob&, uint32_t from, uint32_t to, const Task&, Time s,
+                   Time e) override {
+    ++seen[{'p', from, to, s.ps(), e.ps()}];
+  }
+  std::map<Key, int> seen;
+};
+
+struct Both {
+  ReplayResult folded, exact;
+};
+
+Both replay_both(const TrainingJob& job, Recorder* a = nullptr, Recorder* b = nullptr) {
+  ReplayOptions exact;
+  exact.exact = true;
+  return {replay(job, a), replay(job, b, exact)};
+}
+
+void expect_same(const ReplayResult& f, const ReplayResult& e, const std::string& what) {
+  EXPECT_EQ(f.iteration, e.iteration) << what;
+  ASSERT_EQ(f.groups.size(), e.groups.size()) << what;
+  for (size_t g = 0; g < f.groups.size(); ++g) {
+    EXPECT_EQ(f.groups[g].finish, e.groups[g].finish) << what << " group " << g;
+    EXPECT_EQ(f.groups[g].compute, e.groups[g].compute) << what << " group " << g;
+    EXPECT_EQ(f.groups[g].tp_wait, e.groups[g].tp_wait) << what << " group " << g;
+    EXPECT_EQ(f.groups[g].pp_wait, e.groups[g].pp_wait) << what << " group " << g;
+    EXPECT_EQ(f.groups[g].dp_wait, e.groups[g].dp_wait) << what << " group " << g;
+  }
+}
+
+TEST(FoldedReplay, SymmetricReplicasGiveTheFullReplaysAnswerToTheBitUnderEverySchedule) {
+  const ModelConfig m = small_gpt();
+  const platform::Cluster c = cluster("dgx-a100", 4);  // 32 GPUs, 2 leaves of a fat tree
+  const DatasheetCostModel cost;
+  struct Case {
+    int tp, pp, dp;
+    Schedule schedule;
+    int interleave;
+    int zero;
+  };
+  for (const Case& k :
+       {Case{2, 2, 8, Schedule::gpipe, 1, 0}, Case{2, 2, 8, Schedule::one_f_one_b, 1, 1},
+        Case{2, 2, 8, Schedule::interleaved, 2, 1}, Case{8, 2, 2, Schedule::one_f_one_b, 1, 0},
+        Case{1, 4, 8, Schedule::interleaved, 2, 2}, Case{4, 1, 8, Schedule::one_f_one_b, 1, 3}}) {
+    Plan p = uniform_plan(m, c, k.tp, k.pp, k.dp, 1, 8 * k.dp, 1024);
+    p.schedule = k.schedule;
+    p.interleave = k.interleave;
+    p.zero_stage = k.zero;
+    p.sequence_parallel = k.tp > 1;
+    const TrainingJob job = build_training_job(m, p, c, cost);
+    Recorder rf, re;
+    const Both b = replay_both(job, &rf, &re);
+    const std::string what = "tp" + std::to_string(k.tp) + " pp" + std::to_string(k.pp) + " dp" +
+                             std::to_string(k.dp) + " " + to_string(k.schedule);
+    EXPECT_EQ(b.folded.folded_replicas, static_cast<uint32_t>(k.dp)) << what;
+    EXPECT_EQ(b.exact.folded_replicas, 1u) << what;
+    expect_same(b.folded, b.exact, what);
+    // The observer sees every replica's kernels, collectives and transfers, at the same times.
+    EXPECT_EQ(rf.seen, re.seen) << what;
+    // Fewer events and flows: that is the point.
+    EXPECT_LT(b.folded.events, b.exact.events) << what;
+  }
+}
+
+TEST(FoldedReplay, DeepSpeedsBlockingSendsAndTiedEmbeddingFoldToo) {
+  const ModelConfig m = small_gpt();
+  const platform::Cluster c = cluster("dgx-a100", 2);
+  const DatasheetCostModel cost;
+  const Plan p = load_plan_text(
+      "tensor_parallel: 2\npipeline_parallel: 4\ndata_parallel: 2\nglobal_batch_size: 16\n"
+      "sequence_length: 1024\nframework: deepspeed\n",
+      "ds.yaml", m, c);
+  ASSERT_TRUE(p.framework.blocking_p2p);
+  const TrainingJob job = build_training_job(m, p, c, cost);
+  const Both b = replay_both(job);
+  EXPECT_EQ(b.folded.folded_replicas, 2u);
+  expect_same(b.folded, b.exact, "deepspeed");
+}
+
+TEST(FoldedReplay, ReplicasThatDifferAreEachReplayedOnTheirOwn) {
+  const ModelConfig m = small_gpt();
+  const platform::Cluster c = cluster("dgx-a100", 1);
+  const DatasheetCostModel cost;
+  // Same devices per stage, different batch shares: not one program.
+  const Plan p = load_plan_text(
+      "global_batch_size: 12\nsequence_length: 1024\nreplicas:\n"
+      "  - micro_batches: 8\n    stages:\n      - {layers: 4, devices: \"0-1\"}\n"
+      "      - {layers: 4, devices: \"2-3\"}\n"
+      "  - micro_batches: 4\n    stages:\n      - {layers: 4, devices: \"4-5\"}\n"
+      "      - {layers: 4, devices: \"6-7\"}\n",
+      "het.yaml", m, c);
+  const TrainingJob job = build_training_job(m, p, c, cost);
+  const Both b = replay_both(job);
+  EXPECT_EQ(b.folded.folded_replicas, 1u);
+  expect_same(b.folded, b.exact, "heterogeneous");
+  EXPECT_EQ(b.folded.events, b.exact.events);
+}
+
+// 8 nodes of 2 GPUs, one NIC each, on a 2:1 oversubscribed fat tree of 2 spines: pipeline
+// transfers between leaves take hashed spine paths, some colliding, so replicas differ.
+constexpr const char* kHashedFabric = R"(name: hashed
+node_types:
+  - name: two
+    gpu: a100-sxm4-80gb
+    gpus: 2
+    intra: {kind: nvswitch, link_class: nvlink3, bandwidth: 300GB/s}
+    nics: {count: 2, link_class: ib_hdr, bandwidth: 200Gbps}
+groups:
+  - {node_type: two, count: 8}
+fabric:
+  kind: fat_tree
+  nics_per_leaf: 4
+  spines: 2
+  oversubscription: 2
+  latency: 100ns
+)";
+
+TEST(FoldedReplay, AsymmetricRoutesMakeItNoFasterAndAtMostAFewPercentSlower) {
+  const ModelConfig m = small_gpt();
+  const platform::Cluster c(config::load_cluster_text(kHashedFabric, "hashed.yaml"));
+  const DatasheetCostModel cost;
+  for (Schedule s : {Schedule::one_f_one_b, Schedule::interleaved}) {
+    Plan p = uniform_plan(m, c, 1, 4, 4, 1, 32, 1024);  // each stage on its own leaf
+    p.schedule = s;
+    p.interleave = s == Schedule::interleaved ? 2 : 1;
+    const TrainingJob job = build_training_job(m, p, c, cost);
+    const Both b = replay_both(job);
+    ASSERT_EQ(b.folded.folded_replicas, 4u);
+    // Every replica at the pace of the slowest copy of each transfer: never faster than the
+    // full replay, where only the replicas whose routes collide are slowed.
+    EXPECT_GE(b.folded.iteration, b.exact.iteration) << to_string(s);
+    EXPECT_LT(b.folded.iteration.seconds(), 1.05 * b.exact.iteration.seconds()) << to_string(s);
+    // The case is asymmetric indeed: the full replay's replicas finish at different times.
+    Time lo = Time::max(), hi;
+    for (const GroupTimes& g : b.exact.groups) {
+      lo = std::min(lo, g.finish);
+      hi = std::max(hi, g.finish);
+    }
+    EXPECT_LT(lo, hi) << to_string(s);
+  }
+}
+
+TEST(FoldedReplay, IsDeterministic) {
+  const ModelConfig m = small_gpt();
+  const platform::Cluster c(config::load_cluster_text(kHashedFabric, "hashed.yaml"));
+  const DatasheetCostModel cost;
+  Plan p = uniform_plan(m, c, 2, 2, 4, 1, 32, 1024);
+  const TrainingJob job = build_training_job(m, p, c, cost);
+  Recorder a, b;
+  const ReplayResult ra = replay(job, &a), rb = replay(job, &b);
+  expect_same(ra, rb, "twice");
+  EXPECT_EQ(a.seen, b.seen);
+}
+
+}  // namespace
+}  // namespace hetsim::workload
