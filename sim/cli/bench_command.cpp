@@ -87,12 +87,16 @@ void add_bench_command(CLI::App& app, Action& action) {
   net->add_option("--bytes", o->bytes, "All-reduce size")->capture_default_str();
   CLI::App* train = cmd->add_subcommand(
       "training",
-      "One iteration of GPT-3 175B on 1024 A100 (TP 8, PP 8, DP 16, batch 1536, micro-batch 1) "
-      "and of Llama 3 405B on 16384 H100 (TP 8, PP 16, DP 128, batch 2048 x 8192 tokens)");
-  auto which = std::make_shared<std::vector<std::string>>(
-      std::vector<std::string>{"gpt3-175b", "llama3-405b"});
-  train->add_option("--cases", *which, "Cases to run: gpt3-175b, llama3-405b")
-      ->capture_default_str();
+      "One iteration of GPT-3 175B on 1024 A100 (TP 8, PP 8, DP 16, batch 1536, micro-batch 1), "
+      "of Llama 3 405B on 16384 H100 (TP 8, PP 16, DP 128, batch 2048 x 8192 tokens), and of "
+      "GPT-3 175B on 1024, 3584 and 10752 H100 as in the MLPerf submissions (TP 4, PP 8, "
+      "interleaved by 12, fp8, batch 512, 2688 and 8064)");
+  auto which = std::make_shared<std::vector<std::string>>(std::vector<std::string>{
+      "gpt3-175b", "llama3-405b", "gpt3-il-1024", "gpt3-il-3584", "gpt3-il-10752"});
+  train->add_option("--cases", *which, "Cases to run")->capture_default_str();
+  auto exact = std::make_shared<bool>(false);
+  train->add_flag("--exact", *exact,
+                  "Replay every data-parallel replica on its own (as simulate --exact)");
   auto calibration = std::make_shared<std::string>();
   train->add_option("--calibration", *calibration,
                     "Cost kernels from this calibration database (as simulate does)");
@@ -107,23 +111,28 @@ void add_bench_command(CLI::App& app, Action& action) {
       ->add_option("--progress-after", progress->after_s,
                    "Seconds of wall time before progress lines start")
       ->group("");
-  train->callback([which, calibration, progress, &action] {
-    action = [which, calibration, progress] {
+  train->callback([which, calibration, progress, exact, &action] {
+    action = [which, calibration, progress, exact] {
       struct Case {
         std::string name, model, cluster;
         int nodes, tp, pp, dp;
         int64_t batch, seq;
+        int interleave = 1;  // > 1: the interleaved schedule, fp8 and ZeRO-1 (MLPerf's GPT-3)
       };
       const std::vector<Case> all = {
           {"gpt3-175b", "gpt3-175b", "dgx-a100", 128, 8, 8, 16, 1536, 2048},
-          {"llama3-405b", "llama3-405b", "dgx-h100", 2048, 8, 16, 128, 2048, 8192}};
+          {"llama3-405b", "llama3-405b", "dgx-h100", 2048, 8, 16, 128, 2048, 8192},
+          {"gpt3-il-1024", "gpt3-175b", "dgx-h100", 128, 4, 8, 32, 512, 2048, 12},
+          {"gpt3-il-3584", "gpt3-175b", "dgx-h100", 448, 4, 8, 112, 2688, 2048, 12},
+          {"gpt3-il-10752", "gpt3-175b", "dgx-h100", 1344, 4, 8, 336, 8064, 2048, 12}};
       for (const std::string& w : *which) {
         if (std::none_of(all.begin(), all.end(), [&](const Case& c) { return c.name == w; })) {
-          throw InputError("--cases: unknown case \"" + w +
-                           "\" (expected gpt3-175b or llama3-405b)");
+          std::string names;
+          for (const Case& c : all) names += (names.empty() ? "" : ", ") + c.name;
+          throw InputError("--cases: unknown case \"" + w + "\" (expected one of " + names + ")");
         }
       }
-      std::cout << fmt::format("{:<12} {:>6} {:>10} {:>12} {:>12} {:>8} {:>12}\n", "case", "gpus",
+      std::cout << fmt::format("{:<14} {:>6} {:>10} {:>12} {:>12} {:>8} {:>12}\n", "case", "gpus",
                                "wall_s", "peak_MiB", "iteration_s", "mfu", "events");
       for (const Case& k : all) {
         if (std::find(which->begin(), which->end(), k.name) == which->end()) continue;
@@ -138,10 +147,18 @@ void add_bench_command(CLI::App& app, Action& action) {
           config::ClusterOptions opt;
           opt.nodes = k.nodes;
           const platform::Cluster c(config::load_cluster(k.cluster, opt));
-          workload::Plan plan =
-              workload::uniform_plan(model, c, k.tp, k.pp, k.dp, 1, k.batch, k.seq);
-          plan.recompute = workload::Recompute::selective;
-          plan.sequence_parallel = true;
+          // As a user writes it: plan files go through the same validation.
+          std::string text = fmt::format(
+              "tensor_parallel: {}\npipeline_parallel: {}\ndata_parallel: {}\n"
+              "micro_batch_size: 1\nglobal_batch_size: {}\nsequence_length: {}\n"
+              "recompute: selective\nsequence_parallel: true\n",
+              k.tp, k.pp, k.dp, k.batch, k.seq);
+          if (k.interleave > 1) {
+            text += fmt::format(
+                "schedule: interleaved\ninterleave: {}\nprecision: fp8\nzero_stage: 1\n",
+                k.interleave);
+          }
+          const workload::Plan plan = workload::load_plan_text(text, "bench " + k.name, model, c);
           std::unique_ptr<workload::CostModel> cost =
               std::make_unique<workload::DatasheetCostModel>();
           if (!calibration->empty()) {
@@ -150,6 +167,7 @@ void add_bench_command(CLI::App& app, Action& action) {
           }
           const workload::TrainingJob job = workload::build_training_job(model, plan, c, *cost);
           workload::ReplayOptions ropt;
+          ropt.exact = *exact;
           if (!progress->quiet)
             ropt.progress = [&meter](const workload::ReplayStatus& s) { meter.update(s); };
           const auto result = workload::replay(job, nullptr, ropt);
@@ -164,7 +182,7 @@ void add_bench_command(CLI::App& app, Action& action) {
                         static_cast<unsigned long long>(rep.events));
           return cr;
         });
-        std::cout << fmt::format("{:<12} {:>6} {:>10.2f} {:>12.1f} {:>12.3f} {:>8.3f} {:>12}\n",
+        std::cout << fmt::format("{:<14} {:>6} {:>10.2f} {:>12.1f} {:>12.3f} {:>8.3f} {:>12}\n",
                                  k.name, k.nodes * 8, r.wall_s, r.peak_kib / 1024.0, r.sim_s,
                                  r.figure, r.label)
                   << std::flush;

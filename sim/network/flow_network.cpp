@@ -13,7 +13,16 @@ namespace hetsim::network {
 
 namespace {
 constexpr uint32_t kNone = std::numeric_limits<uint32_t>::max();
+constexpr uint32_t kDuplicate = kNone - 1;
 constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// A flow's contribution to the fingerprint of each link it crosses (splitmix64).
+uint64_t crossing_hash(FlowId id, uint32_t count) {
+  uint64_t x = (static_cast<uint64_t>(id) << 32 | count) + 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
 }  // namespace
 
 FlowNetwork::FlowNetwork(Engine& engine, std::vector<double> capacity_Bps)
@@ -22,6 +31,7 @@ FlowNetwork::FlowNetwork(Engine& engine, std::vector<double> capacity_Bps)
     if (!(c > 0) || !std::isfinite(c)) throw RunError("flow network: link capacity must be > 0");
   }
   link_flows_.resize(capacity_.size());
+  link_hash_.assign(capacity_.size(), 0);
   local_.assign(capacity_.size(), kNone);
 }
 
@@ -35,8 +45,9 @@ FlowId FlowNetwork::start(FlowSpec spec) {
     flows_.emplace_back();
   }
   // One entry per link: repeated crossings add to its count.
-  std::sort(spec.links.begin(), spec.links.end(),
-            [](const LinkUse& a, const LinkUse& b) { return a.link < b.link; });
+  auto by_link = [](const LinkUse& a, const LinkUse& b) { return a.link < b.link; };
+  if (!std::is_sorted(spec.links.begin(), spec.links.end(), by_link))
+    std::sort(spec.links.begin(), spec.links.end(), by_link);
   size_t out = 0;
   for (size_t i = 0; i < spec.links.size(); ++i) {
     if (out > 0 && spec.links[out - 1].link == spec.links[i].link) {
@@ -108,6 +119,7 @@ void FlowNetwork::update() {
     --active_count_;
     finished_bytes_ += f.spec.bytes * f.weight;
     for (const LinkUse& u : f.spec.links) {
+      link_hash_[u.link] -= crossing_hash(id, u.count);
       auto& on = link_flows_[u.link];
       on.erase(std::find(on.begin(), on.end(), id));
       if (!on.empty()) seeds.push_back(on.front());
@@ -130,7 +142,10 @@ void FlowNetwork::update() {
     f.active = true;
     f.since = now;
     ++active_count_;
-    for (const LinkUse& u : f.spec.links) link_flows_[u.link].push_back(id);
+    for (const LinkUse& u : f.spec.links) {
+      link_flows_[u.link].push_back(id);
+      link_hash_[u.link] += crossing_hash(id, u.count);
+    }
     if (f.spec.links.empty()) unlinked_.push_back(id);
     seeds.push_back(id);
     for (FlowObserver* o : observers_) o->on_flow_start(*this, id, now);
@@ -173,6 +188,7 @@ void FlowNetwork::recompute_rates(const std::vector<FlowId>& flows) {
   // (64% of the links of a recomputation in an interleaved GPT-3 replay): folding them shrinks
   // the filling's heap.
   touched_.clear();
+  same_.clear();
   rem_.clear();
   weight_.clear();
   own_cap_.clear();
@@ -189,11 +205,22 @@ void FlowNetwork::recompute_rates(const std::vector<FlowId>& flows) {
       }
       uint32_t& local = local_[u.link];
       if (local == kNone) {
-        local = static_cast<uint32_t>(touched_.size());
+        // A link with the same capacity and the same flows crossing it the same number of times
+        // as one already numbered is the same constraint: only the first counts. (Folded
+        // replicas: every copy's link of a transfer carries the same flows.)
+        auto [it, fresh] =
+            same_.try_emplace(Fingerprint{link_hash_[u.link], capacity_[u.link]}, u.link);
+        if (!fresh && link_flows_[it->second] == link_flows_[u.link]) {
+          local = kDuplicate;
+          touched_.push_back(u.link);
+          continue;
+        }
+        local = static_cast<uint32_t>(rem_.size());
         touched_.push_back(u.link);
         rem_.push_back(capacity_[u.link]);
         weight_.push_back(0);
       }
+      if (local == kDuplicate) continue;
       weight_[local] += u.count;
     }
   }
@@ -210,7 +237,7 @@ void FlowNetwork::recompute_rates(const std::vector<FlowId>& flows) {
   adj_start_.assign(n + 1, 0);
   for (FlowId id : flows) {
     for (const LinkUse& u : flows_[id].spec.links)
-      if (local_[u.link] != kNone) ++adj_start_[local_[u.link] + 1];
+      if (local_[u.link] < kDuplicate) ++adj_start_[local_[u.link] + 1];
     if (cap_local_[id] != kNone) ++adj_start_[cap_local_[id] + 1];
   }
   for (size_t i = 0; i < n; ++i) adj_start_[i + 1] += adj_start_[i];
@@ -218,7 +245,7 @@ void FlowNetwork::recompute_rates(const std::vector<FlowId>& flows) {
   std::vector<uint32_t> fill(adj_start_.begin(), adj_start_.end() - 1);
   for (FlowId id : flows) {
     for (const LinkUse& u : flows_[id].spec.links)
-      if (local_[u.link] != kNone) adj_[fill[local_[u.link]]++] = id;
+      if (local_[u.link] < kDuplicate) adj_[fill[local_[u.link]]++] = id;
     if (cap_local_[id] != kNone) adj_[fill[cap_local_[id]]++] = id;
   }
   // Progressive filling: repeatedly saturate the constraint with the smallest fair share.
@@ -238,7 +265,7 @@ void FlowNetwork::recompute_rates(const std::vector<FlowId>& flows) {
       f.rate = share;
       for (const LinkUse& u : f.spec.links) {
         const uint32_t j = local_[u.link];
-        if (j == kNone) continue;  // private: folded into the cap
+        if (j >= kDuplicate) continue;  // private (folded into the cap), or a duplicate
         rem_[j] -= share * u.count;
         weight_[j] -= u.count;
         ++stamp_[j];

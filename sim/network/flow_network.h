@@ -13,6 +13,7 @@
 #include <queue>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "sim/core/engine.h"
@@ -104,6 +105,18 @@ class FlowNetwork {
   std::vector<FlowId> pending_;
   std::priority_queue<Completion, std::vector<Completion>, std::greater<Completion>> completions_;
   std::vector<FlowObserver*> observers_;
+  // Per link: the sum of crossing_hash(flow, count) over the active flows crossing it, so that
+  // links crossed by the same flows the same number of times are found in one lookup.
+  std::vector<uint64_t> link_hash_;
+  struct Fingerprint {
+    uint64_t hash;
+    double capacity;
+    bool operator==(const Fingerprint&) const = default;
+  };
+  struct FingerprintHash {
+    size_t operator()(const Fingerprint& f) const { return f.hash; }
+  };
+  std::unordered_map<Fingerprint, LinkId, FingerprintHash> same_;  // scratch of recompute_rates
   EventId update_event_;
   EventId completion_event_;
   Time completion_at_ = Time::max();

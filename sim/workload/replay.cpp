@@ -423,19 +423,11 @@ class Replayer {
     const Time start = engine_.now();
     const size_t k = key(dst, backward, chunk, t.micro_batch);
     for (size_t j = 0; j < n; ++j) {
+      const Path& path = path_of(g, dst, static_cast<uint32_t>(j));
       network::FlowSpec f;
       f.bytes = bytes;
-      // Folded: one flow over the routes of every replica's copy, at the pace of the slowest.
-      for (uint32_t r = 0; r < (fold_ ? replicas_ : 1); ++r) {
-        const auto& da = job_.groups[r * stages_ + g].devices;
-        const auto& db = job_.groups[r * stages_ + dst].devices;
-        const auto& route = route_of(da[j % a.size()], db[j % b.size()]);
-        for (platform::LinkId l : route) f.links.push_back({l, 1});
-        f.latency = std::max(
-            f.latency, network::step_latency(network::Algorithm::direct, network::Protocol::simple,
-                                             c_.route_kind(route)) +
-                           c_.route_latency(route));
-      }
+      f.links = path.links;
+      f.latency = path.latency;
       f.on_done = [this, left, g, dst, k, t, start, blocking, observed] {
         if (--*left > 0) return;
         observed(t, start);
@@ -447,6 +439,40 @@ class Replayer {
     }
   }
 
+  // The links and latency of tensor-parallel rank j's slice of a pipeline transfer between two
+  // groups; folded, the routes of every replica's copy, with the latency of the slowest.
+  struct Path {
+    std::vector<network::LinkUse> links;  // sorted by link, repeated crossings counted
+    Time latency;
+  };
+  const Path& path_of(uint32_t g, uint32_t dst, uint32_t j) {
+    auto& slot = paths_[{g, dst, j}];
+    if (slot) return *slot;
+    slot = std::make_unique<Path>();
+    for (uint32_t r = 0; r < (fold_ ? replicas_ : 1); ++r) {
+      const auto& da = job_.groups[r * stages_ + g].devices;
+      const auto& db = job_.groups[r * stages_ + dst].devices;
+      const auto route = c_.route(da[j % da.size()], db[j % db.size()]);
+      for (platform::LinkId l : route) slot->links.push_back({l, 1});
+      slot->latency = std::max(
+          slot->latency, network::step_latency(network::Algorithm::direct,
+                                               network::Protocol::simple, c_.route_kind(route)) +
+                             c_.route_latency(route));
+    }
+    auto& ls = slot->links;
+    std::sort(ls.begin(), ls.end(), [](auto& x, auto& y) { return x.link < y.link; });
+    size_t out = 0;
+    for (size_t i = 0; i < ls.size(); ++i) {
+      if (out > 0 && ls[out - 1].link == ls[i].link) {
+        ls[out - 1].count += ls[i].count;
+      } else {
+        ls[out++] = ls[i];
+      }
+    }
+    ls.resize(out);
+    return *slot;
+  }
+
   void arrive(uint32_t dst, size_t k) {
     State& d = st_[dst];
     d.arrived[k] = 1;
@@ -454,12 +480,6 @@ class Replayer {
       const Task& want = job_.groups[dst].program[d.pc];
       if (key(dst, want.pass == Pass::backward, want.chunk, want.micro_batch) == k) resume(dst);
     }
-  }
-
-  const std::vector<platform::LinkId>& route_of(platform::GpuId a, platform::GpuId b) {
-    auto& r = routes_[(static_cast<uint64_t>(a) << 32) | b];
-    if (r.empty() && a != b) r = c_.route(a, b);
-    return r;
   }
 
   // ---- tied embedding --------------------------------------------------------------------
@@ -572,7 +592,7 @@ class Replayer {
   std::map<uint32_t, uint32_t> tied_ready_;  // replica -> end stages waiting
   std::map<std::pair<uint32_t, uint32_t>, std::unique_ptr<Plans>> tied_plans_;
   std::list<std::unique_ptr<network::CollectiveRun>> runs_;
-  std::map<uint64_t, std::vector<platform::LinkId>> routes_;
+  std::map<std::tuple<uint32_t, uint32_t, uint32_t>, std::unique_ptr<Path>> paths_;
   uint64_t flows_ = 0;
 };
 
