@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <unordered_map>
 
 #include "sim/core/error.h"
 #include "sim/network/collective_runner.h"
@@ -111,6 +112,7 @@ class Replayer {
   }
 
   ReplayResult run() {
+    prepare();
     for (uint32_t g = 0; g < st_.size(); ++g) {
       engine_.schedule_at(Time(), [this, g] { advance(g); });
     }
@@ -303,6 +305,102 @@ class Replayer {
     s.times.finish = engine_.now();
   }
 
+  // ---- flow templates ----------------------------------------------------------------------
+  // Every flow the replay can start is built before it starts, so that links that are the same
+  // constraint for the whole replay (the same capacity, crossed by the same flow templates the
+  // same number of times) can be found: only the first stays in each template. Exact, since
+  // such links carry the same active flows at every instant. Folded replicas make many: every
+  // copy of a transfer crosses its own NIC and PCIe links, that only the same templates cross.
+  void prepare() {
+    if (opt_.free_communication) return;
+    for (uint32_t g = 0; g < st_.size(); ++g) {
+      const Group& grp = job_.groups[g];
+      for (uint32_t i = 0; i < grp.comms.size(); ++i) tp_plan(g, i);
+      const uint32_t s = grp.stage, first = g - s;
+      // Where send() can go: the next stage forward (the first, past the last: interleaved),
+      // the previous one backward.
+      for (uint32_t d :
+           {first + (s + 1 < stages_ ? s + 1 : 0), first + (s > 0 ? s - 1 : stages_ - 1)}) {
+        const size_t n = std::max(grp.devices.size(), job_.groups[d].devices.size());
+        for (uint32_t j = 0; j < n; ++j) path_of(g, d, j);
+      }
+      const bool tied = std::any_of(grp.program.begin(), grp.program.end(),
+                                    [](const Task& t) { return t.kind == TaskKind::tied; });
+      if (tied && s == 0) {
+        const size_t n =
+            std::max(grp.devices.size(), job_.groups[first + stages_ - 1].devices.size());
+        for (uint32_t j = 0; j < n; ++j) tied_plan(grp.replica, j);
+      }
+    }
+    for (uint32_t stage = 0; stage < stages_; ++stage) {
+      const Group& grp = job_.groups[stage];
+      for (uint32_t i = 0; i < grp.dp.size(); ++i) {
+        for (uint32_t j = 0; j < grp.devices.size(); ++j) dp_plan(stage, i, j);
+      }
+    }
+    sealed_ = true;
+    // The templates in a fixed order, each one's crossings merged by link.
+    std::vector<std::vector<network::LinkUse>*> lists;
+    auto add_plan = [&](network::CollectivePlan& p) {
+      for (network::PlanStep& st : p.steps) lists.push_back(&st.links);
+    };
+    for (auto& [k, plans] : tp_plans_)
+      for (auto& p : *plans) add_plan(p);
+    for (auto& [k, plans] : tied_plans_)
+      for (auto& p : *plans) add_plan(p);
+    for (auto& [k, p] : dp_plans_) add_plan(*p);
+    for (auto& [k, p] : paths_) lists.push_back(&p->links);
+    const size_t links = c_.capacities().size();
+    std::vector<uint32_t> start(links + 1, 0);
+    for (auto* l : lists) {
+      std::sort(l->begin(), l->end(), [](auto& x, auto& y) { return x.link < y.link; });
+      size_t out = 0;
+      for (size_t i = 0; i < l->size(); ++i) {
+        if (out > 0 && (*l)[out - 1].link == (*l)[i].link) {
+          (*l)[out - 1].count += (*l)[i].count;
+        } else {
+          (*l)[out++] = (*l)[i];
+        }
+      }
+      l->resize(out);
+      for (const network::LinkUse& u : *l) ++start[u.link + 1];
+    }
+    for (size_t l = 0; l < links; ++l) start[l + 1] += start[l];
+    // Per link, (template, count) in template order.
+    std::vector<std::pair<uint32_t, uint32_t>> by_link(start[links]);
+    std::vector<uint32_t> fill(start.begin(), start.end() - 1);
+    std::vector<uint64_t> hash(links, 0);
+    for (uint32_t t = 0; t < lists.size(); ++t) {
+      for (const network::LinkUse& u : *lists[t]) {
+        by_link[fill[u.link]++] = {t, u.count};
+        hash[u.link] = hash[u.link] * 0x100000001b3ULL ^ (uint64_t{t} << 32 | u.count);
+      }
+    }
+    const std::vector<double>& cap = c_.capacities();
+    std::unordered_map<uint64_t, std::vector<uint32_t>> seen;  // hash -> first links
+    std::vector<uint8_t> keep(links, 1);
+    for (uint32_t l = 0; l < links; ++l) {
+      if (start[l] == start[l + 1]) continue;
+      auto& firsts = seen[hash[l]];
+      for (uint32_t f : firsts) {
+        if (cap[f] == cap[l] &&
+            std::equal(by_link.begin() + start[f], by_link.begin() + start[f + 1],
+                       by_link.begin() + start[l], by_link.begin() + start[l + 1])) {
+          keep[l] = 0;
+          break;
+        }
+      }
+      if (keep[l]) firsts.push_back(l);
+    }
+    for (auto* l : lists) {
+      std::erase_if(*l, [&](const network::LinkUse& u) { return !keep[u.link]; });
+    }
+  }
+
+  void unsealed(const char* what) const {
+    if (sealed_) throw RunError(std::string("replay: a ") + what + " flow it did not prepare");
+  }
+
   // Calls f for the group and, when replicas are folded, for its copy in every replica.
   template <class F>
   void for_copies(uint32_t g, F f) const {
@@ -327,9 +425,10 @@ class Replayer {
 
   // ---- tensor parallel -------------------------------------------------------------------
   const Plans& tp_plan(uint32_t g, uint32_t index) {
-    auto& slot = tp_plans_[{g, index}];
+    const CommTemplate& ct = job_.groups[g].comms[index];
+    auto& slot = tp_plans_[{g, static_cast<uint32_t>(ct.kind), ct.bytes}];
     if (!slot) {
-      const CommTemplate& ct = job_.groups[g].comms[index];
+      unsealed("tensor-parallel");
       slot = std::make_unique<Plans>(plans_for(
           ct.kind, ct.bytes, [&](uint32_t r) { return job_.groups[r * stages_ + g].devices; }));
     }
@@ -448,6 +547,7 @@ class Replayer {
   const Path& path_of(uint32_t g, uint32_t dst, uint32_t j) {
     auto& slot = paths_[{g, dst, j}];
     if (slot) return *slot;
+    unsealed("pipeline");
     slot = std::make_unique<Path>();
     for (uint32_t r = 0; r < (fold_ ? replicas_ : 1); ++r) {
       const auto& da = job_.groups[r * stages_ + g].devices;
@@ -490,23 +590,11 @@ class Replayer {
     if (++tied_ready_[r] < 2) return;
     tied_ready_.erase(r);
     const uint32_t a = r * stages_, b = r * stages_ + stages_ - 1;
-    const auto& da = job_.groups[a].devices;
-    const auto& db = job_.groups[b].devices;
-    const size_t n = std::max(da.size(), db.size());
-    const double bytes =
-        job_.groups[a].tied_bytes * static_cast<double>(da.size()) / static_cast<double>(n);
+    const size_t n = std::max(job_.groups[a].devices.size(), job_.groups[b].devices.size());
     auto left = std::make_shared<size_t>(n);
     const Time start = engine_.now();
     for (size_t j = 0; j < n; ++j) {
-      auto& slot = tied_plans_[{r, static_cast<uint32_t>(j)}];
-      if (!slot) {
-        slot = std::make_unique<Plans>(plans_for(CommKind::allreduce, bytes, [&](uint32_t c) {
-          const auto& ca = job_.groups[c * stages_ + a].devices;
-          const auto& cb = job_.groups[c * stages_ + b].devices;
-          return std::vector<platform::GpuId>{ca[j % ca.size()], cb[j % cb.size()]};
-        }));
-      }
-      launch(*slot, [this, left, a, b, start] {
+      launch(tied_plan(r, static_cast<uint32_t>(j)), [this, left, a, b, start] {
         if (--*left > 0) return;
         for (uint32_t g2 : {a, b}) {
           if (obs_) {
@@ -521,7 +609,40 @@ class Replayer {
     }
   }
 
+  // Pair j of the end stages' tensor-parallel ranks: its plans for the tied embedding's gradients.
+  const Plans& tied_plan(uint32_t r, uint32_t j) {
+    auto& slot = tied_plans_[{r, j}];
+    if (slot) return *slot;
+    unsealed("tied embedding");
+    const uint32_t a = r * stages_, b = r * stages_ + stages_ - 1;
+    const auto& da = job_.groups[a].devices;
+    const auto& db = job_.groups[b].devices;
+    const size_t n = std::max(da.size(), db.size());
+    const double bytes =
+        job_.groups[a].tied_bytes * static_cast<double>(da.size()) / static_cast<double>(n);
+    slot = std::make_unique<Plans>(plans_for(CommKind::allreduce, bytes, [&](uint32_t c) {
+      const auto& ca = job_.groups[c * stages_ + a].devices;
+      const auto& cb = job_.groups[c * stages_ + b].devices;
+      return std::vector<platform::GpuId>{ca[j % ca.size()], cb[j % cb.size()]};
+    }));
+    return *slot;
+  }
+
   // ---- data parallel ---------------------------------------------------------------------
+  // Tensor-parallel rank j's part of a stage's data-parallel collective: over that rank's peers
+  // in every replica.
+  const network::CollectivePlan& dp_plan(uint32_t stage, uint32_t index, uint32_t j) {
+    const DpCollective& dc = job_.groups[stage].dp[index];
+    auto& slot = dp_plans_[{stage, j, static_cast<uint32_t>(dc.kind), dc.bytes}];
+    if (slot) return *slot;
+    unsealed("data-parallel");
+    std::vector<platform::GpuId> ranks;
+    for (uint32_t r = 0; r < replicas_; ++r)
+      ranks.push_back(job_.groups[r * stages_ + stage].devices[j]);
+    slot = std::make_unique<network::CollectivePlan>(plan_for(dc.kind, dc.bytes, ranks));
+    return *slot;
+  }
+
   // A group offers its next queued collective; it starts when every replica has offered it.
   void dp_offer(uint32_t g) {
     State& s = st_[g];
@@ -536,20 +657,11 @@ class Replayer {
   }
 
   void dp_launch(uint32_t stage, uint32_t index) {
-    const Group& g0 = job_.groups[stage];
-    const DpCollective& dc = g0.dp[index];
-    const size_t t = g0.devices.size();
+    const size_t t = job_.groups[stage].devices.size();
     auto left = std::make_shared<size_t>(t);
     const Time start = engine_.now();
     for (size_t j = 0; j < t; ++j) {
-      auto& slot = dp_plans_[{stage, index, static_cast<uint32_t>(j)}];
-      if (!slot) {
-        std::vector<platform::GpuId> ranks;
-        for (uint32_t r = 0; r < replicas_; ++r)
-          ranks.push_back(job_.groups[r * stages_ + stage].devices[j]);
-        slot = std::make_unique<network::CollectivePlan>(plan_for(dc.kind, dc.bytes, ranks));
-      }
-      launch(*slot, [this, left, stage, index, start] {
+      launch(dp_plan(stage, index, static_cast<uint32_t>(j)), [this, left, stage, index, start] {
         if (--*left > 0) return;
         if (obs_) {
           Task t;
@@ -584,9 +696,13 @@ class Replayer {
   network::FlowNetwork net_;
   std::vector<State> st_;
   uint32_t stages_ = 1, replicas_ = 1;
-  bool fold_ = false;  // one replica stands for all (see ReplayOptions::exact)
-  std::map<std::pair<uint32_t, uint32_t>, std::unique_ptr<Plans>> tp_plans_;
-  std::map<std::tuple<uint32_t, uint32_t, uint32_t>, std::unique_ptr<network::CollectivePlan>>
+  bool fold_ = false;    // one replica stands for all (see ReplayOptions::exact)
+  bool sealed_ = false;  // every flow template built (prepare)
+  // Plans by group, kind and bytes: every layer's collectives of one kind and size share one.
+  std::map<std::tuple<uint32_t, uint32_t, double>, std::unique_ptr<Plans>> tp_plans_;
+  // Plans by stage, tensor-parallel rank, kind and bytes: buckets of one size share one.
+  std::map<std::tuple<uint32_t, uint32_t, uint32_t, double>,
+           std::unique_ptr<network::CollectivePlan>>
       dp_plans_;
   std::vector<std::map<uint32_t, uint32_t>> dp_ready_;
   std::map<uint32_t, uint32_t> tied_ready_;  // replica -> end stages waiting
