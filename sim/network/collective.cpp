@@ -125,7 +125,7 @@ class Builder {
         if (r_.op != Op::allreduce) {
           throw InputError("--algorithm tree applies to allreduce only");
         }
-        const auto trees = build_trees(c_, nodes_);
+        const auto& trees = this->trees();
         plan.channels = static_cast<int>(trees.size());
         for (const TreeEdges& t : trees) add_tree(t, wire / static_cast<double>(trees.size()));
         break;
@@ -173,6 +173,11 @@ class Builder {
   }
 
   Time step_lat(const Edge& e) const { return step_latency(a_, p_, e.kind) + e.wire_latency; }
+
+  const std::vector<TreeEdges>& trees() {
+    if (trees_.empty()) trees_ = build_trees(c_, nodes_);
+    return trees_;
+  }
 
   const std::vector<std::vector<GpuId>>& rings() {
     if (rings_.empty()) rings_ = build_rings(c_, nodes_);
@@ -276,8 +281,21 @@ class Builder {
   // Tree all-reduce, pipelined: reduce up and broadcast down at once; each edge carries all of
   // its tree's bytes in each direction.
   void add_tree(const TreeEdges& t, double bytes) {
-    std::unordered_map<GpuId, std::pair<GpuId, Time>> parent;
-    for (const auto& [child, par] : t.edges) parent[child] = {par, step_lat(edge(child, par))};
+    // Dense per-GPU scratch; `tree_mark_` stamps what this call has set.
+    const size_t gpus = c_.gpu_count();
+    if (tree_mark_.size() != gpus) {
+      tree_mark_.assign(gpus, 0);
+      tree_done_.assign(gpus, 0);
+      tree_parent_.resize(gpus);
+      tree_lat_.resize(gpus);
+      tree_depth_.resize(gpus);
+    }
+    const uint32_t mark = ++tree_stamp_;
+    for (const auto& [child, par] : t.edges) {
+      tree_parent_[child] = par;
+      tree_lat_[child] = step_lat(edge(child, par));
+      tree_mark_[child] = mark;
+    }
     std::vector<LinkUse> links = step_links([&](auto& ids) {
       for (const auto& [child, par] : t.edges) {
         const Edge& up = edge(child, par);
@@ -287,21 +305,23 @@ class Builder {
       }
     });
     // Latency from each rank to the root, memoised along the parent chain: O(ranks).
-    std::unordered_map<GpuId, Time> depth;
-    depth[t.root] = Time();
+    tree_done_[t.root] = mark;
+    tree_depth_[t.root] = Time();
     std::vector<GpuId> chain;
     Time deepest;
-    for (const auto& [child, _] : parent) {
+    for (const auto& [child, _] : t.edges) {
       chain.clear();
       GpuId g = child;
-      while (!depth.count(g)) {
+      while (tree_done_[g] != mark) {
+        if (tree_mark_[g] != mark) throw RunError("collective: a tree edge leads off the tree");
         chain.push_back(g);
-        g = parent.at(g).first;
+        g = tree_parent_[g];
       }
       for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
-        depth[*it] = depth[parent.at(*it).first] + parent.at(*it).second;
+        tree_depth_[*it] = tree_depth_[tree_parent_[*it]] + tree_lat_[*it];
+        tree_done_[*it] = mark;
       }
-      deepest = std::max(deepest, depth[child]);
+      deepest = std::max(deepest, tree_depth_[child]);
     }
     add_step(std::move(links), bytes, deepest * 2, {});
   }
@@ -350,7 +370,12 @@ class Builder {
   const CollectiveRequest& r_;
   NodeOrders nodes_;
   std::vector<std::vector<GpuId>> rings_;
+  std::vector<TreeEdges> trees_;
   std::unordered_map<uint64_t, Edge> edges_;
+  std::vector<uint32_t> tree_mark_, tree_done_;  // add_tree's scratch, by GPU
+  std::vector<GpuId> tree_parent_;
+  std::vector<Time> tree_lat_, tree_depth_;
+  uint32_t tree_stamp_ = 0;
   Algorithm a_ = Algorithm::ring;
   Protocol p_ = Protocol::simple;
   CollectivePlan* plan_ = nullptr;
@@ -371,23 +396,31 @@ double estimate_seconds(const Cluster& c, const CollectivePlan& p) {
     for (uint32_t d : p.steps[i].deps) depth[i] = std::max(depth[i], depth[d] + 1);
     max_depth = std::max(max_depth, depth[i]);
   }
-  std::vector<std::unordered_map<platform::LinkId, double>> load(max_depth + 1);
-  for (size_t i = 0; i < n; ++i) {
-    for (const LinkUse& u : p.steps[i].links) load[depth[i]][u.link] += u.count;
-  }
+  // Steps by depth (a step's dependencies are at smaller depths), and one dense load per depth.
+  std::vector<std::vector<uint32_t>> at(max_depth + 1);
+  for (uint32_t i = 0; i < n; ++i) at[depth[i]].push_back(i);
+  std::vector<double> load(c.links().size(), 0.0);
   std::vector<double> finish(n, 0);
   double end = 0;
-  for (size_t i = 0; i < n; ++i) {
-    double start = 0;
-    for (uint32_t d : p.steps[i].deps) start = std::max(start, finish[d]);
-    double rate = std::numeric_limits<double>::infinity();
-    for (const LinkUse& u : p.steps[i].links) {
-      rate = std::min(rate, c.links()[u.link].capacity_Bps / load[depth[i]][u.link]);
+  for (const std::vector<uint32_t>& level : at) {
+    for (uint32_t i : level) {
+      for (const LinkUse& u : p.steps[i].links) load[u.link] += u.count;
     }
-    if (p.steps[i].max_rate_Bps > 0) rate = std::min(rate, p.steps[i].max_rate_Bps);
-    finish[i] =
-        start + p.steps[i].latency.seconds() + (std::isinf(rate) ? 0 : p.steps[i].bytes / rate);
-    end = std::max(end, finish[i]);
+    for (uint32_t i : level) {
+      double start = 0;
+      for (uint32_t d : p.steps[i].deps) start = std::max(start, finish[d]);
+      double rate = std::numeric_limits<double>::infinity();
+      for (const LinkUse& u : p.steps[i].links) {
+        rate = std::min(rate, c.links()[u.link].capacity_Bps / load[u.link]);
+      }
+      if (p.steps[i].max_rate_Bps > 0) rate = std::min(rate, p.steps[i].max_rate_Bps);
+      finish[i] =
+          start + p.steps[i].latency.seconds() + (std::isinf(rate) ? 0 : p.steps[i].bytes / rate);
+      end = std::max(end, finish[i]);
+    }
+    for (uint32_t i : level) {
+      for (const LinkUse& u : p.steps[i].links) load[u.link] = 0;
+    }
   }
   return p.start_delay.seconds() + end;
 }
