@@ -52,11 +52,12 @@ std::vector<DeviceMemory> memory_per_group(const TrainingJob& job) {
     const double per_layer = layer_activation_bytes(m, s, p.recompute);
     const StagePlan& st = p.replicas[g.replica].stages[g.stage];
     // Walk the schedule: a forward pass stores its chunk's activations until its backward.
-    const auto order = stage_schedule(p.schedule, static_cast<int>(g.stage), p.stages(),
-                                      p.replicas[g.replica].micro_batches, job.chunks);
+    const auto order =
+        stage_schedule(p.schedule, static_cast<int>(g.stage), p.stages(),
+                       p.replicas[g.replica].micro_batches, job.chunks, p.microbatch_group);
     double live = 0, peak = 0;
-    const double chunk_bytes = per_layer * st.layers;
     for (const ScheduleItem& it : order) {
+      const double chunk_bytes = per_layer * st.layers_of(it.chunk);
       live += it.forward ? chunk_bytes : -chunk_bytes;
       peak = std::max(peak, live);
     }

@@ -102,7 +102,7 @@ void check_work(const std::string& file, const Plan& p) {
   long units = 0;
   for (const ReplicaPlan& r : p.replicas) {
     for (const StagePlan& st : r.stages) {
-      units += static_cast<long>(st.tensor_parallel()) * r.micro_batches * st.layers * p.interleave;
+      units += static_cast<long>(st.tensor_parallel()) * r.micro_batches * st.layers;
     }
   }
   check_work(file, units);
@@ -198,11 +198,13 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
       throw InputError(file + ": " + e.what());
     }
   }
-  config::check_keys(file, root, "",
-                     {"tensor_parallel", "pipeline_parallel", "data_parallel", "micro_batch_size",
-                      "global_batch_size", "sequence_length", "schedule", "interleave", "recompute",
-                      "sequence_parallel", "zero_stage", "precision", "attention", "main_grads",
-                      "bucket_size", "devices", "replicas", "framework", "gradient_reduction"});
+  config::check_keys(
+      file, root, "",
+      {"tensor_parallel",   "pipeline_parallel", "data_parallel",     "micro_batch_size",
+       "global_batch_size", "sequence_length",   "schedule",          "interleave",
+       "microbatch_group",  "recompute",         "sequence_parallel", "zero_stage",
+       "precision",         "attention",         "main_grads",        "bucket_size",
+       "devices",           "replicas",          "framework",         "gradient_reduction"});
   Plan p;
   p.source = file;
   p.micro_batch_size = get_int(file, root, "", "micro_batch_size", 1, limits::kBatch, 1);
@@ -220,6 +222,12 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
   p.interleave = static_cast<int>(get_int(file, root, "", "interleave", 1, limits::kLayers, 1));
   if (p.schedule != Schedule::interleaved && p.interleave != 1) {
     throw InputError(where(file, root["interleave"]) + ": interleave: needs schedule: interleaved");
+  }
+  p.microbatch_group =
+      static_cast<int>(get_int(file, root, "", "microbatch_group", 1, limits::kBatch, 0));
+  if (p.microbatch_group > 0 && p.schedule != Schedule::interleaved) {
+    throw InputError(where(file, root["microbatch_group"]) +
+                     ": microbatch_group: needs schedule: interleaved");
   }
   p.recompute = static_cast<Recompute>(
       config::get_choice(file, root, "", "recompute", {"none", "selective", "full"}, "none"));
@@ -387,42 +395,59 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
                      std::to_string(p.micro_batch_size * dp));
   }
   const int m = static_cast<int>(p.global_batch_size / (p.micro_batch_size * dp));
-  if (model.layers < pp * v) {
+  // Interleaved, the two virtual stages at the ends may hold no layer (only the embedding, only
+  // the head); nothing else may be empty.
+  if (model.layers < pp * v - (v > 1 ? 2 : 0)) {
     throw InputError(file + ": pipeline_parallel x interleave = " + std::to_string(pp * v) +
-                     " exceeds the " + std::to_string(model.layers) +
-                     " layers: a stage with no layers");
+                     " exceeds the " + std::to_string(model.layers) + " layers" +
+                     (v > 1 ? " by more than the two chunks that may hold only the embedding "
+                              "and the head"
+                            : ": a stage with no layers"));
   }
-  if (v > 1 && model.layers % (pp * v) != 0) {
-    throw InputError(file + ": pipeline_parallel x interleave = " + std::to_string(pp * v) +
-                     " does not divide the " + std::to_string(model.layers) +
-                     " layers (the interleaved schedule needs equal chunks)");
+  const int group = p.microbatch_group > 0 ? p.microbatch_group : pp;
+  if (group < pp) {
+    // Fewer than one micro-batch per stage in a group: the first stage waits for the last
+    // stage's output of a group it has not finished sending (the replay stalls, as Megatron would).
+    throw InputError(where(file, root["microbatch_group"]) + ": microbatch_group: " +
+                     std::to_string(group) + " is less than pipeline_parallel (" +
+                     std::to_string(pp) + "); the interleaved schedule would stall");
   }
-  if (p.schedule == Schedule::interleaved && m % pp != 0) {
+  if (p.schedule == Schedule::interleaved && m % group != 0) {
     throw InputError(file + ": schedule interleaved needs the micro-batches per replica (" +
-                     std::to_string(m) + ") to be a multiple of pipeline_parallel (" +
-                     std::to_string(pp) + ")");
+                     std::to_string(m) + ") to be a multiple of " +
+                     (p.microbatch_group > 0 ? "microbatch_group (" : "pipeline_parallel (") +
+                     std::to_string(group) + ")");
   }
   // The work is known before the replicas are laid out: tp x dp ranks each run m micro-batches
   // over the whole model's layers, a pipeline stage's share of them each.
   check_work(file, static_cast<long>(tp) * dp * m * model.layers);
-  // Layers per stage: equal, or when pipeline_parallel does not divide them, one more on the
-  // middle stages, so the first and last (which also hold the embedding and the head) get
-  // fewer, as Llama 3 405B's 126 layers on 16 stages (Meta, 2024).
-  const int per_chunk = model.layers / (pp * v);
-  const int extra = v > 1 ? 0 : model.layers % pp;
-  const int extra_from = (pp - extra) / 2;
-  std::vector<int> stage_layers(pp, per_chunk), stage_first(pp, 0);
-  for (int s = 0; s < pp; ++s) {
-    if (s >= extra_from && s < extra_from + extra) ++stage_layers[s];
-    if (s > 0) stage_first[s] = stage_first[s - 1] + stage_layers[s - 1];
+  // Layers per virtual stage (model chunk c of stage s is virtual stage c x pp + s; without
+  // interleaving, the stages): equal, or when they do not divide, one more on the middle ones,
+  // so the first and last (which also hold the embedding and the head) get fewer: Llama 3
+  // 405B's 126 layers on 16 stages (Meta, 2024), and interleaved by 8, its first chunk with only
+  // the embedding and its last with only the head (Megatron-LM's
+  // --account-for-embedding/loss-in-pipeline-split).
+  const int vstages = pp * v;
+  const int extra = model.layers % vstages;
+  const int extra_from = (vstages - extra) / 2;
+  std::vector<int> vlayers(vstages, model.layers / vstages), vfirst(vstages, 0);
+  for (int k = 0; k < vstages; ++k) {
+    if (k >= extra_from && k < extra_from + extra) ++vlayers[k];
+    if (k > 0) vfirst[k] = vfirst[k - 1] + vlayers[k - 1];
   }
   for (int r = 0; r < dp; ++r) {
     ReplicaPlan rep;
     rep.micro_batches = m;
     for (int s = 0; s < pp; ++s) {
       StagePlan st;
-      st.first_layer = stage_first[s];
-      st.layers = stage_layers[s];
+      st.first_layer = vfirst[s];
+      for (int c = 0; c < v; ++c) {
+        st.layers += vlayers[c * pp + s];
+        if (v > 1) {
+          st.chunk_layers.push_back(vlayers[c * pp + s]);
+          st.chunk_first.push_back(vfirst[c * pp + s]);
+        }
+      }
       for (int t = 0; t < tp; ++t) st.devices.push_back(devices[t + tp * (r + dp * s)]);
       check_stage(file + ": stage " + std::to_string(s), model, cluster, st);
       rep.stages.push_back(std::move(st));

@@ -21,9 +21,15 @@ std::string to_string(Recompute r);
 
 struct StagePlan {
   int first_layer = 0;
-  int layers = 0;  // per model chunk when interleaved: the chunks of one stage are equal
+  int layers = 0;  // all of the stage's layers (every model chunk's, when interleaved)
+  // Interleaved: each model chunk's layers and first layer (chunk c is virtual stage c x P + s).
+  // The chunks are equal unless pipeline_parallel x interleave does not divide the layers; then
+  // the virtual stages at the ends get fewer (Llama 3's first chunk holds only the embedding).
+  std::vector<int> chunk_layers, chunk_first;
   std::vector<platform::GpuId> devices;  // the tensor-parallel group, rank order
   int tensor_parallel() const { return static_cast<int>(devices.size()); }
+  int layers_of(int chunk) const { return chunk_layers.empty() ? layers : chunk_layers[chunk]; }
+  int first_of(int chunk) const { return chunk_first.empty() ? first_layer : chunk_first[chunk]; }
 };
 
 struct ReplicaPlan {
@@ -38,6 +44,9 @@ struct Plan {
   int64_t sequence_length = 0;
   Schedule schedule = Schedule::one_f_one_b;
   int interleave = 1;  // model chunks per stage (interleaved schedule)
+  // Interleaved: micro-batches that run one chunk before the next (Megatron-LM's
+  // microbatch_group_size_per_vp_stage; 0: pipeline_parallel, Megatron's default).
+  int microbatch_group = 0;
   Recompute recompute = Recompute::none;
   bool sequence_parallel = false;
   int zero_stage = 0;

@@ -41,10 +41,12 @@ bool replicas_identical(const TrainingJob& job) {
       const Group& ga = job.groups[s];
       const Group& gb = job.groups[r * stages + s];
       if (a.stages[s].first_layer != b.stages[s].first_layer ||
-          a.stages[s].layers != b.stages[s].layers || ga.devices.size() != gb.devices.size() ||
-          ga.gpu != gb.gpu || ga.program.size() != gb.program.size() ||
-          ga.segments.size() != gb.segments.size() || ga.comms.size() != gb.comms.size() ||
-          ga.dp.size() != gb.dp.size() || ga.tied_bytes != gb.tied_bytes) {
+          a.stages[s].layers != b.stages[s].layers ||
+          a.stages[s].chunk_layers != b.stages[s].chunk_layers ||
+          ga.devices.size() != gb.devices.size() || ga.gpu != gb.gpu ||
+          ga.program.size() != gb.program.size() || ga.segments.size() != gb.segments.size() ||
+          ga.comms.size() != gb.comms.size() || ga.dp.size() != gb.dp.size() ||
+          ga.tied_bytes != gb.tied_bytes) {
         return false;
       }
       for (size_t i = 0; i < ga.segments.size(); ++i) {

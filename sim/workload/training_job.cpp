@@ -11,7 +11,8 @@
 
 namespace hetsim::workload {
 
-std::vector<ScheduleItem> stage_schedule(Schedule s, int stage, int stages, int m, int chunks) {
+std::vector<ScheduleItem> stage_schedule(Schedule s, int stage, int stages, int m, int chunks,
+                                         int group) {
   std::vector<ScheduleItem> out;
   const int p = stages;
   auto F = [&](int mb, int c) {
@@ -36,12 +37,13 @@ std::vector<ScheduleItem> stage_schedule(Schedule s, int stage, int stages, int 
     return out;
   }
   // Interleaved 1F1B (Narayanan et al. SC'21; Megatron-LM's schedule): virtual micro-batch k
-  // runs chunk (k mod pv) / p forward and the mirror chunk backward; groups of p micro-batches.
-  const int v = chunks, total = m * v;
-  auto mb_of = [&](int k) { return (k / (p * v)) * p + k % p; };
-  auto chunk_fwd = [&](int k) { return (k % (p * v)) / p; };
-  auto chunk_bwd = [&](int k) { return v - 1 - (k % (p * v)) / p; };
-  const int warmup = m == p ? total : std::min((p - stage - 1) * 2 + (v - 1) * p, total);
+  // runs chunk (k mod nv) / n forward and the mirror chunk backward, in groups of n micro-batches
+  // (Megatron-LM's microbatch_group_size_per_vp_stage, p by default; Llama 3's N).
+  const int v = chunks, total = m * v, n = group > 0 ? group : p;
+  auto mb_of = [&](int k) { return (k / (n * v)) * n + k % n; };
+  auto chunk_fwd = [&](int k) { return (k % (n * v)) / n; };
+  auto chunk_bwd = [&](int k) { return v - 1 - (k % (n * v)) / n; };
+  const int warmup = m == p ? total : std::min((p - stage - 1) * 2 + (v - 1) * n, total);
   for (int k = 0; k < warmup; ++k) F(mb_of(k), chunk_fwd(k));
   for (int i = 0; i < total - warmup; ++i) {
     F(mb_of(warmup + i), chunk_fwd(warmup + i));
@@ -210,10 +212,10 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
       shape.flash_attention = plan.flash_attention;
       shape.precision = plan.precision;
       // Layers of each chunk: uniform plans interleave chunks over stages (Megatron).
-      auto chunk_first = [&](int c) { return v > 1 ? (c * P + s) * st.layers : st.first_layer; };
+      auto chunk_first = [&](int c) { return st.first_of(c); };
       const bool first_virtual_holder = s == 0;
       const bool last_virtual_holder = s == P - 1;
-      g.params = (static_cast<double>(model.layer_params()) * st.layers * v +
+      g.params = (static_cast<double>(model.layer_params()) * st.layers +
                   (first_virtual_holder ? model.embedding_params() : 0) +
                   (last_virtual_holder ? model.output_params() : 0)) /
                  t;
@@ -230,7 +232,8 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
       const auto& ar = b.piece("attention.recompute", attention_recompute(model, shape));
       const double layer_grad = grad_bytes * model.layer_params() / t;
       const double layer_weights = e * model.layer_params() / t;
-      const auto order = stage_schedule(plan.schedule, s, P, rep.micro_batches, v);
+      const auto order =
+          stage_schedule(plan.schedule, s, P, rep.micro_batches, v, plan.microbatch_group);
       // The last backward of each chunk is where its gradients become final.
       std::vector<int> last_bwd_mb(v, -1);
       for (const ScheduleItem& it : order) {
@@ -254,7 +257,7 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
         if (it.forward) {
           if (vs > 0) b.emit_one(TaskKind::recv, Pass::forward, it.micro_batch, it.chunk);
           if (vs == 0) b.emit(ef, Pass::forward, -1, it.micro_batch, it.chunk);
-          for (int l = first; l < first + st.layers; ++l) {
+          for (int l = first; l < first + st.layers_of(it.chunk); ++l) {
             if (dp && plan.zero_stage == 3)
               b.dp_wait(b.dp_collective(CommKind::allgather, layer_weights, "zero3.params"));
             b.emit(lf, Pass::forward, l, it.micro_batch, it.chunk);
@@ -268,7 +271,7 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
           if (vs < V - 1) b.emit_one(TaskKind::recv, Pass::backward, it.micro_batch, it.chunk);
           if (vs == V - 1) b.emit(hb, Pass::backward, -1, it.micro_batch, it.chunk);
           const bool last = static_cast<int>(it.micro_batch) == last_bwd_mb[it.chunk];
-          for (int l = first + st.layers - 1; l >= first; --l) {
+          for (int l = first + st.layers_of(it.chunk) - 1; l >= first; --l) {
             if (dp && plan.zero_stage == 3)
               b.dp_wait(b.dp_collective(CommKind::allgather, layer_weights, "zero3.params"));
             if (plan.recompute == Recompute::full)
@@ -298,7 +301,7 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
       // (last layer first), in buckets.
       if (!overlapped && dp && plan.zero_stage < 2) {
         for (int c = v - 1; c >= 0; --c) {
-          for (int l = st.layers - 1; l >= 0; --l) {
+          for (int l = st.layers_of(c) - 1; l >= 0; --l) {
             bucket += layer_grad;
             if (bucket >= plan.bucket_bytes) flush_bucket();
           }

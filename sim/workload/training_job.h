@@ -94,8 +94,9 @@ struct ScheduleItem {
   uint32_t micro_batch = 0;
   uint16_t chunk = 0;
 };
+// `group`: the interleaved schedule's micro-batches per group (0: `stages`).
 std::vector<ScheduleItem> stage_schedule(Schedule s, int stage, int stages, int micro_batches,
-                                         int chunks);
+                                         int chunks, int group = 0);
 
 TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
                                const platform::Cluster& cluster, const CostModel& cost);

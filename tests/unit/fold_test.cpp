@@ -45,6 +45,18 @@ class Recorder : public ReplayObserver {
   std::map<Key, int> seen;
 };
 
+// A uniform plan as a user writes it.
+Plan plan(const ModelConfig& m, const platform::Cluster& c, int tp, int pp, int dp, int batch,
+          Schedule s = Schedule::one_f_one_b, int interleave = 1, int zero = 0) {
+  return load_plan_text(
+      "tensor_parallel: " + std::to_string(tp) + "\npipeline_parallel: " + std::to_string(pp) +
+          "\ndata_parallel: " + std::to_string(dp) + "\nglobal_batch_size: " +
+          std::to_string(batch) + "\nsequence_length: 1024\nschedule: " + to_string(s) +
+          "\ninterleave: " + std::to_string(interleave) + "\nzero_stage: " + std::to_string(zero) +
+          "\nsequence_parallel: " + (tp > 1 ? "true" : "false") + "\n",
+      "p.yaml", m, c);
+}
+
 struct Both {
   ReplayResult folded, exact;
 };
@@ -81,11 +93,7 @@ TEST(FoldedReplay, SymmetricReplicasGiveTheFullReplaysAnswerToTheBitUnderEverySc
        {Case{2, 2, 8, Schedule::gpipe, 1, 0}, Case{2, 2, 8, Schedule::one_f_one_b, 1, 1},
         Case{2, 2, 8, Schedule::interleaved, 2, 1}, Case{8, 2, 2, Schedule::one_f_one_b, 1, 0},
         Case{1, 4, 8, Schedule::interleaved, 2, 2}, Case{4, 1, 8, Schedule::one_f_one_b, 1, 3}}) {
-    Plan p = uniform_plan(m, c, k.tp, k.pp, k.dp, 1, 8 * k.dp, 1024);
-    p.schedule = k.schedule;
-    p.interleave = k.interleave;
-    p.zero_stage = k.zero;
-    p.sequence_parallel = k.tp > 1;
+    const Plan p = plan(m, c, k.tp, k.pp, k.dp, 8 * k.dp, k.schedule, k.interleave, k.zero);
     const TrainingJob job = build_training_job(m, p, c, cost);
     Recorder rf, re;
     const Both b = replay_both(job, &rf, &re);
@@ -159,9 +167,8 @@ TEST(FoldedReplay, AsymmetricRoutesMakeItNoFasterAndAtMostAFewPercentSlower) {
   const platform::Cluster c(config::load_cluster_text(kHashedFabric, "hashed.yaml"));
   const DatasheetCostModel cost;
   for (Schedule s : {Schedule::one_f_one_b, Schedule::interleaved}) {
-    Plan p = uniform_plan(m, c, 1, 4, 4, 1, 32, 1024);  // each stage on its own leaf
-    p.schedule = s;
-    p.interleave = s == Schedule::interleaved ? 2 : 1;
+    // Each stage on its own leaf.
+    const Plan p = plan(m, c, 1, 4, 4, 32, s, s == Schedule::interleaved ? 2 : 1);
     const TrainingJob job = build_training_job(m, p, c, cost);
     const Both b = replay_both(job);
     ASSERT_EQ(b.folded.folded_replicas, 4u);
@@ -183,7 +190,7 @@ TEST(FoldedReplay, IsDeterministic) {
   const ModelConfig m = small_gpt();
   const platform::Cluster c(config::load_cluster_text(kHashedFabric, "hashed.yaml"));
   const DatasheetCostModel cost;
-  Plan p = uniform_plan(m, c, 2, 2, 4, 1, 32, 1024);
+  const Plan p = plan(m, c, 2, 2, 4, 32);
   const TrainingJob job = build_training_job(m, p, c, cost);
   Recorder a, b;
   const ReplayResult ra = replay(job, &a), rb = replay(job, &b);

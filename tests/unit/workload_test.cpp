@@ -85,6 +85,85 @@ TEST(TrainingFlops, ReplayCountsEveryKernelOnEveryDeviceOnce) {
   EXPECT_GT(executed, gemm);
 }
 
+TEST(TrainingFlops, InterleavedChunksThatDoNotDivideTheLayersLeaveTheEndsShort) {
+  // 30 layers on 4 stages x 8 chunks: the first chunk of the first stage holds only the
+  // embedding, the last chunk of the last stage only the head (Llama 3 405B's layout); every
+  // layer runs once per micro-batch, and the FLOPs are the closed form's.
+  const ModelConfig m = small_gpt(30);
+  const platform::Cluster c = cluster("dgx-a100", 1);
+  const DatasheetCostModel cost;
+  const Plan p = load_plan_text(
+      "tensor_parallel: 2\npipeline_parallel: 4\nglobal_batch_size: 8\nsequence_length: 1024\n"
+      "schedule: interleaved\ninterleave: 8\n",
+      "p.yaml", m, c);
+  const auto& st = p.replicas[0].stages;
+  EXPECT_EQ(st[0].chunk_layers, (std::vector<int>{0, 1, 1, 1, 1, 1, 1, 1}));
+  EXPECT_EQ(st[3].chunk_layers, (std::vector<int>{1, 1, 1, 1, 1, 1, 1, 0}));
+  EXPECT_EQ(st[1].chunk_first, (std::vector<int>{0, 4, 8, 12, 16, 20, 24, 28}));
+  EXPECT_EQ(st[0].layers + st[1].layers + st[2].layers + st[3].layers, 30);
+  const TrainingJob job = build_training_job(m, p, c, cost);
+  std::vector<int> runs(30, 0);
+  double model = 0;
+  for (const Group& g : job.groups) {
+    model += g.model_flops * g.devices.size();
+    for (const Task& t : g.program) {
+      if (t.kind == TaskKind::compute && t.pass == Pass::forward && t.layer >= 0) ++runs[t.layer];
+    }
+  }
+  // A layer's forward may span several segments (tensor-parallel collectives between them).
+  for (int l = 1; l < 30; ++l) EXPECT_EQ(runs[l], runs[0]) << "layer " << l;
+  EXPECT_GT(runs[0], 0);
+  const double B = 8, s = 1024, l = m.layers, h = m.hidden, V = m.vocab;
+  EXPECT_NEAR(model / (72 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h))), 1, 1e-12);
+  const ReplayResult r = replay(job);
+  EXPECT_GT(r.iteration, Time());
+}
+
+TEST(TrainingReplay, InterleavedMicroBatchGroupsTradeMemoryForNothingElseAtTheDefault) {
+  // Megatron's microbatch_group_size_per_vp_stage: the pipeline size by default (bit-identical),
+  // larger groups keep more forward chunks in flight (more activation memory), smaller ones stall
+  // and are refused, and the micro-batches must fill whole groups.
+  const ModelConfig m = small_gpt(8);
+  const platform::Cluster c = cluster("dgx-a100", 1);
+  const DatasheetCostModel cost;
+  const std::string base =
+      "tensor_parallel: 2\npipeline_parallel: 4\nglobal_batch_size: 24\nsequence_length: 1024\n"
+      "schedule: interleaved\ninterleave: 2\n";
+  auto peak_activations = [&](const TrainingJob& job) {
+    double peak = 0;
+    for (const DeviceMemory& d : memory_per_group(job)) peak = std::max(peak, d.activations);
+    return peak;
+  };
+  const Plan plain = load_plan_text(base, "p.yaml", m, c);
+  const Plan four = load_plan_text(base + "microbatch_group: 4\n", "p.yaml", m, c);
+  const Plan twelve = load_plan_text(base + "microbatch_group: 12\n", "p.yaml", m, c);
+  const Replayed a = run(m, plain, c, cost), b = run(m, four, c, cost), d = run(m, twelve, c, cost);
+  EXPECT_EQ(a.result.iteration, b.result.iteration);
+  EXPECT_GT(peak_activations(d.job), peak_activations(a.job));
+  EXPECT_GT(d.result.iteration, Time());
+  auto err = [&](const std::string& extra) {
+    try {
+      load_plan_text(base + extra, "p.yaml", m, c);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(err("microbatch_group: 2\n"),
+            "p.yaml:7: microbatch_group: 2 is less than pipeline_parallel (4); the interleaved "
+            "schedule would stall");
+  EXPECT_EQ(err("microbatch_group: 5\n"),
+            "p.yaml: schedule interleaved needs the micro-batches per replica (24) to be a "
+            "multiple of microbatch_group (5)");
+  try {
+    load_plan_text("pipeline_parallel: 4\nglobal_batch_size: 8\nmicrobatch_group: 4\n", "q.yaml", m,
+                   c);
+    ADD_FAILURE() << "microbatch_group without the interleaved schedule was accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), "q.yaml:3: microbatch_group: needs schedule: interleaved");
+  }
+}
+
 TEST(TrainingReplay, OneGpuIterationIsTheSumOfItsKernels) {
   const ModelConfig m = small_gpt(4);
   const platform::Cluster c = cluster("dgx-a100", 1);
@@ -372,8 +451,8 @@ TEST(Plans, ImpossiblePlansAreRejectedWithTheReason) {
       "heads)");
   EXPECT_EQ(
       err("pipeline_parallel: 8\nglobal_batch_size: 8\nschedule: interleaved\ninterleave: 4\n"),
-      "p.yaml: pipeline_parallel x interleave = 32 exceeds the 24 layers: a stage with no "
-      "layers");
+      "p.yaml: pipeline_parallel x interleave = 32 exceeds the 24 layers by more than the two "
+      "chunks that may hold only the embedding and the head");
   EXPECT_EQ(
       err("replicas:\n  - micro_batches: 2\n    stages:\n      - {layers: 0, devices: \"0\"}\n"),
       "p.yaml:4: replicas[0].stages[0].layers: a stage with no layers");
