@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   hetsim::cli::Action action;
   hetsim::cli::add_simulate_command(app, action);
+  hetsim::cli::add_plan_command(app, action);
   hetsim::cli::add_collective_command(app, action);
   hetsim::cli::add_bench_command(app, action);
   hetsim::cli::add_calibrate_command(app, action);
@@ -42,8 +43,9 @@ int main(int argc, char** argv) {
     bool known = false;
     for (const CLI::App* sub : app.get_subcommands({})) known = known || sub->get_name() == argv[1];
     if (!known) {
-      std::cerr << "hetsim: error: unknown command \"" << argv[1]
-                << "\" (expected simulate, collective, calibrate or bench; see hetsim --help)\n";
+      std::cerr
+          << "hetsim: error: unknown command \"" << argv[1]
+          << "\" (expected simulate, plan, collective, calibrate or bench; see hetsim --help)\n";
       return 2;
     }
   }

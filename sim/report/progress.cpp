@@ -34,13 +34,32 @@ std::string ProgressMeter::line(const std::string& label, double wall_s,
   return text;
 }
 
-void ProgressMeter::update(const workload::ReplayStatus& s) {
+double ProgressMeter::due() {
   const double wall_s = std::chrono::duration<double>(Clock::now() - start_).count();
-  if (wall_s < next_s_) return;
+  if (wall_s < next_s_) return -1;
   // A line rewritten in place costs nothing to repeat; lines in a log file space out as the run
   // goes on (10% of the time so far), so an hour's run writes a few dozen, not thousands.
   next_s_ = wall_s + (rewrite_ ? every_s_ : std::max(every_s_, 0.1 * wall_s));
-  const std::string text = line(label_, wall_s, s);
+  return wall_s;
+}
+
+void ProgressMeter::update(const workload::ReplayStatus& s) {
+  const double wall_s = due();
+  if (wall_s >= 0) emit(line(label_, wall_s, s));
+}
+
+void ProgressMeter::update_count(size_t done, size_t total, const std::string& items) {
+  const double wall_s = due();
+  if (wall_s < 0) return;
+  std::string text = fmt::format("{}: {:.1f} s, {} of {} {}", label_, wall_s, done, total, items);
+  if (done > 0 && done < total) {
+    text += fmt::format(", about {:.0f} s left",
+                        wall_s * static_cast<double>(total - done) / static_cast<double>(done));
+  }
+  emit(text);
+}
+
+void ProgressMeter::emit(const std::string& text) {
   if (rewrite_) {
     // Pad over a longer previous line.
     out_ << "\r" << fmt::format("{:<100}", text) << std::flush;

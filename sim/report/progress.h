@@ -18,6 +18,8 @@ class ProgressMeter {
                 bool rewrite = false);
   // Cheap when called often: one clock read, and a line only when one is due.
   void update(const workload::ReplayStatus& s);
+  // For work counted in items: "plan: 12.0 s, 120 of 412 plans, about 29 s left".
+  void update_count(size_t done, size_t total, const std::string& items);
   // Ends a rewritten line, so what follows starts on its own line.
   void finish();
   // "simulate: 12.0 s, simulated 1.23 s, 4567890 events, 45% of tasks, about 15 s left".
@@ -25,6 +27,9 @@ class ProgressMeter {
 
  private:
   using Clock = std::chrono::steady_clock;
+  // The wall time when a line is due, else a negative number.
+  double due();
+  void emit(const std::string& text);
   std::ostream& out_;
   std::string label_;
   Clock::time_point start_;

@@ -174,3 +174,46 @@ TEST(Bench, NetworkPrintsHeaderAndOneRowPerGpuCount) {
 
 }  // namespace
 }  // namespace hetsim::e2e
+
+namespace hetsim::e2e {
+namespace {
+
+// `hetsim plan`: the JSON lists replayed candidates best first; the plan written with --out is
+// one `simulate` accepts and replays to the predicted time.
+TEST(PlanCommand, WritesTheBestPlanWhichSimulateReplaysToThePredictedTime) {
+  const std::string out = ::testing::TempDir() + "best-plan.yaml";
+  const CommandResult r =
+      run_hetsim({"plan", "--model", "gpt3-125m", "--cluster", "dgx-a100", "--nodes", "1",
+                  "--global-batch-size", "16", "--sequence-length", "1024", "--out", out, "--json"},
+                 Capture::stdout_only);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output);
+  ASSERT_GT(j["candidates"].size(), 10u);
+  double last = 0;
+  for (const auto& c : j["candidates"]) {
+    EXPECT_GE(c["iteration_time_s"].get<double>(), last);
+    last = c["iteration_time_s"].get<double>();
+    EXPECT_FALSE(c["oom"].get<bool>());
+  }
+  const double best = j["candidates"][0]["iteration_time_s"].get<double>();
+  const CommandResult sim = run_hetsim({"simulate", "--model", "gpt3-125m", "--cluster", "dgx-a100",
+                                        "--nodes", "1", "--plan", out, "--json"},
+                                       Capture::stdout_only);
+  ASSERT_EQ(sim.exit_code, 0) << sim.output;
+  EXPECT_EQ(nlohmann::json::parse(sim.output)["iteration_time_s"].get<double>(), best);
+  // The text report names the best plan per policy.
+  const CommandResult text =
+      run_hetsim({"plan", "--model", "gpt3-125m", "--cluster", "dgx-a100", "--nodes", "1",
+                  "--global-batch-size", "16", "--sequence-length", "1024", "--policy", "zero"});
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_NE(text.output.find("  best per policy\n    zero "), std::string::npos) << text.output;
+  const CommandResult bad = run_hetsim(
+      {"plan", "--model", "gpt3-125m", "--global-batch-size", "16", "--policy", "whale"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_EQ(bad.output,
+            "hetsim: error: --policy: unknown policy \"whale\" (expected all or one of megatron, "
+            "zero)\n");
+}
+
+}  // namespace
+}  // namespace hetsim::e2e

@@ -1,0 +1,186 @@
+// `hetsim plan`: search for the best plan of a model on a cluster (sim/policy/planner.h).
+#include <fmt/format.h>
+
+#include <fstream>
+#include <iostream>
+
+#include "calibrate/measured_cost_model.h"
+#include "sim/cli/commands.h"
+#include "sim/config/units.h"
+#include "sim/core/error.h"
+#include "sim/policy/planner.h"
+#include "sim/report/progress.h"
+#include "sim/workload/model.h"
+
+namespace hetsim::cli {
+
+namespace {
+
+std::string figures(const policy::Candidate& c) {
+  const report::TrainingReport& r = *c.report;
+  return fmt::format("{:>9}  MFU {:5.1f}%  peak {} of {}", config::format_time(c.iteration_s),
+                     100 * r.mfu, config::format_bytes(c.peak_bytes),
+                     config::format_bytes(c.capacity_bytes));
+}
+
+}  // namespace
+
+void add_plan_command(CLI::App& app, Action& action) {
+  struct Opts {
+    ClusterFlags cluster;
+    std::string model, policy = "all", framework, out, calibration, efficiency;
+    int64_t global_batch = 0, sequence = 0;
+    int top = 5;
+    bool json = false, quiet = false;
+    double progress_after_s = 2;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* cmd = app.add_subcommand(
+      "plan",
+      "Search for the fastest plan that fits: every policy proposes plans, the memory model drops "
+      "those that cannot fit, the replay ranks the rest");
+  cmd->add_option("--model", o->model, "Model file or built-in name")->required();
+  o->cluster.add_to(*cmd, "dgx-a100");
+  cmd->add_option("--global-batch-size", o->global_batch, "Sequences per iteration")
+      ->required()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  cmd->add_option("--sequence-length", o->sequence, "Tokens per sequence (default: the model's)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  std::string names;
+  for (const policy::Policy* p : policy::policies()) {
+    names += fmt::format("{}{} ({})", names.empty() ? "" : ", ", p->name(), p->summary());
+  }
+  cmd->add_option("--policy", o->policy, "all, or one of: " + names)->capture_default_str();
+  cmd->add_option("--framework", o->framework,
+                  "Framework of every proposal (default: each policy's own)");
+  cmd->add_option("--top", o->top, "Candidates to list")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
+  cmd->add_option("--out", o->out, "Write the best plan to this file (simulate --plan reads it)");
+  cmd->add_option("--calibration", o->calibration, "Calibration database (as simulate)");
+  cmd->add_option("--efficiency", o->efficiency, "Datasheet efficiency constants (as simulate)");
+  cmd->add_flag("--json", o->json, "Print JSON: the candidates best first, then the rejected");
+  cmd->add_flag("--quiet", o->quiet, "No progress lines on standard error");
+  cmd->add_option("--progress-after", o->progress_after_s,
+                  "Seconds of wall time before progress lines start")
+      ->group("");
+  cmd->callback([o, &action] {
+    action = [o] {
+      const std::vector<const policy::Policy*> chosen = policy::select_policies(o->policy);
+      const workload::ModelConfig model = workload::load_model(o->model);
+      const platform::Cluster cluster(
+          config::load_cluster(o->cluster.cluster, o->cluster.options()));
+      if (!o->framework.empty()) workload::load_framework(o->framework);  // fails early if bad
+      const workload::DatasheetCostModel datasheet(
+          workload::load_datasheet_efficiency(o->efficiency));
+      std::unique_ptr<calibrate::MeasuredCostModel> measured;
+      if (!o->calibration.empty()) {
+        measured = std::make_unique<calibrate::MeasuredCostModel>(
+            calibrate::read_database(o->calibration), datasheet);
+      }
+      const workload::CostModel& cost =
+          measured ? static_cast<const workload::CostModel&>(*measured) : datasheet;
+      policy::Request req;
+      req.model = &model;
+      req.cluster = &cluster;
+      req.global_batch = o->global_batch;
+      req.sequence = o->sequence > 0 ? o->sequence : model.sequence;
+      req.framework = o->framework;
+      report::ProgressMeter meter(std::cerr, "plan", o->progress_after_s, 1.0,
+                                  report::stderr_is_terminal());
+      const auto t0 = std::chrono::steady_clock::now();
+      const policy::Search s =
+          policy::search(req, chosen, cost, [&](const policy::SearchProgress& p) {
+            if (!o->quiet && !o->json) meter.update_count(p.done, p.total, "plans");
+          });
+      meter.finish();
+      const double wall =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const policy::Candidate& best = s.ranked.front();
+      if (!o->out.empty()) {
+        std::ofstream f(o->out, std::ios::binary);
+        if (!f) throw InputError("--out " + o->out + ": cannot write the file");
+        f << fmt::format(
+                 "# hetsim plan --model {} --cluster {} --global-batch-size {}: the fastest "
+                 "of {} plans ({} predicted per iteration)\n",
+                 o->model, o->cluster.cluster, o->global_batch, s.proposed,
+                 config::format_time(best.iteration_s))
+          << best.proposal.plan;
+        if (!f) throw RunError("--out " + o->out + ": write failed");
+      }
+      size_t oom = 0, invalid = 0;
+      for (const policy::Candidate& c : s.rejected) {
+        (c.outcome == policy::Candidate::Outcome::out_of_memory ? oom : invalid) += 1;
+      }
+      if (o->json) {
+        nlohmann::ordered_json j;
+        j["model"] = model.name;
+        j["cluster"] = cluster.config().name;
+        j["gpus"] = cluster.gpu_count();
+        j["global_batch_size"] = o->global_batch;
+        j["sequence_length"] = req.sequence;
+        j["proposed"] = s.proposed;
+        auto& cands = j["candidates"] = nlohmann::ordered_json::array();
+        for (const policy::Candidate& c : s.ranked) {
+          nlohmann::ordered_json x;
+          x["policy"] = c.proposal.policy;
+          x["label"] = c.proposal.label;
+          x["iteration_time_s"] = c.iteration_s;
+          x["oom"] = false;
+          x["plan"] = c.proposal.plan;
+          x["report"] = report::to_json(*c.report);
+          cands.push_back(std::move(x));
+        }
+        auto& rej = j["rejected"] = nlohmann::ordered_json::array();
+        for (const policy::Candidate& c : s.rejected) {
+          nlohmann::ordered_json x;
+          x["policy"] = c.proposal.policy;
+          x["label"] = c.proposal.label;
+          x["oom"] = c.outcome == policy::Candidate::Outcome::out_of_memory;
+          x["reason"] = c.reason;
+          x["plan"] = c.proposal.plan;
+          rej.push_back(std::move(x));
+        }
+        std::cout << j.dump(2) << "\n";
+        return 0;
+      }
+      std::string t =
+          fmt::format("{} on {} ({} GPUs), global batch {} x {} tokens\n", model.name,
+                      cluster.config().name, cluster.gpu_count(), o->global_batch, req.sequence);
+      t += fmt::format(
+          "  searched       {} plans from {}: {} replayed, {} out of memory, {} invalid ({:.1f} "
+          "s)\n",
+          s.proposed, o->policy == "all" ? "every policy" : "policy " + o->policy, s.ranked.size(),
+          oom, invalid, wall);
+      t += fmt::format("  best           {}: {}\n                 {}\n", best.proposal.policy,
+                       best.proposal.label, figures(best));
+      t += "  best per policy\n";
+      for (const policy::Policy* p : chosen) {
+        const auto it = std::find_if(s.ranked.begin(), s.ranked.end(),
+                                     [&](const auto& c) { return c.proposal.policy == p->name(); });
+        if (it == s.ranked.end()) {
+          t += fmt::format("    {:<12} no plan that fits\n", p->name());
+        } else {
+          t += fmt::format("    {:<12} {}  {}  ({:.2f}x the best)\n", p->name(), figures(*it),
+                           it->proposal.label, it->iteration_s / best.iteration_s);
+        }
+      }
+      t += fmt::format("  top {}\n", std::min<size_t>(o->top, s.ranked.size()));
+      for (size_t i = 0; i < s.ranked.size() && i < static_cast<size_t>(o->top); ++i) {
+        const policy::Candidate& c = s.ranked[i];
+        const report::TrainingReport& r = *c.report;
+        t += fmt::format(
+            "    {:>2}. {}  {}: {}\n        compute {}, exposed communication {}, "
+            "bubble {}\n",
+            i + 1, figures(c), c.proposal.policy, c.proposal.label,
+            config::format_time(r.compute_s), config::format_time(r.communication_exposed_s),
+            config::format_time(r.bubble_s));
+      }
+      if (!o->out.empty()) t += "  written        " + o->out + "\n";
+      std::cout << t;
+      return 0;
+    };
+  });
+}
+
+}  // namespace hetsim::cli

@@ -1,0 +1,94 @@
+// The planner; see planner.h.
+#include "sim/policy/planner.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "sim/config/units.h"
+#include "sim/core/error.h"
+#include "sim/workload/memory.h"
+#include "sim/workload/plan.h"
+#include "sim/workload/replay.h"
+#include "sim/workload/training_job.h"
+
+namespace hetsim::policy {
+
+Search search(const Request& r, const std::vector<const Policy*>& policies,
+              const workload::CostModel& cost,
+              const std::function<void(const SearchProgress&)>& progress) {
+  std::vector<Proposal> proposals;
+  for (const Policy* p : policies) {
+    for (Proposal& x : p->propose(r)) proposals.push_back(std::move(x));
+  }
+  Search out;
+  out.proposed = proposals.size();
+  SearchProgress status{0, proposals.size()};
+  for (Proposal& prop : proposals) {
+    Candidate c;
+    c.proposal = std::move(prop);
+    try {
+      const workload::Plan plan = workload::load_plan_text(
+          c.proposal.plan, c.proposal.policy + " proposal", *r.model, *r.cluster);
+      const workload::TrainingJob job =
+          workload::build_training_job(*r.model, plan, *r.cluster, cost);
+      const std::vector<workload::DeviceMemory> memory = workload::memory_per_group(job);
+      const workload::DeviceMemory* fullest = &memory.front();
+      for (const workload::DeviceMemory& m : memory) {
+        if (m.peak - m.capacity > fullest->peak - fullest->capacity) fullest = &m;
+      }
+      c.peak_bytes = fullest->peak;
+      c.capacity_bytes = fullest->capacity;
+      if (fullest->oom()) {
+        c.outcome = Candidate::Outcome::out_of_memory;
+        c.reason = fmt::format("needs {} per GPU where the GPU holds {}",
+                               config::format_bytes(fullest->peak),
+                               config::format_bytes(fullest->capacity));
+      } else {
+        const workload::ReplayResult res = workload::replay(job);
+        c.report = report::make_training_report(job, res, memory);
+        c.iteration_s = c.report->iteration_time_s;
+        c.outcome = Candidate::Outcome::replayed;
+      }
+    } catch (const InputError& e) {
+      c.outcome = Candidate::Outcome::invalid;
+      c.reason = e.what();
+    }
+    (c.outcome == Candidate::Outcome::replayed ? out.ranked : out.rejected).push_back(std::move(c));
+    ++status.done;
+    if (progress) progress(status);
+  }
+  std::stable_sort(
+      out.ranked.begin(), out.ranked.end(),
+      [](const Candidate& a, const Candidate& b) { return a.iteration_s < b.iteration_s; });
+  if (out.ranked.empty()) {
+    std::string names;
+    for (const Policy* p : policies) names += std::string(names.empty() ? "" : ", ") + p->name();
+    if (out.rejected.empty()) {
+      throw InputError(fmt::format(
+          "no plan for a global batch of {} on {} GPUs: {} proposed none (the batch must divide "
+          "into equal shares of whole micro-batches over the data-parallel replicas)",
+          r.global_batch, r.cluster->gpu_count(), names));
+    }
+    const Candidate* closest = nullptr;
+    for (const Candidate& c : out.rejected) {
+      if (c.outcome != Candidate::Outcome::out_of_memory) continue;
+      if (!closest ||
+          c.peak_bytes - c.capacity_bytes < closest->peak_bytes - closest->capacity_bytes)
+        closest = &c;
+    }
+    if (!closest) {
+      throw InputError(fmt::format("no valid plan among {} proposals ({}); the first: {}",
+                                   out.rejected.size(), names, out.rejected.front().reason));
+    }
+    throw InputError(fmt::format(
+        "no plan fits in memory: the closest ({}: {}) needs {} per GPU where the GPU holds {} "
+        "({} missing); use more or larger GPUs, or a smaller model",
+        closest->proposal.policy, closest->proposal.label,
+        config::format_bytes(closest->peak_bytes), config::format_bytes(closest->capacity_bytes),
+        config::format_bytes(closest->peak_bytes - closest->capacity_bytes)));
+  }
+  return out;
+}
+
+}  // namespace hetsim::policy

@@ -1,0 +1,54 @@
+// Partitioning policies: each proposes plans for a model on a cluster by its own reasoning, as
+// its paper does; the planner (planner.h) then judges every proposal with the same replay. A plan
+// is a value: its YAML text, validated by load_plan_text like any plan file and written out as
+// the file `hetsim simulate --plan` reads. Policies register in one table (policy.cpp).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sim/platform/cluster.h"
+#include "sim/workload/model.h"
+
+namespace hetsim::policy {
+
+struct Request {
+  const workload::ModelConfig* model = nullptr;
+  const platform::Cluster* cluster = nullptr;
+  int64_t global_batch = 0;  // sequences per iteration
+  int64_t sequence = 0;      // tokens per sequence
+  std::string framework;     // a `framework:` value for every proposal; empty: the policy's own
+};
+
+struct Proposal {
+  std::string policy;
+  std::string label;  // one line: the degrees and choices
+  std::string plan;   // plan file text (YAML)
+};
+
+class Policy {
+ public:
+  virtual ~Policy() = default;
+  virtual const char* name() const = 0;
+  virtual const char* summary() const = 0;  // one line for --help and errors
+  virtual std::vector<Proposal> propose(const Request& r) const = 0;
+};
+
+// Every registered policy, in the table's order.
+const std::vector<const Policy*>& policies();
+// "all" or a name; an unknown name is an InputError that lists the valid ones.
+std::vector<const Policy*> select_policies(const std::string& name);
+
+// Facts about a request that several policies use.
+int min_gpus_per_node(const platform::Cluster& c);
+// Tensor-parallel degrees the model's shapes allow, up to `limit` (powers of two).
+std::vector<int> tensor_parallel_degrees(const workload::ModelConfig& m, int limit);
+// Micro-batch sizes (powers of two) that divide `per_replica` sequences.
+std::vector<int64_t> micro_batch_sizes(int64_t per_replica);
+
+// The policies (one file each).
+const Policy& megatron_policy();
+const Policy& zero_policy();
+
+}  // namespace hetsim::policy

@@ -1,0 +1,140 @@
+// The planner and its first policies: every proposal is a valid plan file, the search never
+// returns a plan the memory model rejects, it is at least as fast as hand-written Megatron plans,
+// the written plan replays to the predicted time, and impossible requests say why.
+#include <gtest/gtest.h>
+
+#include "sim/core/error.h"
+#include "sim/policy/planner.h"
+#include "sim/workload/memory.h"
+#include "sim/workload/plan.h"
+#include "sim/workload/replay.h"
+
+namespace hetsim::policy {
+namespace {
+
+platform::Cluster cluster(const std::string& name, int nodes) {
+  config::ClusterOptions o;
+  o.nodes = nodes;
+  return platform::Cluster(config::load_cluster(name, o));
+}
+
+workload::ModelConfig gpt(int layers, int heads = 16) {
+  return workload::load_model_yaml_text(
+      "name: small\nfamily: gpt\nlayers: " + std::to_string(layers) +
+          "\nhidden: 1024\nheads: " + std::to_string(heads) +
+          "\nvocab: 50304\nsequence: 1024\nactivation: gelu\nnorm: layernorm\n"
+          "position: learned\ntied_embeddings: true\ncausal: true\nbias: true\n",
+      "small.yaml");
+}
+
+Request request(const workload::ModelConfig& m, const platform::Cluster& c, int64_t batch) {
+  Request r;
+  r.model = &m;
+  r.cluster = &c;
+  r.global_batch = batch;
+  r.sequence = m.sequence;
+  return r;
+}
+
+double replay_seconds(const workload::ModelConfig& m, const platform::Cluster& c,
+                      const std::string& plan_text, const workload::CostModel& cost) {
+  const workload::Plan p = workload::load_plan_text(plan_text, "p.yaml", m, c);
+  return workload::replay(workload::build_training_job(m, p, c, cost)).iteration.seconds();
+}
+
+TEST(Policies, EveryProposalIsAValidPlanOnAHomogeneousNode) {
+  const workload::ModelConfig m = gpt(8);
+  const platform::Cluster c = cluster("dgx-a100", 1);
+  const Request r = request(m, c, 32);
+  const std::vector<Proposal> meg = megatron_policy().propose(r);
+  // tp 1,2,4,8 x pp 1,2,4,8 (dividing 8 GPUs) x micro-batches x schedules x recompute.
+  EXPECT_GT(meg.size(), 40u);
+  for (const Proposal& p : meg) {
+    EXPECT_NO_THROW(workload::load_plan_text(p.plan, "megatron", m, c)) << p.plan;
+  }
+  const std::vector<Proposal> zero = zero_policy().propose(r);
+  EXPECT_EQ(zero.size(), 3u * 3u * 2u);  // stages 1-3 x micro-batch 1, 2, 4 x recompute
+  for (const Proposal& p : zero) {
+    const workload::Plan plan = workload::load_plan_text(p.plan, "zero", m, c);
+    EXPECT_EQ(plan.data_parallel, 8);
+    EXPECT_GE(plan.zero_stage, 1);
+  }
+}
+
+TEST(Planner, IsAtLeastAsFastAsHandWrittenMegatronPlansAndItsPlanReplaysToThePrediction) {
+  const workload::ModelConfig m = gpt(8);
+  const platform::Cluster c = cluster("dgx-a100", 1);
+  const workload::DatasheetCostModel cost;
+  const Search s = search(request(m, c, 32), policies(), cost);
+  ASSERT_FALSE(s.ranked.empty());
+  const Candidate& best = s.ranked.front();
+  for (const char* hand : {"tensor_parallel: 8\nglobal_batch_size: 32\n",
+                           "tensor_parallel: 2\npipeline_parallel: 2\ndata_parallel: 2\n"
+                           "global_batch_size: 32\n",
+                           "data_parallel: 8\nmicro_batch_size: 4\nglobal_batch_size: 32\n"}) {
+    EXPECT_LE(best.iteration_s, replay_seconds(m, c, hand, cost)) << hand;
+  }
+  // Best first, and what was written replays to what was predicted.
+  for (size_t i = 1; i < s.ranked.size(); ++i) {
+    EXPECT_LE(s.ranked[i - 1].iteration_s, s.ranked[i].iteration_s);
+  }
+  EXPECT_EQ(replay_seconds(m, c, best.proposal.plan, cost), best.iteration_s);
+  EXPECT_EQ(s.proposed, s.ranked.size() + s.rejected.size());
+}
+
+TEST(Planner, NeverReturnsAPlanThatDoesNotFitAndSaysWhyItDroppedOthers) {
+  // 13B parameters on 8 GPUs: data parallelism with only the optimizer sharded holds 6 bytes per
+  // parameter (78 GB) on every GPU before any activation, so those plans are dropped; plans that
+  // shard more, or split the model, fit.
+  const workload::ModelConfig m = workload::load_model("gpt3-13b");
+  const platform::Cluster c = cluster("dgx-a100", 1);
+  const workload::DatasheetCostModel cost;
+  const Search s = search(request(m, c, 8), policies(), cost);
+  ASSERT_FALSE(s.ranked.empty());
+  for (const Candidate& k : s.ranked) {
+    EXPECT_FALSE(k.report->oom) << k.proposal.label;
+    EXPECT_LE(k.peak_bytes, k.capacity_bytes) << k.proposal.label;
+  }
+  size_t oom = 0;
+  for (const Candidate& k : s.rejected) {
+    if (k.outcome != Candidate::Outcome::out_of_memory) continue;
+    ++oom;
+    EXPECT_NE(k.reason.find("per GPU where the GPU holds 80.0 GiB"), std::string::npos) << k.reason;
+  }
+  EXPECT_GT(oom, 0u);
+}
+
+TEST(Planner, ImpossibleRequestsSayWhy) {
+  const workload::DatasheetCostModel cost;
+  auto message = [&](const workload::ModelConfig& m, const platform::Cluster& c, int64_t batch,
+                     const std::string& policy = "all") {
+    try {
+      search(request(m, c, batch), select_policies(policy), cost);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  // GPT-3 175B on one DGX A100 node: nothing fits, and the message says by how much.
+  const workload::ModelConfig big = workload::load_model("gpt3-175b");
+  const std::string oom = message(big, cluster("dgx-a100", 1), 8);
+  EXPECT_EQ(oom.rfind("no plan fits in memory: the closest (", 0), 0u) << oom;
+  EXPECT_NE(oom.find(" missing); use more or larger GPUs, or a smaller model"), std::string::npos)
+      << oom;
+  // One attention head and 2 layers on 16 GPUs: data parallelism of 8 or 16 cannot split 7.
+  const std::string batch = message(gpt(2, 1), cluster("dgx-a100", 2), 7);
+  EXPECT_EQ(batch,
+            "no plan for a global batch of 7 on 16 GPUs: megatron, zero proposed none (the batch "
+            "must divide into equal shares of whole micro-batches over the data-parallel "
+            "replicas)");
+  try {
+    select_policies("whales");
+    ADD_FAILURE();
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "--policy: unknown policy \"whales\" (expected all or one of megatron, zero)");
+  }
+}
+
+}  // namespace
+}  // namespace hetsim::policy
