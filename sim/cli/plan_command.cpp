@@ -31,7 +31,7 @@ void add_plan_command(CLI::App& app, Action& action) {
     std::string model, policy = "all", framework, out, calibration, efficiency;
     int64_t global_batch = 0, sequence = 0;
     int top = 5;
-    bool json = false, quiet = false;
+    bool json = false, quiet = false, replay_all = false;
     double progress_after_s = 2;
   };
   auto o = std::make_shared<Opts>();
@@ -59,6 +59,9 @@ void add_plan_command(CLI::App& app, Action& action) {
   cmd->add_option("--out", o->out, "Write the best plan to this file (simulate --plan reads it)");
   cmd->add_option("--calibration", o->calibration, "Calibration database (as simulate)");
   cmd->add_option("--efficiency", o->efficiency, "Datasheet efficiency constants (as simulate)");
+  cmd->add_flag("--replay-all", o->replay_all,
+                "Replay every plan that fits (default: skip those whose busiest GPU's kernels "
+                "alone take longer than the --top best; the top list is the same)");
   cmd->add_flag("--json", o->json, "Print JSON: the candidates best first, then the rejected");
   cmd->add_flag("--quiet", o->quiet, "No progress lines on standard error");
   cmd->add_option("--progress-after", o->progress_after_s,
@@ -89,8 +92,11 @@ void add_plan_command(CLI::App& app, Action& action) {
       report::ProgressMeter meter(std::cerr, "plan", o->progress_after_s, 1.0,
                                   report::stderr_is_terminal());
       const auto t0 = std::chrono::steady_clock::now();
+      policy::SearchOptions sopt;
+      sopt.prune = !o->replay_all;
+      sopt.keep = static_cast<size_t>(o->top);
       const policy::Search s =
-          policy::search(req, chosen, cost, [&](const policy::SearchProgress& p) {
+          policy::search(req, chosen, cost, sopt, [&](const policy::SearchProgress& p) {
             if (!o->quiet && !o->json) meter.update_count(p.done, p.total, "plans");
           });
       meter.finish();
@@ -100,17 +106,25 @@ void add_plan_command(CLI::App& app, Action& action) {
       if (!o->out.empty()) {
         std::ofstream f(o->out, std::ios::binary);
         if (!f) throw InputError("--out " + o->out + ": cannot write the file");
-        f << fmt::format(
-                 "# hetsim plan --model {} --cluster {} --global-batch-size {}: the fastest "
-                 "of {} plans ({} predicted per iteration)\n",
-                 o->model, o->cluster.cluster, o->global_batch, s.proposed,
-                 config::format_time(best.iteration_s))
+        // The command that made it, so the file says where it came from.
+        std::string cmdline =
+            "hetsim plan --model " + o->model + " --cluster " + o->cluster.cluster;
+        if (o->cluster.nodes_option && o->cluster.nodes_option->count() > 0)
+          cmdline += " --nodes " + std::to_string(o->cluster.nodes);
+        for (const std::string& set : o->cluster.sets) cmdline += " --set " + set;
+        cmdline += " --global-batch-size " + std::to_string(o->global_batch) +
+                   " --sequence-length " + std::to_string(req.sequence) + " --policy " + o->policy;
+        if (!o->framework.empty()) cmdline += " --framework " + o->framework;
+        f << fmt::format("# {}\n# the fastest of {} plans: {} predicted per iteration\n", cmdline,
+                         s.proposed, config::format_time(best.iteration_s))
           << best.proposal.plan;
         if (!f) throw RunError("--out " + o->out + ": write failed");
       }
-      size_t oom = 0, invalid = 0;
+      size_t oom = 0, invalid = 0, pruned = 0;
       for (const policy::Candidate& c : s.rejected) {
-        (c.outcome == policy::Candidate::Outcome::out_of_memory ? oom : invalid) += 1;
+        if (c.outcome == policy::Candidate::Outcome::out_of_memory) ++oom;
+        if (c.outcome == policy::Candidate::Outcome::invalid) ++invalid;
+        if (c.outcome == policy::Candidate::Outcome::pruned) ++pruned;
       }
       if (o->json) {
         nlohmann::ordered_json j;
@@ -137,6 +151,9 @@ void add_plan_command(CLI::App& app, Action& action) {
           x["policy"] = c.proposal.policy;
           x["label"] = c.proposal.label;
           x["oom"] = c.outcome == policy::Candidate::Outcome::out_of_memory;
+          x["outcome"] = c.outcome == policy::Candidate::Outcome::out_of_memory ? "out_of_memory"
+                         : c.outcome == policy::Candidate::Outcome::pruned      ? "pruned"
+                                                                                : "invalid";
           x["reason"] = c.reason;
           x["plan"] = c.proposal.plan;
           rej.push_back(std::move(x));
@@ -148,10 +165,10 @@ void add_plan_command(CLI::App& app, Action& action) {
           fmt::format("{} on {} ({} GPUs), global batch {} x {} tokens\n", model.name,
                       cluster.config().name, cluster.gpu_count(), o->global_batch, req.sequence);
       t += fmt::format(
-          "  searched       {} plans from {}: {} replayed, {} out of memory, {} invalid ({:.1f} "
-          "s)\n",
+          "  searched       {} plans from {}: {} replayed, {} out of memory, {} invalid, {} not "
+          "replayed (their compute alone is slower than the top {}) ({:.1f} s)\n",
           s.proposed, o->policy == "all" ? "every policy" : "policy " + o->policy, s.ranked.size(),
-          oom, invalid, wall);
+          oom, invalid, pruned, o->top, wall);
       t += fmt::format("  best           {}: {}\n                 {}\n", best.proposal.policy,
                        best.proposal.label, figures(best));
       t += "  best per policy\n";

@@ -14,8 +14,26 @@
 
 namespace hetsim::policy {
 
+namespace {
+
+// The busiest group's kernels: its compute stream runs them one after another, so no replay of
+// the plan can take less. The bound that prunes.
+double compute_bound_s(const workload::TrainingJob& job) {
+  Time most;
+  for (const workload::Group& g : job.groups) {
+    Time sum;
+    for (const workload::Task& t : g.program) {
+      if (t.kind == workload::TaskKind::compute) sum += g.segments[t.index].duration;
+    }
+    most = std::max(most, sum);
+  }
+  return most.seconds();
+}
+
+}  // namespace
+
 Search search(const Request& r, const std::vector<const Policy*>& policies,
-              const workload::CostModel& cost,
+              const workload::CostModel& cost, const SearchOptions& options,
               const std::function<void(const SearchProgress&)>& progress) {
   std::vector<Proposal> proposals;
   for (const Policy* p : policies) {
@@ -23,12 +41,18 @@ Search search(const Request& r, const std::vector<const Policy*>& policies,
   }
   Search out;
   out.proposed = proposals.size();
-  SearchProgress status{0, proposals.size()};
+  // Two passes: every proposal validated and its memory checked (cheap), then the survivors
+  // replayed in the order of their compute bound, skipping those whose bound is already no better
+  // than the `keep`-th best replayed time: they cannot enter that list, which is therefore exact.
+  SearchProgress status{0, 2 * proposals.size()};
+  std::vector<Candidate> fits;
+  std::vector<workload::Plan> plans;
+  std::vector<double> bounds;
   for (Proposal& prop : proposals) {
     Candidate c;
     c.proposal = std::move(prop);
     try {
-      const workload::Plan plan = workload::load_plan_text(
+      workload::Plan plan = workload::load_plan_text(
           c.proposal.plan, c.proposal.policy + " proposal", *r.model, *r.cluster);
       const workload::TrainingJob job =
           workload::build_training_job(*r.model, plan, *r.cluster, cost);
@@ -44,17 +68,52 @@ Search search(const Request& r, const std::vector<const Policy*>& policies,
         c.reason = fmt::format("needs {} per GPU where the GPU holds {}",
                                config::format_bytes(fullest->peak),
                                config::format_bytes(fullest->capacity));
+        out.rejected.push_back(std::move(c));
       } else {
-        const workload::ReplayResult res = workload::replay(job);
-        c.report = report::make_training_report(job, res, memory);
-        c.iteration_s = c.report->iteration_time_s;
-        c.outcome = Candidate::Outcome::replayed;
+        bounds.push_back(compute_bound_s(job));
+        plans.push_back(std::move(plan));
+        fits.push_back(std::move(c));
       }
     } catch (const InputError& e) {
       c.outcome = Candidate::Outcome::invalid;
       c.reason = e.what();
+      out.rejected.push_back(std::move(c));
     }
-    (c.outcome == Candidate::Outcome::replayed ? out.ranked : out.rejected).push_back(std::move(c));
+    ++status.done;
+    if (progress) progress(status);
+  }
+  std::vector<size_t> order(fits.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return bounds[a] < bounds[b]; });
+  status.total = status.done + order.size();
+  std::vector<double> best;  // the `keep` fastest replayed times, ascending
+  const size_t keep = std::max<size_t>(1, options.keep);
+  for (size_t i : order) {
+    Candidate& c = fits[i];
+    if (options.prune && best.size() >= keep && bounds[i] >= best.back()) {
+      c.outcome = Candidate::Outcome::pruned;
+      c.reason = fmt::format("its busiest GPU computes for {}, no faster than the {} best",
+                             config::format_time(bounds[i]), keep);
+      out.rejected.push_back(std::move(c));
+    } else {
+      try {
+        const workload::TrainingJob job =
+            workload::build_training_job(*r.model, plans[i], *r.cluster, cost);
+        const workload::ReplayResult res = workload::replay(job);
+        c.report = report::make_training_report(job, res, workload::memory_per_group(job));
+        c.iteration_s = c.report->iteration_time_s;
+        c.outcome = Candidate::Outcome::replayed;
+        best.insert(std::upper_bound(best.begin(), best.end(), c.iteration_s), c.iteration_s);
+        if (best.size() > keep) best.pop_back();
+        out.ranked.push_back(std::move(c));
+      } catch (const RunError& e) {
+        // One plan the replay cannot finish does not end the search.
+        c.outcome = Candidate::Outcome::invalid;
+        c.reason = std::string("replay failed: ") + e.what();
+        out.rejected.push_back(std::move(c));
+      }
+    }
     ++status.done;
     if (progress) progress(status);
   }

@@ -1,7 +1,8 @@
 // The planner: every selected policy proposes plans; each proposal is validated as a plan file
 // would be, its memory checked before anything runs (plans that cannot fit are dropped with the
 // reason), and the rest replayed (identical replicas folded, so a replay of a 1024-GPU job takes a
-// fraction of a second). Candidates come back best first.
+// fraction of a second), fastest bound first, skipping those that cannot make the list
+// (SearchOptions). Candidates come back best first.
 #pragma once
 
 #include <functional>
@@ -17,8 +18,8 @@ namespace hetsim::policy {
 
 struct Candidate {
   Proposal proposal;
-  enum class Outcome { replayed, invalid, out_of_memory } outcome = Outcome::invalid;
-  std::string reason;         // invalid or out of memory: why
+  enum class Outcome { replayed, invalid, out_of_memory, pruned } outcome = Outcome::invalid;
+  std::string reason;         // not replayed: why
   double iteration_s = 0;     // replayed
   double peak_bytes = 0;      // the fullest GPU's peak (replayed or out of memory)
   double capacity_bytes = 0;  // that GPU's memory
@@ -29,16 +30,24 @@ struct SearchProgress {
   size_t done = 0, total = 0;
 };
 
+struct SearchOptions {
+  // Replay a plan only if its compute bound (the busiest GPU's kernels back to back, which no
+  // replay can beat) is below the `keep`-th best time replayed so far: the `keep` best come out
+  // exactly as without pruning.
+  bool prune = true;
+  size_t keep = 5;
+};
+
 struct Search {
   std::vector<Candidate> ranked;    // replayed, fastest first (ties: proposal order)
-  std::vector<Candidate> rejected;  // invalid and out of memory, in proposal order
+  std::vector<Candidate> rejected;  // invalid, out of memory (proposal order), then pruned
   size_t proposed = 0;
 };
 
 // Throws InputError when nothing can run: no proposal is a valid plan (with the first reason), or
 // none fits in memory (with how much the closest one lacks).
 Search search(const Request& r, const std::vector<const Policy*>& policies,
-              const workload::CostModel& cost,
+              const workload::CostModel& cost, const SearchOptions& options = {},
               const std::function<void(const SearchProgress&)>& progress = {});
 
 }  // namespace hetsim::policy

@@ -188,7 +188,7 @@ TEST(PlanCommand, WritesTheBestPlanWhichSimulateReplaysToThePredictedTime) {
                  Capture::stdout_only);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto j = nlohmann::json::parse(r.output);
-  ASSERT_GT(j["candidates"].size(), 10u);
+  ASSERT_GE(j["candidates"].size(), 5u);
   double last = 0;
   for (const auto& c : j["candidates"]) {
     EXPECT_GE(c["iteration_time_s"].get<double>(), last);

@@ -82,6 +82,28 @@ TEST(Planner, IsAtLeastAsFastAsHandWrittenMegatronPlansAndItsPlanReplaysToThePre
   EXPECT_EQ(s.proposed, s.ranked.size() + s.rejected.size());
 }
 
+TEST(Planner, SkippingPlansWhoseComputeAloneIsSlowerLeavesTheTopListExact) {
+  const workload::ModelConfig m = gpt(8);
+  const platform::Cluster c = cluster("dgx-a100", 1);
+  const workload::DatasheetCostModel cost;
+  SearchOptions all;
+  all.prune = false;
+  const Search full = search(request(m, c, 32), policies(), cost, all);
+  for (size_t keep : {1, 3, 5}) {
+    SearchOptions o;
+    o.keep = keep;
+    const Search pruned = search(request(m, c, 32), policies(), cost, o);
+    size_t skipped = 0;
+    for (const Candidate& k : pruned.rejected) skipped += k.outcome == Candidate::Outcome::pruned;
+    EXPECT_GT(skipped, 0u) << keep;
+    EXPECT_EQ(pruned.ranked.size() + skipped, full.ranked.size()) << keep;
+    ASSERT_GE(pruned.ranked.size(), keep);
+    for (size_t i = 0; i < keep; ++i) {
+      EXPECT_EQ(pruned.ranked[i].iteration_s, full.ranked[i].iteration_s) << keep << " " << i;
+    }
+  }
+}
+
 TEST(Planner, NeverReturnsAPlanThatDoesNotFitAndSaysWhyItDroppedOthers) {
   // 13B parameters on 8 GPUs: data parallelism with only the optimizer sharded holds 6 bytes per
   // parameter (78 GB) on every GPU before any activation, so those plans are dropped; plans that
