@@ -9,7 +9,7 @@
 namespace hetsim::policy {
 
 const std::vector<const Policy*>& policies() {
-  static const std::vector<const Policy*> table = {&megatron_policy(), &zero_policy()};
+  static const std::vector<const Policy*> table = {&megatron_policy(), &zero_policy(), &whale_policy()};
   return table;
 }
 

@@ -50,5 +50,6 @@ std::vector<int64_t> micro_batch_sizes(int64_t per_replica);
 // The policies (one file each).
 const Policy& megatron_policy();
 const Policy& zero_policy();
+const Policy& whale_policy();
 
 }  // namespace hetsim::policy

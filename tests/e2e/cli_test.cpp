@@ -208,11 +208,11 @@ TEST(PlanCommand, WritesTheBestPlanWhichSimulateReplaysToThePredictedTime) {
   ASSERT_EQ(text.exit_code, 0) << text.output;
   EXPECT_NE(text.output.find("  best per policy\n    zero "), std::string::npos) << text.output;
   const CommandResult bad = run_hetsim(
-      {"plan", "--model", "gpt3-125m", "--global-batch-size", "16", "--policy", "whale"});
+      {"plan", "--model", "gpt3-125m", "--global-batch-size", "16", "--policy", "whales"});
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_EQ(bad.output,
-            "hetsim: error: --policy: unknown policy \"whale\" (expected all or one of megatron, "
-            "zero)\n");
+            "hetsim: error: --policy: unknown policy \"whales\" (expected all or one of megatron, "
+            "zero, whale)\n");
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 // the written plan replays to the predicted time, and impossible requests say why.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "sim/core/error.h"
 #include "sim/policy/planner.h"
 #include "sim/workload/memory.h"
@@ -59,6 +61,53 @@ TEST(Policies, EveryProposalIsAValidPlanOnAHomogeneousNode) {
     EXPECT_EQ(plan.data_parallel, 8);
     EXPECT_GE(plan.zero_stage, 1);
   }
+}
+
+TEST(Policies, WhaleSharesTheBatchInProportionToFlops) {
+  // Two DGX H100 and two DGX A100 nodes: bf16 989 against 312 TFLOP/s per GPU (datasheets).
+  const workload::ModelConfig m = gpt(8);
+  const platform::Cluster c(config::load_cluster("mixed-h100-a100", {}));
+  const std::vector<Proposal> props = whale_policy().propose(request(m, c, 128));
+  ASSERT_FALSE(props.empty());
+  size_t checked = 0;
+  for (const Proposal& p : props) {
+    const workload::Plan plan = workload::load_plan_text(p.plan, "whale", m, c);
+    double capacity = 0;
+    int64_t total = 0;
+    std::vector<double> cap;
+    for (const workload::ReplicaPlan& rep : plan.replicas) {
+      double sum = 0;
+      for (platform::GpuId d : rep.stages.front().devices) {
+        sum += workload::peak_flops(*c.gpu(d).profile, workload::Precision::bf16);
+      }
+      cap.push_back(sum);
+      capacity += sum;
+      total += rep.micro_batches;
+    }
+    EXPECT_EQ(total * plan.micro_batch_size, 128) << p.label;
+    for (size_t i = 0; i < cap.size(); ++i) {
+      const double exact = static_cast<double>(total) * cap[i] / capacity;
+      EXPECT_LT(std::abs(plan.replicas[i].micro_batches - exact), 1.0) << p.label << " " << i;
+    }
+    if (plan.replicas.size() == 4 && plan.micro_batch_size == 1) {  // 48.6 : 15.4 -> 49 : 15
+      EXPECT_EQ(plan.replicas[0].micro_batches * plan.micro_batch_size, 49) << p.label;
+      EXPECT_EQ(plan.replicas[3].micro_batches * plan.micro_batch_size, 15) << p.label;
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 0u);
+}
+
+TEST(Planner, OnAMixedClusterWhalesSharesBeatUniformMegatron) {
+  // GPT-3 1.3B, 128 sequences: enough work per GPU that the A100s' pace decides uniform plans.
+  const workload::ModelConfig m = workload::load_model("gpt3-1.3b");
+  const platform::Cluster c(config::load_cluster("mixed-h100-a100", {}));
+  const workload::DatasheetCostModel cost;
+  const double megatron =
+      search(request(m, c, 128), {&megatron_policy()}, cost).ranked.front().iteration_s;
+  const double whale =
+      search(request(m, c, 128), {&whale_policy()}, cost).ranked.front().iteration_s;
+  EXPECT_LT(whale, 0.8 * megatron);  // the H100 replicas no longer wait for the A100 ones
 }
 
 TEST(Planner, IsAtLeastAsFastAsHandWrittenMegatronPlansAndItsPlanReplaysToThePrediction) {
@@ -145,16 +194,17 @@ TEST(Planner, ImpossibleRequestsSayWhy) {
       << oom;
   // One attention head and 2 layers on 16 GPUs: data parallelism of 8 or 16 cannot split 7.
   const std::string batch = message(gpt(2, 1), cluster("dgx-a100", 2), 7);
-  EXPECT_EQ(batch,
-            "no plan for a global batch of 7 on 16 GPUs: megatron, zero proposed none (the batch "
-            "must divide into equal shares of whole micro-batches over the data-parallel "
-            "replicas)");
+  EXPECT_EQ(
+      batch,
+      "no plan for a global batch of 7 on 16 GPUs: megatron, zero, whale proposed none (the batch "
+      "must divide into equal shares of whole micro-batches over the data-parallel "
+      "replicas)");
   try {
     select_policies("whales");
     ADD_FAILURE();
   } catch (const InputError& e) {
     EXPECT_EQ(std::string(e.what()),
-              "--policy: unknown policy \"whales\" (expected all or one of megatron, zero)");
+              "--policy: unknown policy \"whales\" (expected all or one of megatron, zero, whale)");
   }
 }
 
