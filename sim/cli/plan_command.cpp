@@ -166,7 +166,9 @@ void add_plan_command(CLI::App& app, Action& action) {
                       cluster.config().name, cluster.gpu_count(), o->global_batch, req.sequence);
       t += fmt::format(
           "  searched       {} plans from {}: {} replayed, {} out of memory, {} invalid, {} not "
-          "replayed (their compute alone is slower than the top {}) ({:.1f} s)\n",
+          "replayed (their compute alone is slower than the top {} and their policy's best) "
+          "({:.1f} "
+          "s)\n",
           s.proposed, o->policy == "all" ? "every policy" : "policy " + o->policy, s.ranked.size(),
           oom, invalid, pruned, o->top, wall);
       t += fmt::format("  best           {}: {}\n                 {}\n", best.proposal.policy,

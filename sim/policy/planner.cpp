@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 
 #include "sim/config/units.h"
 #include "sim/core/error.h"
@@ -36,8 +37,10 @@ Search search(const Request& r, const std::vector<const Policy*>& policies,
               const workload::CostModel& cost, const SearchOptions& options,
               const std::function<void(const SearchProgress&)>& progress) {
   std::vector<Proposal> proposals;
+  Request req = r;
+  if (!req.cost) req.cost = &cost;
   for (const Policy* p : policies) {
-    for (Proposal& x : p->propose(r)) proposals.push_back(std::move(x));
+    for (Proposal& x : p->propose(req)) proposals.push_back(std::move(x));
   }
   Search out;
   out.proposed = proposals.size();
@@ -89,9 +92,13 @@ Search search(const Request& r, const std::vector<const Policy*>& policies,
   status.total = status.done + order.size();
   std::vector<double> best;  // the `keep` fastest replayed times, ascending
   const size_t keep = std::max<size_t>(1, options.keep);
+  std::map<std::string, double> policy_best;
   for (size_t i : order) {
     Candidate& c = fits[i];
-    if (options.prune && best.size() >= keep && bounds[i] >= best.back()) {
+    // A policy's own best is kept too, so that each policy's best comes out exact.
+    const auto own = policy_best.find(c.proposal.policy);
+    if (options.prune && best.size() >= keep && bounds[i] >= best.back() &&
+        own != policy_best.end() && bounds[i] >= own->second) {
       c.outcome = Candidate::Outcome::pruned;
       c.reason = fmt::format("its busiest GPU computes for {}, no faster than the {} best",
                              config::format_time(bounds[i]), keep);
@@ -105,6 +112,8 @@ Search search(const Request& r, const std::vector<const Policy*>& policies,
         c.iteration_s = c.report->iteration_time_s;
         c.outcome = Candidate::Outcome::replayed;
         best.insert(std::upper_bound(best.begin(), best.end(), c.iteration_s), c.iteration_s);
+        auto [slot, fresh] = policy_best.try_emplace(c.proposal.policy, c.iteration_s);
+        if (!fresh) slot->second = std::min(slot->second, c.iteration_s);
         if (best.size() > keep) best.pop_back();
         out.ranked.push_back(std::move(c));
       } catch (const RunError& e) {

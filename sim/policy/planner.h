@@ -32,8 +32,8 @@ struct SearchProgress {
 
 struct SearchOptions {
   // Replay a plan only if its compute bound (the busiest GPU's kernels back to back, which no
-  // replay can beat) is below the `keep`-th best time replayed so far: the `keep` best come out
-  // exactly as without pruning.
+  // replay can beat) is below the `keep`-th best time replayed so far or below its own policy's
+  // best: the `keep` best, and each policy's best, come out exactly as without pruning.
   bool prune = true;
   size_t keep = 5;
 };

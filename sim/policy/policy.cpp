@@ -1,15 +1,20 @@
 // The policy table and the helpers the policies share; see policy.h.
 #include "sim/policy/policy.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <cmath>
 #include <map>
+#include <numeric>
 
 #include "sim/core/error.h"
 
 namespace hetsim::policy {
 
 const std::vector<const Policy*>& policies() {
-  static const std::vector<const Policy*> table = {&megatron_policy(), &zero_policy(), &whale_policy()};
+  static const std::vector<const Policy*> table = {&megatron_policy(), &zero_policy(),
+                                                   &whale_policy(), &cannikin_policy()};
   return table;
 }
 
@@ -48,6 +53,65 @@ std::vector<int64_t> micro_batch_sizes(int64_t per_replica) {
     if (per_replica % b == 0) out.push_back(b);
   }
   return out;
+}
+
+std::vector<std::vector<platform::GpuId>> node_groups(const platform::Cluster& c, int tp) {
+  std::map<uint32_t, std::vector<platform::GpuId>> nodes;
+  for (platform::GpuId g = 0; g < c.gpu_count(); ++g) nodes[c.gpu(g).node].push_back(g);
+  std::vector<std::vector<platform::GpuId>> groups;
+  for (const auto& [node, gpus] : nodes) {
+    for (size_t i = 0; i + tp <= gpus.size(); i += tp) {
+      groups.emplace_back(gpus.begin() + i, gpus.begin() + i + tp);
+    }
+  }
+  return groups;
+}
+
+std::vector<int64_t> whole_shares(int64_t total, const std::vector<double>& exact) {
+  const int64_t n = static_cast<int64_t>(exact.size());
+  std::vector<int64_t> share(n, 1);
+  std::vector<double> over(n);
+  int64_t given = n;
+  for (int64_t i = 0; i < n; ++i) {
+    over[i] = exact[i] - 1;
+    const int64_t whole = std::max<int64_t>(0, static_cast<int64_t>(std::floor(over[i])));
+    share[i] += whole;
+    given += whole;
+  }
+  std::vector<int64_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    return over[a] - std::floor(over[a]) > over[b] - std::floor(over[b]);
+  });
+  for (int64_t k = 0; given < total; k = (k + 1) % n) {
+    ++share[order[k]];
+    ++given;
+  }
+  for (int64_t k = n - 1; given > total; k = (k + n - 1) % n) {
+    if (share[order[k]] > 1) {
+      --share[order[k]];
+      --given;
+    }
+  }
+  return share;
+}
+
+std::string replicas_plan(const Request& r, const std::string& header, int64_t micro_batch,
+                          const char* recompute, int tp,
+                          const std::vector<std::vector<platform::GpuId>>& groups,
+                          const std::vector<int64_t>& shares) {
+  std::string plan = fmt::format(
+      "{}micro_batch_size: {}\nsequence_length: {}\nrecompute: {}\nsequence_parallel: {}\n", header,
+      micro_batch, r.sequence, recompute, tp > 1 ? "true" : "false");
+  if (!r.framework.empty()) plan += "framework: " + r.framework + "\n";
+  plan += "replicas:\n";
+  for (size_t i = 0; i < groups.size(); ++i) {
+    plan += fmt::format(
+        "  - micro_batches: {}\n    stages:\n"
+        "      - {{layers: {}, tensor_parallel: {}, devices: \"{}-{}\"}}\n",
+        shares[i], r.model->layers, tp, groups[i].front(), groups[i].back());
+  }
+  return plan;
 }
 
 }  // namespace hetsim::policy

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "sim/platform/cluster.h"
+#include "sim/workload/cost_model.h"
 #include "sim/workload/model.h"
 
 namespace hetsim::policy {
@@ -19,6 +20,8 @@ struct Request {
   int64_t global_batch = 0;  // sequences per iteration
   int64_t sequence = 0;      // tokens per sequence
   std::string framework;     // a `framework:` value for every proposal; empty: the policy's own
+  // Kernel costs, for policies whose own model profiles (Cannikin); the planner sets it.
+  const workload::CostModel* cost = nullptr;
 };
 
 struct Proposal {
@@ -47,9 +50,21 @@ std::vector<int> tensor_parallel_degrees(const workload::ModelConfig& m, int lim
 // Micro-batch sizes (powers of two) that divide `per_replica` sequences.
 std::vector<int64_t> micro_batch_sizes(int64_t per_replica);
 
+// Tensor-parallel groups of `tp` consecutive GPUs inside each node, in id order.
+std::vector<std::vector<platform::GpuId>> node_groups(const platform::Cluster& c, int tp);
+// `total` whole units split as close to `exact` (summing to `total`) as whole numbers of at least
+// one allow: largest remainder.
+std::vector<int64_t> whole_shares(int64_t total, const std::vector<double>& exact);
+// A replicas: plan with one stage per replica (all layers), each replica a group with its share.
+std::string replicas_plan(const Request& r, const std::string& header, int64_t micro_batch,
+                          const char* recompute, int tp,
+                          const std::vector<std::vector<platform::GpuId>>& groups,
+                          const std::vector<int64_t>& shares);
+
 // The policies (one file each).
 const Policy& megatron_policy();
 const Policy& zero_policy();
 const Policy& whale_policy();
+const Policy& cannikin_policy();
 
 }  // namespace hetsim::policy

@@ -98,6 +98,54 @@ TEST(Policies, WhaleSharesTheBatchInProportionToFlops) {
   EXPECT_GT(checked, 0u);
 }
 
+// The replicas' compute time under a plan: spread between the busiest and the idlest.
+double compute_spread_s(const workload::ModelConfig& m, const platform::Cluster& c,
+                        const std::string& plan_text, const workload::CostModel& cost) {
+  const workload::Plan p = workload::load_plan_text(plan_text, "p.yaml", m, c);
+  const workload::ReplayResult r = workload::replay(workload::build_training_job(m, p, c, cost));
+  Time lo = Time::max(), hi;
+  for (const workload::GroupTimes& g : r.groups) {
+    lo = std::min(lo, g.compute);
+    hi = std::max(hi, g.compute);
+  }
+  return (hi - lo).seconds();
+}
+
+TEST(Policies, CannikinEqualisesTheReplicasFinishWithinOneMicroBatch) {
+  // One replica per node (TP 8), one sequence per micro-batch: Cannikin's closed form from its
+  // profiled lines T_i(b) = k_i + a_i b leaves the replicas' compute within one micro-batch of
+  // each other; Whale's FLOP ratio (3.17) is further off, since a micro-batch on an H100 takes
+  // more than 1/3.17 of one on an A100 (memory-bound kernels, fixed costs).
+  const workload::ModelConfig m = workload::load_model("gpt3-1.3b");
+  const platform::Cluster c(config::load_cluster("mixed-h100-a100", {}));
+  const workload::DatasheetCostModel cost;
+  Request r = request(m, c, 64);
+  r.cost = &cost;
+  auto find = [&](const Policy& p) {
+    for (const Proposal& x : p.propose(r)) {
+      if (x.label.rfind("dp 4 x tp 8, micro-batch 1,", 0) == 0 &&
+          x.label.find("recompute none") != std::string::npos)
+        return x.plan;
+    }
+    ADD_FAILURE() << p.name() << ": no dp 4 x tp 8 proposal";
+    return std::string();
+  };
+  const std::string cannikin = find(cannikin_policy()), whale = find(whale_policy());
+  // One micro-batch on the slower replica: its two-micro-batch replay minus its one-micro-batch
+  // one.
+  const std::string one =
+      "micro_batch_size: 1\nsequence_length: 2048\nreplicas:\n"
+      "  - micro_batches: 1\n    stages:\n"
+      "      - {layers: 24, tensor_parallel: 8, devices: \"24-31\"}\n";
+  std::string two = one;
+  two.replace(two.find("micro_batches: 1"), 16, "micro_batches: 2");
+  const double a_slow = replay_seconds(m, c, two, cost) - replay_seconds(m, c, one, cost);
+  ASSERT_GT(a_slow, 0);
+  const double spread = compute_spread_s(m, c, cannikin, cost);
+  EXPECT_LE(spread, a_slow) << cannikin;
+  EXPECT_LT(spread, compute_spread_s(m, c, whale, cost)) << cannikin << whale;
+}
+
 TEST(Planner, OnAMixedClusterWhalesSharesBeatUniformMegatron) {
   // GPT-3 1.3B, 128 sequences: enough work per GPU that the A100s' pace decides uniform plans.
   const workload::ModelConfig m = workload::load_model("gpt3-1.3b");
@@ -196,7 +244,8 @@ TEST(Planner, ImpossibleRequestsSayWhy) {
   const std::string batch = message(gpt(2, 1), cluster("dgx-a100", 2), 7);
   EXPECT_EQ(
       batch,
-      "no plan for a global batch of 7 on 16 GPUs: megatron, zero, whale proposed none (the batch "
+      "no plan for a global batch of 7 on 16 GPUs: megatron, zero, whale, cannikin proposed none "
+      "(the batch "
       "must divide into equal shares of whole micro-batches over the data-parallel "
       "replicas)");
   try {
@@ -204,7 +253,8 @@ TEST(Planner, ImpossibleRequestsSayWhy) {
     ADD_FAILURE();
   } catch (const InputError& e) {
     EXPECT_EQ(std::string(e.what()),
-              "--policy: unknown policy \"whales\" (expected all or one of megatron, zero, whale)");
+              "--policy: unknown policy \"whales\" (expected all or one of megatron, zero, whale, "
+              "cannikin)");
   }
 }
 
