@@ -4,10 +4,13 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "calibrate/measured_cost_model.h"
 #include "sim/config/cluster_config.h"
+#include "sim/workload/cost_model.h"
 
 namespace hetsim::cli {
 
@@ -21,6 +24,22 @@ struct ClusterFlags {
   std::vector<std::string> sets;
   void add_to(CLI::App& app, const std::string& default_cluster);
   config::ClusterOptions options() const;
+};
+
+// The kernel costs of --efficiency and --calibration: measured where the database has them, the
+// datasheet model elsewhere. A database's spread warnings are kept and printed on standard error.
+class CostModels {
+ public:
+  CostModels(const std::string& efficiency, const std::string& calibration);
+  CostModels(const CostModels&) = delete;
+  CostModels& operator=(const CostModels&) = delete;
+  const workload::CostModel& get() const;
+  const std::vector<std::string>& warnings() const { return warnings_; }
+
+ private:
+  workload::DatasheetCostModel datasheet_;
+  std::unique_ptr<calibrate::MeasuredCostModel> measured_;
+  std::vector<std::string> warnings_;
 };
 
 void add_collective_command(CLI::App& app, Action& action);

@@ -18,6 +18,21 @@ void ClusterFlags::add_to(CLI::App& app, const std::string& default_cluster) {
                  "(repeatable)");
 }
 
+CostModels::CostModels(const std::string& efficiency, const std::string& calibration)
+    : datasheet_(workload::load_datasheet_efficiency(efficiency)) {
+  if (calibration.empty()) return;
+  // Only the spread is checked here: it is stored, so cheap; the held-out error needs a model per
+  // table (hetsim calibrate check).
+  calibrate::Database db = calibrate::read_database(calibration);
+  warnings_ = calibrate::spread_warnings(db);
+  for (const std::string& w : warnings_) std::cerr << "hetsim: warning: " << w << "\n";
+  measured_ = std::make_unique<calibrate::MeasuredCostModel>(std::move(db), datasheet_);
+}
+
+const workload::CostModel& CostModels::get() const {
+  return measured_ ? static_cast<const workload::CostModel&>(*measured_) : datasheet_;
+}
+
 config::ClusterOptions ClusterFlags::options() const {
   config::ClusterOptions o;
   if (nodes_option && nodes_option->count() > 0) o.nodes = nodes;

@@ -4,7 +4,6 @@
 #include <fstream>
 #include <iostream>
 
-#include "calibrate/measured_cost_model.h"
 #include "sim/cli/commands.h"
 #include "sim/config/units.h"
 #include "sim/core/error.h"
@@ -74,15 +73,8 @@ void add_plan_command(CLI::App& app, Action& action) {
       const platform::Cluster cluster(
           config::load_cluster(o->cluster.cluster, o->cluster.options()));
       if (!o->framework.empty()) workload::load_framework(o->framework);  // fails early if bad
-      const workload::DatasheetCostModel datasheet(
-          workload::load_datasheet_efficiency(o->efficiency));
-      std::unique_ptr<calibrate::MeasuredCostModel> measured;
-      if (!o->calibration.empty()) {
-        measured = std::make_unique<calibrate::MeasuredCostModel>(
-            calibrate::read_database(o->calibration), datasheet);
-      }
-      const workload::CostModel& cost =
-          measured ? static_cast<const workload::CostModel&>(*measured) : datasheet;
+      const CostModels costs(o->efficiency, o->calibration);
+      const workload::CostModel& cost = costs.get();
       policy::Request req;
       req.model = &model;
       req.cluster = &cluster;

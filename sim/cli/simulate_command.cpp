@@ -5,7 +5,6 @@
 #include <fstream>
 #include <iostream>
 
-#include "calibrate/measured_cost_model.h"
 #include "sim/cli/commands.h"
 #include "sim/core/error.h"
 #include "sim/report/chrome_trace.h"
@@ -101,20 +100,9 @@ void add_simulate_command(CLI::App& app, Action& action) {
       workload::PlanOptions popt;
       popt.sets = o->plan_sets;
       const workload::Plan plan = workload::load_plan(o->plan, model, cluster, popt);
-      const workload::DatasheetCostModel datasheet(
-          workload::load_datasheet_efficiency(o->efficiency));
-      std::unique_ptr<calibrate::MeasuredCostModel> measured;
-      // Only the spread is checked here: it is stored, so cheap; the held-out error needs a model
-      // per table (hetsim calibrate check).
-      std::vector<std::string> warnings;
-      if (!o->calibration.empty()) {
-        calibrate::Database db = calibrate::read_database(o->calibration);
-        warnings = calibrate::spread_warnings(db);
-        for (const std::string& w : warnings) std::cerr << "hetsim: warning: " << w << "\n";
-        measured = std::make_unique<calibrate::MeasuredCostModel>(std::move(db), datasheet);
-      }
-      const workload::CostModel& cost =
-          measured ? static_cast<const workload::CostModel&>(*measured) : datasheet;
+      const CostModels costs(o->efficiency, o->calibration);
+      const workload::CostModel& cost = costs.get();
+      const std::vector<std::string>& warnings = costs.warnings();
       report::TraceFilter filter;
       if (!o->trace.empty()) {
         filter = report::make_trace_filter(cluster, o->trace_devices, o->trace_micro_batches,
