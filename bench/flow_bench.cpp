@@ -6,6 +6,13 @@
 
 namespace {
 
+// The benchmarks' random stream (xorshift64): the same flows on every run.
+void xorshift(uint64_t& x) {
+  x ^= x << 13;
+  x ^= x >> 7;
+  x ^= x << 17;
+}
+
 // `concurrent` flows at all times, each over 4 random links of `links`; `groups` splits the
 // links into that many disjoint sets (flows stay inside one), as communicators do.
 void churn(benchmark::State& state, uint32_t links, uint32_t groups) {
@@ -18,9 +25,7 @@ void churn(benchmark::State& state, uint32_t links, uint32_t groups) {
     int budget = kFlows;
     std::function<void()> spawn = [&] {
       if (--budget <= 0) return;
-      x ^= x << 13;
-      x ^= x >> 7;
-      x ^= x << 17;
+      xorshift(x);
       const uint32_t per = links / groups;
       const uint32_t base = static_cast<uint32_t>(x >> 40) % groups * per;
       hetsim::network::FlowSpec s;
@@ -55,9 +60,7 @@ void BM_FlowChurnFolded(benchmark::State& state) {
     int budget = kFlows;
     std::function<void()> spawn = [&] {
       if (--budget <= 0) return;
-      x ^= x << 13;
-      x ^= x >> 7;
-      x ^= x << 17;
+      xorshift(x);
       hetsim::network::FlowSpec s;
       for (int h = 0; h < 4; ++h) {
         const uint32_t l = static_cast<uint32_t>((x >> (8 * h)) % kLinks);

@@ -25,6 +25,21 @@ uint64_t crossing_hash(FlowId id, uint32_t count) {
 }
 }  // namespace
 
+void merge_links(std::vector<LinkUse>& links) {
+  auto by_link = [](const LinkUse& a, const LinkUse& b) { return a.link < b.link; };
+  if (!std::is_sorted(links.begin(), links.end(), by_link))
+    std::sort(links.begin(), links.end(), by_link);
+  size_t out = 0;
+  for (size_t i = 0; i < links.size(); ++i) {
+    if (out > 0 && links[out - 1].link == links[i].link) {
+      links[out - 1].count += links[i].count;
+    } else {
+      links[out++] = links[i];
+    }
+  }
+  links.resize(out);
+}
+
 FlowNetwork::FlowNetwork(Engine& engine, std::vector<double> capacity_Bps)
     : engine_(engine), capacity_(std::move(capacity_Bps)) {
   for (double c : capacity_) {
@@ -44,19 +59,7 @@ FlowId FlowNetwork::start(FlowSpec spec) {
     id = static_cast<FlowId>(flows_.size());
     flows_.emplace_back();
   }
-  // One entry per link: repeated crossings add to its count.
-  auto by_link = [](const LinkUse& a, const LinkUse& b) { return a.link < b.link; };
-  if (!std::is_sorted(spec.links.begin(), spec.links.end(), by_link))
-    std::sort(spec.links.begin(), spec.links.end(), by_link);
-  size_t out = 0;
-  for (size_t i = 0; i < spec.links.size(); ++i) {
-    if (out > 0 && spec.links[out - 1].link == spec.links[i].link) {
-      spec.links[out - 1].count += spec.links[i].count;
-    } else {
-      spec.links[out++] = spec.links[i];
-    }
-  }
-  spec.links.resize(out);
+  merge_links(spec.links);
   Flow& f = flows_[id];
   f.weight = 0;
   for (const LinkUse& u : spec.links) {

@@ -28,6 +28,10 @@ struct LinkUse {
   uint32_t count;  // how many times the flow crosses this link (its weight in max-min sharing)
 };
 
+// Sorts crossings by link and merges repeats into one entry whose count is their sum (the form
+// FlowNetwork::start keeps; cheap on a list already in that form).
+void merge_links(std::vector<LinkUse>& links);
+
 struct FlowSpec {
   std::vector<LinkUse> links;  // empty: a local transfer, done right after its latency
   double bytes = 0;            // bytes carried on each crossing

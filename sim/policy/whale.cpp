@@ -19,6 +19,7 @@
 
 #include "sim/policy/policy.h"
 #include "sim/workload/cost_model.h"
+#include "sim/workload/plan.h"
 
 namespace hetsim::policy {
 
@@ -34,13 +35,13 @@ class Whale final : public Policy {
   std::vector<Proposal> propose(const Request& r) const override {
     std::vector<Proposal> out;
     const platform::Cluster& c = *r.cluster;
-    // The precision the plan will default to: bf16 where every GPU has it, else fp16.
-    bool all_bf16 = true;
+    // The precision the plan will default to.
+    std::vector<const config::GpuProfile*> types;
     for (platform::GpuId g = 0; g < c.gpu_count(); ++g) {
-      all_bf16 = all_bf16 && workload::has_precision(*c.gpu(g).profile, workload::Precision::bf16);
+      if (std::find(types.begin(), types.end(), c.gpu(g).profile) == types.end())
+        types.push_back(c.gpu(g).profile);
     }
-    const workload::Precision precision =
-        all_bf16 ? workload::Precision::bf16 : workload::Precision::fp16;
+    const workload::Precision precision = workload::default_precision(types);
     for (int tp : tensor_parallel_degrees(*r.model, min_gpus_per_node(c))) {
       const auto groups = node_groups(c, tp);
       if (groups.size() < 2) continue;

@@ -113,6 +113,17 @@ void check_work(const std::string& file, const Plan& p) {
 // otherwise (V100, T4 and P100 train in fp16 with loss scaling); a precision some GPU lacks is
 // refused, since cuBLAS would run it off the tensor cores (bf16 on Volta) or not at all (fp8
 // before Ada), which no datasheet figure describes.
+}  // namespace
+
+Precision default_precision(const std::vector<const config::GpuProfile*>& gpus) {
+  const bool bf16 = std::all_of(gpus.begin(), gpus.end(), [](const config::GpuProfile* g) {
+    return has_precision(*g, Precision::bf16);
+  });
+  return bf16 ? Precision::bf16 : Precision::fp16;
+}
+
+namespace {
+
 void resolve_precision(const std::string& file, const YAML::Node& root,
                        const platform::Cluster& cluster, Plan& p) {
   std::vector<const config::GpuProfile*> gpus;
@@ -122,12 +133,8 @@ void resolve_precision(const std::string& file, const YAML::Node& root,
       if (std::find(gpus.begin(), gpus.end(), g) == gpus.end()) gpus.push_back(g);
     }
   }
-  auto all_have = [&](Precision x) {
-    return std::all_of(gpus.begin(), gpus.end(),
-                       [&](const config::GpuProfile* g) { return has_precision(*g, x); });
-  };
   if (!root["precision"]) {
-    p.precision = all_have(Precision::bf16) ? Precision::bf16 : Precision::fp16;
+    p.precision = default_precision(gpus);
     p.precision_defaulted = true;
   }
   for (const config::GpuProfile* g : gpus) {

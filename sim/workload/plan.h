@@ -76,6 +76,10 @@ Plan load_plan(const std::string& path, const ModelConfig& model, const platform
 Plan load_plan_text(const std::string& text, const std::string& file, const ModelConfig& model,
                     const platform::Cluster& cluster, const PlanOptions& options = {});
 
+// The precision a plan without `precision:` trains in on these GPUs: bf16 where all have it,
+// else fp16 (V100, T4 and P100 train in fp16 with loss scaling).
+Precision default_precision(const std::vector<const config::GpuProfile*>& gpus);
+
 // A uniform plan built in code (used by the benchmark and tests).
 Plan uniform_plan(const ModelConfig& model, const platform::Cluster& cluster, int tp, int pp,
                   int dp, int64_t micro_batch, int64_t global_batch, int64_t sequence);

@@ -355,16 +355,7 @@ class Replayer {
     const size_t links = c_.capacities().size();
     std::vector<uint32_t> start(links + 1, 0);
     for (auto* l : lists) {
-      std::sort(l->begin(), l->end(), [](auto& x, auto& y) { return x.link < y.link; });
-      size_t out = 0;
-      for (size_t i = 0; i < l->size(); ++i) {
-        if (out > 0 && (*l)[out - 1].link == (*l)[i].link) {
-          (*l)[out - 1].count += (*l)[i].count;
-        } else {
-          (*l)[out++] = (*l)[i];
-        }
-      }
-      l->resize(out);
+      network::merge_links(*l);
       for (const network::LinkUse& u : *l) ++start[u.link + 1];
     }
     for (size_t l = 0; l < links; ++l) start[l + 1] += start[l];
@@ -561,17 +552,7 @@ class Replayer {
                                                network::Protocol::simple, c_.route_kind(route)) +
                              c_.route_latency(route));
     }
-    auto& ls = slot->links;
-    std::sort(ls.begin(), ls.end(), [](auto& x, auto& y) { return x.link < y.link; });
-    size_t out = 0;
-    for (size_t i = 0; i < ls.size(); ++i) {
-      if (out > 0 && ls[out - 1].link == ls[i].link) {
-        ls[out - 1].count += ls[i].count;
-      } else {
-        ls[out++] = ls[i];
-      }
-    }
-    ls.resize(out);
+    network::merge_links(slot->links);
     return *slot;
   }
 
