@@ -201,6 +201,33 @@ TEST(Planner, SkippingPlansWhoseComputeAloneIsSlowerLeavesTheTopListExact) {
   }
 }
 
+TEST(Planner, WithAReplayLimitOnlyTheBestEstimatesAreReplayedAndTheBestIsStillFound) {
+  const workload::ModelConfig m = gpt(8);
+  const platform::Cluster c = cluster("dgx-a100", 1);
+  const workload::DatasheetCostModel cost;
+  const Search full = search(request(m, c, 32), policies(), cost);
+  SearchOptions o;
+  o.replay_limit = 3;
+  const Search s = search(request(m, c, 32), policies(), cost, o);
+  size_t replayed = 0, estimated = 0;
+  for (const Candidate& k : s.ranked) {
+    if (k.outcome == Candidate::Outcome::replayed) {
+      ++replayed;
+      EXPECT_TRUE(k.report.has_value());
+      EXPECT_EQ(estimated, 0u) << "replayed plans come first";
+    } else {
+      ASSERT_EQ(k.outcome, Candidate::Outcome::estimated);
+      EXPECT_FALSE(k.report.has_value());
+      EXPECT_EQ(k.iteration_s, k.estimate_s);
+      ++estimated;
+    }
+  }
+  EXPECT_EQ(replayed, 3u);
+  EXPECT_GT(estimated, 50u);
+  // The estimate ranks this cluster's plans as the replay does: three replays find the best.
+  EXPECT_EQ(s.ranked.front().iteration_s, full.ranked.front().iteration_s);
+}
+
 TEST(Planner, NeverReturnsAPlanThatDoesNotFitAndSaysWhyItDroppedOthers) {
   // 13B parameters on 8 GPUs: data parallelism with only the optimizer sharded holds 6 bytes per
   // parameter (78 GB) on every GPU before any activation, so those plans are dropped; plans that
