@@ -13,8 +13,8 @@
 namespace hetsim::policy {
 
 const std::vector<const Policy*>& policies() {
-  static const std::vector<const Policy*> table = {&megatron_policy(), &zero_policy(),
-                                                   &whale_policy(), &cannikin_policy()};
+  static const std::vector<const Policy*> table = {
+      &megatron_policy(), &zero_policy(), &whale_policy(), &cannikin_policy(), &amp_policy()};
   return table;
 }
 

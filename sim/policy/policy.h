@@ -61,10 +61,18 @@ std::string replicas_plan(const Request& r, const std::string& header, int64_t m
                           const std::vector<std::vector<platform::GpuId>>& groups,
                           const std::vector<int64_t>& shares);
 
+// AMP's dynamic programme over layer cut points: layer l on stage s costs cost[s][l], stage s adds
+// fixed[s] (the embedding, the head); returns each stage's layer count (at least one each) that
+// minimises (B - 1) x the slowest stage + the sum of the stages, B = micro_batches; empty when
+// there are fewer layers than stages.
+std::vector<int> amp_partition(const std::vector<std::vector<double>>& cost,
+                               const std::vector<double>& fixed, int64_t micro_batches);
+
 // The policies (one file each).
 const Policy& megatron_policy();
 const Policy& zero_policy();
 const Policy& whale_policy();
 const Policy& cannikin_policy();
+const Policy& amp_policy();
 
 }  // namespace hetsim::policy
