@@ -34,6 +34,7 @@ void add_plan_command(CLI::App& app, Action& action) {
     int64_t global_batch = 0, sequence = 0;
     int top = 5;
     long replay_limit = 0;
+    std::vector<std::string> plan_sets;
     bool json = false, quiet = false, replay_all = false;
     double progress_after_s = 2;
   };
@@ -65,6 +66,9 @@ void add_plan_command(CLI::App& app, Action& action) {
   cmd->add_flag("--replay-all", o->replay_all,
                 "Replay every plan that fits (default: skip those whose busiest GPU's kernels "
                 "alone take longer than the --top best; the top list is the same)");
+  cmd->add_option("--plan-set", o->plan_sets,
+                  "A plan key no policy chooses, for every proposal: KEY=VALUE (attention, "
+                  "precision, main_grads, bucket_size, gradient_reduction; repeatable)");
   cmd->add_option("--replay-limit", o->replay_limit,
                   "Replay at most N plans, the best by the analytic estimate; list the rest by "
                   "their estimate (default 0: no limit)")
@@ -89,6 +93,8 @@ void add_plan_command(CLI::App& app, Action& action) {
       req.global_batch = o->global_batch;
       req.sequence = o->sequence > 0 ? o->sequence : model.sequence;
       req.framework = o->framework;
+      req.plan_sets = o->plan_sets;
+      policy::check_plan_sets(req.plan_sets);
       report::ProgressMeter meter(std::cerr, "plan", o->progress_after_s, 1.0,
                                   report::stderr_is_terminal());
       const auto t0 = std::chrono::steady_clock::now();
@@ -116,6 +122,7 @@ void add_plan_command(CLI::App& app, Action& action) {
         cmdline += " --global-batch-size " + std::to_string(o->global_batch) +
                    " --sequence-length " + std::to_string(req.sequence) + " --policy " + o->policy;
         if (!o->framework.empty()) cmdline += " --framework " + o->framework;
+        for (const std::string& set : o->plan_sets) cmdline += " --plan-set " + set;
         f << fmt::format("# {}\n# the fastest of {} plans: {} predicted per iteration\n", cmdline,
                          s.proposed, config::format_time(best.iteration_s))
           << best.proposal.plan;

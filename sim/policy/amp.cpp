@@ -15,7 +15,8 @@
 // its label; the planner replays all of them. Where hetsim's version differs: hetsim also offers
 // each candidate with full recomputation (AMP's runs had none), so that large models can fit; and
 // the programme keeps the Pareto front of (slowest stage, sum) per state, which is exact, where
-// AMP's code bounds the search.
+// AMP's code bounds the search, and among splits of equal cost takes the most even one (AMP's
+// tie is arbitrary).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -45,7 +46,8 @@ std::vector<int> amp_partition(const std::vector<std::vector<double>>& cost,
   // stages), each with the end of stage s's layers.
   struct Point {
     double max = 0, sum = 0;
-    size_t cut = 0;    // stage s holds layers [i, cut)
+    double squares = 0;  // sum of the stages' squared times: among equal costs, the most even
+    size_t cut = 0;      // stage s holds layers [i, cut)
     size_t child = 0;  // the point of front[s + 1][cut] it continues with
   };
   std::vector<std::vector<std::vector<Point>>> front(S, std::vector<std::vector<Point>>(L + 1));
@@ -56,16 +58,19 @@ std::vector<int> amp_partition(const std::vector<std::vector<double>>& cost,
       for (size_t j = s + 1 == S ? L : i + 1; j <= last; ++j) {
         const double t = prefix[s][j] - prefix[s][i] + fixed[s];
         if (s + 1 == S) {
-          pts.push_back({t, t, j, 0});
+          pts.push_back({t, t, t * t, j, 0});
         } else {
           const auto& next = front[s + 1][j];
           for (size_t k = 0; k < next.size(); ++k)
-            pts.push_back({std::max(t, next[k].max), t + next[k].sum, j, k});
+            pts.push_back(
+                {std::max(t, next[k].max), t + next[k].sum, t * t + next[k].squares, j, k});
         }
       }
       // Keep the points no other beats on both.
       std::sort(pts.begin(), pts.end(), [](const Point& a, const Point& b) {
-        return a.max != b.max ? a.max < b.max : a.sum < b.sum;
+        if (a.max != b.max) return a.max < b.max;
+        if (a.sum != b.sum) return a.sum < b.sum;
+        return a.squares < b.squares;
       });
       std::vector<Point> kept;
       for (const Point& p : pts) {
@@ -77,7 +82,11 @@ std::vector<int> amp_partition(const std::vector<std::vector<double>>& cost,
   const double b1 = static_cast<double>(micro_batches - 1);
   const Point* best = nullptr;
   for (const Point& p : front[0][0]) {
-    if (!best || b1 * p.max + p.sum < b1 * best->max + best->sum) best = &p;
+    const double cost = b1 * p.max + p.sum;
+    const double least = best ? b1 * best->max + best->sum : 0;
+    if (!best || cost < least * (1 - 1e-12) ||
+        (cost <= least * (1 + 1e-12) && p.squares < best->squares))
+      best = &p;
   }
   if (!best) return {};
   // Follow the chosen point's cuts.

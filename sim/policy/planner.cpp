@@ -40,8 +40,13 @@ Search search(const Request& r, const std::vector<const Policy*>& policies,
   std::vector<Proposal> proposals;
   Request req = r;
   if (!req.cost) req.cost = &cost;
+  check_plan_sets(r.plan_sets);
+  const std::string sets = plan_set_lines(r.plan_sets);
   for (const Policy* p : policies) {
-    for (Proposal& x : p->propose(req)) proposals.push_back(std::move(x));
+    for (Proposal& x : p->propose(req)) {
+      x.plan += sets;  // top-level keys after the policy's own (none of them the policy's)
+      proposals.push_back(std::move(x));
+    }
   }
   Search out;
   out.proposed = proposals.size();

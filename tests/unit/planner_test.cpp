@@ -335,6 +335,34 @@ TEST(Planner, NeverReturnsAPlanThatDoesNotFitAndSaysWhyItDroppedOthers) {
   EXPECT_GT(oom, 0u);
 }
 
+TEST(Planner, PlanSetsReachEveryProposalAndKeysThePoliciesChooseAreRefused) {
+  const workload::ModelConfig m = gpt(8);
+  const platform::Cluster c = cluster("dgx-a100", 1);
+  const workload::DatasheetCostModel cost;
+  Request r = request(m, c, 32);
+  const Search flash = search(r, {&megatron_policy()}, cost);
+  r.plan_sets = {"attention=standard"};
+  const Search standard = search(r, {&megatron_policy()}, cost);
+  for (const Candidate& k : standard.ranked) {
+    EXPECT_NE(k.proposal.plan.find("\nattention: standard\n"), std::string::npos);
+    EXPECT_FALSE(workload::load_plan_text(k.proposal.plan, "p.yaml", m, c).flash_attention);
+  }
+  // Unfused attention stores and recomputes more: the best plan is slower.
+  EXPECT_GT(standard.ranked.front().iteration_s, flash.ranked.front().iteration_s);
+  r.plan_sets = {"recompute=full"};
+  try {
+    search(r, {&megatron_policy()}, cost);
+    ADD_FAILURE();
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "--plan-set recompute=full: recompute is not a key the planner leaves to you (the "
+              "policies choose degrees, batch, schedule, recompute and ZeRO; expected one of "
+              "attention, precision, main_grads, bucket_size, gradient_reduction)");
+  }
+  r.plan_sets = {"attention"};
+  EXPECT_THROW(search(r, {&megatron_policy()}, cost), InputError);
+}
+
 TEST(Planner, ImpossibleRequestsSayWhy) {
   const workload::DatasheetCostModel cost;
   auto message = [&](const workload::ModelConfig& m, const platform::Cluster& c, int64_t batch,
