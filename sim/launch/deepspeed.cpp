@@ -30,13 +30,26 @@ class DeepSpeedLauncher final : public Launcher {
       a.emplace_back(flag);
       a.push_back(std::to_string(value));
     };
-    a = {"deepspeed",
-         "--num_nodes",
-         std::to_string(nodes),
-         "--num_gpus",
-         std::to_string(per_node),
-         m.causal ? "pretrain_gpt.py" : "pretrain_bert.py"};
+    const std::string script = m.causal ? "pretrain_gpt.py" : "pretrain_bert.py";
+    if (l.hosts.empty()) {
+      a = {
+          "deepspeed", "--num_nodes", std::to_string(nodes), "--num_gpus", std::to_string(per_node),
+          script};
+    } else {
+      // The launcher sets CUDA_VISIBLE_DEVICES itself from --include (host:gpus@host:gpus), which
+      // excludes --num_nodes/--num_gpus; the hostfile lists the nodes in l.hosts' order.
+      std::string include;
+      for (const HostRanks& h : l.hosts) {
+        include += (include.empty() ? "" : "@") + h.node + ":";
+        for (size_t k = 0; k < h.local_gpus.size(); ++k) {
+          include += (k ? "," : "") + std::to_string(h.local_gpus[k]);
+        }
+      }
+      l.env.clear();
+      a = {"deepspeed", "--hostfile", "hostfile", "--include", include, script};
+    }
     add("--tensor-model-parallel-size", lay.tp);
+    check_megatron_shapes(m, lay.tp, "Megatron-DeepSpeed", l.unsupported);
     if (lay.pp > 1) {
       add("--pipeline-model-parallel-size", lay.pp);
     } else {

@@ -96,6 +96,10 @@ std::string approximation_text(const Layout& layout, int64_t plan_global_batch);
 
 // Megatron-LM's model-shape flags (--num-layers ... --vocab-size), shared with Megatron-DeepSpeed.
 void add_megatron_model_flags(const workload::ModelConfig& m, std::vector<std::string>& args);
+// Model shapes Megatron's layers cannot split `tp` ways (key/value heads fewer than the
+// tensor-parallel degree, which hetsim replicates), one line each into `unsupported`.
+void check_megatron_shapes(const workload::ModelConfig& m, int tp, const std::string& framework,
+                           std::vector<std::string>& unsupported);
 
 // The launchers (one file each).
 const Launcher& megatron_launcher();

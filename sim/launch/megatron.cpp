@@ -34,6 +34,16 @@ void add_megatron_model_flags(const workload::ModelConfig& m, std::vector<std::s
   add("--vocab-size", m.vocab);
 }
 
+void check_megatron_shapes(const workload::ModelConfig& m, int tp, const std::string& framework,
+                           std::vector<std::string>& unsupported) {
+  // Megatron's attention divides the query groups among the tensor-parallel ranks exactly.
+  if (m.kv_heads % tp != 0) {
+    unsupported.push_back("tensor parallel " + std::to_string(tp) + " with " +
+                          std::to_string(m.kv_heads) + " key/value heads: " + framework +
+                          " needs the key/value heads divisible by the tensor-parallel degree");
+  }
+}
+
 namespace {
 
 bool all_of_value(const std::vector<int>& v, int x) {
@@ -126,6 +136,7 @@ class MegatronLauncher final : public Launcher {
          m.causal ? "pretrain_gpt.py" : "pretrain_bert.py"};
     add("--tensor-model-parallel-size", lay.tp);
     add("--pipeline-model-parallel-size", lay.pp);
+    check_megatron_shapes(m, lay.tp, "Megatron-LM", l.unsupported);
     if (p.schedule == workload::Schedule::gpipe) {
       l.unsupported.push_back(
           "schedule gpipe (every forward pass before the first backward pass): Megatron-LM runs "

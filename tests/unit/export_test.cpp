@@ -190,6 +190,8 @@ const RoundTripCase kRoundTrip[] = {
      "schedule: interleaved\ninterleave: 2\nmicrobatch_group: 8\nsequence_length: 8192\n"},
 };
 
+void PrintTo(const RoundTripCase& c, std::ostream* os) { *os << c.name; }
+
 class MegatronRoundTrip : public ::testing::TestWithParam<RoundTripCase> {};
 
 TEST_P(MegatronRoundTrip, ParsedFlagsGiveThePlansDegreesBatchScheduleRecomputeZeroPrecision) {
@@ -255,6 +257,15 @@ TEST(MegatronExport, AfterBackwardReductionDropsOverlapGradReduce) {
                            "micro_batch_size: 1\nglobal_batch_size: 8\n"
                            "gradient_reduction: after_backward\n");
   EXPECT_FALSE(parse_megatron(export_to(in, "megatron").command).has("--overlap-grad-reduce"));
+}
+
+TEST(MegatronExport, FewerKeyValueHeadsThanTensorParallelIsNotExpressible) {
+  // hetsim replicates Llama 3 8B's 8 key/value heads over 16 ranks; Megatron divides them.
+  const Inputs in = inputs("llama3-8b", "dgx-h100", 2,
+                           "tensor_parallel: 16\nmicro_batch_size: 1\nglobal_batch_size: 1\n");
+  EXPECT_EQ(lines(export_to(in, "megatron").unsupported),
+            "tensor parallel 16 with 8 key/value heads: Megatron-LM needs the key/value heads "
+            "divisible by the tensor-parallel degree\n");
 }
 
 // ---- Layer splits ----------------------------------------------------------------------------
@@ -379,6 +390,17 @@ TEST(RankOrder, SwappedNodesGiveTheHostOrder) {
   EXPECT_EQ(l.hosts[0].node, "node1");
   EXPECT_EQ(l.hosts[1].node, "node0");
   EXPECT_TRUE(l.env.empty());
+}
+
+TEST(RankOrder, DeepSpeedGivesTheOrderAsIncludeAndHostfile) {
+  const Inputs in = inputs("gpt3-1.3b", "dgx-a100", 2,
+                           "tensor_parallel: 4\ndevices: \"12-15,4-7\"\nmicro_batch_size: 1\n"
+                           "global_batch_size: 8\n");
+  const Launch l = export_to(in, "deepspeed");
+  EXPECT_TRUE(l.unsupported.empty()) << lines(l.unsupported);
+  EXPECT_TRUE(l.env.empty());
+  EXPECT_EQ(joined({l.command.begin(), l.command.begin() + 6}),
+            "deepspeed --hostfile hostfile --include node1:4,5,6,7@node0:4,5,6,7 pretrain_gpt.py");
 }
 
 TEST(RankOrder, PermutedLocalGpusGiveCudaVisibleDevices) {
