@@ -46,13 +46,6 @@ void check_megatron_shapes(const workload::ModelConfig& m, int tp, const std::st
 
 namespace {
 
-bool all_of_value(const std::vector<int>& v, int x) {
-  for (int y : v) {
-    if (y != x) return false;
-  }
-  return true;
-}
-
 struct Split {
   std::vector<std::string> flags;
   std::vector<int> layers;  // per virtual stage, as Megatron-LM would place them
@@ -195,13 +188,12 @@ class MegatronLauncher final : public Launcher {
       if (chosen) break;
     }
     if (!chosen) {
-      const bool even = lay.interleave == 1 && all_of_value(lay.stage_layers, lay.stage_layers[0]);
       std::string line = "the plan splits the layers " + split_text(lay.stage_layers) + " over " +
                          std::to_string(lay.stage_layers.size()) +
                          (lay.interleave > 1 ? " virtual" : "") +
                          " pipeline stages: Megatron-LM splits them evenly, with only the first "
                          "and last stage different";
-      if (!even && splits.empty() && lay.interleave > 1) {
+      if (splits.empty() && lay.interleave > 1) {
         // Nothing fits with interleaving: the closest is 1F1B over the same stages.
         lay.interleave = 1;
         std::vector<int> stages(lay.pp, 0);

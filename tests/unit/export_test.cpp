@@ -325,6 +325,22 @@ TEST(MegatronExport, SplitWithoutAMegatronLayoutIsNamedWithItsClosest) {
   EXPECT_EQ(parse_megatron(l.command).num("--decoder-first-pipeline-num-layers"), 11);
 }
 
+TEST(MegatronExport, InterleavedSplitWithoutAMegatronLayoutFallsBackTo1F1B) {
+  // GPT-3 1.3B's 24 layers over 4 stages x 4 chunks: hetsim gives the 8 middle chunks 2 layers
+  // and the others 1; Megatron-LM's interleaving needs equal chunks (up to the embedding and loss).
+  const Inputs in = inputs("gpt3-1.3b", "dgx-a100", 1,
+                           "pipeline_parallel: 4\nmicro_batch_size: 1\nglobal_batch_size: 8\n"
+                           "schedule: interleaved\ninterleave: 4\n");
+  const Launch l = export_to(in, "megatron");
+  EXPECT_EQ(lines(l.unsupported),
+            "the plan splits the layers 1/1/1/1/2/2/2/2/2/2/2/2/1/1/1/1 over 16 virtual pipeline "
+            "stages: Megatron-LM splits them evenly, with only the first and last stage "
+            "different; exported without interleaving (exported as 6/6/6/6)\n");
+  const Parsed p = parse_megatron(l.command);
+  EXPECT_FALSE(p.has("--num-layers-per-virtual-pipeline-stage"));
+  EXPECT_EQ(derive(l.command).schedule, workload::Schedule::one_f_one_b);
+}
+
 // The default study's plan is heterogeneous, yet Megatron-LM can run it: the same stages in both
 // replicas, one tensor-parallel degree, and a 27/13 split given as the first stage's size.
 TEST(MegatronExport, DefaultStudyPlanIsExpressibleWithAFirstStageSize) {
@@ -535,6 +551,20 @@ TEST(LauncherRegistry, UnknownFrameworkListsTheValidNames) {
                  "--framework: unknown framework \"colossalai\" (expected one of megatron, "
                  "deepspeed, torchrun)");
   }
+}
+
+TEST(LaunchOutput, TextGivesTheRankOrderAndEnvironmentBeforeTheCommand) {
+  const Inputs swapped = inputs("gpt3-1.3b", "dgx-a100", 2,
+                                "tensor_parallel: 4\ndevices: \"12-15,4-7\"\nmicro_batch_size: 1\n"
+                                "global_batch_size: 8\n");
+  const std::string text = to_text(export_to(swapped, "megatron"));
+  EXPECT_EQ(
+      text.substr(0, text.find(" \\\n")),
+      "# rank order: node rank, node and its GPUs in local-rank order (CUDA_VISIBLE_DEVICES)\n"
+      "#   node rank 0: node1 GPUs 4,5,6,7\n"
+      "#   node rank 1: node0 GPUs 4,5,6,7\n"
+      "export CUDA_VISIBLE_DEVICES=4,5,6,7\n"
+      "torchrun --nnodes 2 --nproc-per-node 4 pretrain_gpt.py");
 }
 
 TEST(LaunchOutput, SameInputGivesTheSameBytes) {
