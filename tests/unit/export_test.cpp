@@ -394,6 +394,28 @@ TEST(DeepSpeedExport, HeterogeneousPlanAlsoNamesThePipelineSplitAndSelectiveReco
   EXPECT_NE(text.find("splits the layers 14/12/8/6"), std::string::npos) << text;
 }
 
+// The loader refuses replicas whose stages differ (gradients are reduced stage by stage), but a
+// plan built in code may have them: each difference gets its line.
+TEST(MegatronExport, ReplicasWithOtherStagesAreNamed) {
+  Inputs in = inputs_from_file("llama2-13b", "mixed-h100-a100", 0,
+                               "experiments/default/llama2-13b-mixed.yaml");
+  // Replica 1: three stages (20 + 13 + 7 layers) where replica 0 has two (27 + 13).
+  workload::ReplicaPlan& r1 = in.plan.replicas[1];
+  r1.stages[0].layers = 20;
+  r1.stages.push_back(r1.stages[1]);
+  r1.stages[2].first_layer = 33;
+  r1.stages[2].layers = 7;
+  r1.stages[2].devices = {28, 29, 30, 31, 0, 1, 2, 3};
+  const Launch l = export_to(in, "megatron");
+  EXPECT_EQ(lines(l.unsupported),
+            "replica 1 has 3 stages where replica 0 has 2: Megatron-LM needs one pipeline degree\n"
+            "replica 1 stage 0 holds 20 layers where replica 0's holds 27: Megatron-LM splits the "
+            "layers the same way in every replica\n");
+  EXPECT_EQ(l.approximation,
+            "closest uniform plan: tensor parallel 8, pipeline parallel 2, data parallel 2 (32 "
+            "GPUs), 16 micro-batches of 1 per replica (global batch 32)");
+}
+
 // ---- Rank order ------------------------------------------------------------------------------
 
 TEST(RankOrder, SwappedNodesGiveTheHostOrder) {
@@ -417,6 +439,23 @@ TEST(RankOrder, DeepSpeedGivesTheOrderAsIncludeAndHostfile) {
   EXPECT_TRUE(l.env.empty());
   EXPECT_EQ(joined({l.command.begin(), l.command.begin() + 6}),
             "deepspeed --hostfile hostfile --include node1:4,5,6,7@node0:4,5,6,7 pretrain_gpt.py");
+}
+
+TEST(RankOrder, HeterogeneousReplicasOnOtherNodesGiveTheHostOrder) {
+  // The default study's plan with the replicas' H100 nodes swapped: rank 0 is on node1.
+  const Inputs in = inputs("llama2-13b", "mixed-h100-a100", 0,
+                           "micro_batch_size: 1\nsequence_length: 4096\nreplicas:\n"
+                           "  - micro_batches: 16\n    stages:\n"
+                           "      - {layers: 27, tensor_parallel: 8, devices: \"8-15\"}\n"
+                           "      - {layers: 13, tensor_parallel: 8, devices: \"16-23\"}\n"
+                           "  - micro_batches: 16\n    stages:\n"
+                           "      - {layers: 27, tensor_parallel: 8, devices: \"0-7\"}\n"
+                           "      - {layers: 13, tensor_parallel: 8, devices: \"24-31\"}\n");
+  const Launch l = export_to(in, "megatron");
+  EXPECT_TRUE(l.unsupported.empty()) << lines(l.unsupported);
+  std::string order;
+  for (const HostRanks& h : l.hosts) order += h.node + " ";
+  EXPECT_EQ(order, "node1 node0 node2 node3 ");
 }
 
 TEST(RankOrder, PermutedLocalGpusGiveCudaVisibleDevices) {
