@@ -54,13 +54,15 @@ int main(int argc, char** argv) {
   hetsim::cli::add_collective_command(app, action);
   hetsim::cli::add_bench_command(app, action);
   hetsim::cli::add_calibrate_command(app, action);
+  hetsim::cli::add_export_command(app, action);
   if (argc > 1 && argv[1][0] != '-') {
     bool known = false;
     for (const CLI::App* sub : app.get_subcommands({})) known = known || sub->get_name() == argv[1];
     if (!known) {
       std::cerr
           << "hetsim: error: unknown command \"" << argv[1]
-          << "\" (expected simulate, plan, collective, calibrate or bench; see hetsim --help)\n";
+          << "\" (expected simulate, plan, export, collective, calibrate or bench; see hetsim "
+             "--help)\n";
       return 2;
     }
   }
