@@ -103,16 +103,6 @@ std::vector<int> amp_partition(const std::vector<std::vector<double>>& cost,
 
 namespace {
 
-// Kernel time of one pass's steps on one GPU type (no communication).
-double kernels_s(const std::vector<workload::Step>& steps, const config::GpuProfile& gpu,
-                 workload::Precision p, const workload::CostModel& cost) {
-  Time t;
-  for (const workload::Step& st : steps) {
-    if (st.comm == workload::CommKind::none) t += cost.duration(st.op, gpu, p);
-  }
-  return t.seconds();
-}
-
 class Amp final : public Policy {
  public:
   const char* name() const override { return "amp"; }
@@ -204,13 +194,13 @@ class Amp final : public Policy {
       for (const auto& [gpu, count] : mix) {
         auto [it, fresh] = profile.try_emplace(gpu);
         if (fresh) {
-          it->second.layer = kernels_s(lf, *gpu, precision, cost) +
-                             kernels_s(lb, *gpu, precision, cost) +
-                             (full ? kernels_s(lf, *gpu, precision, cost) : 0);
+          it->second.layer = kernel_seconds(lf, *gpu, precision, cost) +
+                             kernel_seconds(lb, *gpu, precision, cost) +
+                             (full ? kernel_seconds(lf, *gpu, precision, cost) : 0);
           it->second.embedding =
-              kernels_s(ef, *gpu, precision, cost) + kernels_s(eb, *gpu, precision, cost);
+              kernel_seconds(ef, *gpu, precision, cost) + kernel_seconds(eb, *gpu, precision, cost);
           it->second.head =
-              kernels_s(hf, *gpu, precision, cost) + kernels_s(hb, *gpu, precision, cost);
+              kernel_seconds(hf, *gpu, precision, cost) + kernel_seconds(hb, *gpu, precision, cost);
         }
         const double w = static_cast<double>(count) / (tp * dp);
         layer += w * it->second.layer;

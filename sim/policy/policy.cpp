@@ -46,8 +46,9 @@ std::string plan_set_lines(const std::vector<std::string>& sets) {
 }
 
 const std::vector<const Policy*>& policies() {
-  static const std::vector<const Policy*> table = {
-      &megatron_policy(), &zero_policy(), &whale_policy(), &cannikin_policy(), &amp_policy()};
+  static const std::vector<const Policy*> table = {&megatron_policy(), &zero_policy(),
+                                                   &whale_policy(),    &cannikin_policy(),
+                                                   &amp_policy(),      &metis_policy()};
   return table;
 }
 
@@ -60,6 +61,15 @@ std::vector<const Policy*> select_policies(const std::string& name) {
   }
   throw InputError("--policy: unknown policy \"" + name + "\" (expected all or one of " + names +
                    ")");
+}
+
+double kernel_seconds(const std::vector<workload::Step>& steps, const config::GpuProfile& gpu,
+                      workload::Precision p, const workload::CostModel& cost) {
+  Time t;
+  for (const workload::Step& st : steps) {
+    if (st.comm == workload::CommKind::none) t += cost.duration(st.op, gpu, p);
+  }
+  return t.seconds();
 }
 
 int min_gpus_per_node(const platform::Cluster& c) {

@@ -11,6 +11,7 @@
 #include "sim/platform/cluster.h"
 #include "sim/workload/cost_model.h"
 #include "sim/workload/model.h"
+#include "sim/workload/ops.h"
 
 namespace hetsim::policy {
 
@@ -70,6 +71,11 @@ std::string replicas_plan(const Request& r, const std::string& header, int64_t m
                           const std::vector<std::vector<platform::GpuId>>& groups,
                           const std::vector<int64_t>& shares);
 
+// Kernel time of one pass's steps on one GPU type, without their collectives: what a policy's
+// profiler measures of a layer.
+double kernel_seconds(const std::vector<workload::Step>& steps, const config::GpuProfile& gpu,
+                      workload::Precision p, const workload::CostModel& cost);
+
 // AMP's dynamic programme over layer cut points: layer l on stage s costs cost[s][l], stage s adds
 // fixed[s] (the embedding, the head); returns each stage's layer count (at least one each) that
 // minimises (B - 1) x the slowest stage + the sum of the stages, B = micro_batches; empty when
@@ -83,5 +89,6 @@ const Policy& zero_policy();
 const Policy& whale_policy();
 const Policy& cannikin_policy();
 const Policy& amp_policy();
+const Policy& metis_policy();
 
 }  // namespace hetsim::policy

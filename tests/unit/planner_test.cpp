@@ -231,6 +231,31 @@ TEST(Policies, AmpGivesTheSlowerGpusFewerLayers) {
   EXPECT_GT(checked, 0u);
 }
 
+TEST(Policies, MetisOrdersTheGpuTypesAndGivesTheFasterStageMoreLayers) {
+  // Mixed A100 / V100: both type orders are proposed, and in each two-stage plan the A100 stage
+  // holds more layers than the V100 stage, whichever comes first.
+  const workload::ModelConfig m = gpt(16);
+  const platform::Cluster c(config::load_cluster("mixed-a100-v100", {}));
+  const workload::DatasheetCostModel cost;
+  Request r = request(m, c, 64);
+  r.cost = &cost;
+  const std::vector<Proposal> props = metis_policy().propose(r);
+  ASSERT_FALSE(props.empty());
+  size_t a100_first = 0, v100_first = 0;
+  for (const Proposal& p : props) {
+    const workload::Plan plan = workload::load_plan_text(p.plan, "metis", m, c);
+    if (plan.stages() != 2) continue;
+    const auto& st = plan.replicas.front().stages;
+    const bool a_first = c.gpu(st[0].devices.front()).profile->name.rfind("a100", 0) == 0;
+    (a_first ? a100_first : v100_first)++;
+    const int a100_layers = a_first ? st[0].layers : st[1].layers;
+    const int v100_layers = a_first ? st[1].layers : st[0].layers;
+    EXPECT_GT(a100_layers, v100_layers) << p.label;
+  }
+  EXPECT_GT(a100_first, 0u);
+  EXPECT_GT(v100_first, 0u);
+}
+
 TEST(Planner, OnAMixedClusterWhalesSharesBeatUniformMegatron) {
   // GPT-3 1.3B, 128 sequences: enough work per GPU that the A100s' pace decides uniform plans.
   const workload::ModelConfig m = workload::load_model("gpt3-1.3b");
@@ -384,8 +409,8 @@ TEST(Planner, ImpossibleRequestsSayWhy) {
   const std::string batch = message(gpt(2, 1), cluster("dgx-a100", 2), 7);
   EXPECT_EQ(
       batch,
-      "no plan for a global batch of 7 on 16 GPUs: megatron, zero, whale, cannikin, amp proposed "
-      "none (the batch "
+      "no plan for a global batch of 7 on 16 GPUs: megatron, zero, whale, cannikin, amp, metis "
+      "proposed none (the batch "
       "must divide into equal shares of whole micro-batches over the data-parallel "
       "replicas)");
   try {
@@ -394,7 +419,7 @@ TEST(Planner, ImpossibleRequestsSayWhy) {
   } catch (const InputError& e) {
     EXPECT_EQ(std::string(e.what()),
               "--policy: unknown policy \"whales\" (expected all or one of megatron, zero, whale, "
-              "cannikin, amp)");
+              "cannikin, amp, metis)");
   }
 }
 
