@@ -9,6 +9,7 @@
 #include "sim/network/collective.h"
 #include "sim/network/protocol.h"
 #include "sim/workload/ops.h"
+#include "sim/workload/training_job.h"
 
 namespace hetsim::policy {
 
@@ -315,12 +316,16 @@ Estimate Estimator::estimate(const Plan& plan) {
                         : plan.recompute == workload::Recompute::selective ? ps.recompute.total()
                                                                            : 0.0;
       double kernels = 0;
+      const double rc_kernels = plan.recompute == workload::Recompute::full ? ps.layer_f.kernels_s
+                                : plan.recompute == workload::Recompute::selective
+                                    ? ps.recompute.kernels_s
+                                    : 0.0;
       for (int c = 0; c < v; ++c) {
         const int vs = c * S + s;
         const int layers = st.layers_of(c);
         double f = per_pass + layers * (ps.layer_f.total() + gather);
         double b = per_pass + layers * (ps.layer_b.total() + rc + gather + scatter);
-        kernels += layers * (ps.layer_f.kernels_s + ps.layer_b.kernels_s);
+        kernels += layers * (ps.layer_f.kernels_s + ps.layer_b.kernels_s + rc_kernels);
         if (vs == 0) {
           f += ps.embedding_f.total();
           b += ps.embedding_b.total();
@@ -339,7 +344,12 @@ Estimate Estimator::estimate(const Plan& plan) {
         bwd[s] += b;
       }
       w[s] = fwd[s] + bwd[s];
-      out.compute_s = std::max(out.compute_s, m * kernels);
+      // With this group's optimizer step: the busiest group's compute, no more (a bound).
+      const double params = workload::group_params(model_, plan, st, s);
+      const double shard = plan.zero_stage >= 1 && dp ? params / static_cast<double>(R) : params;
+      const double opt =
+          optimizer_s(*cluster_.gpu(st.devices.front()).profile, shard, plan.precision);
+      out.compute_s = std::max(out.compute_s, m * kernels + opt);
       layer_backward[s] = ps.layer_b.total() + rc + gather + scatter;
       last_backward[s] = bwd[s];
     }
@@ -438,14 +448,11 @@ Estimate Estimator::estimate(const Plan& plan) {
       out.dp_exposed_s = std::max(out.dp_exposed_s, finish - ready[s]);
     }
     finish += fw.host_per_step.seconds();
-    double params =
-        (static_cast<double>(model_.layer_params()) * st.layers +
-         (s == 0 ? model_.embedding_params() : 0) + (s == S - 1 ? model_.output_params() : 0)) /
-        t;
-    if (s == S - 1 && model_.tied_embeddings && S > 1)
-      params += static_cast<double>(model_.vocab) * model_.hidden / t;
+    const double params = workload::group_params(model_, plan, st, s);
     const double shard = plan.zero_stage >= 1 && dp ? params / static_cast<double>(R) : params;
-    finish += optimizer_s(*cluster_.gpu(st.devices.front()).profile, shard, plan.precision);
+    const double optimizer =
+        optimizer_s(*cluster_.gpu(st.devices.front()).profile, shard, plan.precision);
+    finish += optimizer;
     if (dp && (plan.zero_stage == 1 || plan.zero_stage == 2))
       finish += collectives_s(CommKind::allgather, e * params, peers[s]);
     iteration = std::max(iteration, finish);

@@ -16,24 +16,6 @@
 
 namespace hetsim::policy {
 
-namespace {
-
-// The busiest group's kernels: its compute stream runs them one after another, so no replay of
-// the plan can take less. The bound that prunes.
-double compute_bound_s(const workload::TrainingJob& job) {
-  Time most;
-  for (const workload::Group& g : job.groups) {
-    Time sum;
-    for (const workload::Task& t : g.program) {
-      if (t.kind == workload::TaskKind::compute) sum += g.segments[t.index].duration;
-    }
-    most = std::max(most, sum);
-  }
-  return most.seconds();
-}
-
-}  // namespace
-
 Search search(const Request& r, const std::vector<const Policy*>& policies,
               const workload::CostModel& cost, const SearchOptions& options,
               const std::function<void(const SearchProgress&)>& progress) {
@@ -64,8 +46,8 @@ Search search(const Request& r, const std::vector<const Policy*>& policies,
     try {
       workload::Plan plan = workload::load_plan_text(
           c.proposal.plan, c.proposal.policy + " proposal", *r.model, *r.cluster);
-      const workload::TrainingJob job =
-          workload::build_training_job(*r.model, plan, *r.cluster, cost);
+      // The memory model needs the groups, not their programs.
+      const workload::TrainingJob job = workload::skeleton_job(*r.model, plan, *r.cluster);
       const std::vector<workload::DeviceMemory> memory = workload::memory_per_group(job);
       const workload::DeviceMemory* fullest = &memory.front();
       for (const workload::DeviceMemory& m : memory) {
@@ -80,8 +62,10 @@ Search search(const Request& r, const std::vector<const Policy*>& policies,
                                config::format_bytes(fullest->capacity));
         out.rejected.push_back(std::move(c));
       } else {
-        bounds.push_back(compute_bound_s(job));
-        c.estimate_s = estimator.estimate(plan).iteration_s;
+        // The busiest group's kernels back to back: no replay of the plan can take less.
+        const Estimate e = estimator.estimate(plan);
+        bounds.push_back(e.compute_s);
+        c.estimate_s = e.iteration_s;
         plans.push_back(std::move(plan));
         fits.push_back(std::move(c));
       }

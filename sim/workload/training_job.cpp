@@ -176,6 +176,44 @@ class GroupBuilder {
 
 }  // namespace
 
+double group_params(const ModelConfig& model, const Plan& plan, const StagePlan& st, int stage) {
+  const int P = plan.stages();
+  const int t = st.tensor_parallel();
+  double params =
+      (static_cast<double>(model.layer_params()) * st.layers +
+       (stage == 0 ? model.embedding_params() : 0) + (stage == P - 1 ? model.output_params() : 0)) /
+      t;
+  if (stage == P - 1 && model.tied_embeddings && P > 1) {
+    params += static_cast<double>(model.vocab) * model.hidden / t;  // the output copy
+  }
+  return params;
+}
+
+TrainingJob skeleton_job(const ModelConfig& model, const Plan& plan,
+                         const platform::Cluster& cluster) {
+  TrainingJob job;
+  job.model = &model;
+  job.plan = &plan;
+  job.cluster = &cluster;
+  job.chunks = plan.interleave;
+  job.activation_bytes_per_transfer = element_bytes(plan.precision) *
+                                      static_cast<double>(plan.micro_batch_size) *
+                                      plan.sequence_length * model.hidden;
+  for (size_t r = 0; r < plan.replicas.size(); ++r) {
+    for (int s = 0; s < plan.stages(); ++s) {
+      const StagePlan& st = plan.replicas[r].stages[s];
+      Group g;
+      g.replica = static_cast<uint32_t>(r);
+      g.stage = static_cast<uint32_t>(s);
+      g.devices = st.devices;
+      g.gpu = cluster.gpu(st.devices.front()).profile;
+      g.params = group_params(model, plan, st, s);
+      job.groups.push_back(std::move(g));
+    }
+  }
+  return job;
+}
+
 TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
                                const platform::Cluster& cluster, const CostModel& cost) {
   TrainingJob job;
@@ -204,6 +242,7 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
       g.devices = st.devices;
       g.gpu = cluster.gpu(st.devices.front()).profile;
       const int t = st.tensor_parallel();
+      g.params = group_params(model, plan, st, s);
       LayerShape shape;
       shape.micro_batch = plan.micro_batch_size;
       shape.sequence = plan.sequence_length;
@@ -215,13 +254,6 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
       auto chunk_first = [&](int c) { return st.first_of(c); };
       const bool first_virtual_holder = s == 0;
       const bool last_virtual_holder = s == P - 1;
-      g.params = (static_cast<double>(model.layer_params()) * st.layers +
-                  (first_virtual_holder ? model.embedding_params() : 0) +
-                  (last_virtual_holder ? model.output_params() : 0)) /
-                 t;
-      if (last_virtual_holder && model.tied_embeddings && P > 1) {
-        g.params += static_cast<double>(model.vocab) * model.hidden / t;  // the output copy
-      }
       GroupBuilder b(g, model, plan, cost, shape);
       const auto& lf = b.piece("layer.fwd", layer_forward(model, shape));
       const auto& lb = b.piece("layer.bwd", layer_backward(model, shape));

@@ -101,4 +101,12 @@ std::vector<ScheduleItem> stage_schedule(Schedule s, int stage, int stages, int 
 TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
                                const platform::Cluster& cluster, const CostModel& cost);
 
+// The groups without their programs (devices, GPU type, parameters): what the memory model
+// reads, at a fraction of the cost of the whole job (the planner checks hundreds of plans).
+TrainingJob skeleton_job(const ModelConfig& model, const Plan& plan,
+                         const platform::Cluster& cluster);
+// Parameters one device of stage `stage` holds (its layers, the embedding on the first stage,
+// the head and a tied output copy on the last), over its tensor-parallel degree.
+double group_params(const ModelConfig& model, const Plan& plan, const StagePlan& st, int stage);
+
 }  // namespace hetsim::workload
