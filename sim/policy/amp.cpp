@@ -116,12 +116,7 @@ class Amp final : public Policy {
     const platform::Cluster& c = *r.cluster;
     const workload::ModelConfig& m = *r.model;
     const auto G = static_cast<int>(c.gpu_count());
-    std::vector<const config::GpuProfile*> types;
-    for (platform::GpuId g = 0; g < c.gpu_count(); ++g) {
-      if (std::find(types.begin(), types.end(), c.gpu(g).profile) == types.end())
-        types.push_back(c.gpu(g).profile);
-    }
-    const workload::Precision precision = workload::default_precision(types);
+    const workload::Precision precision = cluster_precision(c);
     const double e = workload::element_bytes(precision);
     for (int tp : tensor_parallel_degrees(m, min_gpus_per_node(c))) {
       for (int pp = 1; pp <= m.layers && tp * pp <= G; ++pp) {
@@ -250,20 +245,16 @@ class Amp final : public Policy {
     for (int l : layers) split += (split.empty() ? "" : "/") + std::to_string(l);
     p.label = fmt::format("tp {} pp {} dp {} mb {} layers {} recompute {} (AMP predicts {:.4g} s)",
                           tp, pp, dp, mb, split, recompute, predicted);
-    std::string plan = fmt::format(
-        "# {} policy: {}\nmicro_batch_size: {}\nsequence_length: {}\nrecompute: {}\n"
-        "sequence_parallel: {}\n",
-        name(), p.label, mb, r.sequence, recompute, tp > 1 ? "true" : "false");
-    if (!r.framework.empty()) plan += "framework: " + r.framework + "\n";
-    plan += "replicas:\n";
+    std::vector<std::vector<std::vector<platform::GpuId>>> devices(dp);
     for (int rep = 0; rep < dp; ++rep) {
-      plan += fmt::format("  - micro_batches: {}\n    stages:\n", B);
       for (int s = 0; s < pp; ++s) {
         const platform::GpuId a = first_device(tp, dp, rep, s);
-        plan += fmt::format("      - {{layers: {}, tensor_parallel: {}, devices: \"{}-{}\"}}\n",
-                            layers[s], tp, a, a + tp - 1);
+        auto& d = devices[rep].emplace_back();
+        for (int j = 0; j < tp; ++j) d.push_back(a + j);
       }
     }
+    std::string plan = pipelines_plan(r, fmt::format("# {} policy: {}\n", name(), p.label), mb, B,
+                                      recompute, tp, layers, devices);
     p.plan = std::move(plan);
     return p;
   }

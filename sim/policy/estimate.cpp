@@ -246,13 +246,7 @@ Estimator::Piece Estimator::piece(const std::vector<workload::Step>& steps,
 const Estimator::Pieces& Estimator::pieces(const Plan& plan, const config::GpuProfile& gpu,
                                            const Groups& tp) {
   const int t = static_cast<int>(tp.ranks.front().size());
-  workload::LayerShape shape;
-  shape.micro_batch = plan.micro_batch_size;
-  shape.sequence = plan.sequence_length;
-  shape.tensor_parallel = t;
-  shape.sequence_parallel = plan.sequence_parallel && t > 1;
-  shape.flash_attention = plan.flash_attention;
-  shape.precision = plan.precision;
+  const workload::LayerShape shape = workload::stage_shape(plan, t);
   auto [it, fresh] =
       pieces_.try_emplace({&gpu, shape.micro_batch, shape.sequence, shape.sequence_parallel,
                            shape.flash_attention, static_cast<int>(shape.precision), tp.key});

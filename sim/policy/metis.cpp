@@ -54,7 +54,7 @@ class Metis final : public Policy {
       if (of_type[t].empty()) types.push_back(t);
       of_type[t].push_back(g);
     }
-    const workload::Precision precision = workload::default_precision(types);
+    const workload::Precision precision = cluster_precision(c);
     const auto G = static_cast<int>(c.gpu_count());
     std::vector<size_t> perm(types.size());
     for (size_t i = 0; i < perm.size(); ++i) perm[i] = i;
@@ -169,23 +169,15 @@ class Metis final : public Policy {
     p.label = fmt::format(
         "{}: {} stages x (dp {} x tp {}), mb {}, layers {}, recompute {} (Metis predicts {:.4g} s)",
         type_order, S, dp, tp, mb, split, recompute, predicted);
-    std::string plan = fmt::format(
-        "# {} policy: {}\nmicro_batch_size: {}\nsequence_length: {}\nrecompute: {}\n"
-        "sequence_parallel: {}\n",
-        name(), p.label, mb, r.sequence, recompute, tp > 1 ? "true" : "false");
-    if (!r.framework.empty()) plan += "framework: " + r.framework + "\n";
-    plan += "replicas:\n";
+    std::vector<std::vector<std::vector<platform::GpuId>>> devices(dp);
     for (int i = 0; i < dp; ++i) {
-      plan += fmt::format("  - micro_batches: {}\n    stages:\n", M);
       for (int s = 0; s < S; ++s) {
         const size_t a = static_cast<size_t>(s) * group + static_cast<size_t>(i) * tp;
-        std::string devices;
-        for (int j = 0; j < tp; ++j)
-          devices += (devices.empty() ? "" : ", ") + std::to_string(order[a + j]);
-        plan += fmt::format("      - {{layers: {}, tensor_parallel: {}, devices: [{}]}}\n",
-                            layers[s], tp, devices);
+        devices[i].emplace_back(order.begin() + a, order.begin() + a + tp);
       }
     }
+    std::string plan = pipelines_plan(r, fmt::format("# {} policy: {}\n", name(), p.label), mb, M,
+                                      recompute, tp, layers, devices);
     p.plan = std::move(plan);
     return p;
   }

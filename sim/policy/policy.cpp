@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "sim/core/error.h"
+#include "sim/workload/plan.h"
 
 namespace hetsim::policy {
 
@@ -70,6 +71,40 @@ double kernel_seconds(const std::vector<workload::Step>& steps, const config::Gp
     if (st.comm == workload::CommKind::none) t += cost.duration(st.op, gpu, p);
   }
   return t.seconds();
+}
+
+std::vector<const config::GpuProfile*> gpu_types(const platform::Cluster& c) {
+  std::vector<const config::GpuProfile*> types;
+  for (platform::GpuId g = 0; g < c.gpu_count(); ++g) {
+    if (std::find(types.begin(), types.end(), c.gpu(g).profile) == types.end())
+      types.push_back(c.gpu(g).profile);
+  }
+  return types;
+}
+
+workload::Precision cluster_precision(const platform::Cluster& c) {
+  return workload::default_precision(gpu_types(c));
+}
+
+std::string pipelines_plan(const Request& r, const std::string& header, int64_t micro_batch,
+                           int64_t micro_batches, const char* recompute, int tp,
+                           const std::vector<int>& layers,
+                           const std::vector<std::vector<std::vector<platform::GpuId>>>& devices) {
+  std::string plan = fmt::format(
+      "{}micro_batch_size: {}\nsequence_length: {}\nrecompute: {}\nsequence_parallel: {}\n", header,
+      micro_batch, r.sequence, recompute, tp > 1 ? "true" : "false");
+  if (!r.framework.empty()) plan += "framework: " + r.framework + "\n";
+  plan += "replicas:\n";
+  for (const auto& replica : devices) {
+    plan += fmt::format("  - micro_batches: {}\n    stages:\n", micro_batches);
+    for (size_t s = 0; s < replica.size(); ++s) {
+      std::string list;
+      for (platform::GpuId g : replica[s]) list += (list.empty() ? "" : ", ") + std::to_string(g);
+      plan += fmt::format("      - {{layers: {}, tensor_parallel: {}, devices: [{}]}}\n", layers[s],
+                          tp, list);
+    }
+  }
+  return plan;
 }
 
 int min_gpus_per_node(const platform::Cluster& c) {

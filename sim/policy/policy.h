@@ -54,6 +54,11 @@ const std::vector<const Policy*>& policies();
 std::vector<const Policy*> select_policies(const std::string& name);
 
 // Facts about a request that several policies use.
+// The cluster's GPU types, in order of first appearance.
+std::vector<const config::GpuProfile*> gpu_types(const platform::Cluster& c);
+// The precision a plan without `precision:` trains in on this cluster
+// (workload::default_precision).
+workload::Precision cluster_precision(const platform::Cluster& c);
 int min_gpus_per_node(const platform::Cluster& c);
 // Tensor-parallel degrees the model's shapes allow, up to `limit` (powers of two).
 std::vector<int> tensor_parallel_degrees(const workload::ModelConfig& m, int limit);
@@ -82,6 +87,13 @@ double kernel_seconds(const std::vector<workload::Step>& steps, const config::Gp
 // there are fewer layers than stages.
 std::vector<int> amp_partition(const std::vector<std::vector<double>>& cost,
                                const std::vector<double>& fixed, int64_t micro_batches);
+
+// A replicas: plan in which every replica runs the same pipeline: stage s holds layers[s];
+// devices[r][s] are replica r's stage s devices (its tensor-parallel group).
+std::string pipelines_plan(const Request& r, const std::string& header, int64_t micro_batch,
+                           int64_t micro_batches, const char* recompute, int tp,
+                           const std::vector<int>& layers,
+                           const std::vector<std::vector<std::vector<platform::GpuId>>>& devices);
 
 // The policies (one file each).
 const Policy& megatron_policy();

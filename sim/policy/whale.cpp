@@ -35,13 +35,7 @@ class Whale final : public Policy {
   std::vector<Proposal> propose(const Request& r) const override {
     std::vector<Proposal> out;
     const platform::Cluster& c = *r.cluster;
-    // The precision the plan will default to.
-    std::vector<const config::GpuProfile*> types;
-    for (platform::GpuId g = 0; g < c.gpu_count(); ++g) {
-      if (std::find(types.begin(), types.end(), c.gpu(g).profile) == types.end())
-        types.push_back(c.gpu(g).profile);
-    }
-    const workload::Precision precision = workload::default_precision(types);
+    const workload::Precision precision = cluster_precision(c);  // the plan's default
     for (int tp : tensor_parallel_degrees(*r.model, min_gpus_per_node(c))) {
       const auto groups = node_groups(c, tp);
       if (groups.size() < 2) continue;

@@ -42,13 +42,7 @@ std::vector<DeviceMemory> memory_per_group(const TrainingJob& job) {
     mem.weights = params * e / (p.zero_stage >= 3 ? d : 1);
     mem.gradients = params * grad_bytes / (p.zero_stage >= 2 ? d : 1);
     mem.optimizer = params * (master + 8) / (p.zero_stage >= 1 ? d : 1);
-    LayerShape s;
-    s.micro_batch = p.micro_batch_size;
-    s.sequence = p.sequence_length;
-    s.tensor_parallel = static_cast<int>(g.devices.size());
-    s.sequence_parallel = p.sequence_parallel && s.tensor_parallel > 1;
-    s.flash_attention = p.flash_attention;
-    s.precision = p.precision;
+    const LayerShape s = stage_shape(p, static_cast<int>(g.devices.size()));
     const double per_layer = layer_activation_bytes(m, s, p.recompute);
     const StagePlan& st = p.replicas[g.replica].stages[g.stage];
     // Walk the schedule: a forward pass stores its chunk's activations until its backward.

@@ -465,4 +465,15 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
   return p;
 }
 
+LayerShape stage_shape(const Plan& plan, int tensor_parallel) {
+  LayerShape shape;
+  shape.micro_batch = plan.micro_batch_size;
+  shape.sequence = plan.sequence_length;
+  shape.tensor_parallel = tensor_parallel;
+  shape.sequence_parallel = plan.sequence_parallel && tensor_parallel > 1;
+  shape.flash_attention = plan.flash_attention;
+  shape.precision = plan.precision;
+  return shape;
+}
+
 }  // namespace hetsim::workload

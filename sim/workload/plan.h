@@ -80,6 +80,9 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
 // else fp16 (V100, T4 and P100 train in fp16 with loss scaling).
 Precision default_precision(const std::vector<const config::GpuProfile*>& gpus);
 
+// The shape of one layer on a stage of `tensor_parallel` ranks under this plan.
+LayerShape stage_shape(const Plan& plan, int tensor_parallel);
+
 // A uniform plan built in code (used by the benchmark and tests).
 Plan uniform_plan(const ModelConfig& model, const platform::Cluster& cluster, int tp, int pp,
                   int dp, int64_t micro_batch, int64_t global_batch, int64_t sequence);

@@ -243,13 +243,7 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
       g.gpu = cluster.gpu(st.devices.front()).profile;
       const int t = st.tensor_parallel();
       g.params = group_params(model, plan, st, s);
-      LayerShape shape;
-      shape.micro_batch = plan.micro_batch_size;
-      shape.sequence = plan.sequence_length;
-      shape.tensor_parallel = t;
-      shape.sequence_parallel = plan.sequence_parallel && t > 1;
-      shape.flash_attention = plan.flash_attention;
-      shape.precision = plan.precision;
+      const LayerShape shape = stage_shape(plan, t);
       // Layers of each chunk: uniform plans interleave chunks over stages (Megatron).
       auto chunk_first = [&](int c) { return st.first_of(c); };
       const bool first_virtual_holder = s == 0;
