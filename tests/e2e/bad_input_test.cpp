@@ -215,8 +215,8 @@ const BadFlagCase kBadFlags[] = {
      "hetsim: error: The following argument was not expected: --frobnicate (see hetsim --help)\n"},
     {"UnknownSubcommandIsRejected",
      {"frobnicate"},
-     "hetsim: error: unknown command \"frobnicate\" (expected simulate, plan, collective, "
-     "calibrate or bench; see hetsim --help)\n"},
+     "hetsim: error: unknown command \"frobnicate\" (expected simulate, plan, sweep, "
+     "collective, calibrate or bench; see hetsim --help)\n"},
     {"MissingSubcommandIsRejected",
      {},
      "hetsim: error: A subcommand is required (see hetsim --help)\n"},
