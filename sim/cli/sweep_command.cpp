@@ -27,7 +27,7 @@ void add_sweep_command(CLI::App& app, Action& action) {
       "sweep",
       "Run a study: every combination of its models, clusters, plans and frameworks, each run "
       "recorded in an SQLite store as it finishes; a rerun skips what the store holds");
-  cmd->add_option("study", o->study, "Study file (YAML; see experiments/sweep-example)")
+  cmd->add_option("STUDY", o->study, "Study file (YAML; see experiments/sweep-example)")
       ->required();
   cmd->add_option("--store", o->store, "SQLite store (default: the study file with .db)");
   cmd->add_option("--jobs", o->jobs, "Threads (default: the machine's cores)")

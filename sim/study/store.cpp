@@ -17,16 +17,17 @@ const char* const kColumns =
     "tokens_per_s, samples_per_s, mfu, peak_memory_bytes, oom, compute_s, "
     "communication_exposed_s, bubble_s, report_json";
 
+// The figures are NULL for a failed run, so that aggregates over the table skip it.
 const char* const kSchema = R"(CREATE TABLE IF NOT EXISTS runs (
   key TEXT PRIMARY KEY NOT NULL,
   model TEXT NOT NULL, cluster TEXT NOT NULL, plan TEXT NOT NULL, framework TEXT NOT NULL,
   inputs TEXT NOT NULL,
   status TEXT NOT NULL CHECK (status IN ('ok', 'failed')),
   error TEXT NOT NULL,
-  gpus INTEGER NOT NULL,
-  iteration_time_s REAL NOT NULL, tokens_per_s REAL NOT NULL, samples_per_s REAL NOT NULL,
-  mfu REAL NOT NULL, peak_memory_bytes INTEGER NOT NULL, oom INTEGER NOT NULL,
-  compute_s REAL NOT NULL, communication_exposed_s REAL NOT NULL, bubble_s REAL NOT NULL,
+  gpus INTEGER,
+  iteration_time_s REAL, tokens_per_s REAL, samples_per_s REAL, mfu REAL,
+  peak_memory_bytes INTEGER, oom INTEGER,
+  compute_s REAL, communication_exposed_s REAL, bubble_s REAL,
   report_json TEXT NOT NULL))";
 
 // A prepared statement, finalised on every path.
@@ -137,15 +138,20 @@ void Store::put(const RunRecord& r) {
   s.text(i++, r.inputs);
   s.text(i++, r.ok ? "ok" : "failed");
   s.text(i++, r.error);
-  sqlite3_bind_int64(s.get(), i++, r.gpus);
-  for (double v : {r.iteration_time_s, r.tokens_per_s, r.samples_per_s, r.mfu}) {
-    sqlite3_bind_double(s.get(), i++, v);
-  }
-  sqlite3_bind_int64(s.get(), i++, r.peak_memory_bytes);
-  sqlite3_bind_int64(s.get(), i++, r.oom ? 1 : 0);
-  for (double v : {r.compute_s, r.communication_exposed_s, r.bubble_s}) {
-    sqlite3_bind_double(s.get(), i++, v);
-  }
+  sqlite3_stmt* st = s.get();
+  auto integer = [&](int64_t v) {
+    r.ok ? sqlite3_bind_int64(st, i, v) : sqlite3_bind_null(st, i);
+    ++i;
+  };
+  auto real = [&](double v) {
+    r.ok ? sqlite3_bind_double(st, i, v) : sqlite3_bind_null(st, i);
+    ++i;
+  };
+  integer(r.gpus);
+  for (double v : {r.iteration_time_s, r.tokens_per_s, r.samples_per_s, r.mfu}) real(v);
+  integer(r.peak_memory_bytes);
+  integer(r.oom ? 1 : 0);
+  for (double v : {r.compute_s, r.communication_exposed_s, r.bubble_s}) real(v);
   s.text(i++, r.report_json);
   if (sqlite3_step(s.get()) != SQLITE_DONE) {
     throw RunError(path_ + ": cannot record run " + r.key + ": " + sqlite3_errmsg(db_));

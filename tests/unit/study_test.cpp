@@ -2,6 +2,7 @@
 // the cross product, keys that follow file contents, records that read back bit for bit, a
 // failing run recorded while the others complete, and the same store from one thread or two.
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 
 #include <bit>
 #include <filesystem>
@@ -195,6 +196,20 @@ TEST(Store, RecordsReadBackBitForBitAndAReplacedKeyKeepsOneRow) {
   EXPECT_FALSE(all[1].ok);
   EXPECT_EQ(all[1].error, "bad plan");
   EXPECT_EQ(s.keys(), (std::set<std::string>{"a", "b"}));
+  // A failed run's figures are NULL in the table (aggregates skip it), zero in the record.
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open_v2((d + "/s.db").c_str(), &db, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+  sqlite3_stmt* q = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(db,
+                               "SELECT count(*) FROM runs WHERE iteration_time_s IS NULL AND mfu "
+                               "IS NULL AND gpus IS NULL AND oom IS NULL AND status = 'failed'",
+                               -1, &q, nullptr),
+            SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(q), SQLITE_ROW);
+  EXPECT_EQ(sqlite3_column_int(q, 0), 1);
+  sqlite3_finalize(q);
+  sqlite3_close(db);
+  EXPECT_EQ(all[1].iteration_time_s, 0);
 }
 
 TEST(Store, AFileThatIsNotAStoreIsBadInputNamingIt) {
