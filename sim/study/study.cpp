@@ -199,7 +199,7 @@ std::vector<PlanEntry> read_plans(const std::string& file, const std::string& fo
       continue;
     }
     if (e.IsMap()) {
-      config::check_keys(file, e, path, {"file", "set", "name", "policy"});
+      config::check_keys(file, e, path, {"file", "set", "name"});
       given = config::get_string(file, e, path, "file");
       p.sets = strings(file, e, path, "set");
       std::string label = given;
@@ -288,9 +288,20 @@ Study load_study_text(const std::string& text, const std::string& file, const st
   // What every run shares: the version (a new hetsim may compute differently) and the costs.
   std::string common;
   add(common, "hetsim", HETSIM_VERSION);
-  add(common, "efficiency", s.efficiency.empty() ? "" : config::read_text_file(s.efficiency));
-  add(common, "calibration",
-      s.calibration.empty() ? "" : hash_hex(config::read_text_file(s.calibration)));
+  std::string efficiency, calibration;
+  if (!s.efficiency.empty()) {
+    checked(file, root["efficiency"], "efficiency", [&] {
+      efficiency = config::read_text_file(s.efficiency, "efficiency file");
+      workload::load_datasheet_efficiency(s.efficiency);
+    });
+  }
+  if (!s.calibration.empty()) {
+    checked(file, root["calibration"], "calibration", [&] {
+      calibration = hash_hex(config::read_text_file(s.calibration, "calibration database"));
+    });
+  }
+  add(common, "efficiency", efficiency);
+  add(common, "calibration", calibration);
   for (const ModelEntry& m : models) {
     for (const ClusterEntry& c : clusters) {
       for (const PlanEntry& p : plans) {

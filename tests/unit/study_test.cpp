@@ -86,6 +86,13 @@ TEST(StudyFile, MissingModelFileIsNamedWithTheStudyLine) {
       << e;
 }
 
+TEST(StudyFile, MissingCalibrationDatabaseIsNamedWithTheStudyLine) {
+  const std::string d = fresh_folder();
+  EXPECT_EQ(load_error(d, "models: [gpt3-350m]\nclusters: [dgx-a100]\nplans: [" + kData +
+                              "tp8.yaml]\ncalibration: none.h5\n"),
+            d + "/study.yaml:4: calibration: none.h5: cannot open calibration database");
+}
+
 TEST(StudyFile, UnknownPolicyListsTheNames) {
   const std::string d = fresh_folder();
   const std::string e =
@@ -279,6 +286,23 @@ TEST(Runner, AFailingRunIsRecordedWithItsErrorAndTheOthersComplete) {
   const RunnerSummary again = run_study(s, store, o);
   EXPECT_EQ(again.ran, 0u);
   EXPECT_EQ(again.stored_before, 6u);
+}
+
+TEST(Runner, EditingAPlanFileRerunsExactlyTheRunsItFeeds) {
+  const std::string d = fresh_folder();
+  write(d + "/a.yaml", "tensor_parallel: 8\nglobal_batch_size: 8\nsequence_length: 256\n");
+  write(d + "/b.yaml", "tensor_parallel: 4\nglobal_batch_size: 8\nsequence_length: 256\n");
+  write(d + "/study.yaml",
+        "models: [gpt3-350m]\nclusters:\n  - {cluster: dgx-a100, nodes: 1}\n"
+        "  - {cluster: dgx-a100, nodes: 2}\nplans: [a.yaml, b.yaml]\n");
+  Store store(d + "/s.db");
+  RunnerOptions o;
+  EXPECT_EQ(run_study(load_study(d + "/study.yaml"), store, o).ran, 4u);
+  write(d + "/b.yaml", "tensor_parallel: 2\nglobal_batch_size: 8\nsequence_length: 256\n");
+  const RunnerSummary again = run_study(load_study(d + "/study.yaml"), store, o);
+  EXPECT_EQ(again.ran, 2u) << "b.yaml on each cluster";
+  EXPECT_EQ(again.stored_before, 2u);
+  EXPECT_EQ(store.keys().size(), 6u) << "the old results stay, under their own keys";
 }
 
 TEST(Runner, OneThreadAndTwoGiveTheSameStore) {
