@@ -17,6 +17,8 @@
 #include "sim/config/units.h"
 #include "sim/core/error.h"
 #include "sim/network/collective_runner.h"
+#include "sim/policy/estimate.h"
+#include "sim/policy/planner.h"
 #include "sim/report/collective_report.h"
 #include "sim/report/progress.h"
 #include "sim/report/training_report.h"
@@ -34,6 +36,7 @@ struct CaseResult {
   double sim_s = 0;   // simulated time
   double figure = 0;  // busbw (network) or MFU (training)
   long peak_kib = 0;
+  long gpus = 0;        // plan: the cluster's GPU count
   char label[32] = {};  // algorithm (network) or event count (training)
 };
 
@@ -69,6 +72,97 @@ CaseResult run_isolated(const std::function<CaseResult()>& work) {
   }
   r.peak_kib = usage.ru_maxrss;
   return r;
+}
+
+// `bench plan`: the planner's speed. The analytic estimate's evaluations per second (on plans
+// already parsed, its caches warm, as in a search), and the wall time of whole searches.
+void add_bench_plan(CLI::App& bench, Action& action) {
+  CLI::App* cmd = bench.add_subcommand(
+      "plan",
+      "The planner: analytic estimates per second over every proposal for GPT-3 175B on 1024 "
+      "A100 and for GPT-3 13B on 64 mixed H100/A100, and the wall time of both whole searches");
+  auto which = std::make_shared<std::vector<std::string>>(
+      std::vector<std::string>{"13b-mixed-64", "175b-a100-1024"});
+  cmd->add_option("--cases", *which, "Cases to run")->capture_default_str();
+  cmd->callback([which, &action] {
+    action = [which] {
+      struct Case {
+        std::string name, model, cluster;
+        std::vector<std::string> sets;
+        int64_t batch;
+      };
+      const std::vector<Case> all = {
+          {"13b-mixed-64",
+           "gpt3-13b",
+           "mixed-h100-a100",
+           {"groups[0].count=4", "groups[1].count=4"},
+           512},
+          {"175b-a100-1024", "gpt3-175b", "dgx-a100", {"groups[0].count=128"}, 1536}};
+      for (const std::string& w : *which) {
+        if (std::none_of(all.begin(), all.end(), [&](const Case& c) { return c.name == w; })) {
+          std::string names;
+          for (const Case& c : all) names += (names.empty() ? "" : ", ") + c.name;
+          throw InputError("--cases: unknown case \"" + w + "\" (expected one of " + names + ")");
+        }
+      }
+      std::cout << fmt::format("{:<16} {:>6} {:>7} {:>14} {:>10} {:>10} {:>12}\n", "case", "gpus",
+                               "plans", "estimates/s", "search_s", "peak_MiB", "best_s");
+      for (const Case& k : all) {
+        if (std::find(which->begin(), which->end(), k.name) == which->end()) continue;
+        const CaseResult r = run_isolated([&] {
+          const workload::ModelConfig model = workload::load_model(k.model);
+          config::ClusterOptions opt;
+          opt.sets = k.sets;
+          const platform::Cluster c(config::load_cluster(k.cluster, opt));
+          const workload::DatasheetCostModel cost;
+          policy::Request req;
+          req.model = &model;
+          req.cluster = &c;
+          req.global_batch = k.batch;
+          req.sequence = model.sequence;
+          req.cost = &cost;
+          // Estimates: every proposal that parses, estimated over and over for about a second.
+          std::vector<workload::Plan> plans;
+          for (const policy::Policy* p : policy::policies()) {
+            for (const policy::Proposal& x : p->propose(req)) {
+              try {
+                plans.push_back(workload::load_plan_text(x.plan, x.policy, model, c));
+              } catch (const InputError&) {
+              }
+            }
+          }
+          if (plans.empty()) throw RunError("bench plan: no valid proposal");
+          policy::Estimator est(model, c, cost);
+          double sink = 0;
+          for (const workload::Plan& p : plans) sink += est.estimate(p).iteration_s;  // warm
+          size_t evals = 0;
+          const auto e0 = std::chrono::steady_clock::now();
+          double spent = 0;
+          while (spent < 1.0) {
+            for (const workload::Plan& p : plans) sink += est.estimate(p).iteration_s;
+            evals += plans.size();
+            spent = std::chrono::duration<double>(std::chrono::steady_clock::now() - e0).count();
+          }
+          // The whole search, as `hetsim plan` runs it.
+          const auto t0 = std::chrono::steady_clock::now();
+          const policy::Search s = policy::search(req, policy::policies(), cost);
+          CaseResult cr;
+          cr.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          cr.sim_s = s.ranked.front().iteration_s;
+          cr.figure = static_cast<double>(evals) / spent;
+          cr.gpus = static_cast<long>(c.gpu_count());
+          if (!(sink > 0)) throw RunError("bench plan: an estimate was not positive");
+          std::snprintf(cr.label, sizeof cr.label, "%zu", s.proposed);
+          return cr;
+        });
+        std::cout << fmt::format("{:<16} {:>6} {:>7} {:>14.0f} {:>10.2f} {:>10.1f} {:>12.4f}\n",
+                                 k.name, r.gpus, r.label, r.figure, r.wall_s, r.peak_kib / 1024.0,
+                                 r.sim_s)
+                  << std::flush;
+      }
+      return 0;
+    };
+  });
 }
 
 }  // namespace
@@ -231,6 +325,7 @@ void add_bench_command(CLI::App& app, Action& action) {
       return 0;
     };
   });
+  add_bench_plan(*cmd, action);
   cmd->require_subcommand(1);
   net->callback([o, &action] {
     action = [o] {

@@ -44,13 +44,15 @@ int main(int argc, char** argv) {
   hetsim::cli::add_collective_command(app, action);
   hetsim::cli::add_bench_command(app, action);
   hetsim::cli::add_calibrate_command(app, action);
+  hetsim::cli::add_export_command(app, action);
   if (argc > 1 && argv[1][0] != '-') {
     bool known = false;
     for (const CLI::App* sub : app.get_subcommands({})) known = known || sub->get_name() == argv[1];
     if (!known) {
-      std::cerr << "hetsim: error: unknown command \"" << argv[1]
-                << "\" (expected simulate, plan, sweep, collective, calibrate or bench; see hetsim "
-                   "--help)\n";
+      std::cerr
+          << "hetsim: error: unknown command \"" << argv[1]
+          << "\" (expected simulate, plan, sweep, export, collective, calibrate or bench; see "
+             "hetsim --help)\n";
       return 2;
     }
   }

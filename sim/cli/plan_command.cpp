@@ -16,9 +16,12 @@ namespace hetsim::cli {
 namespace {
 
 std::string figures(const policy::Candidate& c) {
-  const report::TrainingReport& r = *c.report;
+  if (!c.report) {  // estimated only (--replay-limit)
+    return fmt::format("{:>9}  (estimate)  peak {} of {}", config::format_time(c.iteration_s),
+                       config::format_bytes(c.peak_bytes), config::format_bytes(c.capacity_bytes));
+  }
   return fmt::format("{:>9}  MFU {:5.1f}%  peak {} of {}", config::format_time(c.iteration_s),
-                     100 * r.mfu, config::format_bytes(c.peak_bytes),
+                     100 * c.report->mfu, config::format_bytes(c.peak_bytes),
                      config::format_bytes(c.capacity_bytes));
 }
 
@@ -30,6 +33,8 @@ void add_plan_command(CLI::App& app, Action& action) {
     std::string model, policy = "all", framework, out, calibration, efficiency;
     int64_t global_batch = 0, sequence = 0;
     int top = 5;
+    long replay_limit = 0;
+    std::vector<std::string> plan_sets;
     bool json = false, quiet = false, replay_all = false;
     double progress_after_s = 2;
   };
@@ -61,6 +66,13 @@ void add_plan_command(CLI::App& app, Action& action) {
   cmd->add_flag("--replay-all", o->replay_all,
                 "Replay every plan that fits (default: skip those whose busiest GPU's kernels "
                 "alone take longer than the --top best; the top list is the same)");
+  cmd->add_option("--plan-set", o->plan_sets,
+                  "A plan key no policy chooses, for every proposal: KEY=VALUE (attention, "
+                  "precision, main_grads, bucket_size, gradient_reduction; repeatable)");
+  cmd->add_option("--replay-limit", o->replay_limit,
+                  "Replay at most N plans, the best by the analytic estimate; list the rest by "
+                  "their estimate (default 0: no limit)")
+      ->check(CLI::Range(0L, 1L << 30));
   cmd->add_flag("--json", o->json, "Print JSON: the candidates best first, then the rejected");
   cmd->add_flag("--quiet", o->quiet, "No progress lines on standard error");
   cmd->add_option("--progress-after", o->progress_after_s,
@@ -82,12 +94,15 @@ void add_plan_command(CLI::App& app, Action& action) {
       req.global_batch = o->global_batch;
       req.sequence = o->sequence > 0 ? o->sequence : model.sequence;
       req.framework = o->framework;
+      req.plan_sets = o->plan_sets;
+      policy::check_plan_sets(req.plan_sets);
       report::ProgressMeter meter(std::cerr, "plan", o->progress_after_s, 1.0,
                                   report::stderr_is_terminal());
       const auto t0 = std::chrono::steady_clock::now();
       policy::SearchOptions sopt;
       sopt.prune = !o->replay_all;
       sopt.keep = static_cast<size_t>(o->top);
+      sopt.replay_limit = static_cast<size_t>(o->replay_limit);
       const policy::Search s =
           policy::search(req, chosen, cost, sopt, [&](const policy::SearchProgress& p) {
             if (!o->quiet && !o->json) meter.update_count(p.done, p.total, "plans");
@@ -108,12 +123,15 @@ void add_plan_command(CLI::App& app, Action& action) {
         cmdline += " --global-batch-size " + std::to_string(o->global_batch) +
                    " --sequence-length " + std::to_string(req.sequence) + " --policy " + o->policy;
         if (!o->framework.empty()) cmdline += " --framework " + o->framework;
+        for (const std::string& set : o->plan_sets) cmdline += " --plan-set " + set;
         f << fmt::format("# {}\n# the fastest of {} plans: {} predicted per iteration\n", cmdline,
                          s.proposed, config::format_time(best.iteration_s))
           << best.proposal.plan;
         if (!f) throw RunError("--out " + o->out + ": write failed");
       }
-      size_t oom = 0, invalid = 0, pruned = 0;
+      size_t oom = 0, invalid = 0, pruned = 0, estimated = 0;
+      for (const policy::Candidate& c : s.ranked)
+        estimated += c.outcome == policy::Candidate::Outcome::estimated;
       for (const policy::Candidate& c : s.rejected) {
         if (c.outcome == policy::Candidate::Outcome::out_of_memory) ++oom;
         if (c.outcome == policy::Candidate::Outcome::invalid) ++invalid;
@@ -133,9 +151,11 @@ void add_plan_command(CLI::App& app, Action& action) {
           x["policy"] = c.proposal.policy;
           x["label"] = c.proposal.label;
           x["iteration_time_s"] = c.iteration_s;
+          x["estimate_s"] = c.estimate_s;
+          x["outcome"] = c.report ? "replayed" : "estimated";
           x["oom"] = false;
           x["plan"] = c.proposal.plan;
-          x["report"] = report::to_json(*c.report);
+          if (c.report) x["report"] = report::to_json(*c.report);
           cands.push_back(std::move(x));
         }
         auto& rej = j["rejected"] = nlohmann::ordered_json::array();
@@ -159,11 +179,12 @@ void add_plan_command(CLI::App& app, Action& action) {
                       cluster.config().name, cluster.gpu_count(), o->global_batch, req.sequence);
       t += fmt::format(
           "  searched       {} plans from {}: {} replayed, {} out of memory, {} invalid, {} not "
-          "replayed (their compute alone is slower than the top {} and their policy's best) "
-          "({:.1f} "
-          "s)\n",
-          s.proposed, o->policy == "all" ? "every policy" : "policy " + o->policy, s.ranked.size(),
-          oom, invalid, pruned, o->top, wall);
+          "replayed (their compute alone is slower than the top {} and their policy's best){} "
+          "({:.1f} s)\n",
+          s.proposed, o->policy == "all" ? "every policy" : "policy " + o->policy,
+          s.ranked.size() - estimated, oom, invalid, pruned, o->top,
+          estimated > 0 ? fmt::format(", {} estimated only (--replay-limit)", estimated) : "",
+          wall);
       t += fmt::format("  best           {}: {}\n                 {}\n", best.proposal.policy,
                        best.proposal.label, figures(best));
       t += "  best per policy\n";
@@ -180,6 +201,11 @@ void add_plan_command(CLI::App& app, Action& action) {
       t += fmt::format("  top {}\n", std::min<size_t>(o->top, s.ranked.size()));
       for (size_t i = 0; i < s.ranked.size() && i < static_cast<size_t>(o->top); ++i) {
         const policy::Candidate& c = s.ranked[i];
+        if (!c.report) {
+          t += fmt::format("    {:>2}. {}  {}: {}\n", i + 1, figures(c), c.proposal.policy,
+                           c.proposal.label);
+          continue;
+        }
         const report::TrainingReport& r = *c.report;
         t += fmt::format(
             "    {:>2}. {}  {}: {}\n        compute {}, exposed communication {}, "

@@ -291,10 +291,24 @@ class Builder {
       tree_depth_.resize(gpus);
     }
     const uint32_t mark = ++tree_stamp_;
-    for (const auto& [child, par] : t.edges) {
-      tree_parent_[child] = par;
-      tree_lat_[child] = step_lat(edge(child, par));
-      tree_mark_[child] = mark;
+    // The tree's hops, looked up once per tree: the protocols tried for one request differ only
+    // in the step latency per link kind, not in routes.
+    auto [cached, fresh] = tree_hops_.try_emplace(&t);
+    std::vector<TreeHop>& hops = cached->second;
+    if (fresh) {
+      hops.reserve(t.edges.size());
+      for (const auto& [child, par] : t.edges) {
+        const Edge& e = edge(child, par);
+        hops.push_back({child, par, e.kind, e.wire_latency});
+      }
+    }
+    Time per_kind[4];
+    for (int k = 0; k < 4; ++k)
+      per_kind[k] = step_latency(a_, p_, static_cast<config::LinkKind>(k));
+    for (const TreeHop& h : hops) {
+      tree_parent_[h.child] = h.parent;
+      tree_lat_[h.child] = per_kind[static_cast<int>(h.kind)] + h.wire;
+      tree_mark_[h.child] = mark;
     }
     std::vector<LinkUse> links = step_links([&](auto& ids) {
       for (const auto& [child, par] : t.edges) {
@@ -372,6 +386,12 @@ class Builder {
   std::vector<std::vector<GpuId>> rings_;
   std::vector<TreeEdges> trees_;
   std::unordered_map<uint64_t, Edge> edges_;
+  struct TreeHop {
+    GpuId child, parent;
+    config::LinkKind kind;
+    Time wire;
+  };
+  std::unordered_map<const TreeEdges*, std::vector<TreeHop>> tree_hops_;  // by tree in trees_
   std::vector<uint32_t> tree_mark_, tree_done_;  // add_tree's scratch, by GPU
   std::vector<GpuId> tree_parent_;
   std::vector<Time> tree_lat_, tree_depth_;

@@ -8,6 +8,7 @@
 
 #include "sim/config/units.h"
 #include "sim/core/error.h"
+#include "sim/policy/estimate.h"
 #include "sim/workload/memory.h"
 #include "sim/workload/plan.h"
 #include "sim/workload/replay.h"
@@ -39,8 +40,13 @@ Search search(const Request& r, const std::vector<const Policy*>& policies,
   std::vector<Proposal> proposals;
   Request req = r;
   if (!req.cost) req.cost = &cost;
+  check_plan_sets(r.plan_sets);
+  const std::string sets = plan_set_lines(r.plan_sets);
   for (const Policy* p : policies) {
-    for (Proposal& x : p->propose(req)) proposals.push_back(std::move(x));
+    for (Proposal& x : p->propose(req)) {
+      x.plan += sets;  // top-level keys after the policy's own (none of them the policy's)
+      proposals.push_back(std::move(x));
+    }
   }
   Search out;
   out.proposed = proposals.size();
@@ -51,6 +57,7 @@ Search search(const Request& r, const std::vector<const Policy*>& policies,
   std::vector<Candidate> fits;
   std::vector<workload::Plan> plans;
   std::vector<double> bounds;
+  Estimator estimator(*r.model, *r.cluster, cost);
   for (Proposal& prop : proposals) {
     Candidate c;
     c.proposal = std::move(prop);
@@ -74,6 +81,7 @@ Search search(const Request& r, const std::vector<const Policy*>& policies,
         out.rejected.push_back(std::move(c));
       } else {
         bounds.push_back(compute_bound_s(job));
+        c.estimate_s = estimator.estimate(plan).iteration_s;
         plans.push_back(std::move(plan));
         fits.push_back(std::move(c));
       }
@@ -87,14 +95,26 @@ Search search(const Request& r, const std::vector<const Policy*>& policies,
   }
   std::vector<size_t> order(fits.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  // Best estimate first: the `keep` best are then replayed early and the bound prunes the most.
   std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return bounds[a] < bounds[b]; });
+                   [&](size_t a, size_t b) { return fits[a].estimate_s < fits[b].estimate_s; });
   status.total = status.done + order.size();
   std::vector<double> best;  // the `keep` fastest replayed times, ascending
   const size_t keep = std::max<size_t>(1, options.keep);
   std::map<std::string, double> policy_best;
+  std::vector<Candidate> estimated;
+  size_t replays = 0;
   for (size_t i : order) {
     Candidate& c = fits[i];
+    if (options.replay_limit > 0 && replays >= options.replay_limit) {
+      c.outcome = Candidate::Outcome::estimated;
+      c.iteration_s = c.estimate_s;
+      c.reason = fmt::format("estimated only (replays limited to {})", options.replay_limit);
+      estimated.push_back(std::move(c));
+      ++status.done;
+      if (progress) progress(status);
+      continue;
+    }
     // A policy's own best is kept too, so that each policy's best comes out exact.
     const auto own = policy_best.find(c.proposal.policy);
     if (options.prune && best.size() >= keep && bounds[i] >= best.back() &&
@@ -107,6 +127,7 @@ Search search(const Request& r, const std::vector<const Policy*>& policies,
       try {
         const workload::TrainingJob job =
             workload::build_training_job(*r.model, plans[i], *r.cluster, cost);
+        ++replays;
         const workload::ReplayResult res = workload::replay(job);
         c.report = report::make_training_report(job, res, workload::memory_per_group(job));
         c.iteration_s = c.report->iteration_time_s;
@@ -129,6 +150,7 @@ Search search(const Request& r, const std::vector<const Policy*>& policies,
   std::stable_sort(
       out.ranked.begin(), out.ranked.end(),
       [](const Candidate& a, const Candidate& b) { return a.iteration_s < b.iteration_s; });
+  for (Candidate& c : estimated) out.ranked.push_back(std::move(c));
   if (out.ranked.empty()) {
     std::string names;
     for (const Policy* p : policies) names += std::string(names.empty() ? "" : ", ") + p->name();

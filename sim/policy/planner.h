@@ -2,7 +2,8 @@
 // would be, its memory checked before anything runs (plans that cannot fit are dropped with the
 // reason), and the rest replayed (identical replicas folded, so a replay of a 1024-GPU job takes a
 // fraction of a second), fastest bound first, skipping those that cannot make the list
-// (SearchOptions). Candidates come back best first.
+// (SearchOptions), in the order of the analytic estimate (estimate.h) so that the best are found
+// early and the bound prunes more. Candidates come back best first.
 #pragma once
 
 #include <functional>
@@ -18,9 +19,16 @@ namespace hetsim::policy {
 
 struct Candidate {
   Proposal proposal;
-  enum class Outcome { replayed, invalid, out_of_memory, pruned } outcome = Outcome::invalid;
+  enum class Outcome {
+    replayed,
+    estimated,  // not replayed: beyond SearchOptions::replay_limit; iteration_s is the estimate
+    invalid,
+    out_of_memory,
+    pruned
+  } outcome = Outcome::invalid;
   std::string reason;         // not replayed: why
-  double iteration_s = 0;     // replayed
+  double iteration_s = 0;     // replayed (or estimated)
+  double estimate_s = 0;      // the analytic estimate (estimate.h), for every plan that fits
   double peak_bytes = 0;      // the fullest GPU's peak (replayed or out of memory)
   double capacity_bytes = 0;  // that GPU's memory
   std::optional<report::TrainingReport> report;  // replayed
@@ -36,10 +44,14 @@ struct SearchOptions {
   // best: the `keep` best, and each policy's best, come out exactly as without pruning.
   bool prune = true;
   size_t keep = 5;
+  // Replay at most this many plans, the best by the analytic estimate (0: no limit). The others
+  // come back as `estimated`, ranked by their estimate after the replayed ones.
+  size_t replay_limit = 0;
 };
 
 struct Search {
-  std::vector<Candidate> ranked;    // replayed, fastest first (ties: proposal order)
+  std::vector<Candidate> ranked;    // replayed, fastest first (ties: proposal order), then
+                                    // estimated (replay_limit), best estimate first
   std::vector<Candidate> rejected;  // invalid, out of memory (proposal order), then pruned
   size_t proposed = 0;
 };

@@ -12,9 +12,42 @@
 
 namespace hetsim::policy {
 
+namespace {
+// What a planner user may fix for every proposal: the keys no policy chooses.
+const std::vector<std::string> kPlanSetKeys = {"attention", "precision", "main_grads",
+                                               "bucket_size", "gradient_reduction"};
+}  // namespace
+
+void check_plan_sets(const std::vector<std::string>& sets) {
+  for (const std::string& s : sets) {
+    const size_t eq = s.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == s.size()) {
+      throw InputError("--plan-set " + s + ": expected KEY=VALUE");
+    }
+    const std::string key = s.substr(0, eq);
+    if (std::find(kPlanSetKeys.begin(), kPlanSetKeys.end(), key) == kPlanSetKeys.end()) {
+      std::string keys;
+      for (const std::string& k : kPlanSetKeys) keys += (keys.empty() ? "" : ", ") + k;
+      throw InputError("--plan-set " + s + ": " + key +
+                       " is not a key the planner leaves to you (the policies choose degrees, "
+                       "batch, schedule, recompute and ZeRO; expected one of " +
+                       keys + ")");
+    }
+  }
+}
+
+std::string plan_set_lines(const std::vector<std::string>& sets) {
+  std::string out;
+  for (const std::string& s : sets) {
+    const size_t eq = s.find('=');
+    out += s.substr(0, eq) + ": " + s.substr(eq + 1) + "\n";
+  }
+  return out;
+}
+
 const std::vector<const Policy*>& policies() {
-  static const std::vector<const Policy*> table = {&megatron_policy(), &zero_policy(),
-                                                   &whale_policy(), &cannikin_policy()};
+  static const std::vector<const Policy*> table = {
+      &megatron_policy(), &zero_policy(), &whale_policy(), &cannikin_policy(), &amp_policy()};
   return table;
 }
 

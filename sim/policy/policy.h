@@ -20,6 +20,10 @@ struct Request {
   int64_t global_batch = 0;  // sequences per iteration
   int64_t sequence = 0;      // tokens per sequence
   std::string framework;     // a `framework:` value for every proposal; empty: the policy's own
+  // Plan keys the policies do not choose, for every proposal (KEY=VALUE: attention=standard,
+  // precision=fp16, main_grads=same, bucket_size=..., gradient_reduction=...). check_plan_sets
+  // refuses keys the policies choose.
+  std::vector<std::string> plan_sets;
   // Kernel costs, for policies whose own model profiles (Cannikin); the planner sets it.
   const workload::CostModel* cost = nullptr;
 };
@@ -37,6 +41,11 @@ class Policy {
   virtual const char* summary() const = 0;  // one line for --help and errors
   virtual std::vector<Proposal> propose(const Request& r) const = 0;
 };
+
+// Throws InputError for a plan set that is not KEY=VALUE or names a key the policies choose.
+void check_plan_sets(const std::vector<std::string>& sets);
+// The YAML lines that add the sets to a proposal's plan text.
+std::string plan_set_lines(const std::vector<std::string>& sets);
 
 // Every registered policy, in the table's order.
 const std::vector<const Policy*>& policies();
@@ -61,10 +70,18 @@ std::string replicas_plan(const Request& r, const std::string& header, int64_t m
                           const std::vector<std::vector<platform::GpuId>>& groups,
                           const std::vector<int64_t>& shares);
 
+// AMP's dynamic programme over layer cut points: layer l on stage s costs cost[s][l], stage s adds
+// fixed[s] (the embedding, the head); returns each stage's layer count (at least one each) that
+// minimises (B - 1) x the slowest stage + the sum of the stages, B = micro_batches; empty when
+// there are fewer layers than stages.
+std::vector<int> amp_partition(const std::vector<std::vector<double>>& cost,
+                               const std::vector<double>& fixed, int64_t micro_batches);
+
 // The policies (one file each).
 const Policy& megatron_policy();
 const Policy& zero_policy();
 const Policy& whale_policy();
 const Policy& cannikin_policy();
+const Policy& amp_policy();
 
 }  // namespace hetsim::policy

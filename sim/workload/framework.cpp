@@ -52,7 +52,7 @@ Framework load_framework_text(const std::string& text, const std::string& file) 
   if (!root.IsMap()) throw InputError(file + ": expected a map at the top level");
   check_keys(file, root, "",
              {"name", "description", "gradient_reduction", "bucket_size", "zero_stage",
-              "pipeline_p2p", "host", "tied_embedding_reduction"});
+              "pipeline_p2p", "host", "tied_embedding_reduction", "reserved_memory"});
   Framework f;
   f.source = file;
   f.name = get_string(file, root, "", "name");
@@ -69,6 +69,12 @@ Framework load_framework_text(const std::string& text, const std::string& file) 
   f.blocking_p2p = get_choice(file, root, "", "pipeline_p2p", {"async", "blocking"}) == 1;
   f.tied_embedding_reduction = static_cast<TiedReduction>(get_choice(
       file, root, "", "tied_embedding_reduction", {"none", "model_grads", "main_grads"}, "none"));
+  if (root["reserved_memory"]) {
+    f.reserved_memory = get_quantity(file, root, "", "reserved_memory", Dimension::bytes);
+    if (!(f.reserved_memory >= 0 && f.reserved_memory <= 64.0 * (1ull << 30)))
+      throw InputError(where(file, root["reserved_memory"]) +
+                       ": reserved_memory: expected a size from 0 to 64 GiB");
+  }
   const YAML::Node host = require(file, root, "", "host");
   check_keys(file, host, "host", {"per_pass", "per_step"});
   auto time_of = [&](const char* key) {

@@ -35,6 +35,9 @@ struct Framework {
   Time host_per_pass;  // per forward or backward pass of one micro-batch on one stage
   Time host_per_step;  // per iteration on every device, before the optimizer step
   TiedReduction tied_embedding_reduction = TiedReduction::none;
+  // Device memory the process holds beyond the training state, activations and buffers hetsim
+  // counts: the CUDA context and libraries' workspace, communication buffers, allocator slack.
+  double reserved_memory = 0;  // bytes
 };
 
 // The built-in framework names (frameworks/*.yaml), sorted.

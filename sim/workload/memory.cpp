@@ -71,6 +71,7 @@ std::vector<DeviceMemory> memory_per_group(const TrainingJob& job) {
           2.0 * 4 * static_cast<double>(s.micro_batch) * s.sequence * m.vocab / s.tensor_parallel;
     }
     if (p.replicas.size() > 1) work += 2 * std::min(p.bucket_bytes, mem.gradients);
+    work += p.framework.reserved_memory;  // the process's own: context, libraries, allocator
     mem.workspace = work;
     mem.peak = mem.weights + mem.gradients + mem.optimizer + mem.activations + mem.workspace;
     out.push_back(mem);

@@ -111,10 +111,8 @@ struct BadFlagCase {
 };
 
 const std::string kBuiltins =
-    "aws-g4dn-12xlarge, cpu-host, dgx-a100, dgx-h100, dgx1-v100, mixed-a100-v100, mixed-explicit, "
-    "mixed-h100-a100, "
-    "pcie-a100, "
-    "pcie-v100";
+    "aws-g4dn-12xlarge, aws-p3-g4dn, cpu-host, dgx-a100, dgx-h100, dgx1-v100, mixed-4090-a100, "
+    "mixed-a100-v100, mixed-explicit, mixed-h100-a100, pcie-a100, pcie-v100";
 
 // dgx-a100 (the default cluster) has 4 nodes of 8 GPUs.
 const BadFlagCase kBadFlags[] = {
@@ -215,7 +213,7 @@ const BadFlagCase kBadFlags[] = {
      "hetsim: error: The following argument was not expected: --frobnicate (see hetsim --help)\n"},
     {"UnknownSubcommandIsRejected",
      {"frobnicate"},
-     "hetsim: error: unknown command \"frobnicate\" (expected simulate, plan, sweep, "
+     "hetsim: error: unknown command \"frobnicate\" (expected simulate, plan, sweep, export, "
      "collective, calibrate or bench; see hetsim --help)\n"},
     {"MissingSubcommandIsRejected",
      {},

@@ -11,6 +11,7 @@
 #include "sim/core/error.h"
 #include "sim/network/collective_runner.h"
 #include "sim/workload/framework.h"
+#include "sim/workload/memory.h"
 #include "sim/workload/replay.h"
 
 namespace hetsim::workload {
@@ -125,6 +126,35 @@ TEST(Frameworks, HostTimePerPassAndPerStepAddsExactly) {
   const ReplayResult rb = replay(build_training_job(m, b, c, cost));
   EXPECT_EQ(rb.iteration - ra.iteration, Time::from_seconds(13e-3));
   EXPECT_EQ(rb.groups[0].compute - ra.groups[0].compute, Time::from_seconds(13e-3));
+}
+
+TEST(Frameworks, ReservedMemoryAddsExactlyItsBytesToEveryDevice) {
+  // The framework's own device memory (context, libraries, allocator slack) is counted once per
+  // device, beside the training state; it changes no time.
+  const ModelConfig m = small_gpt(2);
+  const platform::Cluster c = dgx(1);
+  const DatasheetCostModel cost;
+  const std::string path = ::testing::TempDir() + "fw_reserved.yaml";
+  { std::ofstream(path) << kFramework << "reserved_memory: 1.5GiB\n"; }
+  const std::string base =
+      "tensor_parallel: 2\npipeline_parallel: 2\ndata_parallel: 2\n"
+      "micro_batch_size: 1\nglobal_batch_size: 8\n";
+  const Plan a = load_plan_text(base + "framework: megatron\n", "a.yaml", m, c);
+  const Plan b = load_plan_text(base + "framework: " + path + "\n", "b.yaml", m, c);
+  const TrainingJob ja = build_training_job(m, a, c, cost);
+  const TrainingJob jb = build_training_job(m, b, c, cost);
+  const auto ma = memory_per_group(ja);
+  const auto mb = memory_per_group(jb);
+  ASSERT_EQ(ma.size(), mb.size());
+  for (size_t g = 0; g < ma.size(); ++g) {
+    EXPECT_DOUBLE_EQ(mb[g].peak - ma[g].peak, 1.5 * 1073741824.0) << "group " << g;
+  }
+  EXPECT_EQ(load_framework("deepspeed").reserved_memory, 1.5 * 1073741824.0);
+  EXPECT_EQ(load_framework("megatron").reserved_memory, 0.0);
+  EXPECT_EQ(error_of([] {
+              load_framework_text(std::string(kFramework) + "reserved_memory: 100GiB\n", "f.yaml");
+            }),
+            "f.yaml:5: reserved_memory: expected a size from 0 to 64 GiB");
 }
 
 TEST(Frameworks, ReductionAfterTheBackwardPassExposesEveryBucket) {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 
 #include "sim/core/error.h"
 #include "sim/policy/planner.h"
@@ -146,6 +147,90 @@ TEST(Policies, CannikinEqualisesTheReplicasFinishWithinOneMicroBatch) {
   EXPECT_LT(spread, compute_spread_s(m, c, whale, cost)) << cannikin << whale;
 }
 
+TEST(Policies, AmpsProgrammeSplitsAFourLayerToyAsWorkedByHand) {
+  // Two stages of two GPUs alike, the head costing two layers on the last stage, 4 micro-batches:
+  // 1|3 costs 3 x 5 + 6 = 21, 2|2 3 x 4 + 6 = 18, 3|1 3 x 3 + 6 = 15: three layers, then one.
+  EXPECT_EQ(amp_partition({{1, 1, 1, 1}, {1, 1, 1, 1}}, {0, 2}, 4), (std::vector<int>{3, 1}));
+  // A first stage twice as slow, 8 micro-batches: 1|3 costs 7 x 3 + 5 = 26, 2|2 7 x 4 + 6 = 34,
+  // 3|1 7 x 6 + 7 = 49.
+  EXPECT_EQ(amp_partition({{2, 2, 2, 2}, {1, 1, 1, 1}}, {0, 0}, 8), (std::vector<int>{1, 3}));
+  // One micro-batch: only the sum counts, and the fast stage takes all it can.
+  EXPECT_EQ(amp_partition({{2, 2, 2, 2}, {1, 1, 1, 1}}, {0, 0}, 1), (std::vector<int>{1, 3}));
+  // Fewer layers than stages: no split.
+  EXPECT_TRUE(amp_partition({{1}, {1}}, {0, 0}, 4).empty());
+}
+
+TEST(Policies, AmpsProgrammeIsTheBestSplitByExhaustiveSearch) {
+  // Random per-stage layer costs: the programme's split costs exactly the least of every split.
+  uint64_t x = 88172645463325252ull;
+  auto next = [&] {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return static_cast<double>(x % 1000) / 100 + 0.01;
+  };
+  for (int trial = 0; trial < 40; ++trial) {
+    const int S = 2 + trial % 3, L = S + 1 + trial % 6;
+    const int64_t B = 1 + trial % 9;
+    std::vector<std::vector<double>> cost(S, std::vector<double>(L));
+    std::vector<double> fixed(S);
+    for (auto& row : cost)
+      for (double& v : row) v = next();
+    for (double& f : fixed) f = next() / 2;
+    auto objective = [&](const std::vector<int>& split) {
+      double mx = 0, sum = 0;
+      for (int s = 0, first = 0; s < S; first += split[s], ++s) {
+        double t = fixed[s];
+        for (int l = first; l < first + split[s]; ++l) t += cost[s][l];
+        mx = std::max(mx, t);
+        sum += t;
+      }
+      return static_cast<double>(B - 1) * mx + sum;
+    };
+    // Every composition of L into S positive parts.
+    double best = 1e300;
+    std::vector<int> split(S, 1);
+    std::function<void(int, int)> walk = [&](int s, int left) {
+      if (s == S - 1) {
+        split[s] = left;
+        best = std::min(best, objective(split));
+        return;
+      }
+      for (int k = 1; k <= left - (S - 1 - s); ++k) {
+        split[s] = k;
+        walk(s + 1, left - k);
+      }
+    };
+    walk(0, L);
+    const std::vector<int> got = amp_partition(cost, fixed, B);
+    ASSERT_EQ(got.size(), static_cast<size_t>(S));
+    EXPECT_NEAR(objective(got), best, 1e-9 * best) << "trial " << trial;
+  }
+}
+
+TEST(Policies, AmpGivesTheSlowerGpusFewerLayers) {
+  // Two DGX A100 nodes and two DGX-1 V100 nodes (mixed-a100-v100), rank order: with two stages
+  // of 16 GPUs, the first stage is all A100 and the second all V100, so the programme gives the
+  // first stage more layers.
+  const workload::ModelConfig m = gpt(16);
+  const platform::Cluster c(config::load_cluster("mixed-a100-v100", {}));
+  const workload::DatasheetCostModel cost;
+  Request r = request(m, c, 64);
+  r.cost = &cost;
+  const std::vector<Proposal> props = amp_policy().propose(r);
+  ASSERT_FALSE(props.empty());
+  size_t checked = 0;
+  for (const Proposal& p : props) {
+    const workload::Plan plan = workload::load_plan_text(p.plan, "amp", m, c);
+    if (plan.stages() != 2 || plan.tensor_parallel != 1) continue;
+    const auto& st = plan.replicas.front().stages;
+    ASSERT_EQ(c.gpu(st[0].devices.front()).profile->name.substr(0, 4), "a100") << p.plan;
+    EXPECT_GT(st[0].layers, st[1].layers) << p.label;
+    ++checked;
+  }
+  EXPECT_GT(checked, 0u);
+}
+
 TEST(Planner, OnAMixedClusterWhalesSharesBeatUniformMegatron) {
   // GPT-3 1.3B, 128 sequences: enough work per GPU that the A100s' pace decides uniform plans.
   const workload::ModelConfig m = workload::load_model("gpt3-1.3b");
@@ -201,6 +286,33 @@ TEST(Planner, SkippingPlansWhoseComputeAloneIsSlowerLeavesTheTopListExact) {
   }
 }
 
+TEST(Planner, WithAReplayLimitOnlyTheBestEstimatesAreReplayedAndTheBestIsStillFound) {
+  const workload::ModelConfig m = gpt(8);
+  const platform::Cluster c = cluster("dgx-a100", 1);
+  const workload::DatasheetCostModel cost;
+  const Search full = search(request(m, c, 32), policies(), cost);
+  SearchOptions o;
+  o.replay_limit = 3;
+  const Search s = search(request(m, c, 32), policies(), cost, o);
+  size_t replayed = 0, estimated = 0;
+  for (const Candidate& k : s.ranked) {
+    if (k.outcome == Candidate::Outcome::replayed) {
+      ++replayed;
+      EXPECT_TRUE(k.report.has_value());
+      EXPECT_EQ(estimated, 0u) << "replayed plans come first";
+    } else {
+      ASSERT_EQ(k.outcome, Candidate::Outcome::estimated);
+      EXPECT_FALSE(k.report.has_value());
+      EXPECT_EQ(k.iteration_s, k.estimate_s);
+      ++estimated;
+    }
+  }
+  EXPECT_EQ(replayed, 3u);
+  EXPECT_GT(estimated, 50u);
+  // The estimate ranks this cluster's plans as the replay does: three replays find the best.
+  EXPECT_EQ(s.ranked.front().iteration_s, full.ranked.front().iteration_s);
+}
+
 TEST(Planner, NeverReturnsAPlanThatDoesNotFitAndSaysWhyItDroppedOthers) {
   // 13B parameters on 8 GPUs: data parallelism with only the optimizer sharded holds 6 bytes per
   // parameter (78 GB) on every GPU before any activation, so those plans are dropped; plans that
@@ -221,6 +333,34 @@ TEST(Planner, NeverReturnsAPlanThatDoesNotFitAndSaysWhyItDroppedOthers) {
     EXPECT_NE(k.reason.find("per GPU where the GPU holds 80.0 GiB"), std::string::npos) << k.reason;
   }
   EXPECT_GT(oom, 0u);
+}
+
+TEST(Planner, PlanSetsReachEveryProposalAndKeysThePoliciesChooseAreRefused) {
+  const workload::ModelConfig m = gpt(8);
+  const platform::Cluster c = cluster("dgx-a100", 1);
+  const workload::DatasheetCostModel cost;
+  Request r = request(m, c, 32);
+  const Search flash = search(r, {&megatron_policy()}, cost);
+  r.plan_sets = {"attention=standard"};
+  const Search standard = search(r, {&megatron_policy()}, cost);
+  for (const Candidate& k : standard.ranked) {
+    EXPECT_NE(k.proposal.plan.find("\nattention: standard\n"), std::string::npos);
+    EXPECT_FALSE(workload::load_plan_text(k.proposal.plan, "p.yaml", m, c).flash_attention);
+  }
+  // Unfused attention stores and recomputes more: the best plan is slower.
+  EXPECT_GT(standard.ranked.front().iteration_s, flash.ranked.front().iteration_s);
+  r.plan_sets = {"recompute=full"};
+  try {
+    search(r, {&megatron_policy()}, cost);
+    ADD_FAILURE();
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "--plan-set recompute=full: recompute is not a key the planner leaves to you (the "
+              "policies choose degrees, batch, schedule, recompute and ZeRO; expected one of "
+              "attention, precision, main_grads, bucket_size, gradient_reduction)");
+  }
+  r.plan_sets = {"attention"};
+  EXPECT_THROW(search(r, {&megatron_policy()}, cost), InputError);
 }
 
 TEST(Planner, ImpossibleRequestsSayWhy) {
@@ -244,8 +384,8 @@ TEST(Planner, ImpossibleRequestsSayWhy) {
   const std::string batch = message(gpt(2, 1), cluster("dgx-a100", 2), 7);
   EXPECT_EQ(
       batch,
-      "no plan for a global batch of 7 on 16 GPUs: megatron, zero, whale, cannikin proposed none "
-      "(the batch "
+      "no plan for a global batch of 7 on 16 GPUs: megatron, zero, whale, cannikin, amp proposed "
+      "none (the batch "
       "must divide into equal shares of whole micro-batches over the data-parallel "
       "replicas)");
   try {
@@ -254,7 +394,7 @@ TEST(Planner, ImpossibleRequestsSayWhy) {
   } catch (const InputError& e) {
     EXPECT_EQ(std::string(e.what()),
               "--policy: unknown policy \"whales\" (expected all or one of megatron, zero, whale, "
-              "cannikin)");
+              "cannikin, amp)");
   }
 }
 

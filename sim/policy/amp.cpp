@@ -1,0 +1,289 @@
+// amp: degrees by enumeration and layer cut points by a dynamic programme over AMP's own cost
+// model (Li, Wang, Xing, Zhang, "AMP: Automatically Finding Model Parallel Strategies with
+// Heterogeneity Awareness", NeurIPS'22; ../shared/reference/policies.md section 6).
+//
+// AMP enumerates (tensor, data, pipeline degree, micro-batch) with tp x dp x pp = the GPUs, keeps
+// devices in rank order (no placement: tensor-parallel fastest, then data, then pipeline), and for
+// each candidate chooses the layer cut points that minimise its pipeline cost
+// (B - 1) x the slowest stage + the sum of the stages + the cut transfers, B the micro-batches
+// per replica. A stage's time is the sum of its layers' times, each a profile weighted by the mix
+// of GPU types the stage holds (AMP's `0.75 V100 + 0.25 T4`), plus a tensor-parallel term; AMP
+// adds the data-parallel all-reduce of the largest stage over the slowest link. Here the profile is
+// hetsim's kernel cost model (what AMP's profiler measures on real kernels), the tensor-parallel
+// term the four all-reduces of a Megatron layer at the node's link rate, and the embedding and the
+// head fixed on the first and last stage. Each candidate is proposed with AMP's own prediction in
+// its label; the planner replays all of them. Where hetsim's version differs: hetsim also offers
+// each candidate with full recomputation (AMP's runs had none), so that large models can fit; and
+// the programme keeps the Pareto front of (slowest stage, sum) per state, which is exact, where
+// AMP's code bounds the search, and among splits of equal cost takes the most even one (AMP's
+// tie is arbitrary).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <optional>
+
+#include "sim/policy/policy.h"
+#include "sim/workload/cost_model.h"
+#include "sim/workload/ops.h"
+#include "sim/workload/plan.h"
+
+namespace hetsim::policy {
+
+std::vector<int> amp_partition(const std::vector<std::vector<double>>& cost,
+                               const std::vector<double>& fixed, int64_t micro_batches) {
+  const size_t S = cost.size();
+  const size_t L = S ? cost.front().size() : 0;
+  if (S == 0 || L < S) return {};
+  // prefix[s][l]: the first l layers' cost on stage s.
+  std::vector<std::vector<double>> prefix(S, std::vector<double>(L + 1, 0.0));
+  for (size_t s = 0; s < S; ++s) {
+    for (size_t l = 0; l < L; ++l) prefix[s][l + 1] = prefix[s][l] + cost[s][l];
+  }
+  // front[s][i]: for stages s.. holding layers i.., the Pareto front of (slowest stage, sum of
+  // stages), each with the end of stage s's layers.
+  struct Point {
+    double max = 0, sum = 0;
+    double squares = 0;  // sum of the stages' squared times: among equal costs, the most even
+    size_t cut = 0;      // stage s holds layers [i, cut)
+    size_t child = 0;  // the point of front[s + 1][cut] it continues with
+  };
+  std::vector<std::vector<std::vector<Point>>> front(S, std::vector<std::vector<Point>>(L + 1));
+  for (size_t s = S; s-- > 0;) {
+    for (size_t i = s; i + (S - s) <= L; ++i) {  // stages s..S-1 need a layer each
+      std::vector<Point> pts;
+      const size_t last = s + 1 == S ? L : L - (S - s - 1);
+      for (size_t j = s + 1 == S ? L : i + 1; j <= last; ++j) {
+        const double t = prefix[s][j] - prefix[s][i] + fixed[s];
+        if (s + 1 == S) {
+          pts.push_back({t, t, t * t, j, 0});
+        } else {
+          const auto& next = front[s + 1][j];
+          for (size_t k = 0; k < next.size(); ++k)
+            pts.push_back(
+                {std::max(t, next[k].max), t + next[k].sum, t * t + next[k].squares, j, k});
+        }
+      }
+      // Keep the points no other beats on both.
+      std::sort(pts.begin(), pts.end(), [](const Point& a, const Point& b) {
+        if (a.max != b.max) return a.max < b.max;
+        if (a.sum != b.sum) return a.sum < b.sum;
+        return a.squares < b.squares;
+      });
+      std::vector<Point> kept;
+      for (const Point& p : pts) {
+        if (kept.empty() || p.sum < kept.back().sum) kept.push_back(p);
+      }
+      front[s][i] = std::move(kept);
+    }
+  }
+  const double b1 = static_cast<double>(micro_batches - 1);
+  const Point* best = nullptr;
+  for (const Point& p : front[0][0]) {
+    const double cost = b1 * p.max + p.sum;
+    const double least = best ? b1 * best->max + best->sum : 0;
+    if (!best || cost < least * (1 - 1e-12) ||
+        (cost <= least * (1 + 1e-12) && p.squares < best->squares))
+      best = &p;
+  }
+  if (!best) return {};
+  // Follow the chosen point's cuts.
+  std::vector<int> layers;
+  size_t i = 0;
+  const Point* at = best;
+  for (size_t s = 0; s < S; ++s) {
+    layers.push_back(static_cast<int>(at->cut - i));
+    i = at->cut;
+    if (s + 1 < S) at = &front[s + 1][i][at->child];
+  }
+  return layers;
+}
+
+namespace {
+
+// Kernel time of one pass's steps on one GPU type (no communication).
+double kernels_s(const std::vector<workload::Step>& steps, const config::GpuProfile& gpu,
+                 workload::Precision p, const workload::CostModel& cost) {
+  Time t;
+  for (const workload::Step& st : steps) {
+    if (st.comm == workload::CommKind::none) t += cost.duration(st.op, gpu, p);
+  }
+  return t.seconds();
+}
+
+class Amp final : public Policy {
+ public:
+  const char* name() const override { return "amp"; }
+  const char* summary() const override {
+    return "degrees by enumeration, layer cut points by AMP's dynamic programme (AMP)";
+  }
+
+  std::vector<Proposal> propose(const Request& r) const override {
+    std::vector<Proposal> out;
+    if (!r.cost) return out;
+    const platform::Cluster& c = *r.cluster;
+    const workload::ModelConfig& m = *r.model;
+    const auto G = static_cast<int>(c.gpu_count());
+    std::vector<const config::GpuProfile*> types;
+    for (platform::GpuId g = 0; g < c.gpu_count(); ++g) {
+      if (std::find(types.begin(), types.end(), c.gpu(g).profile) == types.end())
+        types.push_back(c.gpu(g).profile);
+    }
+    const workload::Precision precision = workload::default_precision(types);
+    const double e = workload::element_bytes(precision);
+    for (int tp : tensor_parallel_degrees(m, min_gpus_per_node(c))) {
+      for (int pp = 1; pp <= m.layers && tp * pp <= G; ++pp) {
+        if (G % (tp * pp) != 0) continue;
+        const int dp = G / (tp * pp);
+        if (r.global_batch % dp != 0) continue;
+        for (int64_t mb : micro_batch_sizes(r.global_batch / dp)) {
+          if (mb > 16) continue;
+          const int64_t B = r.global_batch / dp / mb;
+          for (const char* recompute : {"none", "full"}) {
+            if (auto p = candidate(r, tp, pp, dp, mb, B, recompute, precision, e)) {
+              out.push_back(std::move(*p));
+            }
+          }
+        }
+      }
+    }
+    return out;
+  }
+
+ private:
+  // Stage s's devices in rank order: tensor-parallel fastest, then data, then pipeline.
+  static platform::GpuId first_device(int tp, int dp, int replica, int stage) {
+    return static_cast<platform::GpuId>(tp * (replica + dp * stage));
+  }
+
+  std::optional<Proposal> candidate(const Request& r, int tp, int pp, int dp, int64_t mb, int64_t B,
+                                    const char* recompute, workload::Precision precision,
+                                    double e) const {
+    const platform::Cluster& c = *r.cluster;
+    const workload::ModelConfig& m = *r.model;
+    const workload::CostModel& cost = *r.cost;
+    workload::LayerShape shape;
+    shape.micro_batch = mb;
+    shape.sequence = r.sequence;
+    shape.tensor_parallel = tp;
+    shape.sequence_parallel = tp > 1;
+    shape.precision = precision;
+    const bool full = std::string(recompute) == "full";
+    // Per GPU type: a layer's forward and backward (and the recomputed forward), the embedding's
+    // and the head's, as AMP's profiler would time them.
+    struct Profile {
+      double layer = 0, embedding = 0, head = 0;
+    };
+    std::map<const config::GpuProfile*, Profile> profile;
+    const auto lf = workload::layer_forward(m, shape);
+    const auto lb = workload::layer_backward(m, shape);
+    const auto ef = workload::embedding_forward(m, shape);
+    const auto eb = workload::embedding_backward(m, shape);
+    const auto hf = workload::head_forward(m, shape);
+    const auto hb = workload::head_backward(m, shape);
+    // The tensor-parallel term: a Megatron layer all-reduces its activations twice forward and
+    // twice backward, at the node's link rate with the ring's 2 (t - 1) / t.
+    auto tp_term = [&](platform::GpuId first) {
+      if (tp == 1) return 0.0;
+      const double bytes = e * static_cast<double>(mb) * r.sequence * m.hidden;
+      const double bw = c.route_capacity(c.route(first, first + 1));
+      return 4 * 2.0 * (tp - 1) / tp * bytes / bw;
+    };
+    std::vector<std::vector<double>> layer_cost(pp, std::vector<double>(m.layers));
+    std::vector<double> fixed(pp, 0.0);
+    double largest_stage_params = 0;
+    for (int s = 0; s < pp; ++s) {
+      // The stage's mix of GPU types over all its devices (every replica's).
+      std::map<const config::GpuProfile*, int> mix;
+      for (int rep = 0; rep < dp; ++rep) {
+        for (int j = 0; j < tp; ++j) ++mix[c.gpu(first_device(tp, dp, rep, s) + j).profile];
+      }
+      double layer = 0, embedding = 0, head = 0;
+      for (const auto& [gpu, count] : mix) {
+        auto [it, fresh] = profile.try_emplace(gpu);
+        if (fresh) {
+          it->second.layer = kernels_s(lf, *gpu, precision, cost) +
+                             kernels_s(lb, *gpu, precision, cost) +
+                             (full ? kernels_s(lf, *gpu, precision, cost) : 0);
+          it->second.embedding =
+              kernels_s(ef, *gpu, precision, cost) + kernels_s(eb, *gpu, precision, cost);
+          it->second.head =
+              kernels_s(hf, *gpu, precision, cost) + kernels_s(hb, *gpu, precision, cost);
+        }
+        const double w = static_cast<double>(count) / (tp * dp);
+        layer += w * it->second.layer;
+        embedding += w * it->second.embedding;
+        head += w * it->second.head;
+      }
+      layer += tp_term(first_device(tp, dp, 0, s));
+      std::fill(layer_cost[s].begin(), layer_cost[s].end(), layer);
+      if (s == 0) fixed[s] += embedding;
+      if (s == pp - 1) fixed[s] += head;
+    }
+    const std::vector<int> layers = amp_partition(layer_cost, fixed, B);
+    if (layers.empty()) return std::nullopt;
+    // AMP's prediction: the pipeline, the cut transfers over the slowest boundary, and the
+    // data-parallel all-reduce of the largest stage over the slowest link.
+    double slowest = 0, sum = 0;
+    for (int s = 0, first = 0; s < pp; ++s) {
+      double t = fixed[s];
+      for (int l = first; l < first + layers[s]; ++l) t += layer_cost[s][l];
+      slowest = std::max(slowest, t);
+      sum += t;
+      const double params = static_cast<double>(m.layer_params()) * layers[s] / tp +
+                            (s == 0 ? static_cast<double>(m.embedding_params()) / tp : 0.0);
+      largest_stage_params = std::max(largest_stage_params, params);
+      first += layers[s];
+    }
+    double cut = 0;
+    double bw_cut = std::numeric_limits<double>::infinity();
+    for (int s = 0; s + 1 < pp; ++s) {
+      const platform::GpuId a = first_device(tp, dp, 0, s), b = first_device(tp, dp, 0, s + 1);
+      bw_cut = std::min(bw_cut, c.route_capacity(c.route(a, b)));
+    }
+    if (pp > 1) cut = 2.0 * (pp - 1) * e * static_cast<double>(mb) * r.sequence * m.hidden / bw_cut;
+    double allreduce = 0;
+    if (dp > 1) {
+      double bw = std::numeric_limits<double>::infinity();
+      for (int rep = 0; rep + 1 < dp; ++rep) {
+        bw = std::min(bw, c.route_capacity(c.route(first_device(tp, dp, rep, 0),
+                                                   first_device(tp, dp, rep + 1, 0))));
+      }
+      allreduce = 2.0 * (dp - 1) / dp * e * largest_stage_params / bw;
+    }
+    const double predicted = static_cast<double>(B - 1) * slowest + sum + cut + allreduce;
+    Proposal p;
+    p.policy = name();
+    std::string split;
+    for (int l : layers) split += (split.empty() ? "" : "/") + std::to_string(l);
+    p.label = fmt::format("tp {} pp {} dp {} mb {} layers {} recompute {} (AMP predicts {:.4g} s)",
+                          tp, pp, dp, mb, split, recompute, predicted);
+    std::string plan = fmt::format(
+        "# {} policy: {}\nmicro_batch_size: {}\nsequence_length: {}\nrecompute: {}\n"
+        "sequence_parallel: {}\n",
+        name(), p.label, mb, r.sequence, recompute, tp > 1 ? "true" : "false");
+    if (!r.framework.empty()) plan += "framework: " + r.framework + "\n";
+    plan += "replicas:\n";
+    for (int rep = 0; rep < dp; ++rep) {
+      plan += fmt::format("  - micro_batches: {}\n    stages:\n", B);
+      for (int s = 0; s < pp; ++s) {
+        const platform::GpuId a = first_device(tp, dp, rep, s);
+        plan += fmt::format("      - {{layers: {}, tensor_parallel: {}, devices: \"{}-{}\"}}\n",
+                            layers[s], tp, a, a + tp - 1);
+      }
+    }
+    p.plan = std::move(plan);
+    return p;
+  }
+};
+
+}  // namespace
+
+const Policy& amp_policy() {
+  static const Amp p;
+  return p;
+}
+
+}  // namespace hetsim::policy
