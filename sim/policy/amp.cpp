@@ -48,7 +48,7 @@ std::vector<int> amp_partition(const std::vector<std::vector<double>>& cost,
     double max = 0, sum = 0;
     double squares = 0;  // sum of the stages' squared times: among equal costs, the most even
     size_t cut = 0;      // stage s holds layers [i, cut)
-    size_t child = 0;  // the point of front[s + 1][cut] it continues with
+    size_t child = 0;    // the point of front[s + 1][cut] it continues with
   };
   std::vector<std::vector<std::vector<Point>>> front(S, std::vector<std::vector<Point>>(L + 1));
   for (size_t s = S; s-- > 0;) {
