@@ -257,6 +257,8 @@ struct BadStudy {
   std::string message;  // after "hetsim: error: <study file>"
 };
 
+void PrintTo(const BadStudy& c, std::ostream* os) { *os << c.rule; }
+
 class BadStudyFile : public ::testing::TestWithParam<BadStudy> {};
 
 TEST_P(BadStudyFile, ExitsWithCode2AndExactMessage) {

@@ -37,7 +37,7 @@ TEST(ProgressMeter, NoEstimateBelowFivePercentOrWhenDone) {
   EXPECT_EQ(ProgressMeter::line("x", 4.0, status(100, 100)).find("left"), std::string::npos);
 }
 
-TEST(ProgressMeter, RateLineCountsOnlyThisProcessesWorkInRateAndEstimate) {
+TEST(ProgressMeter, RateLineCountsOnlyWorkDoneNowInRateAndEstimate) {
   // 30 of 100 done, 10 of them before: 20 in 4 s = 5 runs/s, 70 left = 14 s.
   EXPECT_EQ(ProgressMeter::rate_line("sweep", 4.0, 30, 100, 10, "runs"),
             "sweep: 4.0 s, 30 of 100 runs done (10 done before), 70 left, 5.0 runs/s, about 14 s "
