@@ -9,6 +9,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev libfmt-dev nlohmann-json3-dev
   libopenmpi-dev openmpi-bin libopenblas-dev
+  libsqlite3-dev sqlite3
   clang-format python3
 )
 

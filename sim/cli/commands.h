@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "calibrate/measured_cost_model.h"
+#include "calibrate/cost_models.h"
 #include "sim/config/cluster_config.h"
 #include "sim/workload/cost_model.h"
 
@@ -26,27 +26,17 @@ struct ClusterFlags {
   config::ClusterOptions options() const;
 };
 
-// The kernel costs of --efficiency and --calibration: measured where the database has them, the
-// datasheet model elsewhere. A database's spread warnings are kept and printed on standard error.
-class CostModels {
- public:
-  CostModels(const std::string& efficiency, const std::string& calibration);
-  CostModels(const CostModels&) = delete;
-  CostModels& operator=(const CostModels&) = delete;
-  const workload::CostModel& get() const;
-  const std::vector<std::string>& warnings() const { return warnings_; }
-
- private:
-  workload::DatasheetCostModel datasheet_;
-  std::unique_ptr<calibrate::MeasuredCostModel> measured_;
-  std::vector<std::string> warnings_;
-};
+// The kernel costs of --efficiency and --calibration (calibrate/cost_models.h). The commands
+// print the database's spread warnings on standard error as soon as it is read.
+using CostModels = calibrate::CostModels;
+void print_warnings(const CostModels& costs);
 
 void add_collective_command(CLI::App& app, Action& action);
 void add_bench_command(CLI::App& app, Action& action);
 void add_simulate_command(CLI::App& app, Action& action);
 void add_calibrate_command(CLI::App& app, Action& action);
 void add_plan_command(CLI::App& app, Action& action);
+void add_sweep_command(CLI::App& app, Action& action);
 void add_export_command(CLI::App& app, Action& action);
 
 // "8" -> the first 8 GPUs; "0,1,8-15" -> that list. Throws InputError.

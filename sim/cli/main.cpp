@@ -18,19 +18,8 @@ void ClusterFlags::add_to(CLI::App& app, const std::string& default_cluster) {
                  "(repeatable)");
 }
 
-CostModels::CostModels(const std::string& efficiency, const std::string& calibration)
-    : datasheet_(workload::load_datasheet_efficiency(efficiency)) {
-  if (calibration.empty()) return;
-  // Only the spread is checked here: it is stored, so cheap; the held-out error needs a model per
-  // table (hetsim calibrate check).
-  calibrate::Database db = calibrate::read_database(calibration);
-  warnings_ = calibrate::spread_warnings(db);
-  for (const std::string& w : warnings_) std::cerr << "hetsim: warning: " << w << "\n";
-  measured_ = std::make_unique<calibrate::MeasuredCostModel>(std::move(db), datasheet_);
-}
-
-const workload::CostModel& CostModels::get() const {
-  return measured_ ? static_cast<const workload::CostModel&>(*measured_) : datasheet_;
+void print_warnings(const CostModels& costs) {
+  for (const std::string& w : costs.warnings()) std::cerr << "hetsim: warning: " << w << "\n";
 }
 
 config::ClusterOptions ClusterFlags::options() const {
@@ -51,6 +40,7 @@ int main(int argc, char** argv) {
   hetsim::cli::Action action;
   hetsim::cli::add_simulate_command(app, action);
   hetsim::cli::add_plan_command(app, action);
+  hetsim::cli::add_sweep_command(app, action);
   hetsim::cli::add_collective_command(app, action);
   hetsim::cli::add_bench_command(app, action);
   hetsim::cli::add_calibrate_command(app, action);
@@ -61,8 +51,8 @@ int main(int argc, char** argv) {
     if (!known) {
       std::cerr
           << "hetsim: error: unknown command \"" << argv[1]
-          << "\" (expected simulate, plan, export, collective, calibrate or bench; see hetsim "
-             "--help)\n";
+          << "\" (expected simulate, plan, sweep, export, collective, calibrate or bench; see "
+             "hetsim --help)\n";
       return 2;
     }
   }

@@ -86,6 +86,7 @@ void add_plan_command(CLI::App& app, Action& action) {
           config::load_cluster(o->cluster.cluster, o->cluster.options()));
       if (!o->framework.empty()) workload::load_framework(o->framework);  // fails early if bad
       const CostModels costs(o->efficiency, o->calibration);
+      print_warnings(costs);
       const workload::CostModel& cost = costs.get();
       policy::Request req;
       req.model = &model;

@@ -10,8 +10,7 @@
 #include "sim/report/chrome_trace.h"
 #include "sim/report/progress.h"
 #include "sim/report/training_report.h"
-#include "sim/workload/memory.h"
-#include "sim/workload/replay.h"
+#include "sim/study/run.h"
 
 namespace hetsim::cli {
 
@@ -94,33 +93,33 @@ void add_simulate_command(CLI::App& app, Action& action) {
             std::string(o->trace_devices.empty() ? "--trace-micro-batches" : "--trace-devices") +
             ": selects what --trace FILE writes; give --trace too");
       }
-      const workload::ModelConfig model = workload::load_model(o->model);
-      const platform::Cluster cluster(
-          config::load_cluster(o->cluster.cluster, o->cluster.options()));
-      workload::PlanOptions popt;
-      popt.sets = o->plan_sets;
-      const workload::Plan plan = workload::load_plan(o->plan, model, cluster, popt);
+      study::RunSpec spec;
+      spec.model = o->model;
+      spec.cluster = o->cluster.cluster;
+      spec.cluster_options = o->cluster.options();
+      spec.plan = o->plan;
+      spec.plan_sets = o->plan_sets;
+      const study::RunInputs inputs(spec);
       const CostModels costs(o->efficiency, o->calibration);
-      const workload::CostModel& cost = costs.get();
-      const std::vector<std::string>& warnings = costs.warnings();
+      print_warnings(costs);
       report::TraceFilter filter;
       if (!o->trace.empty()) {
-        filter = report::make_trace_filter(cluster, o->trace_devices, o->trace_micro_batches,
-                                           most_micro_batches(plan));
+        filter = report::make_trace_filter(inputs.cluster, o->trace_devices, o->trace_micro_batches,
+                                           most_micro_batches(inputs.plan));
       }
-      const workload::TrainingJob job = workload::build_training_job(model, plan, cluster, cost);
-      const auto memory = workload::memory_per_group(job);
       std::unique_ptr<report::ChromeTrace> trace;
       if (!o->trace.empty()) trace = std::make_unique<report::ChromeTrace>(filter);
-      workload::ReplayOptions ropt;
+      study::RunOptions ropt;
       ropt.free_communication = o->free_communication;
       ropt.exact = o->exact;
+      ropt.observer = trace.get();
       if (!o->quiet && !o->json)
         ropt.progress = [&progress](const workload::ReplayStatus& s) { progress.update(s); };
-      const workload::ReplayResult result = workload::replay(job, trace.get(), ropt);
+      study::RunOutput result = study::run(inputs, costs.get(), ropt);
       progress.finish();
-      report::TrainingReport rep = report::make_training_report(job, result, memory);
-      rep.warnings = warnings;
+      const workload::TrainingJob& job = result.job;
+      report::TrainingReport& rep = result.report;
+      rep.warnings = costs.warnings();
       if (trace) {
         std::ofstream out(o->trace, std::ios::binary);
         if (!out) throw InputError("--trace " + o->trace + ": cannot write the file");

@@ -59,6 +59,28 @@ void ProgressMeter::update_count(size_t done, size_t total, const std::string& i
   emit(text);
 }
 
+std::string ProgressMeter::rate_line(const std::string& label, double wall_s, size_t done,
+                                     size_t total, size_t done_before, const std::string& items) {
+  std::string text =
+      fmt::format("{}: {:.1f} s, {} of {} {} done", label, wall_s, done, total, items);
+  if (done_before > 0) text += fmt::format(" ({} done before)", done_before);
+  text += fmt::format(", {} left", total - std::min(done, total));
+  const size_t now = done - std::min(done, done_before);
+  if (now > 0 && wall_s > 0) {
+    const double rate = static_cast<double>(now) / wall_s;
+    text += fmt::format(", {:.1f} {}/s", rate, items);
+    if (done < total)
+      text += fmt::format(", about {:.0f} s left", static_cast<double>(total - done) / rate);
+  }
+  return text;
+}
+
+void ProgressMeter::update_rate(size_t done, size_t total, size_t done_before,
+                                const std::string& items) {
+  const double wall_s = due();
+  if (wall_s >= 0) emit(rate_line(label_, wall_s, done, total, done_before, items));
+}
+
 void ProgressMeter::emit(const std::string& text) {
   if (rewrite_) {
     // Pad over a longer previous line.

@@ -20,6 +20,11 @@ class ProgressMeter {
   void update(const workload::ReplayStatus& s);
   // For work counted in items: "plan: 12.0 s, 120 of 412 plans, about 29 s left".
   void update_count(size_t done, size_t total, const std::string& items);
+  // For work resumed part-way (a study): "sweep: 12.0 s, 120 of 412 runs done (40 done before),
+  // 292 left, 6.7 runs/s, about 44 s left"; the rate counts only what this process did.
+  void update_rate(size_t done, size_t total, size_t done_before, const std::string& items);
+  static std::string rate_line(const std::string& label, double wall_s, size_t done, size_t total,
+                               size_t done_before, const std::string& items);
   // Ends a rewritten line, so what follows starts on its own line.
   void finish();
   // "simulate: 12.0 s, simulated 1.23 s, 4567890 events, 45% of tasks, about 15 s left".

@@ -213,7 +213,7 @@ const BadFlagCase kBadFlags[] = {
      "hetsim: error: The following argument was not expected: --frobnicate (see hetsim --help)\n"},
     {"UnknownSubcommandIsRejected",
      {"frobnicate"},
-     "hetsim: error: unknown command \"frobnicate\" (expected simulate, plan, export, "
+     "hetsim: error: unknown command \"frobnicate\" (expected simulate, plan, sweep, export, "
      "collective, calibrate or bench; see hetsim --help)\n"},
     {"MissingSubcommandIsRejected",
      {},

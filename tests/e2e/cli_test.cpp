@@ -45,6 +45,14 @@ TEST(Help, CollectiveHelpExitsZeroAndListsOptions) {
   }
 }
 
+TEST(Help, SweepHelpExitsZeroAndListsOptions) {
+  const CommandResult r = run_hetsim({"sweep", "--help"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  for (const char* part : {"STUDY", "--store", "--jobs", "--csv", "--json", "--quiet"}) {
+    expect_contains(r.output, part);
+  }
+}
+
 TEST(Version, PrintsNameAndProjectVersion) {
   const CommandResult r = run_hetsim({"--version"});
   EXPECT_EQ(r.exit_code, 0) << r.output;

@@ -37,6 +37,19 @@ TEST(ProgressMeter, NoEstimateBelowFivePercentOrWhenDone) {
   EXPECT_EQ(ProgressMeter::line("x", 4.0, status(100, 100)).find("left"), std::string::npos);
 }
 
+TEST(ProgressMeter, RateLineCountsOnlyWorkDoneNowInRateAndEstimate) {
+  // 30 of 100 done, 10 of them before: 20 in 4 s = 5 runs/s, 70 left = 14 s.
+  EXPECT_EQ(ProgressMeter::rate_line("sweep", 4.0, 30, 100, 10, "runs"),
+            "sweep: 4.0 s, 30 of 100 runs done (10 done before), 70 left, 5.0 runs/s, about 14 s "
+            "left");
+  // Nothing done yet by this process: no rate, no estimate.
+  EXPECT_EQ(ProgressMeter::rate_line("sweep", 1.0, 10, 100, 10, "runs"),
+            "sweep: 1.0 s, 10 of 100 runs done (10 done before), 90 left");
+  // All done: the rate, no estimate.
+  EXPECT_EQ(ProgressMeter::rate_line("sweep", 2.0, 4, 4, 0, "runs"),
+            "sweep: 2.0 s, 4 of 4 runs done, 0 left, 2.0 runs/s");
+}
+
 TEST(ProgressMeter, SilentBeforeTheThresholdThenALinePerInterval) {
   std::ostringstream late, now;
   ProgressMeter quiet(late, "x", 1e9);

@@ -1,0 +1,90 @@
+// `hetsim sweep`: run a study (sim/study/): every combination of its models, clusters, plans and
+// frameworks, on local threads, into a store that a crash does not lose and a rerun resumes.
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include "sim/cli/commands.h"
+#include "sim/core/error.h"
+#include "sim/report/progress.h"
+#include "sim/study/results.h"
+#include "sim/study/runner.h"
+
+namespace hetsim::cli {
+
+void add_sweep_command(CLI::App& app, Action& action) {
+  struct Opts {
+    std::string study, store, csv;
+    unsigned jobs = 0;
+    bool json = false, quiet = false;
+    double progress_after_s = 2;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* cmd = app.add_subcommand(
+      "sweep",
+      "Run a study: every combination of its models, clusters, plans and frameworks, each run "
+      "recorded in an SQLite store as it finishes; a rerun skips what the store holds");
+  cmd->add_option("STUDY", o->study, "Study file (YAML; see experiments/sweep-example)")
+      ->required();
+  cmd->add_option("--store", o->store, "SQLite store (default: the study file with .db)");
+  cmd->add_option("--jobs", o->jobs, "Threads (default: the machine's cores)")
+      ->check(CLI::Range(1u, 4096u));
+  cmd->add_option("--csv", o->csv, "CSV of every run (default: the store with .csv)");
+  cmd->add_flag("--json", o->json, "Print every run as JSON (and no progress)");
+  cmd->add_flag("--quiet", o->quiet, "No progress lines on standard error");
+  cmd->add_option("--progress-after", o->progress_after_s,
+                  "Seconds of wall time before progress lines start")
+      ->group("");
+  cmd->callback([o, &action] {
+    action = [o] {
+      namespace fs = std::filesystem;
+      const study::Study s = study::load_study(o->study);
+      // The cost model's inputs fail here, before a thread starts.
+      {
+        const CostModels costs(s.efficiency, s.calibration);
+        print_warnings(costs);
+      }
+      const std::string store_path =
+          o->store.empty() ? fs::path(o->study).replace_extension(".db").string() : o->store;
+      const std::string csv_path =
+          o->csv.empty() ? fs::path(store_path).replace_extension(".csv").string() : o->csv;
+      study::Store store(store_path);
+      const unsigned jobs =
+          o->jobs > 0 ? o->jobs : std::max(1u, std::thread::hardware_concurrency());
+      report::ProgressMeter meter(std::cerr, "sweep", o->progress_after_s, 1.0,
+                                  report::stderr_is_terminal());
+      study::RunnerOptions ropt;
+      ropt.jobs = jobs;
+      if (!o->quiet && !o->json) {
+        ropt.progress = [&meter](size_t done, size_t total, size_t before) {
+          meter.update_rate(done, total, before, "runs");
+        };
+      }
+      const study::RunnerSummary sum = study::run_study(s, store, ropt);
+      meter.finish();
+      const std::vector<study::RunRecord> records = study::study_records(s, store);
+      {
+        std::ofstream f(csv_path, std::ios::binary);
+        if (!f) throw InputError("--csv " + csv_path + ": cannot write the file");
+        study::write_csv(f, records);
+        if (!f) throw RunError("--csv " + csv_path + ": write failed");
+      }
+      size_t failed = 0;
+      for (const study::RunRecord& r : records) failed += r.ok ? 0 : 1;
+      if (o->json) std::cout << study::to_json(s, store_path, records).dump(2) << "\n";
+      {
+        std::cerr << fmt::format(
+            "sweep: {} runs: {} run now on {} thread{} ({} failed), {} already in {}; {} failed "
+            "in all{}; table in {}\n",
+            sum.total, sum.ran, jobs, jobs == 1 ? "" : "s", sum.failed, sum.stored_before,
+            store_path, failed, failed ? " (see the error column)" : "", csv_path);
+      }
+      return 0;
+    };
+  });
+}
+
+}  // namespace hetsim::cli

@@ -1,0 +1,38 @@
+// One simulation from spec to report; see run.h.
+#include "sim/study/run.h"
+
+#include "sim/workload/memory.h"
+
+namespace hetsim::study {
+
+namespace {
+
+workload::Plan load_plan(const RunSpec& spec, const workload::ModelConfig& model,
+                         const platform::Cluster& cluster) {
+  workload::PlanOptions popt;
+  popt.sets = spec.plan_sets;
+  if (spec.plan_text)
+    return workload::load_plan_text(*spec.plan_text, spec.plan, model, cluster, popt);
+  return workload::load_plan(spec.plan, model, cluster, popt);
+}
+
+}  // namespace
+
+RunInputs::RunInputs(const RunSpec& spec)
+    : model(workload::load_model(spec.model)),
+      cluster(config::load_cluster(spec.cluster, spec.cluster_options)),
+      plan(load_plan(spec, model, cluster)) {}
+
+RunOutput run(const RunInputs& in, const workload::CostModel& cost, const RunOptions& options) {
+  RunOutput out{workload::build_training_job(in.model, in.plan, in.cluster, cost), {}};
+  const std::vector<workload::DeviceMemory> memory = workload::memory_per_group(out.job);
+  workload::ReplayOptions ropt;
+  ropt.free_communication = options.free_communication;
+  ropt.exact = options.exact;
+  ropt.progress = options.progress;
+  const workload::ReplayResult result = workload::replay(out.job, options.observer, ropt);
+  out.report = report::make_training_report(out.job, result, memory);
+  return out;
+}
+
+}  // namespace hetsim::study

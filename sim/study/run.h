@@ -1,0 +1,58 @@
+// The library run API: one simulation from a spec (model, cluster, plan, as `hetsim simulate`
+// takes them) to a report. `simulate` runs it once; a study (sim/study/runner.h) many times.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sim/config/cluster_config.h"
+#include "sim/platform/cluster.h"
+#include "sim/report/training_report.h"
+#include "sim/workload/cost_model.h"
+#include "sim/workload/model.h"
+#include "sim/workload/plan.h"
+#include "sim/workload/replay.h"
+#include "sim/workload/training_job.h"
+
+namespace hetsim::study {
+
+struct RunSpec {
+  std::string model;                       // a file, a Hugging Face folder or a built-in name
+  std::string cluster;                     // a file or a built-in name
+  config::ClusterOptions cluster_options;  // --nodes, --set
+  std::string plan;                        // the plan file; with plan_text, the name errors use
+  std::optional<std::string> plan_text;    // a plan made in code (a policy's), instead of a file
+  std::vector<std::string> plan_sets;      // --plan-set
+};
+
+// The parsed and validated inputs: every input error is thrown here, before anything runs.
+// Not copyable or movable: the plan and the job point into the model and the cluster.
+struct RunInputs {
+  explicit RunInputs(const RunSpec& spec);
+  RunInputs(const RunInputs&) = delete;
+  RunInputs& operator=(const RunInputs&) = delete;
+  workload::ModelConfig model;
+  platform::Cluster cluster;
+  workload::Plan plan;
+};
+
+struct RunOptions {
+  bool free_communication = false;               // --free-communication
+  bool exact = false;                            // --exact
+  workload::ReplayObserver* observer = nullptr;  // a Chrome trace, say
+  std::function<void(const workload::ReplayStatus&)> progress;
+};
+
+struct RunOutput {
+  workload::TrainingJob job;  // points into the RunInputs
+  report::TrainingReport report;
+};
+
+// Builds the job, checks memory, replays one iteration and reports it. The cost model is only
+// read (see calibrate/cost_models.h on sharing one between threads).
+RunOutput run(const RunInputs& inputs, const workload::CostModel& cost,
+              const RunOptions& options = {});
+
+}  // namespace hetsim::study
