@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
+
 #include "sim/core/error.h"
 #include "sim/network/collective_runner.h"
 #include "sim/network/rings.h"
@@ -140,6 +142,47 @@ TEST(Collective, HierarchicalAllReduceIsIntraReduceScatterInterAllReduceIntraAll
       (launch_overhead() + base_latency(Algorithm::hierarchical, Protocol::simple)).seconds() +
       2 * intra + inter;
   EXPECT_NEAR(r.time.seconds(), expected, 1e-9);
+}
+
+TEST(Collective, TheChoiceIsTheBestOfEveryAlgorithmAndProtocolBuiltAlone) {
+  // plan_collective skips protocols whose transfers alone cannot beat the best so far; its choice
+  // must be the first plan of least estimate among all of them, each built on request.
+  for (const auto& [name, nodes] : std::vector<std::pair<std::string, int>>{
+           {"dgx-a100", 1}, {"dgx-h100", 4}, {"aws-g4dn-12xlarge", 0}, {"pcie-v100", 0}}) {
+    const Cluster c = builtin(name, nodes);
+    for (double bytes : {1e3, 6.4e4, 1e6, 1.6e7, 2.6e8, 4e9}) {
+      network::CollectiveRequest req;
+      req.op = network::Op::allreduce;
+      req.bytes = bytes;
+      req.ranks = first(c.gpu_count());
+      const network::CollectivePlan chosen = network::plan_collective(c, req);
+      double least = 0;
+      std::optional<std::pair<network::Algorithm, network::Protocol>> argmin;
+      for (network::Algorithm a :
+           {network::Algorithm::ring, network::Algorithm::tree, network::Algorithm::hierarchical}) {
+        for (network::Protocol p :
+             {network::Protocol::ll, network::Protocol::ll128, network::Protocol::simple}) {
+          network::CollectiveRequest one = req;
+          one.algorithm = a;
+          one.protocol = p;
+          double e = 0;
+          try {
+            e = network::plan_collective(c, one).estimate_s;
+          } catch (const InputError&) {
+            continue;  // hierarchical on one node
+          }
+          if (!argmin || e < least) {
+            least = e;
+            argmin = {a, p};
+          }
+        }
+      }
+      ASSERT_TRUE(argmin);
+      EXPECT_EQ(chosen.estimate_s, least) << name << " " << bytes;
+      EXPECT_EQ(chosen.algorithm, argmin->first) << name << " " << bytes;
+      EXPECT_EQ(chosen.protocol, argmin->second) << name << " " << bytes;
+    }
+  }
 }
 
 TEST(Collective, TinyMessagesAreLatencyBoundAndPickLowLatencyProtocols) {
