@@ -148,26 +148,9 @@ class Amp final : public Policy {
                                     double e) const {
     const platform::Cluster& c = *r.cluster;
     const workload::ModelConfig& m = *r.model;
-    const workload::CostModel& cost = *r.cost;
-    workload::LayerShape shape;
-    shape.micro_batch = mb;
-    shape.sequence = r.sequence;
-    shape.tensor_parallel = tp;
-    shape.sequence_parallel = tp > 1;
-    shape.precision = precision;
-    const bool full = std::string(recompute) == "full";
     // Per GPU type: a layer's forward and backward (and the recomputed forward), the embedding's
     // and the head's, as AMP's profiler would time them.
-    struct Profile {
-      double layer = 0, embedding = 0, head = 0;
-    };
-    std::map<const config::GpuProfile*, Profile> profile;
-    const auto lf = workload::layer_forward(m, shape);
-    const auto lb = workload::layer_backward(m, shape);
-    const auto ef = workload::embedding_forward(m, shape);
-    const auto eb = workload::embedding_backward(m, shape);
-    const auto hf = workload::head_forward(m, shape);
-    const auto hb = workload::head_backward(m, shape);
+    LayerProfiler profile(r, precision, tp, mb, std::string(recompute) == "full");
     // The tensor-parallel term: a Megatron layer all-reduces its activations twice forward and
     // twice backward, at the node's link rate with the ring's 2 (t - 1) / t.
     auto tp_term = [&](platform::GpuId first) {
@@ -187,20 +170,11 @@ class Amp final : public Policy {
       }
       double layer = 0, embedding = 0, head = 0;
       for (const auto& [gpu, count] : mix) {
-        auto [it, fresh] = profile.try_emplace(gpu);
-        if (fresh) {
-          it->second.layer = kernel_seconds(lf, *gpu, precision, cost) +
-                             kernel_seconds(lb, *gpu, precision, cost) +
-                             (full ? kernel_seconds(lf, *gpu, precision, cost) : 0);
-          it->second.embedding =
-              kernel_seconds(ef, *gpu, precision, cost) + kernel_seconds(eb, *gpu, precision, cost);
-          it->second.head =
-              kernel_seconds(hf, *gpu, precision, cost) + kernel_seconds(hb, *gpu, precision, cost);
-        }
+        const LayerProfiler::Times& t = profile.of(*gpu);
         const double w = static_cast<double>(count) / (tp * dp);
-        layer += w * it->second.layer;
-        embedding += w * it->second.embedding;
-        head += w * it->second.head;
+        layer += w * t.layer;
+        embedding += w * t.embedding;
+        head += w * t.head;
       }
       layer += tp_term(first_device(tp, dp, 0, s));
       std::fill(layer_cost[s].begin(), layer_cost[s].end(), layer);

@@ -102,32 +102,18 @@ class Metis final : public Policy {
       }
     }
     const int64_t M = r.global_batch / dp / mb;
-    workload::LayerShape shape;
-    shape.micro_batch = mb;
-    shape.sequence = r.sequence;
-    shape.tensor_parallel = tp;
-    shape.sequence_parallel = tp > 1;
-    shape.precision = precision;
-    const bool full = std::string(recompute) == "full";
-    const auto lf = workload::layer_forward(m, shape);
-    const auto lb = workload::layer_backward(m, shape);
-    const auto ef = workload::embedding_forward(m, shape);
-    const auto eb = workload::embedding_backward(m, shape);
-    const auto hf = workload::head_forward(m, shape);
-    const auto hb = workload::head_backward(m, shape);
+    LayerProfiler profile(r, precision, tp, mb, std::string(recompute) == "full");
     // Per stage: the slowest type's per-layer time (its data-parallel ranks wait for it).
     std::vector<std::vector<double>> cost(S, std::vector<double>(m.layers));
     std::vector<double> fixed(S, 0.0);
     for (int s = 0; s < S; ++s) {
       double layer = 0, embedding = 0, head = 0;
       for (int i = 0; i < group; ++i) {
-        const config::GpuProfile& gpu = *c.gpu(order[static_cast<size_t>(s) * group + i]).profile;
-        const double f = kernel_seconds(lf, gpu, precision, *r.cost);
-        layer = std::max(layer, f + kernel_seconds(lb, gpu, precision, *r.cost) + (full ? f : 0));
-        embedding = std::max(embedding, kernel_seconds(ef, gpu, precision, *r.cost) +
-                                            kernel_seconds(eb, gpu, precision, *r.cost));
-        head = std::max(head, kernel_seconds(hf, gpu, precision, *r.cost) +
-                                  kernel_seconds(hb, gpu, precision, *r.cost));
+        const LayerProfiler::Times& t =
+            profile.of(*c.gpu(order[static_cast<size_t>(s) * group + i]).profile);
+        layer = std::max(layer, t.layer);
+        embedding = std::max(embedding, t.embedding);
+        head = std::max(head, t.head);
       }
       std::fill(cost[s].begin(), cost[s].end(), layer);
       if (s == 0) fixed[s] += embedding;

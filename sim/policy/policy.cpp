@@ -107,6 +107,36 @@ std::string pipelines_plan(const Request& r, const std::string& header, int64_t 
   return plan;
 }
 
+LayerProfiler::LayerProfiler(const Request& r, workload::Precision p, int tp, int64_t micro_batch,
+                             bool full_recompute)
+    : cost_(*r.cost), precision_(p), full_(full_recompute) {
+  workload::LayerShape shape;
+  shape.micro_batch = micro_batch;
+  shape.sequence = r.sequence;
+  shape.tensor_parallel = tp;
+  shape.sequence_parallel = tp > 1;
+  shape.precision = p;
+  lf_ = workload::layer_forward(*r.model, shape);
+  lb_ = workload::layer_backward(*r.model, shape);
+  ef_ = workload::embedding_forward(*r.model, shape);
+  eb_ = workload::embedding_backward(*r.model, shape);
+  hf_ = workload::head_forward(*r.model, shape);
+  hb_ = workload::head_backward(*r.model, shape);
+}
+
+const LayerProfiler::Times& LayerProfiler::of(const config::GpuProfile& gpu) {
+  auto [it, fresh] = times_.try_emplace(&gpu);
+  if (fresh) {
+    const double f = kernel_seconds(lf_, gpu, precision_, cost_);
+    it->second.layer = f + kernel_seconds(lb_, gpu, precision_, cost_) + (full_ ? f : 0);
+    it->second.embedding =
+        kernel_seconds(ef_, gpu, precision_, cost_) + kernel_seconds(eb_, gpu, precision_, cost_);
+    it->second.head =
+        kernel_seconds(hf_, gpu, precision_, cost_) + kernel_seconds(hb_, gpu, precision_, cost_);
+  }
+  return it->second;
+}
+
 int min_gpus_per_node(const platform::Cluster& c) {
   std::map<uint32_t, int> per_node;
   for (platform::GpuId g = 0; g < c.gpu_count(); ++g) ++per_node[c.gpu(g).node];

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -80,6 +81,26 @@ std::string replicas_plan(const Request& r, const std::string& header, int64_t m
 // profiler measures of a layer.
 double kernel_seconds(const std::vector<workload::Step>& steps, const config::GpuProfile& gpu,
                       workload::Precision p, const workload::CostModel& cost);
+
+// What a policy's profiler measures of one micro-batch on a GPU type at a tensor-parallel degree:
+// a layer's forward and backward kernels (with the forward again under full recomputation), the
+// embedding's and the head's. The layers' kernel lists are built once; each type is costed once.
+class LayerProfiler {
+ public:
+  struct Times {
+    double layer = 0, embedding = 0, head = 0;
+  };
+  LayerProfiler(const Request& r, workload::Precision p, int tp, int64_t micro_batch,
+                bool full_recompute);
+  const Times& of(const config::GpuProfile& gpu);
+
+ private:
+  const workload::CostModel& cost_;
+  workload::Precision precision_;
+  bool full_;
+  std::vector<workload::Step> lf_, lb_, ef_, eb_, hf_, hb_;
+  std::map<const config::GpuProfile*, Times> times_;
+};
 
 // AMP's dynamic programme over layer cut points: layer l on stage s costs cost[s][l], stage s adds
 // fixed[s] (the embedding, the head); returns each stage's layer count (at least one each) that
