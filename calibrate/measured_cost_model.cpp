@@ -73,7 +73,9 @@ struct SizeTable {
   }
 };
 
-const char* memory_kernel(const std::string& op) {
+}  // namespace
+
+const char* memory_kernel_of(const std::string& op) {
   auto starts = [&](const char* p) { return op.rfind(p, 0) == 0; };
   if (starts("norm") || starts("final_norm")) return "layernorm";
   if (starts("dropout_residual")) return "residual_add";
@@ -83,6 +85,8 @@ const char* memory_kernel(const std::string& op) {
   if (starts("optimizer")) return "adam";
   return "copy";  // embedding lookups, rotary, positions: reads and writes
 }
+
+namespace {
 
 std::string gemm_dtype(const Database& db, workload::Precision p) {
   auto has = [&](const char* d) { return db.gemm.count(d) > 0; };
@@ -166,7 +170,10 @@ std::optional<double> tensor_pchip(const MeasuredCostModel::Tables::Gemm& g, dou
 }  // namespace
 
 MeasuredCostModel::MeasuredCostModel(Database db, workload::DatasheetCostModel datasheet)
-    : db_(std::move(db)), datasheet_(std::move(datasheet)), tables_(std::make_unique<Tables>()) {}
+    : db_(std::move(db)), datasheet_(std::move(datasheet)), tables_(std::make_unique<Tables>()) {
+  const auto backend = db_.attrs.find("backend");
+  cpu_ = backend != db_.attrs.end() && backend->second == "cpu";
+}
 
 MeasuredCostModel::~MeasuredCostModel() = default;
 
@@ -459,11 +466,27 @@ Time MeasuredCostModel::duration(const Op& op, const config::GpuProfile& gpu,
                             gpu);
       break;
     case OpKind::memory:
-      s = predict_size("memory", memory_kernel(op.name), SizePoint{op.bytes, 1, {}});
+      s = predict_size("memory", memory_kernel_of(op.name), SizePoint{op.bytes, 1, {}});
       break;
   }
   if (!s) return ds;
-  return Time::from_seconds_ceil(*s) + datasheet_.efficiency().kernel_overhead;
+  // A CPU's kernel is a function call: its measured time is all there is.
+  return Time::from_seconds_ceil(*s) + (cpu_ ? Time() : datasheet_.efficiency().kernel_overhead);
+}
+
+std::optional<Time> MeasuredCostModel::collective_time(workload::CommKind kind, double bytes,
+                                                       int ranks, int nodes,
+                                                       const config::GpuProfile& gpu) const {
+  if (gpu.name != db_.device_type() || ranks < 2) return std::nullopt;
+  const char* name = kind == workload::CommKind::allreduce       ? "allreduce"
+                     : kind == workload::CommKind::allgather     ? "allgather"
+                     : kind == workload::CommKind::reducescatter ? "reducescatter"
+                                                                 : nullptr;
+  if (!name) return std::nullopt;
+  const std::optional<double> s =
+      predict_size("collective", name, SizePoint{bytes, ranks, {}, nodes});
+  if (!s) return std::nullopt;
+  return Time::from_seconds_ceil(*s);
 }
 
 std::string MeasuredCostModel::source(const Op&, const config::GpuProfile& gpu) const {
@@ -515,7 +538,7 @@ std::string MeasuredCostModel::coverage(const Op& op, const config::GpuProfile& 
              (backward ? "backward" : "forward") + " attention table)";
     }
     case OpKind::memory: {
-      const std::string kernel = memory_kernel(op.name);
+      const std::string kernel = memory_kernel_of(op.name);
       auto it = db_.memory.find(kernel);
       if (it == db_.memory.end() || it->second.empty())
         return "datasheet (no " + kernel + " table)";

@@ -16,16 +16,29 @@ namespace hetsim::calibrate {
 
 struct CheckRow;
 
+// The database's memory-bound kernel (`layernorm`, `gelu`, `adam`, `copy`, ...) that stands for
+// a memory op of the workload, by the op's name.
+const char* memory_kernel_of(const std::string& op_name);
+
 class MeasuredCostModel : public workload::CostModel {
  public:
   MeasuredCostModel(Database db, workload::DatasheetCostModel datasheet);
   ~MeasuredCostModel() override;
   Time duration(const workload::Op& op, const config::GpuProfile& gpu,
                 workload::Precision p) const override;
-  Time host_time(const workload::Op& op) const override { return datasheet_.host_time(op); }
+  // A CPU database's device is the host itself: its kernels' measured times already hold the
+  // host's work, with no separate stream to run ahead of (and hetsim execute calls them
+  // directly, with no framework dispatch between them).
+  Time host_time(const workload::Op& op) const override {
+    return cpu_ ? Time() : datasheet_.host_time(op);
+  }
   std::string source(const workload::Op& op, const config::GpuProfile& gpu) const override;
   std::string coverage(const workload::Op& op, const config::GpuProfile& gpu,
                        workload::Precision p) const override;
+  // From the database's collective table of that op, rank and node count (measured on this
+  // GPU type only; interpolated in log time over log bytes, bandwidth-bound past its ends).
+  std::optional<Time> collective_time(workload::CommKind kind, double bytes, int ranks, int nodes,
+                                      const config::GpuProfile& gpu) const override;
 
   // Predicted seconds of a measurement kind from the table alone, for `calibrate check`;
   // nullopt where the table has nothing to offer.
@@ -54,6 +67,7 @@ class MeasuredCostModel : public workload::CostModel {
   Database db_;
   workload::DatasheetCostModel datasheet_;
   std::unique_ptr<Tables> tables_;
+  bool cpu_ = false;  // measured by the CPU backend
 };
 
 // Held-out check: every fifth point of each table is predicted from the others. Returns lines

@@ -5,6 +5,11 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "sim/config/yaml_util.h"
+#include "sim/core/error.h"
 
 #include "sim/config/embedded_data.h"
 #include "sim/workload/model.h"
@@ -66,6 +71,66 @@ std::string model_shapes_csv(const ModelShapes& shapes) {
   for (const auto& [b, h, seq, d, causal] : shapes.attention)
     s += fmt::format("attention,0,0,0,{},{},{},{},{}\n", b, h, seq, d, int(causal));
   return s;
+}
+
+ModelShapes read_model_shapes_csv(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw InputError(path + ": cannot open the shapes file");
+  static const char* kHeader = "kind,m,n,k,batch,heads,seq,head_dim,causal";
+  static const char* kFields[] = {"kind",  "m",   "n",        "k",     "batch",
+                                  "heads", "seq", "head_dim", "causal"};
+  ModelShapes out;
+  std::string line;
+  bool header = false;
+  for (int number = 1; std::getline(in, line); ++number) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty() || line[0] == '#') continue;
+    const std::string where = fmt::format("{} line {}", path, number);
+    if (!header) {
+      if (line != kHeader) {
+        throw InputError(where + ": expected the header \"" + std::string(kHeader) + "\", got \"" +
+                         line + "\"");
+      }
+      header = true;
+      continue;
+    }
+    std::vector<std::string> cells;
+    std::stringstream ss(line);
+    for (std::string c; std::getline(ss, c, ',');) cells.push_back(c);
+    if (cells.size() != 9) {
+      throw InputError(fmt::format("{}: expected 9 fields, got {}", where, cells.size()));
+    }
+    int64_t v[9] = {};
+    for (int i = 1; i < 9; ++i) {
+      const std::optional<long long> n = config::parse_whole<long long>(cells[i]);
+      if (!n || *n < 0 || *n > (int64_t{1} << 24)) {
+        throw InputError(fmt::format("{}: field {}: expected a whole number 0 to 2^24, got \"{}\"",
+                                     where, kFields[i], cells[i]));
+      }
+      v[i] = *n;
+    }
+    auto positive = [&](std::initializer_list<int> fields) {
+      for (int i : fields) {
+        if (v[i] < 1) {
+          throw InputError(fmt::format("{}: field {}: expected a positive size for a {} row", where,
+                                       kFields[i], cells[0]));
+        }
+      }
+    };
+    if (cells[0] == "gemm") {
+      positive({1, 2, 3, 4});
+      out.gemm.emplace(v[1], v[2], v[3], v[4]);
+    } else if (cells[0] == "attention") {
+      positive({4, 5, 6, 7});
+      if (v[8] > 1) throw InputError(where + ": field causal: expected 0 or 1");
+      out.attention.emplace(v[4], v[5], v[6], v[7], v[8] == 1);
+    } else {
+      throw InputError(where + ": field kind: expected gemm or attention, got \"" + cells[0] +
+                       "\"");
+    }
+  }
+  if (!header) throw InputError(path + ": empty, or no header \"" + std::string(kHeader) + "\"");
+  return out;
 }
 
 }  // namespace hetsim::calibrate

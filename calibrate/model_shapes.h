@@ -31,5 +31,8 @@ std::vector<std::string> builtin_model_names();
 // CSV: header "kind,m,n,k,batch,heads,seq,head_dim,causal", then one line per shape (gemm rows
 // fill m, n, k, batch; attention rows batch, heads, seq, head_dim, causal), sorted.
 std::string model_shapes_csv(const ModelShapes& shapes);
+// The inverse: reads such a file (lines starting with '#' are comments). InputError naming the
+// file, the line and the field for anything else.
+ModelShapes read_model_shapes_csv(const std::string& path);
 
 }  // namespace hetsim::calibrate

@@ -20,6 +20,7 @@
 
 #include "calibrate/cpu/kernels.h"
 #include "calibrate/database.h"
+#include "calibrate/model_shapes.h"
 #include "sim/core/error.h"
 
 namespace hetsim::calibrate::cpu {
@@ -108,9 +109,9 @@ int run(const Options& o) {
     return o.ops.empty() || std::find(o.ops.begin(), o.ops.end(), op) != o.ops.end();
   };
   for (const std::string& op : o.ops) {
-    if (op != "gemm" && op != "memory" && op != "collective") {
+    if (op != "gemm" && op != "attention" && op != "memory" && op != "collective") {
       throw InputError("--ops: unknown kind \"" + op +
-                       "\" for the CPU backend (expected gemm, memory, collective)");
+                       "\" for the CPU backend (expected gemm, attention, memory, collective)");
     }
   }
   const std::string journal = o.out + ".journal.csv";
@@ -164,6 +165,7 @@ int run(const Options& o) {
            << csv_header() << "\n";
     }
   }
+  const ModelShapes shapes = o.shapes.empty() ? ModelShapes{} : read_model_shapes_csv(o.shapes);
   // The plan.
   std::vector<Item> items;
   const std::vector<int64_t> dims =
@@ -171,26 +173,45 @@ int run(const Options& o) {
               : std::vector<int64_t>{64, 96, 128, 192, 256, 384, 512, 768, 1024};
   if (wants("gemm")) {
     // fp32 only: Debian's OpenBLAS is built without its bfloat16 GEMM (sbgemm).
-    for (const char* dtype : {"fp32"}) {
-      for (int64_t m : dims) {
-        for (int64_t n : dims) {
-          for (int64_t k : dims) {
-            GemmPoint g{m, n, k, 1, {}};
-            const std::string d = dtype;
-            items.push_back(
-                Item{csv_line("gemm", d, &g, nullptr, nullptr),
-                     fmt::format("gemm {} {}x{}x{}", d, m, n, k), false, [=, &o]() mutable {
-                       std::vector<float> A(m * k, 0.5f), B(k * n, 0.25f), C(m * n, 0);
-                       g.t = measure(
-                           [&] {
-                             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f,
-                                         A.data(), k, B.data(), n, 0.0f, C.data(), n);
-                           },
-                           o.quick);
-                       return csv_line("gemm", d, &g, nullptr, nullptr);
-                     }});
-          }
-        }
+    std::set<std::tuple<int64_t, int64_t, int64_t>> gemms;
+    for (int64_t m : dims)
+      for (int64_t n : dims)
+        for (int64_t k : dims) gemms.emplace(m, n, k);
+    // The shapes file's batched GEMMs are attention's, measured as attention below.
+    for (const auto& [m, n, k, batch] : shapes.gemm)
+      if (batch == 1) gemms.emplace(m, n, k);
+    for (const auto& [m, n, k] : gemms) {
+      GemmPoint g{m, n, k, 1, {}};
+      const std::string d = "fp32";
+      items.push_back(Item{csv_line("gemm", d, &g, nullptr, nullptr),
+                           fmt::format("gemm {} {}x{}x{}", d, m, n, k), false, [=, &o]() mutable {
+                             std::vector<float> A(m * k, 0.5f), B(k * n, 0.25f), C(m * n, 0);
+                             g.t = measure([&] { gemm_fp32(m, n, k, A, B, C); }, o.quick);
+                             return csv_line("gemm", d, &g, nullptr, nullptr);
+                           }});
+    }
+  }
+  if (wants("attention")) {
+    // Unfused, fp32: forward and backward of each shape (a small grid, and the shapes file's).
+    std::set<std::tuple<int64_t, int64_t, int64_t, int64_t, bool>> calls = shapes.attention;
+    for (int64_t seq :
+         o.quick ? std::vector<int64_t>{64, 256} : std::vector<int64_t>{64, 128, 256, 512, 1024})
+      for (int64_t heads : o.quick ? std::vector<int64_t>{2} : std::vector<int64_t>{1, 4, 16})
+        calls.emplace(1, heads, seq, 64, true);
+    for (const auto& [batch, heads, seq, head_dim, causal] : calls) {
+      for (bool backward : {false, true}) {
+        AttentionPoint a{batch, heads, seq, head_dim, causal, backward, {}, false};
+        items.push_back(
+            Item{csv_line("attention", "fp32", nullptr, &a, nullptr),
+                 fmt::format("attention {}x{}x{}x{}{}", batch, heads, seq, head_dim,
+                             backward ? " backward" : ""),
+                 false, [=, &o]() mutable {
+                   Attention att(batch, heads, seq, head_dim, causal);
+                   volatile double sink = 0;
+                   a.t = measure([&] { sink = sink + (backward ? att.backward() : att.forward()); },
+                                 o.quick);
+                   return csv_line("attention", "fp32", nullptr, &a, nullptr);
+                 }});
       }
     }
   }

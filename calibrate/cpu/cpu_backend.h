@@ -13,7 +13,10 @@ namespace hetsim::calibrate::cpu {
 struct Options {
   std::string out;               // database path
   bool quick = false;            // a small grid for tests
-  std::vector<std::string> ops;  // gemm, memory, collective; empty: all
+  std::vector<std::string> ops;  // gemm, attention, memory, collective; empty: all
+  // A shapes file (hetsim calibrate shapes): its GEMMs and attention calls measured besides the
+  // grid, so that a job of those shapes is costed from its own kernels.
+  std::string shapes;
 };
 
 // Returns 0 when complete, 1 when interrupted (the database then holds what was measured).

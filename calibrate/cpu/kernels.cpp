@@ -1,8 +1,11 @@
 // Memory-bound kernels for the CPU backend; see kernels.h.
 #include "calibrate/cpu/kernels.h"
 
+#include <cblas.h>
+
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace hetsim::calibrate::cpu {
 
@@ -79,6 +82,74 @@ double run_memory_kernel(const std::string& k, std::vector<float>& a, std::vecto
     return s;
   }
   return double(b[n / 2]) + double(a[n / 3]);
+}
+
+void gemm_fp32(int64_t m, int64_t n, int64_t k, const std::vector<float>& a,
+               const std::vector<float>& b, std::vector<float>& c) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a.data(), k, b.data(), n,
+              0.0f, c.data(), n);
+}
+
+Attention::Attention(int64_t batch, int64_t heads, int64_t seq, int64_t head_dim, bool causal)
+    : heads_(batch * heads), s_(seq), d_(head_dim), causal_(causal) {
+  const size_t n = static_cast<size_t>(heads_ * s_ * d_);
+  for (std::vector<float>* b : {&q_, &k_, &v_, &o_, &do_, &dq_, &dk_, &dv_}) b->assign(n, 0.01f);
+  // P is kept per head (the backward reads the forward's); dP is a scratch row block.
+  p_.assign(static_cast<size_t>(heads_ * s_ * s_), 0.0f);
+  dp_.assign(static_cast<size_t>(s_ * s_), 0.0f);
+}
+
+double Attention::forward() {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d_));
+  const size_t hd = static_cast<size_t>(s_ * d_), ss = static_cast<size_t>(s_ * s_);
+  for (int64_t h = 0; h < heads_; ++h) {
+    float* p = p_.data() + h * ss;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s_, s_, d_, scale, q_.data() + h * hd, d_,
+                k_.data() + h * hd, d_, 0.0f, p, s_);
+    for (int64_t i = 0; i < s_; ++i) {
+      float* row = p + i * s_;
+      const int64_t last = causal_ ? i + 1 : s_;  // masked scores are zero after the softmax
+      float mx = -std::numeric_limits<float>::infinity();
+      for (int64_t j = 0; j < last; ++j) mx = std::max(mx, row[j]);
+      float sum = 0;
+      for (int64_t j = 0; j < last; ++j) sum += row[j] = std::exp(row[j] - mx);
+      const float inv = 1 / sum;
+      for (int64_t j = 0; j < last; ++j) row[j] *= inv;
+      for (int64_t j = last; j < s_; ++j) row[j] = 0;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s_, d_, s_, 1.0f, p, s_,
+                v_.data() + h * hd, d_, 0.0f, o_.data() + h * hd, d_);
+  }
+  return double(o_[o_.size() / 2]);
+}
+
+double Attention::backward() {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d_));
+  const size_t hd = static_cast<size_t>(s_ * d_), ss = static_cast<size_t>(s_ * s_);
+  std::vector<float> delta(static_cast<size_t>(s_));
+  for (int64_t h = 0; h < heads_; ++h) {
+    const float* p = p_.data() + h * ss;
+    const float* dout = do_.data() + h * hd;
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, s_, d_, s_, 1.0f, p, s_, dout, d_, 0.0f,
+                dv_.data() + h * hd, d_);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s_, s_, d_, 1.0f, dout, d_,
+                v_.data() + h * hd, d_, 0.0f, dp_.data(), s_);
+    for (int64_t i = 0; i < s_; ++i) {
+      double dot = 0;
+      for (int64_t c = 0; c < d_; ++c) dot += double(dout[i * d_ + c]) * o_[h * hd + i * d_ + c];
+      delta[i] = static_cast<float>(dot);
+    }
+    for (int64_t i = 0; i < s_; ++i) {
+      float* row = dp_.data() + i * s_;
+      const float* prow = p + i * s_;
+      for (int64_t j = 0; j < s_; ++j) row[j] = prow[j] * (row[j] - delta[i]) * scale;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s_, d_, s_, 1.0f, dp_.data(), s_,
+                k_.data() + h * hd, d_, 0.0f, dq_.data() + h * hd, d_);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, s_, d_, s_, 1.0f, dp_.data(), s_,
+                q_.data() + h * hd, d_, 0.0f, dk_.data() + h * hd, d_);
+  }
+  return double(dq_[dq_.size() / 3]) + double(dk_[dk_.size() / 2]);
 }
 
 }  // namespace hetsim::calibrate::cpu

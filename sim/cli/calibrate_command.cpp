@@ -123,7 +123,7 @@ int run_check(const std::string& file, bool points, bool strict) {
 
 void add_calibrate_command(CLI::App& app, Action& action) {
   struct Opts {
-    std::string backend = "cpu", out, ops, check_file, csv, import_out;
+    std::string backend = "cpu", out, ops, check_file, csv, import_out, shapes_file;
     bool quick = false, points = false, strict = false;
     std::string shape_models, shape_tp = "1,2,4,8", shape_mb = "1,2,4,8", shape_out;
     std::vector<std::string> nccl_files;
@@ -140,8 +140,12 @@ void add_calibrate_command(CLI::App& app, Action& action) {
   cmd->add_option("--out", o->out, "Database file to write (.h5)");
   cmd->add_flag("--quick", o->quick, "A small grid (for tests)");
   cmd->add_option("--ops", o->ops,
-                  "Kinds to measure: gemm,memory,collective (cpu); gemm,attention,memory,"
+                  "Kinds to measure: gemm,attention,memory,collective (cpu); gemm,attention,memory,"
                   "collective,copy (cuda); default all");
+  cmd->add_option("--shapes", o->shapes_file,
+                  "GEMM and attention shapes to measure besides the grid (hetsim calibrate shapes "
+                  "writes them for a model; default: none on the CPU, every built-in model's on "
+                  "CUDA)");
   CLI::App* check = cmd->add_subcommand(
       "check", "Hold out every fifth point, predict it from the rest, print the error per table");
   check->add_option("file", o->check_file, "Calibration database")->required();
@@ -191,6 +195,7 @@ void add_calibrate_command(CLI::App& app, Action& action) {
         c.out = o->out;
         c.quick = o->quick;
         c.ops = split_list(o->ops);
+        c.shapes = o->shapes_file;
         return calibrate::cpu::run(c);
       }
       if (o->backend == "cuda") {
@@ -206,8 +211,11 @@ void add_calibrate_command(CLI::App& app, Action& action) {
         }
         const std::string csv = o->out + ".csv";
         // The shipped models' exact shapes join the CUDA backend's grids (as run_gpu.sh does).
-        const std::string shapes = o->out + ".shapes.csv";
-        {
+        std::string shapes = o->out + ".shapes.csv";
+        if (!o->shapes_file.empty()) {
+          calibrate::read_model_shapes_csv(o->shapes_file);  // bad input found here, not there
+          shapes = o->shapes_file;
+        } else {
           const calibrate::ModelShapes s =
               calibrate::model_shapes(calibrate::builtin_model_names(), {1, 2, 4, 8}, {1, 2, 4, 8});
           std::ofstream f(shapes);

@@ -5,6 +5,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "sim/config/cluster_config.h"
@@ -27,6 +28,13 @@ class CostModel {
   // (measured edge, datasheet-scaled)", "datasheet (no ... table)", ...; the source by default.
   virtual std::string coverage(const Op& op, const config::GpuProfile& gpu, Precision) const {
     return source(op, gpu);
+  }
+  // The measured time of a collective (nccl-tests size) over `ranks` GPUs of this type on
+  // `nodes` nodes, where calibration measured that collective at that rank and node count on
+  // this type; nullopt leaves it to the network model.
+  virtual std::optional<Time> collective_time(CommKind, double /*bytes*/, int /*ranks*/,
+                                              int /*nodes*/, const config::GpuProfile&) const {
+    return std::nullopt;
   }
 };
 

@@ -238,7 +238,7 @@ class Replayer {
           const size_t pc = s.pc;
           if (ct.async) {
             ++s.tp_inflight;
-            launch(tp_plan(g, t.index), [this, g, start, pc] {
+            collective(ct.measured, g, t.index, [this, g, start, pc] {
               State& st = st_[g];
               tp_observed(g, pc, start);
               if (--st.tp_inflight == 0 && st.blocked == WaitReason::tensor_parallel) resume(g);
@@ -247,7 +247,7 @@ class Replayer {
             continue;
           }
           block(g, WaitReason::tensor_parallel);
-          launch(tp_plan(g, t.index), [this, g, start, pc] {
+          collective(ct.measured, g, t.index, [this, g, start, pc] {
             tp_observed(g, pc, start);
             resume(g);
           });
@@ -317,7 +317,8 @@ class Replayer {
     if (opt_.free_communication) return;
     for (uint32_t g = 0; g < st_.size(); ++g) {
       const Group& grp = job_.groups[g];
-      for (uint32_t i = 0; i < grp.comms.size(); ++i) tp_plan(g, i);
+      for (uint32_t i = 0; i < grp.comms.size(); ++i)
+        if (!grp.comms[i].measured) tp_plan(g, i);
       const uint32_t s = grp.stage, first = g - s;
       // Where send() can go: the next stage forward (the first, past the last: interleaved),
       // the previous one backward.
@@ -328,7 +329,7 @@ class Replayer {
       }
       const bool tied = std::any_of(grp.program.begin(), grp.program.end(),
                                     [](const Task& t) { return t.kind == TaskKind::tied; });
-      if (tied && s == 0) {
+      if (tied && s == 0 && !grp.tied_measured) {
         const size_t n =
             std::max(grp.devices.size(), job_.groups[first + stages_ - 1].devices.size());
         for (uint32_t j = 0; j < n; ++j) tied_plan(grp.replica, j);
@@ -337,6 +338,7 @@ class Replayer {
     for (uint32_t stage = 0; stage < stages_; ++stage) {
       const Group& grp = job_.groups[stage];
       for (uint32_t i = 0; i < grp.dp.size(); ++i) {
+        if (grp.dp[i].measured) continue;
         for (uint32_t j = 0; j < grp.devices.size(); ++j) dp_plan(stage, i, j);
       }
     }
@@ -426,6 +428,15 @@ class Replayer {
           ct.kind, ct.bytes, [&](uint32_t r) { return job_.groups[r * stages_ + g].devices; }));
     }
     return *slot;
+  }
+
+  // A tensor-parallel collective: its measured time where calibration has one, else its flows.
+  void collective(const std::optional<Time>& measured, uint32_t g, uint32_t index, Callback done) {
+    if (measured) {
+      engine_.schedule_in(*measured, std::move(done));
+      return;
+    }
+    launch(tp_plan(g, index), std::move(done));
   }
 
   void tp_observed(uint32_t g, size_t pc, Time start) {
@@ -577,7 +588,7 @@ class Replayer {
     auto left = std::make_shared<size_t>(n);
     const Time start = engine_.now();
     for (size_t j = 0; j < n; ++j) {
-      launch(tied_plan(r, static_cast<uint32_t>(j)), [this, left, a, b, start] {
+      auto done = [this, left, a, b, start] {
         if (--*left > 0) return;
         for (uint32_t g2 : {a, b}) {
           if (obs_) {
@@ -588,7 +599,12 @@ class Replayer {
           }
           resume(g2);
         }
-      });
+      };
+      if (job_.groups[a].tied_measured) {
+        engine_.schedule_in(*job_.groups[a].tied_measured, done);
+      } else {
+        launch(tied_plan(r, static_cast<uint32_t>(j)), done);
+      }
     }
   }
 
@@ -643,8 +659,9 @@ class Replayer {
     const size_t t = job_.groups[stage].devices.size();
     auto left = std::make_shared<size_t>(t);
     const Time start = engine_.now();
+    const std::optional<Time> measured = job_.groups[stage].dp[index].measured;
     for (size_t j = 0; j < t; ++j) {
-      launch(dp_plan(stage, index, static_cast<uint32_t>(j)), [this, left, stage, index, start] {
+      auto done = [this, left, stage, index, start] {
         if (--*left > 0) return;
         if (obs_) {
           Task t;
@@ -667,7 +684,12 @@ class Replayer {
           }
           dp_offer(g);
         }
-      });
+      };
+      if (measured) {
+        engine_.schedule_in(*measured, done);
+      } else {
+        launch(dp_plan(stage, index, static_cast<uint32_t>(j)), done);
+      }
     }
   }
 

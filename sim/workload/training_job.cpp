@@ -214,6 +214,50 @@ TrainingJob skeleton_job(const ModelConfig& model, const Plan& plan,
   return job;
 }
 
+namespace {
+
+// The collectives calibration measured on the job's GPUs, at their rank and node counts.
+void measured_collectives(TrainingJob& job, const CostModel& cost) {
+  const platform::Cluster& c = *job.cluster;
+  auto nodes = [&](const std::vector<platform::GpuId>& ranks) {
+    std::set<uint32_t> n;
+    for (platform::GpuId g : ranks) n.insert(c.gpu(g).node);
+    return static_cast<int>(n.size());
+  };
+  // A table measured on one GPU type says nothing of a collective among several types.
+  auto one_type = [&](const std::vector<platform::GpuId>& ranks) {
+    return std::all_of(ranks.begin(), ranks.end(), [&](platform::GpuId g) {
+      return c.gpu(g).profile == c.gpu(ranks.front()).profile;
+    });
+  };
+  const uint32_t stages = job.plan->stages();
+  const uint32_t replicas = static_cast<uint32_t>(job.plan->replicas.size());
+  for (Group& g : job.groups) {
+    const int tp = static_cast<int>(g.devices.size());
+    for (CommTemplate& ct : g.comms) {
+      ct.measured = cost.collective_time(ct.kind, ct.bytes, tp, nodes(g.devices), *g.gpu);
+    }
+    std::vector<platform::GpuId> peers;  // tensor-parallel rank 0's, in every replica
+    for (uint32_t r = 0; r < replicas; ++r)
+      peers.push_back(job.groups[r * stages + g.stage].devices.front());
+    for (DpCollective& dc : g.dp) {
+      if (!one_type(peers)) break;
+      dc.measured =
+          cost.collective_time(dc.kind, dc.bytes, static_cast<int>(replicas), nodes(peers), *g.gpu);
+    }
+    const Group& a = job.groups[g.replica * stages];
+    const Group& b = job.groups[g.replica * stages + stages - 1];
+    if (g.tied_bytes > 0 && one_type({a.devices.front(), b.devices.front()})) {
+      const size_t n = std::max(a.devices.size(), b.devices.size());
+      const double bytes = a.tied_bytes * static_cast<double>(a.devices.size()) / n;
+      g.tied_measured = cost.collective_time(CommKind::allreduce, bytes, 2,
+                                             nodes({a.devices.front(), b.devices.front()}), *g.gpu);
+    }
+  }
+}
+
+}  // namespace
+
 TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
                                const platform::Cluster& cluster, const CostModel& cost) {
   TrainingJob job;
@@ -362,6 +406,7 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
       job.groups.push_back(std::move(g));
     }
   }
+  measured_collectives(job, cost);
   // "a100-sxm4-80gb: measured (a100.h5) (14 kernel shapes measured, 2 beyond the table ...)":
   // the tally only when it says more than the source.
   for (const auto& [gpu, source] : type_source) {

@@ -6,6 +6,7 @@
 // stands for all of them, while every rank's communication is simulated as flows.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,9 @@ struct CommTemplate {
   double bytes = 0;
   bool async = false;
   std::string name;
+  // Calibration measured this collective on these GPUs (CostModel::collective_time): it takes
+  // that long, and the network model is not asked.
+  std::optional<Time> measured = std::nullopt;
 };
 
 // A data-parallel collective: one per tensor-parallel rank, over that rank's peers in every
@@ -57,6 +61,7 @@ struct DpCollective {
   CommKind kind = CommKind::allreduce;
   double bytes = 0;  // per rank
   std::string name;
+  std::optional<Time> measured = std::nullopt;  // as CommTemplate::measured
 };
 
 struct Group {
@@ -68,10 +73,11 @@ struct Group {
   std::vector<CommTemplate> comms;
   std::vector<DpCollective> dp;
   std::vector<Task> program;
-  double tied_bytes = 0;     // per rank, when the program holds a `tied` task
-  double params = 0;         // parameters held per device
-  double compute_flops = 0;  // executed FLOPs per device over the iteration
-  double model_flops = 0;    // MFU numerator per device
+  double tied_bytes = 0;              // per rank, when the program holds a `tied` task
+  std::optional<Time> tied_measured;  // as CommTemplate::measured
+  double params = 0;                  // parameters held per device
+  double compute_flops = 0;           // executed FLOPs per device over the iteration
+  double model_flops = 0;             // MFU numerator per device
 };
 
 struct TrainingJob {

@@ -1,0 +1,218 @@
+// `hetsim execute`: run a plan on this machine's devices under mpirun, one rank per device, and
+// compare the measured iteration with the prediction (sim/execute/executor.h).
+#include <fmt/format.h>
+#include <mpi.h>
+
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <memory>
+
+#include "sim/cli/commands.h"
+#include "sim/config/yaml_util.h"
+#include "sim/core/error.h"
+#include "sim/execute/executor.h"
+#include "sim/report/chrome_trace.h"
+#include "sim/study/run.h"
+
+namespace hetsim::cli {
+
+namespace {
+
+struct ExecuteOpts {
+  ClusterFlags cluster;
+  std::string model, plan, backend = "cpu", calibration, efficiency, trace, fault;
+  std::vector<std::string> plan_sets;
+  int iterations = 3, warmup = 1;
+  double timeout_s = 0;
+  bool json = false;
+};
+
+void parse_fault(const std::string& text, execute::Options& o) {
+  const size_t a = text.find(':'), b = text.rfind(':');
+  long long rank = -1, task = -1;
+  if (a != std::string::npos && b > a && text.substr(0, a) == "kill") {
+    rank = config::parse_whole<long long>(text.substr(a + 1, b - a - 1)).value_or(-1);
+    task = config::parse_whole<long long>(text.substr(b + 1)).value_or(-1);
+  }
+  if (rank < 0 || task < 0)
+    throw InputError("--fault: expected kill:RANK:TASK, got \"" + text + "\"");
+  o.kill_rank = static_cast<int>(rank);
+  o.kill_task = static_cast<size_t>(task);
+}
+
+// Runs f on every rank; when it fails on any, every rank stops here. Rank 0 says why when it
+// failed (every rank reads the same inputs, so it is the same reason); else each rank that failed
+// says its own. The others leave quietly with status 2.
+struct Quiet {};
+void agree(const execute::MpiSession& mpi, const std::function<void()>& f) {
+  std::exception_ptr error;
+  try {
+    f();
+  } catch (...) {
+    error = std::current_exception();
+  }
+  int failed = error ? 1 : 0, any = 0, lead_failed = failed;
+  MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (!any) return;
+  MPI_Bcast(&lead_failed, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  if (mpi.lead() && error) std::rethrow_exception(error);
+  if (mpi.lead()) throw RunError("execute: another rank failed before the run (see its message)");
+  if (error && !lead_failed) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      // Rank 0 did not fail the same way: say this rank's reason.
+      std::cerr << "execute: rank " << mpi.rank() << ": " << e.what() << "\n";
+    }
+  }
+  throw Quiet{};
+}
+
+int run_execute(const ExecuteOpts& o, const execute::MpiSession& mpi) {
+  execute::Options eo;
+  study::RunSpec spec;
+  spec.model = o.model;
+  spec.cluster = o.cluster.cluster;
+  spec.cluster_options = o.cluster.options();
+  spec.plan = o.plan;
+  spec.plan_sets = o.plan_sets;
+  std::unique_ptr<study::RunInputs> inputs;
+  std::unique_ptr<CostModels> costs;
+  std::unique_ptr<workload::TrainingJob> owned;
+  // Every rank reads the same inputs; they agree on the outcome before any waits for another.
+  agree(mpi, [&] {
+    if (o.backend == "cuda") {
+      throw InputError(
+          "--backend cuda: the CUDA backend of execute is not built yet; --backend cpu runs the "
+          "plan with the CPU kernels and MPI");
+    }
+    if (o.backend != "cpu")
+      throw InputError("--backend: expected cpu or cuda, got \"" + o.backend + "\"");
+    if (o.iterations < 1 || o.iterations > 10000)
+      throw InputError(fmt::format("--iterations: expected 1 to 10000, got {}", o.iterations));
+    if (o.warmup < 0 || o.warmup > 10000)
+      throw InputError(fmt::format("--warmup: expected 0 to 10000, got {}", o.warmup));
+    if (o.timeout_s < 0) throw InputError("--timeout: expected seconds >= 0 (0: automatic)");
+    if (!o.trace.empty()) {
+      const std::filesystem::path folder = std::filesystem::path(o.trace).parent_path();
+      if (!folder.empty() && !std::filesystem::is_directory(folder))
+        throw InputError("--trace " + o.trace + ": folder " + folder.string() + " does not exist");
+    }
+    eo.iterations = o.iterations;
+    eo.warmup = o.warmup;
+    if (!o.fault.empty()) parse_fault(o.fault, eo);
+    inputs = std::make_unique<study::RunInputs>(spec);
+    costs = std::make_unique<CostModels>(o.efficiency, o.calibration);
+    owned = std::make_unique<workload::TrainingJob>(
+        workload::build_training_job(inputs->model, inputs->plan, inputs->cluster, costs->get()));
+    execute::check_cpu_job(*owned, mpi.size());
+  });
+  const workload::TrainingJob& job = *owned;
+  if (mpi.lead()) print_warnings(*costs);
+  // The prediction: every replica replayed on its own, as every rank runs.
+  workload::ReplayResult predicted;
+  double predicted_s = 0;
+  agree(mpi, [&] {
+    if (!mpi.lead()) return;
+    workload::ReplayOptions ro;
+    ro.exact = true;
+    predicted = workload::replay(job, nullptr, ro);
+    predicted_s = predicted.iteration.seconds();
+    const auto& fw = inputs->plan.framework;
+    if (fw.host_per_pass > Time() || fw.host_per_step > Time()) {
+      std::cerr << fmt::format(
+          "execute: note: framework {} spends host time per pass and per step in the "
+          "prediction; execute runs no framework, so the measurement has none of it\n",
+          fw.name);
+    }
+    std::cerr << fmt::format(
+        "execute: {} on {} ranks, {} warm-up and {} measured iterations (predicted {:.4f} s "
+        "each)\n",
+        inputs->plan.source, mpi.size(), o.warmup, o.iterations, predicted_s);
+  });
+  MPI_Bcast(&predicted_s, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  eo.timeout_s = o.timeout_s > 0 ? o.timeout_s : std::max(60.0, 20 * predicted_s);
+  const execute::Measured m = execute::run_cpu(job, eo, mpi);
+  if (!mpi.lead()) return 0;
+  const execute::Comparison c = execute::compare(job, predicted, m);
+  if (!o.trace.empty()) {
+    report::ChromeTrace trace(report::make_trace_filter(inputs->cluster, "", ""));
+    for (const execute::Event& e : m.events) {
+      const workload::Group& g = job.groups[e.group];
+      const workload::Task& t = g.program[e.pc];
+      const Time start = Time::from_seconds(e.start), end = Time::from_seconds(e.end);
+      switch (e.kind) {
+        case 0:
+          trace.on_compute(job, e.group, t, start, end);
+          break;
+        case 1:
+          trace.on_collective(job, e.group, "tp", g.comms[t.index].name, t, start, end);
+          break;
+        case 2:
+          trace.on_collective(job, e.group, "dp",
+                              t.kind == workload::TaskKind::tied || t.index >= g.dp.size()
+                                  ? std::string("tied.embedding.grads")
+                                  : g.dp[t.index].name,
+                              t, start, end);
+          break;
+        default:
+          trace.on_transfer(job, e.from, e.group, t, start, end);
+      }
+    }
+    std::ofstream out(o.trace, std::ios::binary);
+    if (!out) throw InputError("--trace " + o.trace + ": cannot write the file");
+    trace.write(out, job);
+  }
+  if (o.json) {
+    std::cout << execute::to_json(c, m) << "\n";
+  } else {
+    std::cout << fmt::format("execute: {} on {} ({} ranks, backend {}), plan {}\n",
+                             inputs->model.name, o.cluster.cluster, m.ranks, m.backend,
+                             inputs->plan.source)
+              << execute::to_text(c, m);
+    if (!o.trace.empty()) std::cout << "  trace (measured)  " << o.trace << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_execute_command(CLI::App& app, Action& action) {
+  auto o = std::make_shared<ExecuteOpts>();
+  CLI::App* cmd = app.add_subcommand(
+      "execute",
+      "Run a plan on this machine's devices (mpirun -np N, one rank per device), measure its "
+      "iterations and compare them with the prediction, per op kind, device and kernel");
+  cmd->add_option("--model", o->model, "Model file or built-in name (as simulate)")->required();
+  o->cluster.add_to(*cmd, "cpu-host");
+  cmd->add_option("--plan", o->plan, "Plan file (as simulate)")->required();
+  cmd->add_option("--plan-set", o->plan_sets, "Override a field of the plan: PATH=VALUE");
+  cmd->add_option("--backend", o->backend, "cpu (OpenBLAS and MPI) | cuda")->capture_default_str();
+  cmd->add_option("--calibration", o->calibration,
+                  "Calibration database for the prediction (hetsim calibrate on this machine)");
+  cmd->add_option("--efficiency", o->efficiency, "Datasheet efficiency constants");
+  cmd->add_option("--iterations", o->iterations, "Measured iterations")->capture_default_str();
+  cmd->add_option("--warmup", o->warmup, "Iterations run first and not measured")
+      ->capture_default_str();
+  cmd->add_option("--timeout", o->timeout_s,
+                  "Seconds without progress after which every rank ends (default: 20 x the "
+                  "predicted iteration, at least 60)");
+  cmd->add_option("--trace", o->trace, "Write the measured iteration as a Chrome trace");
+  cmd->add_flag("--json", o->json, "Print JSON");
+  cmd->add_option("--fault", o->fault, "Fault injection for tests: kill:RANK:TASK")->group("");
+  cmd->callback([o, &action] {
+    action = [o] {
+      const execute::MpiSession mpi;
+      try {
+        return run_execute(*o, mpi);
+      } catch (const Quiet&) {
+        return 2;
+      }
+    };
+  });
+}
+
+}  // namespace hetsim::cli

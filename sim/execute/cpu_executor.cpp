@@ -1,0 +1,653 @@
+// The CPU backend of `hetsim execute`; see executor.h.
+#include <fmt/format.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <thread>
+
+#include "calibrate/cpu/kernels.h"
+#include "calibrate/measured_cost_model.h"
+#include "sim/core/error.h"
+#include "sim/execute/executor.h"
+
+namespace hetsim::execute {
+
+using workload::CommKind;
+using workload::Group;
+using workload::OpKind;
+using workload::Task;
+using workload::TaskKind;
+
+MpiSession::MpiSession() {
+  int inited = 0;
+  MPI_Initialized(&inited);
+  if (!inited) MPI_Init(nullptr, nullptr);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &size_);
+}
+
+MpiSession::~MpiSession() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+void check_cpu_job(const workload::TrainingJob& job, int ranks) {
+  const workload::Plan& plan = *job.plan;
+  if (plan.precision != workload::Precision::fp32) {
+    throw InputError("plan " + plan.source +
+                     ": precision: the CPU backend runs fp32 kernels "
+                     "(OpenBLAS has no 16-bit GEMM here); expected precision: fp32, got " +
+                     workload::to_string(plan.precision));
+  }
+  if (plan.flash_attention) {
+    throw InputError("plan " + plan.source +
+                     ": attention: the CPU backend has no fused (flash) attention kernel; "
+                     "expected attention: standard");
+  }
+  int tag_ub = 32767, flag = 0;
+  int* ub = nullptr;
+  MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
+  if (flag && ub) tag_ub = *ub;
+  for (const workload::ReplicaPlan& r : plan.replicas) {
+    if (2.0 * job.chunks * r.micro_batches > tag_ub) {
+      throw InputError(
+          fmt::format("plan {}: {} micro-batches x {} chunks: more pipeline "
+                      "transfers than this MPI's tags ({}) can tell apart",
+                      plan.source, r.micro_batches, job.chunks, tag_ub));
+    }
+  }
+  uint32_t top = 0;
+  for (const Group& g : job.groups)
+    for (platform::GpuId d : g.devices) top = std::max(top, d + 1);
+  if (static_cast<int>(top) > ranks) {
+    throw InputError(fmt::format(
+        "plan {}: its devices go up to GPU {} ({} ranks needed, one per GPU of the cluster up to "
+        "the last the plan uses), but {} rank{} started: run under mpirun -np {}",
+        plan.source, top - 1, top, ranks, ranks == 1 ? " was" : "s were", top));
+  }
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int floats(double bytes) { return static_cast<int>(std::max(1.0, std::ceil(bytes / 4))); }
+
+// The kernels of one rank's program, their buffers made once.
+class Kernels {
+ public:
+  explicit Kernels(const Group& g) {
+    size_t a = 1, b = 1, c = 1, mem = 1024;
+    for (const workload::Op& op : g.ops) {
+      if (op.kind == OpKind::gemm) {
+        a = std::max<size_t>(a, op.m * op.k);
+        b = std::max<size_t>(b, op.k * op.n);
+        c = std::max<size_t>(c, op.m * op.n);
+      } else if (op.kind == OpKind::memory) {
+        mem = std::max(
+            mem, calibrate::cpu::elements_for(calibrate::memory_kernel_of(op.name), op.bytes));
+      } else {
+        auto key = std::make_tuple(op.batch, op.heads, op.seq, op.head_dim, op.causal);
+        if (!attention_.count(key)) {
+          attention_[key] = std::make_unique<calibrate::cpu::Attention>(op.batch, op.heads, op.seq,
+                                                                        op.head_dim, op.causal);
+        }
+      }
+    }
+    a_.assign(a, 0.5f);
+    b_.assign(b, 0.25f);
+    c_.assign(c, 0.0f);
+    ma_.assign(mem, 0.5f);
+    mb_.assign(mem, 0.25f);
+    mc_.assign(2 * mem, 0.1f);
+  }
+
+  void run(const workload::Op& op) {
+    switch (op.kind) {
+      case OpKind::gemm:
+        for (int64_t i = 0; i < std::max<int64_t>(1, op.batch); ++i)
+          calibrate::cpu::gemm_fp32(op.m, op.n, op.k, a_, b_, c_);
+        break;
+      case OpKind::attention_forward:
+      case OpKind::attention_backward: {
+        auto& att =
+            *attention_.at(std::make_tuple(op.batch, op.heads, op.seq, op.head_dim, op.causal));
+        sink_ = sink_ + (op.kind == OpKind::attention_forward ? att.forward() : att.backward());
+        break;
+      }
+      case OpKind::memory: {
+        const char* k = calibrate::memory_kernel_of(op.name);
+        sink_ = sink_ + calibrate::cpu::run_memory_kernel(
+                            k, ma_, mb_, mc_, calibrate::cpu::elements_for(k, op.bytes));
+        break;
+      }
+    }
+  }
+
+ private:
+  std::vector<float> a_, b_, c_, ma_, mb_, mc_;
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, bool>,
+           std::unique_ptr<calibrate::cpu::Attention>>
+      attention_;
+  volatile double sink_ = 0;
+};
+
+MPI_Comm comm_of(const std::vector<int>& members, int tag) {
+  MPI_Group world, group;
+  MPI_Comm_group(MPI_COMM_WORLD, &world);
+  MPI_Group_incl(world, static_cast<int>(members.size()), members.data(), &group);
+  MPI_Comm c = MPI_COMM_NULL;
+  MPI_Comm_create_group(MPI_COMM_WORLD, group, tag, &c);
+  MPI_Group_free(&group);
+  MPI_Group_free(&world);
+  return c;
+}
+
+// A pipeline transfer this rank takes part in: its slice, from or to one peer rank.
+struct Transfer {
+  int peer = 0;
+  int tag = 0;
+  int count = 0;  // floats
+  uint32_t peer_group = 0;
+};
+
+// One rank's program, communicators and buffers.
+class Rank {
+ public:
+  Rank(const workload::TrainingJob& job, const Options& o, int rank)
+      : job_(job), o_(o), rank_(rank) {
+    const uint32_t stages = job.plan->stages();
+    for (uint32_t g = 0; g < job.groups.size(); ++g) {
+      const auto& d = job.groups[g].devices;
+      const auto it = std::find(d.begin(), d.end(), static_cast<platform::GpuId>(rank));
+      if (it != d.end()) {
+        g_ = static_cast<int>(g);
+        j_ = static_cast<uint32_t>(it - d.begin());
+      }
+    }
+    // Communicators, created in the same order on every rank; each only by its members.
+    int tag = 0;
+    for (uint32_t g = 0; g < job.groups.size(); ++g) {
+      const auto& d = job.groups[g].devices;
+      std::vector<int> members(d.begin(), d.end());
+      if (static_cast<int>(g) == g_ && members.size() > 1) tp_ = comm_of(members, tag);
+      ++tag;
+    }
+    const uint32_t replicas = static_cast<uint32_t>(job.plan->replicas.size());
+    for (uint32_t s = 0; s < stages && replicas > 1; ++s) {
+      for (uint32_t j = 0; j < job.groups[s].devices.size(); ++j) {
+        std::vector<int> members;
+        for (uint32_t r = 0; r < replicas; ++r)
+          members.push_back(static_cast<int>(job.groups[r * stages + s].devices[j]));
+        if (std::find(members.begin(), members.end(), rank) != members.end())
+          dp_ = comm_of(members, tag);
+        ++tag;
+      }
+    }
+    for (uint32_t r = 0; r < replicas && stages > 1; ++r) {
+      const auto& a = job.groups[r * stages].devices;
+      const auto& b = job.groups[r * stages + stages - 1].devices;
+      const size_t n = std::max(a.size(), b.size());
+      for (size_t j = 0; j < n; ++j) {
+        const std::vector<int> members = {static_cast<int>(a[j % a.size()]),
+                                          static_cast<int>(b[j % b.size()])};
+        if (members[0] == rank || members[1] == rank) tied_.push_back(comm_of(members, tag));
+        ++tag;
+      }
+    }
+    if (g_ < 0) return;
+    const Group& grp = job.groups[g_];
+    kernels_ = std::make_unique<Kernels>(grp);
+    const uint32_t mbs = job.plan->replicas[grp.replica].micro_batches;
+    // Every transfer of the program, its peers and slices (as the replay's send()).
+    for (const Task& t : grp.program) {
+      if (t.kind != TaskKind::send && t.kind != TaskKind::recv) continue;
+      const bool backward = t.pass == workload::Pass::backward;
+      const bool send = t.kind == TaskKind::send;
+      // The sender's stage and chunk: a receive gets what the neighbour sent.
+      uint32_t stage = grp.stage, chunk = t.chunk;
+      const bool downstream = send ? !backward : backward;  // the peer is the next stage
+      if (downstream) {
+        if (stage + 1 < stages) {
+          ++stage;
+        } else {
+          stage = 0;
+          chunk += send ? 1 : 0;
+        }
+      } else {
+        if (stage > 0) {
+          --stage;
+        } else {
+          stage = stages - 1;
+          chunk -= send ? 1 : 0;
+        }
+      }
+      // The key is the receiver's: (direction, the chunk it receives for, micro-batch).
+      const uint32_t recv_chunk = send ? chunk : t.chunk;
+      const int tag =
+          static_cast<int>((uint32_t{backward} * job.chunks + recv_chunk) * mbs + t.micro_batch);
+      const uint32_t peer_group = grp.replica * stages + stage;
+      const auto& mine = grp.devices;
+      const auto& theirs = job.groups[peer_group].devices;
+      const size_t n = std::max(mine.size(), theirs.size());
+      std::vector<Transfer> list;
+      for (size_t j = 0; j < n; ++j) {
+        if (j % mine.size() != j_) continue;
+        list.push_back(Transfer{static_cast<int>(theirs[j % theirs.size()]), tag,
+                                std::max(2, floats(job.activation_bytes_per_transfer / n)),
+                                peer_group});
+      }
+      transfers_.push_back(std::move(list));
+    }
+  }
+
+  ~Rank() {
+    for (MPI_Comm* c : {&tp_, &dp_})
+      if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
+    for (MPI_Comm& c : tied_) MPI_Comm_free(&c);
+  }
+
+  bool active() const { return g_ >= 0; }
+  uint32_t group() const { return static_cast<uint32_t>(g_); }
+  uint32_t tp_rank() const { return j_; }
+
+  // One iteration. `record`: keep the events for the trace. Returns this rank's times.
+  DeviceTimes iterate(bool record, bool fault, std::vector<double>& kernel_s) {
+    const Group& grp = job_.groups[g_];
+    events_.clear();
+    DeviceTimes times;
+    // Receives first: a transfer lands whenever its sender sends.
+    size_t ti = 0;
+    recvs_.clear();
+    for (const Task& t : grp.program) {
+      if (t.kind != TaskKind::send && t.kind != TaskKind::recv) continue;
+      if (t.kind == TaskKind::recv) {
+        for (const Transfer& x : transfers_[ti]) {
+          Pending p;
+          p.buffer.assign(x.count, 0.0f);
+          p.peer_group = x.peer_group;
+          MPI_Irecv(p.buffer.data(), x.count, MPI_FLOAT, x.peer, x.tag, MPI_COMM_WORLD, &p.request);
+          recvs_.push_back(std::move(p));
+        }
+      }
+      ++ti;
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    t0_ = Clock::now();
+    ti = 0;
+    size_t ri = 0;
+    uint32_t dp_issued = 0;
+    for (size_t pc = 0; pc < grp.program.size(); ++pc) {
+      const Task& t = grp.program[pc];
+      if (fault && pc == o_.kill_task) {
+        std::fprintf(stderr, "execute: rank %d: killed by --fault at task %zu\n", rank_, pc);
+        std::fflush(stderr);
+        std::raise(SIGKILL);
+      }
+      const double start = now();
+      beat();
+      switch (t.kind) {
+        case TaskKind::compute: {
+          for (const auto& [index, d] : grp.segments[t.index].ops) {
+            const double k0 = now();
+            kernels_->run(grp.ops[index]);
+            kernel_s[index] += now() - k0;
+            poll();
+          }
+          const double end = now();
+          times.compute += end - start;
+          if (record) events_.push_back(Event{group(), uint32_t(pc), 0, 0, start, end});
+          break;
+        }
+        case TaskKind::tp_comm: {
+          const workload::CommTemplate& ct = grp.comms[t.index];
+          if (tp_ == MPI_COMM_NULL) break;
+          if (ct.async) {
+            tp_async_.emplace_back();
+            Async& a = tp_async_.back();
+            a.pc = pc;
+            a.start = start;
+            collective(ct.kind, ct.bytes, tp_, a.buffer, &a.request);
+          } else {
+            std::vector<float>& buf = tp_buffer_;
+            collective(ct.kind, ct.bytes, tp_, buf, nullptr);
+            const double end = now();
+            times.tp += end - start;
+            if (record) events_.push_back(Event{group(), uint32_t(pc), 0, 1, start, end});
+          }
+          break;
+        }
+        case TaskKind::tp_wait: {
+          for (Async& a : tp_async_) {
+            MPI_Wait(&a.request, MPI_STATUS_IGNORE);
+            if (a.end < 0) a.end = now();
+            if (record) events_.push_back(Event{group(), uint32_t(a.pc), 0, 1, a.start, a.end});
+          }
+          tp_async_.clear();
+          times.tp += now() - start;
+          break;
+        }
+        case TaskKind::recv: {
+          for (size_t x = 0; x < transfers_[ti].size(); ++x, ++ri) {
+            Pending& p = recvs_[ri];
+            if (!p.done) {
+              MPI_Wait(&p.request, MPI_STATUS_IGNORE);
+              p.done = true;
+              p.end = now();
+            }
+            if (record && tp_rank() == 0) {
+              events_.push_back(Event{group(), uint32_t(pc), p.peer_group, 3,
+                                      static_cast<double>(p.buffer[0]), p.end});
+            }
+          }
+          times.pp += now() - start;
+          ++ti;
+          break;
+        }
+        case TaskKind::send: {
+          const bool blocking = job_.plan->framework.blocking_p2p;
+          for (const Transfer& x : transfers_[ti]) {
+            sends_.emplace_back();
+            Async& a = sends_.back();
+            a.buffer.assign(x.count, 0.0f);
+            a.buffer[0] = static_cast<float>(start);  // the receiver's trace shows when it left
+            if (blocking) {
+              MPI_Issend(a.buffer.data(), x.count, MPI_FLOAT, x.peer, x.tag, MPI_COMM_WORLD,
+                         &a.request);
+            } else {
+              MPI_Isend(a.buffer.data(), x.count, MPI_FLOAT, x.peer, x.tag, MPI_COMM_WORLD,
+                        &a.request);
+            }
+          }
+          if (blocking) {
+            for (Async& a : sends_) MPI_Wait(&a.request, MPI_STATUS_IGNORE);
+            times.pp += now() - start;
+          }
+          ++ti;
+          break;
+        }
+        case TaskKind::dp_comm: {
+          const workload::DpCollective& dc = grp.dp[dp_issued];
+          if (dp_buffers_.size() <= dp_issued) dp_buffers_.resize(dp_issued + 1);
+          dp_async_.emplace_back();
+          Async& a = dp_async_.back();
+          a.pc = pc;
+          a.start = start;
+          if (dp_ != MPI_COMM_NULL) {
+            collective(dc.kind, dc.bytes, dp_, dp_buffers_[dp_issued], &a.request);
+          } else {
+            a.request = MPI_REQUEST_NULL;
+          }
+          ++dp_issued;
+          break;
+        }
+        case TaskKind::dp_wait: {
+          for (uint32_t i = 0; i < t.index && i < dp_async_.size(); ++i) {
+            Async& a = dp_async_[i];
+            if (a.end < 0) {
+              MPI_Wait(&a.request, MPI_STATUS_IGNORE);
+              a.end = now();
+              if (record) events_.push_back(Event{group(), uint32_t(a.pc), 0, 2, a.start, a.end});
+            }
+          }
+          times.dp += now() - start;
+          break;
+        }
+        case TaskKind::tied: {
+          for (MPI_Comm c : tied_) {
+            const auto& a = job_.groups[grp.replica * job_.plan->stages()].devices;
+            const auto& b =
+                job_.groups[grp.replica * job_.plan->stages() + job_.plan->stages() - 1].devices;
+            const size_t n = std::max(a.size(), b.size());
+            const double bytes = job_.groups[grp.replica * job_.plan->stages()].tied_bytes *
+                                 static_cast<double>(a.size()) / static_cast<double>(n);
+            collective(CommKind::allreduce, bytes, c, tied_buffer_, nullptr);
+          }
+          const double end = now();
+          times.dp += end - start;
+          if (record) events_.push_back(Event{group(), uint32_t(pc), 0, 2, start, end});
+          break;
+        }
+      }
+    }
+    for (Async& a : sends_) MPI_Wait(&a.request, MPI_STATUS_IGNORE);
+    for (Async& a : dp_async_)
+      if (a.end < 0) MPI_Wait(&a.request, MPI_STATUS_IGNORE);
+    sends_.clear();
+    dp_async_.clear();
+    times.finish = now();
+    return times;
+  }
+
+  const std::vector<Event>& events() const { return events_; }
+  double now() const { return std::chrono::duration<double>(Clock::now() - t0_).count(); }
+
+  // Progress for the watchdog (run_cpu): the wall clock at the last task's start.
+  void beat() { heartbeat_.store(Clock::now().time_since_epoch().count()); }
+  std::atomic<int64_t> heartbeat_{0};
+
+ private:
+  struct Async {
+    MPI_Request request = MPI_REQUEST_NULL;
+    std::vector<float> buffer;
+    size_t pc = 0;
+    double start = 0, end = -1;
+  };
+  struct Pending {
+    MPI_Request request = MPI_REQUEST_NULL;
+    std::vector<float> buffer;
+    uint32_t peer_group = 0;
+    bool done = false;
+    double end = 0;
+  };
+
+  // A collective of the replay's nccl-tests size: per rank for all-reduce, the total for
+  // all-gather and reduce-scatter.
+  void collective(CommKind kind, double bytes, MPI_Comm comm, std::vector<float>& buf,
+                  MPI_Request* request) {
+    int size = 1;
+    MPI_Comm_size(comm, &size);
+    const int total = floats(bytes);
+    const int part = std::max(1, total / size);
+    const size_t need = static_cast<size_t>(kind == CommKind::allreduce ? total : part * size);
+    if (buf.size() < need + part) buf.assign(need + part, 1.0f);
+    float* data = buf.data();
+    switch (kind) {
+      case CommKind::allreduce:
+        if (request) {
+          MPI_Iallreduce(MPI_IN_PLACE, data, total, MPI_FLOAT, MPI_SUM, comm, request);
+        } else {
+          MPI_Allreduce(MPI_IN_PLACE, data, total, MPI_FLOAT, MPI_SUM, comm);
+        }
+        break;
+      case CommKind::allgather:
+        if (request) {
+          MPI_Iallgather(MPI_IN_PLACE, part, MPI_FLOAT, data, part, MPI_FLOAT, comm, request);
+        } else {
+          MPI_Allgather(MPI_IN_PLACE, part, MPI_FLOAT, data, part, MPI_FLOAT, comm);
+        }
+        break;
+      case CommKind::reducescatter:
+        if (request) {
+          MPI_Ireduce_scatter_block(data, data + need, part, MPI_FLOAT, MPI_SUM, comm, request);
+        } else {
+          MPI_Reduce_scatter_block(data, data + need, part, MPI_FLOAT, MPI_SUM, comm);
+        }
+        break;
+      case CommKind::none:
+        break;
+    }
+  }
+
+  // Lets outstanding requests progress, and notes when each finished.
+  void poll() {
+    int flag = 0;
+    for (Pending& p : recvs_) {
+      if (p.done) continue;
+      MPI_Test(&p.request, &flag, MPI_STATUS_IGNORE);
+      if (flag) {
+        p.done = true;
+        p.end = now();
+      }
+    }
+    for (std::vector<Async>* list : {&tp_async_, &dp_async_, &sends_}) {
+      for (Async& a : *list) {
+        if (a.end >= 0 || a.request == MPI_REQUEST_NULL) continue;
+        MPI_Test(&a.request, &flag, MPI_STATUS_IGNORE);
+        if (flag) a.end = now();
+      }
+    }
+  }
+
+  const workload::TrainingJob& job_;
+  const Options& o_;
+  int rank_ = 0;
+  int g_ = -1;
+  uint32_t j_ = 0;
+  MPI_Comm tp_ = MPI_COMM_NULL, dp_ = MPI_COMM_NULL;
+  std::vector<MPI_Comm> tied_;
+  std::unique_ptr<Kernels> kernels_;
+  std::vector<std::vector<Transfer>> transfers_;  // per send/recv task, in program order
+  std::vector<Pending> recvs_;
+  std::vector<Async> tp_async_, dp_async_, sends_;
+  std::vector<std::vector<float>> dp_buffers_;
+  std::vector<float> tp_buffer_, tied_buffer_;
+  std::vector<Event> events_;
+  Clock::time_point t0_;
+};
+
+}  // namespace
+
+Measured run_cpu(const workload::TrainingJob& job, const Options& o, const MpiSession& mpi) {
+  check_cpu_job(job, mpi.size());
+  Rank me(job, o, mpi.rank());
+  // The watchdog: an iteration past its time ends this process, and with it (mpirun) every rank.
+  std::atomic<bool> stop{false};
+  std::atomic<int> iteration{-1};
+  std::thread watchdog([&] {
+    while (!stop.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      const int64_t beat = me.heartbeat_.load();
+      if (iteration.load() < 0 || beat == 0) continue;
+      const double since =
+          std::chrono::duration<double>(Clock::now().time_since_epoch() - Clock::duration(beat))
+              .count();
+      if (since > o.timeout_s) {
+        std::fprintf(stderr,
+                     "execute: rank %d: no progress for %.0f s in iteration %d (--timeout %.0f "
+                     "s): a rank died or a collective hangs; ending every rank\n",
+                     mpi.rank(), since, iteration.load(), o.timeout_s);
+        std::fflush(stderr);
+        std::_Exit(3);
+      }
+    }
+  });
+  Measured m;
+  m.backend = "cpu";
+  m.ranks = mpi.size();
+  const Group* grp = me.active() ? &job.groups[me.group()] : nullptr;
+  std::vector<double> kernel_s(grp ? grp->ops.size() : 0, 0.0);
+  std::vector<double> scratch(kernel_s.size(), 0.0);
+  DeviceTimes sum;
+  const int total = o.warmup + o.iterations;
+  for (int it = 0; it < total; ++it) {
+    const bool measured = it >= o.warmup;
+    const bool last = it == total - 1;
+    me.beat();
+    iteration.store(it);
+    DeviceTimes t;
+    if (me.active()) {
+      const bool fault = mpi.rank() == o.kill_rank && it == o.warmup;
+      t = me.iterate(last, fault, measured ? kernel_s : scratch);
+    } else {
+      MPI_Barrier(MPI_COMM_WORLD);
+    }
+    double slowest = 0;
+    MPI_Allreduce(&t.finish, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    if (!measured) continue;
+    m.iteration_s.push_back(slowest);
+    sum.compute += t.compute;
+    sum.tp += t.tp;
+    sum.pp += t.pp;
+    sum.dp += t.dp;
+    sum.finish += t.finish;
+  }
+  iteration.store(-1);
+  stop.store(true);
+  watchdog.join();
+  // Gather to rank 0: each rank's times, its kernels' seconds and its trace events.
+  const double n = std::max(1, o.iterations);
+  std::vector<double> mine = {sum.compute / n, sum.tp / n, sum.pp / n, sum.dp / n, sum.finish / n};
+  std::vector<double> all(5 * mpi.size());
+  MPI_Gather(mine.data(), 5, MPI_DOUBLE, all.data(), 5, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  for (double& k : kernel_s) k /= n;
+  std::vector<Event> events = me.active() && me.tp_rank() == 0 ? me.events() : std::vector<Event>{};
+  if (!mpi.lead()) {
+    const int count = static_cast<int>(kernel_s.size());
+    MPI_Send(kernel_s.data(), count, MPI_DOUBLE, 0, 1, MPI_COMM_WORLD);
+    const int bytes = static_cast<int>(events.size() * sizeof(Event));
+    MPI_Send(&bytes, 1, MPI_INT, 0, 2, MPI_COMM_WORLD);
+    MPI_Send(events.data(), bytes, MPI_BYTE, 0, 3, MPI_COMM_WORLD);
+    return m;
+  }
+  // Rank 0: per device, per kernel name, and the events.
+  uint32_t devices = 0;
+  for (const Group& g : job.groups)
+    for (platform::GpuId d : g.devices) devices = std::max(devices, d + 1);
+  m.devices.resize(devices);
+  for (uint32_t d = 0; d < devices; ++d) {
+    const double* v = all.data() + 5 * d;
+    m.devices[d] = DeviceTimes{v[0], v[1], v[2], v[3], v[4]};
+  }
+  std::map<std::string, KernelTimes> kernels;
+  for (int r = 0; r < mpi.size(); ++r) {
+    std::vector<double> ks;
+    std::vector<Event> ev;
+    const Group* g = nullptr;
+    for (const Group& cand : job.groups)
+      if (std::find(cand.devices.begin(), cand.devices.end(), static_cast<platform::GpuId>(r)) !=
+          cand.devices.end())
+        g = &cand;
+    if (r == 0) {
+      ks = kernel_s;
+      ev = events;
+    } else {
+      ks.resize(g ? g->ops.size() : 0);
+      MPI_Recv(ks.data(), static_cast<int>(ks.size()), MPI_DOUBLE, r, 1, MPI_COMM_WORLD,
+               MPI_STATUS_IGNORE);
+      int bytes = 0;
+      MPI_Recv(&bytes, 1, MPI_INT, r, 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      ev.resize(bytes / sizeof(Event));
+      MPI_Recv(ev.data(), bytes, MPI_BYTE, r, 3, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    }
+    m.events.insert(m.events.end(), ev.begin(), ev.end());
+    if (!g) continue;
+    std::vector<double> predicted(g->ops.size(), 0.0);
+    std::vector<uint64_t> calls(g->ops.size(), 0);
+    for (const Task& t : g->program) {
+      if (t.kind != TaskKind::compute) continue;
+      for (const auto& [index, d] : g->segments[t.index].ops) {
+        predicted[index] += d.seconds();
+        ++calls[index];
+      }
+    }
+    for (size_t i = 0; i < g->ops.size(); ++i) {
+      KernelTimes& k = kernels[g->ops[i].name];
+      k.name = g->ops[i].name;
+      k.calls += calls[i];
+      k.measured_s += ks[i];
+      k.predicted_s += predicted[i];
+    }
+  }
+  for (auto& [name, k] : kernels) m.kernels.push_back(k);
+  return m;
+}
+
+}  // namespace hetsim::execute

@@ -1,0 +1,104 @@
+// `hetsim execute`: runs the programs of a TrainingJob on real devices, one MPI rank per device
+// of the plan (rank i is GPU i of the cluster), and measures them. Each rank runs its group's
+// program as the replay does: its kernels at their exact shapes, its tensor-parallel collectives
+// on the group's communicator (asynchronous ones non-blocking, joined at tp_wait), pipeline
+// sends as non-blocking point-to-point (synchronous where the framework blocks) and receives
+// posted at the start of the iteration, gradient collectives non-blocking on the stage's
+// data-parallel communicator, joined at dp_wait, and the tied-embedding all-reduce between the
+// end stages. Outstanding requests are polled after every kernel, so that they progress under
+// compute as the replay assumes they overlap. The CPU backend runs the calibration kernels
+// (OpenBLAS GEMMs, the unfused attention and the memory-bound kernels of calibrate/cpu/) and MPI.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sim/workload/replay.h"
+#include "sim/workload/training_job.h"
+
+namespace hetsim::execute {
+
+// MPI for the life of the command: initialised on construction, finalised on destruction.
+class MpiSession {
+ public:
+  MpiSession();
+  ~MpiSession();
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  bool lead() const { return rank_ == 0; }
+
+ private:
+  int rank_ = 0, size_ = 1;
+};
+
+struct Options {
+  int iterations = 3, warmup = 1;
+  double timeout_s = 600;  // an iteration that takes longer ends every rank
+  // Fault injection (tests): rank `kill_rank` kills itself with SIGKILL when it reaches task
+  // `kill_task` of its program in the first measured iteration.
+  int kill_rank = -1;
+  size_t kill_task = 0;
+};
+
+// Where one device's time went in one iteration, in the replay's kinds (workload::GroupTimes):
+// kernels, waiting on tensor-parallel collectives, on pipeline transfers, on data-parallel
+// collectives (and the tied embedding), and when it finished.
+struct DeviceTimes {
+  double compute = 0, tp = 0, pp = 0, dp = 0, finish = 0;
+};
+
+// A task of the last measured iteration on the first rank of its group, for the trace.
+struct Event {
+  uint32_t group = 0, pc = 0, from = 0;
+  uint8_t kind = 0;  // 0 compute, 1 tensor-parallel, 2 data-parallel, 3 transfer into `group`
+  double start = 0, end = 0;
+};
+
+// One kernel (by the op's name, e.g. "fc1.fprop") over every device: measured and predicted
+// seconds per iteration, summed over the devices that run it.
+struct KernelTimes {
+  std::string name;
+  uint64_t calls = 0;  // per iteration
+  double measured_s = 0, predicted_s = 0;
+};
+
+struct Measured {  // complete on rank 0 only
+  std::string backend;
+  int ranks = 0;
+  std::vector<double> iteration_s;   // each measured iteration: the slowest rank's time
+  std::vector<DeviceTimes> devices;  // by GPU id of the cluster; mean over the iterations
+  std::vector<Event> events;
+  std::vector<KernelTimes> kernels;  // sorted by name
+};
+
+// Refuses what the CPU backend cannot run as the prediction costs it (InputError naming the
+// field): a precision other than fp32, fused attention, more devices than ranks.
+void check_cpu_job(const workload::TrainingJob& job, int ranks);
+
+// Runs the job's programs on the ranks of MPI_COMM_WORLD with the CPU kernels. Every rank calls
+// it; ranks past the plan's devices only take part in the barriers.
+Measured run_cpu(const workload::TrainingJob& job, const Options& o, const MpiSession& mpi);
+
+// Predicted against measured.
+struct Comparison {
+  double predicted_s = 0, measured_mean_s = 0, measured_min_s = 0, measured_max_s = 0;
+  double measured_stdev_s = 0;
+  double error = 0;  // (predicted - measured mean) / measured mean
+  struct Row {
+    std::string what;  // "compute", "tensor-parallel", ...; or a device "gpu0 (replica 0 stage 1)"
+    double predicted_s = 0, measured_s = 0;
+  };
+  std::vector<Row> kinds;    // mean over devices, per kind
+  std::vector<Row> devices;  // per device: the time it finished
+  std::vector<KernelTimes> kernels;
+};
+
+Comparison compare(const workload::TrainingJob& job, const workload::ReplayResult& predicted,
+                   const Measured& measured);
+std::string to_text(const Comparison& c, const Measured& m);
+std::string to_json(const Comparison& c, const Measured& m);
+
+}  // namespace hetsim::execute

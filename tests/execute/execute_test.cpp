@@ -1,0 +1,173 @@
+// `hetsim execute` on this machine's CPU under mpirun -np 2: a small GPT calibrated here, in the
+// same run (its exact GEMM and attention shapes, the memory kernels, the MPI collectives), then
+// data parallel 2, a 2-stage 1F1B pipeline and tensor parallel 2 run for real and compared with
+// the prediction; and the failures: a rank killed mid-iteration, more devices than ranks.
+// One process for all of it (CTest runs it alone: measured times need the machine to
+// themselves), so the calibration is made once.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "tests/e2e/run_command.h"
+
+namespace hetsim::e2e {
+namespace {
+
+const std::string kData = std::string(HETSIM_SOURCE_DIR) + "/tests/data/execute/";
+const std::string kModel = kData + "tiny-gpt.yaml";
+
+std::string mpirun(const std::string& args) {
+  return "mpirun --allow-run-as-root --oversubscribe -np 2 " + shell_quote(HETSIM_BINARY) + " " +
+         args;
+}
+
+CommandResult shell(const std::string& command) { return run_program("/bin/sh", {"-c", command}); }
+
+class Execute : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    // One BLAS thread per rank (two ranks on two cores), in the calibration as in the run; Open
+    // MPI's plugins keep allocations LeakSanitizer cannot attribute (see calibrate_test.cpp).
+    setenv("OPENBLAS_NUM_THREADS", "1", 1);
+    setenv("ASAN_OPTIONS", "detect_leaks=0", 1);
+    dir_ = new std::string(::testing::TempDir() + "hetsim-execute/");
+    std::filesystem::remove_all(*dir_);
+    std::filesystem::create_directories(*dir_);
+    const CommandResult shapes =
+        run_hetsim({"calibrate", "shapes", "--models", kModel, "--tp", "1,2", "--micro-batch",
+                    "1,2", "--out", *dir_ + "shapes.csv"});
+    ASSERT_EQ(shapes.exit_code, 0) << shapes.output;
+    const CommandResult cal =
+        shell(mpirun("calibrate --backend cpu --quick --shapes " +
+                     shell_quote(*dir_ + "shapes.csv") + " --out " + shell_quote(db())));
+    ASSERT_EQ(cal.exit_code, 0) << cal.output;
+  }
+  static void TearDownTestSuite() { delete dir_; }
+  static std::string db() { return *dir_ + "cpu.h5"; }
+
+  // Runs a plan; returns the JSON comparison.
+  static nlohmann::json execute(const std::string& plan, const std::string& extra = "") {
+    const CommandResult r =
+        shell(mpirun("execute --model " + shell_quote(kModel) + " --cluster cpu-host --plan " +
+                     shell_quote(kData + plan) + " --calibration " + shell_quote(db()) +
+                     " --iterations 5 --json " + extra + " 2>/dev/null"));
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    try {
+      return nlohmann::json::parse(r.output);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << e.what() << "\n" << r.output;
+      return {};
+    }
+  }
+
+  static double kind(const nlohmann::json& j, const std::string& what, const char* field) {
+    for (const auto& k : j["kinds"])
+      if (k["what"] == what) return k[field].get<double>();
+    ADD_FAILURE() << "no kind " << what;
+    return 0;
+  }
+
+  static void expect_close(const nlohmann::json& j, const std::string& plan) {
+    ASSERT_TRUE(j.contains("error")) << j.dump(2);
+    EXPECT_EQ(j["ranks"], 2);
+    EXPECT_EQ(j["measured_iteration_s"].size(), 5u);
+    const double error = j["error"].get<double>();
+    std::printf("%s: predicted %.4f s, measured %.4f s (min %.4f, max %.4f), error %+.1f%%\n",
+                plan.c_str(), j["predicted_iteration_s"].get<double>(),
+                j["measured_mean_s"].get<double>(), j["measured_min_s"].get<double>(),
+                j["measured_max_s"].get<double>(), 100 * error);
+    EXPECT_LT(std::abs(error), 0.15) << j.dump(2);
+    // Every kernel the prediction costs ran, as often as the program says.
+    ASSERT_FALSE(j["kernels"].empty());
+    for (const auto& k : j["kernels"]) {
+      EXPECT_GT(k["calls"].get<int>(), 0) << k.dump();
+      EXPECT_GT(k["measured_s"].get<double>(), 0) << k.dump();
+      EXPECT_GT(k["predicted_s"].get<double>(), 0) << k.dump();
+    }
+  }
+
+  static std::string* dir_;
+};
+
+std::string* Execute::dir_ = nullptr;
+
+TEST_F(Execute, DataParallelTwoPredictsTheIteration) {
+  const nlohmann::json j = execute("dp2.yaml");
+  expect_close(j, "dp2");
+  // The gradient all-reduce after the backward pass is the only wait.
+  EXPECT_GT(kind(j, "data-parallel wait", "measured_s"), 0);
+  EXPECT_EQ(kind(j, "pipeline wait", "measured_s"), 0);
+  EXPECT_EQ(kind(j, "tensor-parallel wait", "measured_s"), 0);
+}
+
+TEST_F(Execute, PipelineTwoStagesOneFOneBPredictsTheIteration) {
+  const std::string trace = *dir_ + "pp2.trace.json";
+  const nlohmann::json j = execute("pp2.yaml", "--trace " + shell_quote(trace));
+  expect_close(j, "pp2");
+  // 1F1B over 8 micro-batches: each stage waits for the other (the bubble), and the tied
+  // embedding is all-reduced between the two ends.
+  EXPECT_GT(kind(j, "pipeline wait", "measured_s"), 0);
+  EXPECT_GT(kind(j, "pipeline wait", "predicted_s"), 0);
+  EXPECT_GT(kind(j, "data-parallel wait", "measured_s"), 0);
+  // The measured trace: compute slices and the transfers between the stages.
+  std::ifstream in(trace);
+  ASSERT_TRUE(in) << trace;
+  const nlohmann::json t = nlohmann::json::parse(in);
+  size_t compute = 0, transfers = 0;
+  for (const auto& e : t["traceEvents"]) {
+    compute += e.value("cat", "") == "compute";
+    transfers += e.value("cat", "") == "pipeline";
+  }
+  EXPECT_GT(compute, 0u) << t.dump().substr(0, 2000);
+  EXPECT_GT(transfers, 0u) << t.dump().substr(0, 2000);
+}
+
+TEST_F(Execute, TensorParallelTwoPredictsTheIteration) {
+  const nlohmann::json j = execute("tp2.yaml");
+  expect_close(j, "tp2");
+  EXPECT_GT(kind(j, "tensor-parallel wait", "measured_s"), 0);
+  EXPECT_GT(kind(j, "tensor-parallel wait", "predicted_s"), 0);
+}
+
+TEST_F(Execute, ARankKilledMidIterationEndsEveryRank) {
+  const CommandResult r =
+      shell(mpirun("execute --model " + shell_quote(kModel) + " --cluster cpu-host --plan " +
+                   shell_quote(kData + "pp2.yaml") + " --fault kill:1:40 --timeout 30"));
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("execute: rank 1: killed by --fault at task 40"), std::string::npos)
+      << r.output;
+  // mpirun names the rank that died and ends the others.
+  EXPECT_NE(r.output.find("signal 9"), std::string::npos) << r.output;
+}
+
+TEST_F(Execute, MoreDevicesThanRanksSaysHowManyToStart) {
+  // A host of four: data parallel over four devices, two ranks.
+  const CommandResult r =
+      shell(mpirun("execute --model " + shell_quote(kModel) + " --cluster " +
+                   shell_quote(kData + "cpu-host-4.yaml") + " --plan " +
+                   shell_quote(kData + "dp2.yaml") + " --plan-set data_parallel=4"));
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  const std::string want = "its devices go up to GPU 3 (4 ranks needed";
+  const size_t at = r.output.find(want);
+  EXPECT_NE(at, std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("run under mpirun -np 4"), std::string::npos) << r.output;
+  // Said once, by rank 0.
+  EXPECT_EQ(r.output.find(want, at + 1), std::string::npos) << r.output;
+}
+
+TEST_F(Execute, RefusesWhatTheCpuCannotRunAsPredicted) {
+  const CommandResult r =
+      shell(mpirun("execute --model " + shell_quote(kModel) + " --cluster cpu-host --plan " +
+                   shell_quote(kData + "tp2.yaml") + " --plan-set attention=flash"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("attention: the CPU backend has no fused (flash) attention kernel; "
+                          "expected attention: standard"),
+            std::string::npos)
+      << r.output;
+}
+
+}  // namespace
+}  // namespace hetsim::e2e
