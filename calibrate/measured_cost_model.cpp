@@ -171,8 +171,9 @@ std::optional<double> tensor_pchip(const MeasuredCostModel::Tables::Gemm& g, dou
 
 MeasuredCostModel::MeasuredCostModel(Database db, workload::DatasheetCostModel datasheet)
     : db_(std::move(db)), datasheet_(std::move(datasheet)), tables_(std::make_unique<Tables>()) {
-  const auto backend = db_.attrs.find("backend");
-  cpu_ = backend != db_.attrs.end() && backend->second == "cpu";
+  const auto& gpus = config::builtin_gpus();
+  const auto it = gpus.find(db_.device_type());
+  cpu_ = it != gpus.end() && it->second.architecture == "cpu";
 }
 
 MeasuredCostModel::~MeasuredCostModel() = default;

@@ -67,7 +67,7 @@ class MeasuredCostModel : public workload::CostModel {
   Database db_;
   workload::DatasheetCostModel datasheet_;
   std::unique_ptr<Tables> tables_;
-  bool cpu_ = false;  // measured by the CPU backend
+  bool cpu_ = false;  // the measured device is a CPU (its profile's architecture)
 };
 
 // Held-out check: every fifth point of each table is predicted from the others. Returns lines
