@@ -69,7 +69,7 @@ void add_sweep_command(CLI::App& app, Action& action) {
       {
         std::ofstream f(csv_path, std::ios::binary);
         if (!f) throw InputError("--csv " + csv_path + ": cannot write the file");
-        study::write_csv(f, records);
+        study::write_csv(f, records, s.tokens);
         if (!f) throw RunError("--csv " + csv_path + ": write failed");
       }
       size_t failed = 0;
