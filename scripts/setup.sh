@@ -11,6 +11,7 @@ packages=(
   libopenmpi-dev openmpi-bin libopenblas-dev
   libsqlite3-dev sqlite3
   clang-format python3
+  python3-matplotlib chromium   # hetsim sweep's plots and HTML report; the test that loads it
 )
 
 missing=()

@@ -42,7 +42,8 @@ void add_simulate_command(CLI::App& app, Action& action) {
   struct Opts {
     ClusterFlags cluster;
     std::string model, plan, trace, efficiency, calibration;
-    std::vector<std::string> plan_sets;
+    std::vector<std::string> plan_sets, perturb;
+    double tokens = 0;
     std::string trace_devices, trace_micro_batches;
     bool json = false, quiet = false;
     bool free_communication = false;
@@ -76,6 +77,14 @@ void add_simulate_command(CLI::App& app, Action& action) {
   cmd->add_flag("--exact", o->exact,
                 "Replay every data-parallel replica on its own (default: identical replicas are "
                 "replayed as one, in lockstep)");
+  cmd->add_option("--perturb", o->perturb,
+                  "What-if, as YAML (repeatable, combined): 'slow: {gpu: 3, factor: 2}' (a GPU's "
+                  "kernels take 2x as long), 'link: {link: \"node0.nic8<->leaf0\", factor: 0.5}' "
+                  "(links keep half their capacity), 'stragglers: {seed: 1, probability: 0.1, "
+                  "min: 1.2, max: 2}' (seeded random slowdowns)");
+  cmd->add_option("--tokens", o->tokens,
+                  "Tokens of a whole training run (e.g. 300e9): its days and cost in the report")
+      ->check(CLI::PositiveNumber);
   cmd->add_flag("--json", o->json, "Print JSON (and no progress)");
   cmd->add_flag("--quiet", o->quiet, "No progress lines on standard error");
   // Hidden: tests force progress on a short run.
@@ -99,6 +108,8 @@ void add_simulate_command(CLI::App& app, Action& action) {
       spec.cluster_options = o->cluster.options();
       spec.plan = o->plan;
       spec.plan_sets = o->plan_sets;
+      for (const std::string& p : o->perturb)
+        spec.perturbations.merge(workload::parse_perturbation(p));
       const study::RunInputs inputs(spec);
       const CostModels costs(o->efficiency, o->calibration);
       print_warnings(costs);
@@ -120,6 +131,7 @@ void add_simulate_command(CLI::App& app, Action& action) {
       const workload::TrainingJob& job = result.job;
       report::TrainingReport& rep = result.report;
       rep.warnings = costs.warnings();
+      if (o->tokens > 0) report::add_run_cost(rep, o->tokens);
       if (trace) {
         std::ofstream out(o->trace, std::ios::binary);
         if (!out) throw InputError("--trace " + o->trace + ": cannot write the file");

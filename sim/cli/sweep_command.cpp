@@ -2,12 +2,15 @@
 // frameworks, on local threads, into a store that a crash does not lose and a rerun resumes.
 #include <fmt/format.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <thread>
 
 #include "sim/cli/commands.h"
+#include "sim/config/embedded_data.h"
 #include "sim/core/error.h"
 #include "sim/report/progress.h"
 #include "sim/study/results.h"
@@ -15,11 +18,54 @@
 
 namespace hetsim::cli {
 
+namespace {
+
+// `s` as one word for /bin/sh.
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// The study's plots and HTML page from its CSV, by sim/study/study_report.py (embedded in the
+// binary, piped to python3): OUT_PREFIX.html and OUT_PREFIX.{throughput,time_split,cost}.png.
+// Reports are an extra: without python3 and matplotlib (Debian's python3-matplotlib; the
+// interpreter first on PATH, else /usr/bin/python3, which may differ from a pyenv one) the study
+// is complete and the reason is returned.
+std::string write_report(const std::string& csv_path, const std::string& prefix) {
+  std::string script;
+  for (const config::EmbeddedFile& f : config::embedded_files()) {
+    if (std::string(f.path) == "sim/study/study_report.py") script = f.text;
+  }
+  if (script.empty()) throw RunError("built-in data is missing sim/study/study_report.py");
+  std::string python;
+  for (const char* p : {"python3", "/usr/bin/python3"}) {
+    const std::string probe = std::string(p) + " -c 'import matplotlib' >/dev/null 2>&1";
+    if (std::system(probe.c_str()) == 0) {
+      python = p;
+      break;
+    }
+  }
+  if (python.empty()) {
+    return "no python3 with matplotlib (Debian: apt-get install python3-matplotlib)";
+  }
+  const std::string cmd =
+      python + " - " + shell_quote(csv_path) + " " + shell_quote(prefix) + " >&2";
+  FILE* pipe = popen(cmd.c_str(), "w");
+  if (!pipe) return "cannot start " + python;
+  std::fwrite(script.data(), 1, script.size(), pipe);
+  const int rc = pclose(pipe);
+  if (rc != 0) return fmt::format("{} sim/study/study_report.py failed (status {})", python, rc);
+  return "";
+}
+
+}  // namespace
+
 void add_sweep_command(CLI::App& app, Action& action) {
   struct Opts {
     std::string study, store, csv;
     unsigned jobs = 0;
-    bool json = false, quiet = false;
+    bool json = false, quiet = false, no_report = false;
     double progress_after_s = 2;
   };
   auto o = std::make_shared<Opts>();
@@ -35,6 +81,8 @@ void add_sweep_command(CLI::App& app, Action& action) {
   cmd->add_option("--csv", o->csv, "CSV of every run (default: the store with .csv)");
   cmd->add_flag("--json", o->json, "Print every run as JSON (and no progress)");
   cmd->add_flag("--quiet", o->quiet, "No progress lines on standard error");
+  cmd->add_flag("--no-report", o->no_report,
+                "No HTML report and plots beside the CSV (they need python3-matplotlib)");
   cmd->add_option("--progress-after", o->progress_after_s,
                   "Seconds of wall time before progress lines start")
       ->group("");
@@ -69,8 +117,15 @@ void add_sweep_command(CLI::App& app, Action& action) {
       {
         std::ofstream f(csv_path, std::ios::binary);
         if (!f) throw InputError("--csv " + csv_path + ": cannot write the file");
-        study::write_csv(f, records);
+        study::write_csv(f, records, s.tokens);
         if (!f) throw RunError("--csv " + csv_path + ": write failed");
+      }
+      std::string report_note;
+      if (!o->no_report) {
+        const std::string prefix = fs::path(csv_path).replace_extension().string();
+        const std::string why_not = write_report(csv_path, prefix);
+        report_note =
+            why_not.empty() ? "; report in " + prefix + ".html" : "; no report: " + why_not;
       }
       size_t failed = 0;
       for (const study::RunRecord& r : records) failed += r.ok ? 0 : 1;
@@ -78,9 +133,9 @@ void add_sweep_command(CLI::App& app, Action& action) {
       {
         std::cerr << fmt::format(
             "sweep: {} runs: {} run now on {} thread{} ({} failed), {} already in {}; {} failed "
-            "in all{}; table in {}\n",
+            "in all{}; table in {}{}\n",
             sum.total, sum.ran, jobs, jobs == 1 ? "" : "s", sum.failed, sum.stored_before,
-            store_path, failed, failed ? " (see the error column)" : "", csv_path);
+            store_path, failed, failed ? " (see the error column)" : "", csv_path, report_note);
       }
       return 0;
     };

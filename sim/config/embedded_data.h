@@ -1,4 +1,5 @@
-// The data files compiled into hetsim (topologies/**/*.yaml), by repository-relative path.
+// The data files compiled into hetsim (topologies/**/*.yaml, models, frameworks, the study report
+// script sim/study/study_report.py), by repository-relative path.
 #pragma once
 
 #include <string>

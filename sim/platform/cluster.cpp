@@ -397,6 +397,11 @@ std::vector<double> Cluster::capacities() const {
   return c;
 }
 
+void Cluster::scale_link_capacity(LinkId l, double factor) {
+  links_.at(l).capacity_Bps *= factor;
+  links_scaled_ = true;
+}
+
 std::string Cluster::gpu_name(GpuId g) const {
   return "node" + std::to_string(gpus_[g].node) + ".gpu" + std::to_string(gpus_[g].local);
 }

@@ -70,6 +70,14 @@ class Cluster {
   // Local GPU pairs joined by direct NVLink in a node type (for ring search), with link count.
   const std::vector<config::MeshLink>& direct_links(uint32_t node_type) const;
 
+  // What-if (sim/workload/perturbation.h): the link carries `factor` of its capacity (a degraded
+  // cable, a NIC that trained at a lower rate). Routes and line rates stay as built, as NCCL sees
+  // the topology it detected. factor > 0.
+  void scale_link_capacity(LinkId l, double factor);
+  // Whether some link's capacity was scaled: replicas whose copies cross different capacities
+  // are no longer symmetric (the replay then does not fold them).
+  bool links_scaled() const { return links_scaled_; }
+
  private:
   struct TemplateLink {
     uint32_t src, dst;
@@ -119,6 +127,7 @@ class Cluster {
   std::vector<uint16_t> switch_dist_;            // [from * S + to], hop count
   std::vector<uint32_t> vertex_switch_;          // vertex -> switch index, or UINT32_MAX
   bool pxn_ = false;
+  bool links_scaled_ = false;
 };
 
 }  // namespace hetsim::platform

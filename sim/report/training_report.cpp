@@ -76,12 +76,23 @@ TrainingReport make_training_report(const workload::TrainingJob& job,
   r.bubble_s /= devices;
   r.communication_exposed_s = r.tp_exposed_s + r.dp_exposed_s;
   r.mfu = r.model_flops / (r.iteration_time_s * peak);
-  if (unpriced.empty()) r.cost_per_iteration_usd = price * r.iteration_time_s / 3600;
+  if (unpriced.empty()) {
+    // Every GPU is paid for the whole iteration, busy or waiting.
+    r.price_per_hour_usd = price;
+    r.cost_per_iteration_usd = price * r.iteration_time_s / 3600;
+    r.cost_per_million_tokens_usd = price / 3600 / r.tokens_per_s * 1e6;
+  }
   r.unpriced_gpus.assign(unpriced.begin(), unpriced.end());
   r.cost_sources = job.op_sources;
   r.events = result.events;
   r.folded_replicas = result.folded_replicas;
   return r;
+}
+
+void add_run_cost(TrainingReport& r, double tokens) {
+  r.run_tokens = tokens;
+  r.run_time_s = tokens / r.tokens_per_s;
+  if (r.price_per_hour_usd >= 0) r.cost_per_run_usd = r.price_per_hour_usd / 3600 * r.run_time_s;
 }
 
 nlohmann::ordered_json to_json(const TrainingReport& r) {
@@ -105,10 +116,20 @@ nlohmann::ordered_json to_json(const TrainingReport& r) {
   // Null, not absent, when a GPU type has no price: the reader learns which ones.
   if (r.cost_per_iteration_usd >= 0) {
     j["cost_per_iteration_usd"] = r.cost_per_iteration_usd;
+    j["cost_per_million_tokens_usd"] = r.cost_per_million_tokens_usd;
   } else {
     j["cost_per_iteration_usd"] = nullptr;
+    j["cost_per_million_tokens_usd"] = nullptr;
     j["gpus_without_price"] = r.unpriced_gpus;
   }
+  if (r.run_tokens > 0) {
+    j["training_run"] = {
+        {"tokens", r.run_tokens},
+        {"time_s", r.run_time_s},
+        {"cost_usd", r.cost_per_run_usd >= 0 ? nlohmann::ordered_json(r.cost_per_run_usd)
+                                             : nlohmann::ordered_json(nullptr)}};
+  }
+  if (!r.perturbations.empty()) j["perturbations"] = r.perturbations;
   j["warnings"] = r.warnings;
   j["op_costs_from"] = r.cost_sources;
   j["folded_replicas"] = r.folded_replicas;
@@ -304,17 +325,26 @@ std::string to_text(const TrainingReport& r) {
   using config::format_time;
   std::string s = fmt::format("{} on {} ({} GPUs), plan {}\n", r.model, r.cluster, r.gpus, r.plan);
   for (const std::string& w : r.warnings) s += "  WARNING: " + w + "\n";
+  for (const std::string& p : r.perturbations) s += "  what-if        " + p + "\n";
   s += fmt::format("  precision      {}\n", r.precision);
   s += fmt::format("  iteration      {}\n", format_time(r.iteration_time_s));
   s += fmt::format("  throughput     {:.0f} tokens/s, {:.2f} samples/s\n", r.tokens_per_s,
                    r.samples_per_s);
   s += fmt::format("  MFU            {:.1f}%\n", 100 * r.mfu);
   if (r.cost_per_iteration_usd >= 0) {
-    s += fmt::format("  cost           ${:.4f} per iteration (on-demand prices)\n",
-                     r.cost_per_iteration_usd);
+    s += fmt::format(
+        "  cost           ${:.4f} per iteration, ${:.4f} per million tokens (on-demand prices, "
+        "${:.2f}/h for the cluster)\n",
+        r.cost_per_iteration_usd, r.cost_per_million_tokens_usd, r.price_per_hour_usd);
   } else {
     s += "  cost           no price for GPU " + config::join_names(r.unpriced_gpus) +
          " (price_per_hour in its profile, topologies/gpus/)\n";
+  }
+  if (r.run_tokens > 0) {
+    s += fmt::format("  training run   {:.4g} tokens: {:.1f} days", r.run_tokens,
+                     r.run_time_s / 86400);
+    s += r.cost_per_run_usd >= 0 ? fmt::format(", ${:.0f}\n", r.cost_per_run_usd)
+                                 : std::string(" (no price)\n");
   }
   const double it = r.iteration_time_s;
   s += fmt::format(

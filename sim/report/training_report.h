@@ -33,6 +33,13 @@ struct TrainingReport {
   double tp_exposed_s = 0, dp_exposed_s = 0;
   double cost_per_iteration_usd = -1;      // when every GPU type has a price
   std::vector<std::string> unpriced_gpus;  // GPU types without price_per_hour, sorted
+  double price_per_hour_usd = -1;          // every GPU's price_per_hour, summed
+  double cost_per_million_tokens_usd = -1;
+  // A training run of `run_tokens` tokens (simulate --tokens; 0: not given): its wall time at
+  // this iteration's throughput and its cost.
+  double run_tokens = 0, run_time_s = 0, cost_per_run_usd = -1;
+  // The what-ifs applied (sim/workload/perturbation.h), one line each; empty: none.
+  std::vector<std::string> perturbations;
   bool oom = false;
   std::vector<DeviceReport> devices;
   std::vector<std::string> cost_sources;
@@ -46,6 +53,8 @@ struct TrainingReport {
 TrainingReport make_training_report(const workload::TrainingJob& job,
                                     const workload::ReplayResult& result,
                                     const std::vector<workload::DeviceMemory>& memory);
+// Fills the run_* fields for a training run of `tokens` tokens (> 0).
+void add_run_cost(TrainingReport& r, double tokens);
 nlohmann::ordered_json to_json(const TrainingReport& r);
 std::string to_text(const TrainingReport& r);
 

@@ -21,10 +21,14 @@ workload::Plan load_plan(const RunSpec& spec, const workload::ModelConfig& model
 RunInputs::RunInputs(const RunSpec& spec)
     : model(workload::load_model(spec.model)),
       cluster(config::load_cluster(spec.cluster, spec.cluster_options)),
-      plan(load_plan(spec, model, cluster)) {}
+      plan(load_plan(spec, model, cluster)),
+      perturbed(workload::resolve_perturbations(spec.perturbations, cluster)) {
+  workload::scale_links(perturbed, cluster);
+}
 
 RunOutput run(const RunInputs& in, const workload::CostModel& cost, const RunOptions& options) {
   RunOutput out{workload::build_training_job(in.model, in.plan, in.cluster, cost), {}};
+  workload::slow_down(out.job, in.perturbed.compute_factor);
   const std::vector<workload::DeviceMemory> memory = workload::memory_per_group(out.job);
   workload::ReplayOptions ropt;
   ropt.free_communication = options.free_communication;
@@ -32,6 +36,7 @@ RunOutput run(const RunInputs& in, const workload::CostModel& cost, const RunOpt
   ropt.progress = options.progress;
   const workload::ReplayResult result = workload::replay(out.job, options.observer, ropt);
   out.report = report::make_training_report(out.job, result, memory);
+  out.report.perturbations = in.perturbed.description;
   return out;
 }
 

@@ -12,6 +12,7 @@
 #include "sim/report/training_report.h"
 #include "sim/workload/cost_model.h"
 #include "sim/workload/model.h"
+#include "sim/workload/perturbation.h"
 #include "sim/workload/plan.h"
 #include "sim/workload/replay.h"
 #include "sim/workload/training_job.h"
@@ -25,6 +26,7 @@ struct RunSpec {
   std::string plan;                        // the plan file; with plan_text, the name errors use
   std::optional<std::string> plan_text;    // a plan made in code (a policy's), instead of a file
   std::vector<std::string> plan_sets;      // --plan-set
+  workload::Perturbations perturbations;   // --perturb
 };
 
 // The parsed and validated inputs: every input error is thrown here, before anything runs.
@@ -36,6 +38,8 @@ struct RunInputs {
   workload::ModelConfig model;
   platform::Cluster cluster;
   workload::Plan plan;
+  // Resolved against the cluster; its link capacities are already scaled.
+  workload::ResolvedPerturbations perturbed;
 };
 
 struct RunOptions {
@@ -50,7 +54,8 @@ struct RunOutput {
   report::TrainingReport report;
 };
 
-// Builds the job, checks memory, replays one iteration and reports it. The cost model is only
+// Builds the job (slowed where the inputs' perturbations say), checks memory, replays one
+// iteration and reports it. The cost model is only
 // read (see calibrate/cost_models.h on sharing one between threads).
 RunOutput run(const RunInputs& inputs, const workload::CostModel& cost,
               const RunOptions& options = {});

@@ -21,6 +21,7 @@ RunRecord record_of(const StudyRun& item) {
   RunRecord r;
   r.key = item.key;
   r.model = item.model, r.cluster = item.cluster, r.plan = item.plan, r.framework = item.framework;
+  r.perturbation = item.perturbation;
   r.inputs = item.inputs_json;
   return r;
 }
@@ -67,6 +68,10 @@ RunRecord simulate_run(const StudyRun& item, const workload::CostModel& cost,
     r.compute_s = rep.compute_s;
     r.communication_exposed_s = rep.communication_exposed_s;
     r.bubble_s = rep.bubble_s;
+    if (rep.cost_per_iteration_usd >= 0) {
+      r.cost_per_iteration_usd = rep.cost_per_iteration_usd;
+      r.cost_per_million_tokens_usd = rep.cost_per_million_tokens_usd;
+    }
     r.report_json = report::to_json(rep).dump(2) + "\n";
   } catch (const std::exception& e) {
     r = record_of(item);

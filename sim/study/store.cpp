@@ -13,14 +13,16 @@ namespace {
 
 // Column order of the runs table; RunRecord's order.
 const char* const kColumns =
-    "key, model, cluster, plan, framework, inputs, status, error, gpus, iteration_time_s, "
-    "tokens_per_s, samples_per_s, mfu, peak_memory_bytes, oom, compute_s, "
-    "communication_exposed_s, bubble_s, report_json";
+    "key, model, cluster, plan, framework, perturbation, inputs, status, error, gpus, "
+    "iteration_time_s, tokens_per_s, samples_per_s, mfu, peak_memory_bytes, oom, compute_s, "
+    "communication_exposed_s, bubble_s, cost_per_iteration_usd, cost_per_million_tokens_usd, "
+    "report_json";
 
 // The figures are NULL for a failed run, so that aggregates over the table skip it.
 const char* const kSchema = R"(CREATE TABLE IF NOT EXISTS runs (
   key TEXT PRIMARY KEY NOT NULL,
   model TEXT NOT NULL, cluster TEXT NOT NULL, plan TEXT NOT NULL, framework TEXT NOT NULL,
+  perturbation TEXT NOT NULL DEFAULT '',
   inputs TEXT NOT NULL,
   status TEXT NOT NULL CHECK (status IN ('ok', 'failed')),
   error TEXT NOT NULL,
@@ -28,7 +30,16 @@ const char* const kSchema = R"(CREATE TABLE IF NOT EXISTS runs (
   iteration_time_s REAL, tokens_per_s REAL, samples_per_s REAL, mfu REAL,
   peak_memory_bytes INTEGER, oom INTEGER,
   compute_s REAL, communication_exposed_s REAL, bubble_s REAL,
+  cost_per_iteration_usd REAL, cost_per_million_tokens_usd REAL,
   report_json TEXT NOT NULL))";
+
+// Columns added after the first stores were written, added to such a store when it is opened
+// (its rows keep their keys, which no new run shares: every key hashes the record version).
+const char* const kAddedColumns[][2] = {
+    {"perturbation", "TEXT NOT NULL DEFAULT ''"},
+    {"cost_per_iteration_usd", "REAL"},
+    {"cost_per_million_tokens_usd", "REAL"},
+};
 
 // A prepared statement, finalised on every path.
 class Statement {
@@ -67,6 +78,7 @@ RunRecord read_row(sqlite3_stmt* s) {
   r.cluster = column_text(s, i++);
   r.plan = column_text(s, i++);
   r.framework = column_text(s, i++);
+  r.perturbation = column_text(s, i++);
   r.inputs = column_text(s, i++);
   r.ok = column_text(s, i++) == "ok";
   r.error = column_text(s, i++);
@@ -80,6 +92,10 @@ RunRecord read_row(sqlite3_stmt* s) {
   r.compute_s = sqlite3_column_double(s, i++);
   r.communication_exposed_s = sqlite3_column_double(s, i++);
   r.bubble_s = sqlite3_column_double(s, i++);
+  for (std::optional<double>* v : {&r.cost_per_iteration_usd, &r.cost_per_million_tokens_usd}) {
+    if (sqlite3_column_type(s, i) != SQLITE_NULL) *v = sqlite3_column_double(s, i);
+    ++i;
+  }
   r.report_json = column_text(s, i++);
   return r;
 }
@@ -104,6 +120,14 @@ Store::Store(const std::string& path) : path_(path) {
     exec("PRAGMA journal_mode=WAL");
     exec("PRAGMA synchronous=NORMAL");
     exec(kSchema);
+    std::set<std::string> have;
+    {
+      Statement info(db_, "PRAGMA table_info(runs)", path_);
+      while (sqlite3_step(info.get()) == SQLITE_ROW) have.insert(column_text(info.get(), 1));
+    }
+    for (const auto& [name, type] : kAddedColumns) {
+      if (!have.count(name)) exec(std::string("ALTER TABLE runs ADD COLUMN ") + name + " " + type);
+    }
     Statement check(db_, std::string("SELECT ") + kColumns + " FROM runs LIMIT 0", path_);
   } catch (...) {
     sqlite3_close(db_);
@@ -127,7 +151,7 @@ void Store::put(const RunRecord& r) {
   // One statement in autocommit mode is one transaction.
   Statement s(db_,
               std::string("INSERT OR REPLACE INTO runs (") + kColumns +
-                  ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                  ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
               path_);
   int i = 1;
   s.text(i++, r.key);
@@ -135,6 +159,7 @@ void Store::put(const RunRecord& r) {
   s.text(i++, r.cluster);
   s.text(i++, r.plan);
   s.text(i++, r.framework);
+  s.text(i++, r.perturbation);
   s.text(i++, r.inputs);
   s.text(i++, r.ok ? "ok" : "failed");
   s.text(i++, r.error);
@@ -152,6 +177,10 @@ void Store::put(const RunRecord& r) {
   integer(r.peak_memory_bytes);
   integer(r.oom ? 1 : 0);
   for (double v : {r.compute_s, r.communication_exposed_s, r.bubble_s}) real(v);
+  for (const std::optional<double>& v : {r.cost_per_iteration_usd, r.cost_per_million_tokens_usd}) {
+    v&& r.ok ? sqlite3_bind_double(st, i, *v) : sqlite3_bind_null(st, i);
+    ++i;
+  }
   s.text(i++, r.report_json);
   if (sqlite3_step(s.get()) != SQLITE_DONE) {
     throw RunError(path_ + ": cannot record run " + r.key + ": " + sqlite3_errmsg(db_));

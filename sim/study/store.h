@@ -24,6 +24,7 @@ namespace hetsim::study {
 struct RunRecord {
   std::string key;
   std::string model, cluster, plan, framework;  // the study's labels
+  std::string perturbation;                     // its label; "" for none
   std::string inputs;                           // JSON: the resolved inputs and overrides
   bool ok = false;                              // false: the run failed, see error
   std::string error;
@@ -32,6 +33,8 @@ struct RunRecord {
   int64_t peak_memory_bytes = 0;  // the fullest GPU's
   bool oom = false;               // a result, not a failure
   double compute_s = 0, communication_exposed_s = 0, bubble_s = 0;
+  // On-demand price of every GPU over the iteration; none when a GPU type has no price.
+  std::optional<double> cost_per_iteration_usd, cost_per_million_tokens_usd;
   std::string report_json;  // what `hetsim simulate --json` prints; "" for a failed run
   bool operator==(const RunRecord&) const = default;
 };

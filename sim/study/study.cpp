@@ -37,6 +37,10 @@ struct PlanEntry {
 struct FrameworkEntry {
   std::string label, source, text;  // "" label: each plan's own
 };
+struct PerturbationEntry {
+  std::string label;  // "" for none
+  workload::Perturbations perturbations;
+};
 
 // A path relative to the study's folder where a file or folder of that name is there; else the
 // value as `simulate` takes it (the current folder, or a built-in name).
@@ -233,6 +237,32 @@ std::vector<FrameworkEntry> read_frameworks(const std::string& file, const std::
   return out;
 }
 
+// Each entry a map of what-ifs (`slow`, `link`, `stragglers`, and a `name` for the table), or
+// `none`; without the list, every run unperturbed.
+std::vector<PerturbationEntry> read_perturbation_entries(const std::string& file,
+                                                         const YAML::Node& root) {
+  if (!root["perturbations"]) return {PerturbationEntry{}};
+  std::vector<PerturbationEntry> out;
+  const YAML::Node l = list(file, root, "perturbations");
+  for (size_t i = 0; i < l.size(); ++i) {
+    const std::string path = fmt::format("perturbations[{}]", i);
+    const YAML::Node e = l[i];
+    PerturbationEntry p;
+    if (e.IsScalar() && e.Scalar() == "none") {
+      p.label = "none";
+    } else if (e.IsMap()) {
+      workload::read_perturbations(file, e, path, {"name"}, p.perturbations);
+      p.label = p.perturbations.empty() ? "none" : p.perturbations.canonical();
+      p.label = config::get_string(file, e, path, "name", p.label);
+    } else {
+      throw InputError(where(file, e) + ": " + path +
+                       ": expected none or a map of what-ifs (slow, link, stragglers, name)");
+    }
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
 // Length-prefixed, so no two different input lists give the same bytes.
 void add(std::string& key, const std::string& field, const std::string& value) {
   key += fmt::format("{} {}\n", field, value.size());
@@ -260,9 +290,9 @@ Study load_study(const std::string& path) {
 Study load_study_text(const std::string& text, const std::string& file, const std::string& folder) {
   const YAML::Node root = config::load_yaml(text, file);
   if (!root.IsMap()) throw InputError(file + ": expected a map (models, clusters, plans, ...)");
-  config::check_keys(
-      file, root, "",
-      {"description", "models", "clusters", "plans", "frameworks", "calibration", "efficiency"});
+  config::check_keys(file, root, "",
+                     {"description", "models", "clusters", "plans", "frameworks", "perturbations",
+                      "tokens", "calibration", "efficiency"});
   Study s;
   s.file = file;
   s.efficiency = resolve(folder, config::get_string(file, root, "", "efficiency", ""));
@@ -271,23 +301,37 @@ Study load_study_text(const std::string& text, const std::string& file, const st
   const std::vector<ClusterEntry> clusters = read_clusters(file, folder, root);
   const std::vector<PlanEntry> plans = read_plans(file, folder, root);
   const std::vector<FrameworkEntry> frameworks = read_frameworks(file, folder, root);
-  if (models.empty() || clusters.empty() || plans.empty() || frameworks.empty()) {
+  const std::vector<PerturbationEntry> perturbations = read_perturbation_entries(file, root);
+  if (root["tokens"]) {
+    s.tokens = config::get_number(file, root, "", "tokens");
+    if (!(s.tokens > 0)) {
+      throw InputError(
+          fmt::format("{}: tokens: expected a number > 0 (the tokens of a whole "
+                      "training run, e.g. 300e9), got {}",
+                      where(file, root["tokens"]), s.tokens));
+    }
+  }
+  if (models.empty() || clusters.empty() || plans.empty() || frameworks.empty() ||
+      perturbations.empty()) {
     std::vector<std::string> empty;
     for (const auto& [name, n] : {std::pair<std::string, size_t>{"models", models.size()},
                                   {"clusters", clusters.size()},
                                   {"plans", plans.size()},
-                                  {"frameworks", root["frameworks"] ? frameworks.size() : 1}}) {
+                                  {"frameworks", root["frameworks"] ? frameworks.size() : 1},
+                                  {"perturbations", perturbations.size()}}) {
       if (n == 0) empty.push_back(name);
     }
     throw InputError(fmt::format(
-        "{}: no runs: the cross product of {} models, {} clusters, {} plans and {} frameworks is "
-        "empty ({} {} missing or empty)",
-        file, models.size(), clusters.size(), plans.size(), frameworks.size(),
+        "{}: no runs: the cross product of {} models, {} clusters, {} plans, {} frameworks and {} "
+        "perturbations is empty ({} {} missing or empty)",
+        file, models.size(), clusters.size(), plans.size(), frameworks.size(), perturbations.size(),
         config::join_names(empty), empty.size() == 1 ? "is" : "are"));
   }
   // What every run shares: the version (a new hetsim may compute differently) and the costs.
   std::string common;
   add(common, "hetsim", HETSIM_VERSION);
+  // What a record holds: 2 added perturbations and costs, so older records are not reused.
+  add(common, "record", "2");
   std::string efficiency, calibration;
   if (!s.efficiency.empty()) {
     checked(file, root["efficiency"], "efficiency", [&] {
@@ -306,51 +350,59 @@ Study load_study_text(const std::string& text, const std::string& file, const st
     for (const ClusterEntry& c : clusters) {
       for (const PlanEntry& p : plans) {
         for (const FrameworkEntry& f : frameworks) {
-          StudyRun r;
-          r.index = s.runs.size();
-          r.model = m.label, r.cluster = c.label, r.plan = p.label, r.framework = f.label;
-          r.spec.model = m.source;
-          r.spec.cluster = c.source;
-          r.spec.cluster_options = c.options;
-          std::string key = common;
-          add(key, "model", m.given);
-          add(key, "model text", m.text);
-          add(key, "cluster", c.given);
-          add(key, "cluster text", c.text);
-          add(key, "nodes", c.options.nodes ? std::to_string(*c.options.nodes) : "");
-          for (const std::string& set : c.options.sets) add(key, "set", set);
-          nlohmann::ordered_json in;
-          in["model"] = m.source;
-          in["cluster"] = c.source;
-          in["nodes"] = c.options.nodes ? nlohmann::ordered_json(*c.options.nodes) : nullptr;
-          in["set"] = c.options.sets;
-          if (p.policy) {
-            r.policy = *p.policy;
-            r.policy->framework = f.source;
-            r.spec.plan = "policy " + p.policy->policy;
-            add(key, "policy", p.policy->policy);
-            add(key, "global_batch_size", std::to_string(p.policy->global_batch));
-            add(key, "sequence_length", std::to_string(p.policy->sequence));
-            in["policy"] = p.policy->policy;
-            in["global_batch_size"] = p.policy->global_batch;
-            in["sequence_length"] = p.policy->sequence;
-          } else {
-            r.spec.plan = p.file;
-            r.spec.plan_text = p.text;
-            r.spec.plan_sets = p.sets;
-            if (!f.source.empty()) r.spec.plan_sets.push_back("framework=" + f.source);
-            add(key, "plan", p.given);
-            add(key, "plan text", p.text);
-            in["plan"] = p.file;
-            in["plan_set"] = p.sets;
+          for (const PerturbationEntry& x : perturbations) {
+            StudyRun r;
+            r.index = s.runs.size();
+            r.model = m.label, r.cluster = c.label, r.plan = p.label, r.framework = f.label;
+            r.spec.model = m.source;
+            r.spec.cluster = c.source;
+            r.spec.cluster_options = c.options;
+            std::string key = common;
+            add(key, "model", m.given);
+            add(key, "model text", m.text);
+            add(key, "cluster", c.given);
+            add(key, "cluster text", c.text);
+            add(key, "nodes", c.options.nodes ? std::to_string(*c.options.nodes) : "");
+            for (const std::string& set : c.options.sets) add(key, "set", set);
+            nlohmann::ordered_json in;
+            in["model"] = m.source;
+            in["cluster"] = c.source;
+            in["nodes"] = c.options.nodes ? nlohmann::ordered_json(*c.options.nodes) : nullptr;
+            in["set"] = c.options.sets;
+            if (p.policy) {
+              r.policy = *p.policy;
+              r.policy->framework = f.source;
+              r.spec.plan = "policy " + p.policy->policy;
+              add(key, "policy", p.policy->policy);
+              add(key, "global_batch_size", std::to_string(p.policy->global_batch));
+              add(key, "sequence_length", std::to_string(p.policy->sequence));
+              in["policy"] = p.policy->policy;
+              in["global_batch_size"] = p.policy->global_batch;
+              in["sequence_length"] = p.policy->sequence;
+            } else {
+              r.spec.plan = p.file;
+              r.spec.plan_text = p.text;
+              r.spec.plan_sets = p.sets;
+              if (!f.source.empty()) r.spec.plan_sets.push_back("framework=" + f.source);
+              add(key, "plan", p.given);
+              add(key, "plan text", p.text);
+              in["plan"] = p.file;
+              in["plan_set"] = p.sets;
+            }
+            for (const std::string& set : p.sets) add(key, "plan set", set);
+            add(key, "framework", f.label);
+            add(key, "framework text", f.text);
+            in["framework"] = f.source;
+            r.perturbation = x.label;
+            r.spec.perturbations = x.perturbations;
+            if (!x.perturbations.empty()) {
+              add(key, "perturbation", x.perturbations.canonical());
+              in["perturbation"] = x.perturbations.canonical();
+            }
+            r.inputs_json = in.dump();
+            r.key = hash_hex(key);
+            s.runs.push_back(std::move(r));
           }
-          for (const std::string& set : p.sets) add(key, "plan set", set);
-          add(key, "framework", f.label);
-          add(key, "framework text", f.text);
-          in["framework"] = f.source;
-          r.inputs_json = in.dump();
-          r.key = hash_hex(key);
-          s.runs.push_back(std::move(r));
         }
       }
     }

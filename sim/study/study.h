@@ -1,5 +1,6 @@
 // A study file: the cross product of models, clusters (with node counts and --set overrides),
-// plans (files, or a policy's best plan from the planner) and frameworks, each combination one
+// plans (files, or a policy's best plan from the planner), frameworks and perturbations
+// (what-ifs, sim/workload/perturbation.h), each combination one
 // run with a key that hashes its inputs' contents. Read strictly: an unknown key names the file,
 // the line and the key; an empty cross product is an error that says which list is empty.
 #pragma once
@@ -21,9 +22,9 @@ struct PolicyPlan {
 };
 
 struct StudyRun {
-  size_t index = 0;  // in the cross product: models, then clusters, plans, frameworks
+  size_t index = 0;  // in the cross product: models, clusters, plans, frameworks, perturbations
   // Labels as the study file writes them, for the store and the CSV.
-  std::string model, cluster, plan, framework;
+  std::string model, cluster, plan, framework, perturbation;
   RunSpec spec;  // paths resolved; a plan file's text read (it is part of the key)
   std::optional<PolicyPlan> policy;  // set: the plan comes from the planner
   std::string inputs_json;           // the labels and overrides, one JSON object
@@ -33,6 +34,7 @@ struct StudyRun {
 struct Study {
   std::string file;
   std::string efficiency, calibration;  // resolved paths, "" for the defaults
+  double tokens = 0;                    // of a whole training run, for its cost; 0: not given
   std::vector<StudyRun> runs;
 };
 

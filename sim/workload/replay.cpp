@@ -101,7 +101,9 @@ class Replayer {
       : job_(job), c_(*job.cluster), obs_(obs), opt_(options), net_(engine_, c_.capacities()) {
     stages_ = job.plan->stages();
     replicas_ = static_cast<uint32_t>(job.plan->replicas.size());
-    fold_ = !opt_.exact && replicas_ > 1 && replicas_identical(job);
+    // A link whose capacity a what-if scaled breaks the symmetry between the replicas' copies:
+    // folded, every replica would move at the degraded copy's pace.
+    fold_ = !opt_.exact && replicas_ > 1 && !c_.links_scaled() && replicas_identical(job);
     const size_t n = fold_ ? stages_ : job.groups.size();
     st_.resize(n);
     const int chunks = job.chunks;

@@ -81,6 +81,50 @@ TEST(Simulate, SameCommandTwiceGivesIdenticalOutput) {
   EXPECT_EQ(run_hetsim(args).output, run_hetsim(args).output);
 }
 
+TEST(Simulate, PerturbSlowsTheRunNamesItAndTokensPriceTheTrainingRun) {
+  std::vector<std::string> args = {
+      "simulate", "--model", "gpt3-350m",          "--cluster",  "dgx-a100",          "--nodes",
+      "1",        "--plan",  kPlans + "good.yaml", "--plan-set", "tensor_parallel=2", "--json"};
+  const nlohmann::json base = nlohmann::json::parse(run_hetsim(args, Capture::stdout_only).output);
+  args.insert(args.end(),
+              {"--perturb", "slow: {gpu: 5, factor: 2}", "--perturb",
+               "link: {link: node0.gpu0<->node0.nvswitch8, factor: 0.5}", "--tokens", "1e9"});
+  const CommandResult r = run_hetsim(args, Capture::stdout_only);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  EXPECT_GT(j["iteration_time_s"].get<double>(), base["iteration_time_s"].get<double>());
+  EXPECT_FALSE(base.contains("perturbations"));
+  ASSERT_EQ(j["perturbations"].size(), 3u);
+  EXPECT_EQ(j["perturbations"][0], "node0.gpu5 (GPU 5) computes 2x slower");
+  EXPECT_EQ(j["perturbations"][1], "link node0.gpu0->node0.nvswitch8 carries 0.5 of its capacity");
+  EXPECT_EQ(j["folded_replicas"], 1);
+  const double per_mtok = j["cost_per_million_tokens_usd"];
+  EXPECT_NEAR(j["training_run"]["cost_usd"].get<double>(), per_mtok * 1000, 1e-9 * per_mtok);
+  EXPECT_NEAR(j["training_run"]["time_s"].get<double>(),
+              1e9 / j["throughput_tokens_per_s"].get<double>(), 1e-3);
+}
+
+TEST(Simulate, BadPerturbIsExitTwoNamingTheOptionAndField) {
+  const std::vector<std::string> base = {"simulate",  "--model",  "gpt3-350m",
+                                         "--cluster", "dgx-a100", "--nodes",
+                                         "1",         "--plan",   kPlans + "good.yaml"};
+  auto with = [&](const std::string& p) {
+    std::vector<std::string> a = base;
+    a.insert(a.end(), {"--perturb", p});
+    return run_hetsim(a);
+  };
+  CommandResult r = with("slow: {gpu: 3, factor: 0}");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.output,
+            "hetsim: error: --perturb:1: slow.factor: expected a factor >= 1 (how many times "
+            "longer its kernels take), got 0\n");
+  r = with("slow: {gpu: 9, factor: 2}");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.output,
+            "hetsim: error: perturbation slow.gpu: no GPU \"9\" in cluster dgx-a100 (8 GPUs: an "
+            "index from 0 to 7, or a name from node0.gpu0 to node0.gpu7)\n");
+}
+
 struct BadPlan {
   const char* rule;
   const char* file;

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -91,8 +92,8 @@ pid_t start_sweep(const std::string& study, const std::string& db) {
   if (pid == 0) {
     const int null = open("/dev/null", O_WRONLY);
     dup2(null, 1), dup2(null, 2);
-    execl(HETSIM_BINARY, HETSIM_BINARY, "sweep", study.c_str(), "--store", db.c_str(), "--jobs",
-          "1", "--quiet", static_cast<char*>(nullptr));
+    execl(HETSIM_BINARY, HETSIM_BINARY, "sweep", "--no-report", study.c_str(), "--store",
+          db.c_str(), "--jobs", "1", "--quiet", static_cast<char*>(nullptr));
     _exit(127);
   }
   return pid;
@@ -103,7 +104,9 @@ TEST(Sweep, KilledWithSigkillAndRerunGivesTheUninterruptedStore) {
   // 24 runs: the 12 of write_study under two frameworks.
   const std::string study = write_study(d);
   std::ofstream(study, std::ios::app) << "frameworks: [megatron, deepspeed]\n";
-  ASSERT_EQ(run_hetsim({"sweep", study, "--store", d + "/whole.db", "--quiet"}).exit_code, 0);
+  ASSERT_EQ(
+      run_hetsim({"sweep", "--no-report", study, "--store", d + "/whole.db", "--quiet"}).exit_code,
+      0);
   const std::vector<RunRecord> whole = records(d + "/whole.db");
   ASSERT_EQ(whole.size(), 24u);
 
@@ -132,7 +135,7 @@ TEST(Sweep, KilledWithSigkillAndRerunGivesTheUninterruptedStore) {
   EXPECT_GE(kills, 2) << "the study was never interrupted: nothing tested";
   EXPECT_LT(stored_rows(db), 24) << "a killed start finished the study: nothing left to resume";
 
-  const CommandResult r = run_hetsim({"sweep", study, "--store", db, "--jobs", "2"});
+  const CommandResult r = run_hetsim({"sweep", "--no-report", study, "--store", db, "--jobs", "2"});
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find(" already in " + db), std::string::npos) << r.output;
   expect_same_store(whole, records(db));
@@ -141,7 +144,7 @@ TEST(Sweep, KilledWithSigkillAndRerunGivesTheUninterruptedStore) {
 TEST(Sweep, RerunningAFinishedStudyRunsNothingNew) {
   const std::string d = fresh_folder();
   const std::string study = write_study(d);
-  const CommandResult first = run_hetsim({"sweep", study, "--jobs", "2"});
+  const CommandResult first = run_hetsim({"sweep", "--no-report", study, "--jobs", "2"});
   ASSERT_EQ(first.exit_code, 0) << first.output;
   // The store and the table beside the study by default.
   const std::string db = d + "/study.db";
@@ -151,7 +154,7 @@ TEST(Sweep, RerunningAFinishedStudyRunsNothingNew) {
       std::string::npos)
       << first.output;
   const std::vector<RunRecord> before = records(db);
-  const CommandResult again = run_hetsim({"sweep", study, "--jobs", "2"});
+  const CommandResult again = run_hetsim({"sweep", "--no-report", study, "--jobs", "2"});
   ASSERT_EQ(again.exit_code, 0) << again.output;
   EXPECT_NE(again.output.find("sweep: 12 runs: 0 run now on 2 threads (0 failed), 12 already in "),
             std::string::npos)
@@ -162,8 +165,8 @@ TEST(Sweep, RerunningAFinishedStudyRunsNothingNew) {
 TEST(Sweep, AFailingRunIsRecordedWithItsErrorAndTheStudyGoesOn) {
   const std::string d = fresh_folder();
   const std::string study = write_study(d);
-  const CommandResult r =
-      run_hetsim({"sweep", study, "--csv", d + "/t.csv", "--json"}, Capture::stdout_only);
+  const CommandResult r = run_hetsim(
+      {"sweep", "--no-report", study, "--csv", d + "/t.csv", "--json"}, Capture::stdout_only);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const nlohmann::json j = nlohmann::json::parse(r.output);
   ASSERT_EQ(j["runs"].size(), 12u);
@@ -187,7 +190,7 @@ TEST(Sweep, AFailingRunIsRecordedWithItsErrorAndTheStudyGoesOn) {
 TEST(Sweep, StoredFiguresAreSimulateJsonExactly) {
   const std::string d = fresh_folder();
   const std::string study = write_study(d);
-  ASSERT_EQ(run_hetsim({"sweep", study, "--quiet"}).exit_code, 0);
+  ASSERT_EQ(run_hetsim({"sweep", "--no-report", study, "--quiet"}).exit_code, 0);
   size_t compared = 0;
   for (const RunRecord& rec : records(d + "/study.db")) {
     if (!rec.ok) continue;
@@ -222,7 +225,7 @@ TEST(Sweep, PolicyPlanIsThePlannersBestReplayedAsSimulateWould) {
   write(d + "/study.yaml",
         "models: [gpt3-350m]\nclusters:\n  - cluster: dgx-a100\n    nodes: 1\n"
         "plans:\n  - policy: megatron\n    global_batch_size: 16\n    sequence_length: 512\n");
-  ASSERT_EQ(run_hetsim({"sweep", d + "/study.yaml", "--quiet"}).exit_code, 0);
+  ASSERT_EQ(run_hetsim({"sweep", "--no-report", d + "/study.yaml", "--quiet"}).exit_code, 0);
   const std::vector<RunRecord> recs = records(d + "/study.db");
   ASSERT_EQ(recs.size(), 1u);
   ASSERT_TRUE(recs[0].ok) << recs[0].error;
@@ -245,9 +248,13 @@ TEST(Sweep, OneJobAndTwoGiveIdenticalStores) {
   const std::string d = fresh_folder();
   const std::string study = write_study(d);
   ASSERT_EQ(
-      run_hetsim({"sweep", study, "--store", d + "/1.db", "--jobs", "1", "--quiet"}).exit_code, 0);
+      run_hetsim({"sweep", "--no-report", study, "--store", d + "/1.db", "--jobs", "1", "--quiet"})
+          .exit_code,
+      0);
   ASSERT_EQ(
-      run_hetsim({"sweep", study, "--store", d + "/2.db", "--jobs", "2", "--quiet"}).exit_code, 0);
+      run_hetsim({"sweep", "--no-report", study, "--store", d + "/2.db", "--jobs", "2", "--quiet"})
+          .exit_code,
+      0);
   expect_same_store(records(d + "/1.db"), records(d + "/2.db"));
 }
 
@@ -280,12 +287,75 @@ INSTANTIATE_TEST_SUITE_P(
                  ":4: framework: unknown key (did you mean \"frameworks\"?)"},
         BadStudy{"EmptyCrossProductSaysSo",
                  "models: [gpt3-350m]\nclusters: [dgx-a100]\nplans: []\n",
-                 ": no runs: the cross product of 1 models, 1 clusters, 0 plans and 1 frameworks "
-                 "is empty (plans is missing or empty)"},
+                 ": no runs: the cross product of 1 models, 1 clusters, 0 plans, 1 frameworks and "
+                 "1 perturbations is empty (plans is missing or empty)"},
         BadStudy{"MissingPlanFileIsNamed",
                  "models: [gpt3-350m]\nclusters: [dgx-a100]\nplans:\n  - missing-plan.yaml\n",
                  ":4: plans[0]: missing-plan.yaml: cannot open plan file"}),
     [](const ::testing::TestParamInfo<BadStudy>& info) { return info.param.rule; });
+
+// Whether some python3 hetsim tries (the first on PATH, then /usr/bin/python3) has matplotlib.
+bool have_matplotlib() {
+  for (const char* p : {"python3", "/usr/bin/python3"}) {
+    if (run_program(p, {"-c", "import matplotlib"}).exit_code == 0) return true;
+  }
+  return false;
+}
+
+TEST(SweepReport, WritesTheHtmlTableAndThreePlotsBesideTheCsv) {
+  if (!have_matplotlib()) {
+    GTEST_SKIP() << "python3-matplotlib is not installed (scripts/setup.sh installs it): no plots "
+                    "to check";
+  }
+  const std::string d = fresh_folder();
+  write(d + "/study.yaml",
+        "models: [gpt3-350m]\nclusters: [{cluster: dgx-a100, nodes: 1}]\nplans: [" + kData +
+            "tp8.yaml, " + kData + "tp2-dp4.yaml, " + kData + "tp4-pp2-dp2.yaml]\n");
+  const CommandResult r = run_hetsim({"sweep", d + "/study.yaml", "--quiet"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("; report in " + d + "/study.html\n"), std::string::npos) << r.output;
+  for (const char* png : {"throughput", "time_split", "cost"}) {
+    std::ifstream f(d + "/study." + png + ".png", std::ios::binary);
+    std::string head(8, '\0');
+    f.read(head.data(), 8);
+    EXPECT_EQ(head, "\x89PNG\r\n\x1a\n") << png;
+  }
+  std::ifstream f(d + "/study.html");
+  const std::string html((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_NE(html.find("<table id=\"runs\">"), std::string::npos);
+  EXPECT_NE(html.find("<img src=\"study.cost.png\""), std::string::npos);
+  EXPECT_NE(html.find("tp4-pp2-dp2.yaml: tensor_parallel x pipeline_parallel"), std::string::npos)
+      << "a failed run is listed with its error";
+}
+
+TEST(SweepReport, TheHtmlLoadsInHeadlessChromiumWithItsTable) {
+  if (!have_matplotlib()) GTEST_SKIP() << "python3-matplotlib is not installed: no report";
+  std::string chromium;
+  for (const char* c : {"chromium", "chromium-browser"}) {
+    if (run_program("sh", {"-c", std::string("command -v ") + c}).exit_code == 0) chromium = c;
+  }
+  if (chromium.empty()) {
+    GTEST_SKIP() << "chromium is not installed (Debian: apt-get install chromium): the report is "
+                    "not loaded in a browser";
+  }
+  const std::string d = fresh_folder();
+  write(d + "/study.yaml",
+        "models: [gpt3-350m]\nclusters: [{cluster: dgx-a100, nodes: 1}]\nplans: [" + kData +
+            "tp8.yaml, " + kData + "tp2-dp4.yaml]\n");
+  ASSERT_EQ(run_hetsim({"sweep", d + "/study.yaml", "--quiet"}).exit_code, 0);
+  const CommandResult dom = run_program(
+      chromium,
+      {"--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", "file://" + d + "/study.html"},
+      Capture::stdout_only);
+  ASSERT_EQ(dom.exit_code, 0) << dom.output;
+  // The DOM as the browser built it: the table with its header and one row per run.
+  EXPECT_NE(dom.output.find("<table id=\"runs\">"), std::string::npos) << dom.output;
+  size_t rows = 0;
+  for (size_t at = dom.output.find("<tr"); at != std::string::npos;
+       at = dom.output.find("<tr", at + 1))
+    ++rows;
+  EXPECT_EQ(rows, 3u) << "the header and two runs";
+}
 
 }  // namespace
 }  // namespace hetsim::e2e

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
+#include <fmt/format.h>
+
 #include <bit>
 #include <filesystem>
 #include <fstream>
@@ -65,11 +67,16 @@ TEST(StudyFile, UnknownKeyInAnEntryNamesItsPath) {
 TEST(StudyFile, EmptyCrossProductSaysWhichListIsEmpty) {
   const std::string d = fresh_folder();
   EXPECT_EQ(load_error(d, "models: [gpt3-350m]\nclusters: []\nplans: [" + kData + "tp8.yaml]\n"),
-            d + "/study.yaml: no runs: the cross product of 1 models, 0 clusters, 1 plans and 1 "
-                "frameworks is empty (clusters is missing or empty)");
+            d + "/study.yaml: no runs: the cross product of 1 models, 0 clusters, 1 plans, 1 "
+                "frameworks and 1 perturbations is empty (clusters is missing or empty)");
   EXPECT_EQ(load_error(d, "frameworks: []\n"),
-            d + "/study.yaml: no runs: the cross product of 0 models, 0 clusters, 0 plans and 0 "
-                "frameworks is empty (models, clusters, plans, frameworks are missing or empty)");
+            d + "/study.yaml: no runs: the cross product of 0 models, 0 clusters, 0 plans, 0 "
+                "frameworks and 1 perturbations is empty (models, clusters, plans, frameworks are "
+                "missing or empty)");
+  EXPECT_EQ(load_error(d, "models: [gpt3-350m]\nclusters: [dgx-a100]\nplans: [" + kData +
+                              "tp8.yaml]\nperturbations: []\n"),
+            d + "/study.yaml: no runs: the cross product of 1 models, 1 clusters, 1 plans, 1 "
+                "frameworks and 0 perturbations is empty (perturbations is missing or empty)");
 }
 
 TEST(StudyFile, MissingPlanFileIsNamedWithTheStudyLine) {
@@ -163,6 +170,81 @@ TEST(StudyFile, HashIsStableAcrossBuilds) {
   EXPECT_NE(hash_hex("ab"), hash_hex("ba"));
 }
 
+TEST(StudyFile, PerturbationsCrossTheOtherAxesAndNoneKeepsTheUnperturbedKey) {
+  const std::string d = fresh_folder();
+  const std::string head =
+      "models: [gpt3-350m]\nclusters: [dgx-a100]\nplans: [" + kData + "tp8.yaml]\n";
+  write(d + "/study.yaml", head +
+                               "perturbations:\n  - none\n"
+                               "  - {name: GPU 1 2x slower, slow: {gpu: 1, factor: 2}}\n"
+                               "  - stragglers: {seed: 3, max: 1.5}\n"
+                               "tokens: 1e9\n");
+  const Study s = load_study(d + "/study.yaml");
+  ASSERT_EQ(s.runs.size(), 3u);
+  EXPECT_EQ(s.runs[0].perturbation, "none");
+  EXPECT_EQ(s.runs[1].perturbation, "GPU 1 2x slower");
+  EXPECT_EQ(s.runs[2].perturbation, "stragglers seed=3 probability=1 factor=1..1.5");
+  EXPECT_EQ(s.runs[1].spec.perturbations.slow.at(0).factor, 2);
+  EXPECT_EQ(s.tokens, 1e9);
+  EXPECT_NE(s.runs[0].key, s.runs[1].key);
+  EXPECT_NE(s.runs[1].key, s.runs[2].key);
+  EXPECT_NE(s.runs[1].inputs_json.find("\"perturbation\":\"slow 1 x2\""), std::string::npos)
+      << s.runs[1].inputs_json;
+  write(d + "/plain.yaml", head);
+  EXPECT_EQ(load_study(d + "/plain.yaml").runs.at(0).key, s.runs[0].key)
+      << "no perturbation is the same run as no list";
+}
+
+TEST(StudyFile, BadPerturbationOrTokensNamesFileLineAndField) {
+  const std::string d = fresh_folder();
+  const std::string head =
+      "models: [gpt3-350m]\nclusters: [dgx-a100]\nplans: [" + kData + "tp8.yaml]\n";
+  EXPECT_EQ(load_error(d, head + "perturbations:\n  - slow: {gpu: 1, factr: 2}\n"),
+            d + "/study.yaml:5: perturbations[0].slow.factr: unknown key (did you mean "
+                "\"factor\"?)");
+  EXPECT_EQ(load_error(d, head + "perturbations:\n  - {slow: {gpu: 1, factor: 2}, nme: x}\n"),
+            d + "/study.yaml:5: perturbations[0].nme: unknown key (did you mean \"name\"?)");
+  EXPECT_EQ(load_error(d, head + "perturbations: [slow]\n"),
+            d + "/study.yaml:4: perturbations[0]: expected none or a map of what-ifs (slow, "
+                "link, stragglers, name)");
+  EXPECT_EQ(load_error(d, head + "tokens: -3\n"),
+            d + "/study.yaml:4: tokens: expected a number > 0 (the tokens of a whole training "
+                "run, e.g. 300e9), got -3");
+}
+
+TEST(Runner, APerturbationIsAnAxisOfTheStoreAndTheCsvPricesEachRun) {
+  const std::string d = fresh_folder();
+  write(d + "/dp8.yaml", "data_parallel: 8\nglobal_batch_size: 8\nsequence_length: 256\n");
+  write(d + "/study.yaml",
+        "models: [gpt3-350m]\nclusters: [{cluster: dgx-a100, nodes: 1}]\nplans: [dp8.yaml]\n"
+        "perturbations:\n  - none\n  - slow: {gpu: 3, factor: 2}\ntokens: 1e9\n");
+  const Study s = load_study(d + "/study.yaml");
+  Store store(d + "/s.db");
+  run_study(s, store, RunnerOptions{});
+  const std::vector<RunRecord> recs = study_records(s, store);
+  ASSERT_EQ(recs.size(), 2u);
+  ASSERT_TRUE(recs[0].ok && recs[1].ok) << recs[0].error << recs[1].error;
+  EXPECT_EQ(store.find(s.runs[1].key)->perturbation, "slow 3 x2");
+  EXPECT_GT(recs[1].iteration_time_s, recs[0].iteration_time_s);
+  EXPECT_GT(recs[1].compute_s, recs[0].compute_s);
+  ASSERT_TRUE(recs[0].cost_per_iteration_usd && recs[0].cost_per_million_tokens_usd);
+  // Eight A100-SXM4-80GB at $5.12/h; 8 x 256 tokens per iteration.
+  EXPECT_DOUBLE_EQ(*recs[0].cost_per_iteration_usd, 8 * 5.12 * recs[0].iteration_time_s / 3600);
+  EXPECT_DOUBLE_EQ(*recs[0].cost_per_million_tokens_usd,
+                   *recs[0].cost_per_iteration_usd * 1e6 / 2048);
+  EXPECT_NE(recs[1].report_json.find("\"perturbations\""), std::string::npos);
+  std::ostringstream csv;
+  write_csv(csv, recs, s.tokens);
+  const std::string text = csv.str();
+  EXPECT_NE(text.find(fmt::format(",ok,,8,{},", recs[0].iteration_time_s)), std::string::npos);
+  EXPECT_NE(text.find(fmt::format(",{},{},{},true\n", *recs[0].cost_per_iteration_usd,
+                                  *recs[0].cost_per_million_tokens_usd,
+                                  *recs[0].cost_per_million_tokens_usd * 1000)),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find(",slow 3 x2,ok,"), std::string::npos) << text;
+}
+
 RunRecord sample(const std::string& key, double t) {
   RunRecord r;
   r.key = key;
@@ -238,12 +320,13 @@ TEST(Results, CsvHasAFixedHeaderQuotesFieldsAndPrintsShortestRoundTripNumbers) {
   failed.error = "line one\nline two";
   write_csv(out, {sample("k1", 0.1), failed});
   EXPECT_EQ(out.str(),
-            "index,key,model,cluster,plan,framework,status,error,gpus,iteration_time_s,"
-            "tokens_per_s,samples_per_s,mfu,peak_memory_bytes,oom,compute_s,"
-            "communication_exposed_s,bubble_s\n"
-            "0,k1,\"m, \"\"quoted\"\"\",c,p,,ok,,8,0.1,0.3333333333333333,0.30000000000000004,"
-            "5e-324,1099511627776,true,1e+300,-0.5,0\n"
-            "1,k2,\"m, \"\"quoted\"\"\",c,p,,failed,\"line one\nline two\",,,,,,,,,,\n");
+            "index,key,model,cluster,plan,framework,perturbation,status,error,gpus,"
+            "iteration_time_s,tokens_per_s,samples_per_s,mfu,peak_memory_bytes,oom,compute_s,"
+            "communication_exposed_s,bubble_s,cost_per_iteration_usd,cost_per_million_tokens_usd,"
+            "cost_per_run_usd,pareto\n"
+            "0,k1,\"m, \"\"quoted\"\"\",c,p,,,ok,,8,0.1,0.3333333333333333,0.30000000000000004,"
+            "5e-324,1099511627776,true,1e+300,-0.5,0,,,,false\n"
+            "1,k2,\"m, \"\"quoted\"\"\",c,p,,,failed,\"line one\nline two\",,,,,,,,,,,,,,\n");
 }
 
 // gpt3-350m on one and two DGX A100 nodes under three plans: tp2-dp4 needs 8 GPUs and

@@ -1,0 +1,284 @@
+// What-ifs (sim/workload/perturbation.h): a slow GPU in a pure data-parallel plan checked by hand,
+// the folded replay never folds replicas a perturbation made different, degraded links, seeded
+// stragglers, bad input naming the field; and the cost figures and the Pareto front.
+#include <gtest/gtest.h>
+
+#include <functional>
+
+#include "sim/core/error.h"
+#include "sim/report/training_report.h"
+#include "sim/study/results.h"
+#include "sim/workload/memory.h"
+#include "sim/workload/perturbation.h"
+#include "sim/workload/replay.h"
+
+namespace hetsim::workload {
+namespace {
+
+platform::Cluster cluster(int nodes = 1) {
+  config::ClusterOptions o;
+  o.nodes = nodes;
+  return platform::Cluster(config::load_cluster("dgx-a100", o));
+}
+
+ModelConfig small_gpt() {
+  return load_model_yaml_text(
+      "name: small\nfamily: gpt\nlayers: 8\nhidden: 1024\nheads: 16\nvocab: 50304\n"
+      "sequence: 1024\nactivation: gelu\nnorm: layernorm\nposition: learned\n"
+      "tied_embeddings: true\ncausal: true\nbias: true\n",
+      "small.yaml");
+}
+
+// Data parallelism 2 on GPUs 0 and 1, one micro-batch of 8 sequences each (kernels large enough
+// that few segments are bound by host issue time), gradients reduced after the backward pass:
+// each replica computes, then the all-reduce runs alone, then the optimizer.
+Plan dp2(const ModelConfig& m, const platform::Cluster& c) {
+  return load_plan_text(
+      "data_parallel: 2\ndevices: \"0-1\"\nglobal_batch_size: 16\nmicro_batch_size: 8\n"
+      "sequence_length: 1024\n"
+      "gradient_reduction: after_backward\n",
+      "dp2.yaml", m, c);
+}
+
+std::vector<double> factors(const platform::Cluster& c, std::initializer_list<double> first) {
+  std::vector<double> f(c.gpu_count(), 1.0);
+  std::copy(first.begin(), first.end(), f.begin());
+  return f;
+}
+
+ReplayResult run(const TrainingJob& job, bool exact = false) {
+  ReplayOptions o;
+  o.exact = exact;
+  return replay(job, nullptr, o);
+}
+
+void expect_same(const ReplayResult& a, const ReplayResult& b, const std::string& what) {
+  EXPECT_EQ(a.iteration, b.iteration) << what;
+  ASSERT_EQ(a.groups.size(), b.groups.size());
+  for (size_t g = 0; g < a.groups.size(); ++g) {
+    EXPECT_EQ(a.groups[g].compute, b.groups[g].compute) << what << " group " << g;
+    EXPECT_EQ(a.groups[g].dp_wait, b.groups[g].dp_wait) << what << " group " << g;
+    EXPECT_EQ(a.groups[g].finish, b.groups[g].finish) << what << " group " << g;
+  }
+}
+
+TEST(Perturbation, SlowGpuInPureDataParallelDoublesItsComputeAndTheIterationFollowsIt) {
+  const ModelConfig m = small_gpt();
+  const platform::Cluster c = cluster();
+  const Plan p = dp2(m, c);
+  const DatasheetCostModel cost;
+  const TrainingJob base = build_training_job(m, p, c, cost);
+  // GPU 1's replica by hand: each kernel 2x as long; a segment bound by host issue time (longer
+  // than its kernels: the optimizer's many small kernels here) stays at least that long.
+  Time slow_compute;
+  size_t host_bound = 0;
+  const Group& g1 = base.groups[1];
+  for (const Task& t : g1.program) {
+    if (t.kind != TaskKind::compute) continue;
+    const Segment& s = g1.segments[t.index];
+    Time k;
+    for (const auto& [op, d] : s.ops) k += d;
+    if (s.ops.empty() || s.duration > k) ++host_bound;
+    slow_compute += s.ops.empty() ? s.duration : std::max(k * 2, s.duration > k ? s.duration : k);
+  }
+  EXPECT_GT(host_bound, 0u) << "the rule is exercised";
+  const ReplayResult r0 = run(base);
+  const Time C = r0.groups[0].compute;  // each replica's kernels: forward, backward, optimizer
+  ASSERT_EQ(r0.groups[1].compute, C);
+  const Time AR = r0.iteration - C;  // the gradient all-reduce, fully exposed
+  EXPECT_EQ(r0.groups[0].dp_wait, AR);
+  EXPECT_GT(AR, Time());
+
+  TrainingJob slow = build_training_job(m, p, c, cost);
+  slow_down(slow, factors(c, {1, 2}));
+  const ReplayResult r1 = run(slow);
+  // The all-reduce starts when the slow replica is done and takes AR as before (same links, same
+  // bytes); the fast replica waits for the slow one, then AR.
+  EXPECT_EQ(r1.groups[1].compute, slow_compute);
+  EXPECT_GT(slow_compute, Time::ps(C.ps() * 3 / 2)) << "most of it is kernels";
+  EXPECT_EQ(r1.groups[0].compute, C);
+  EXPECT_EQ(r1.iteration, slow_compute + AR) << "expected " << (slow_compute + AR).seconds()
+                                             << " s, got " << r1.iteration.seconds() << " s";
+  EXPECT_EQ(r1.groups[1].dp_wait, AR);
+  EXPECT_GT(r1.groups[0].dp_wait, AR);
+  EXPECT_LE(r1.groups[0].dp_wait, slow_compute - C + AR)
+      << "the fast replica's optimizer runs after the wait, at its own pace";
+  EXPECT_EQ(r1.folded_replicas, 1u);
+}
+
+TEST(Perturbation, FoldedReplayFoldsOnlyReplicasThatStayIdentical) {
+  const ModelConfig m = small_gpt();
+  const platform::Cluster c = cluster();
+  const Plan p = dp2(m, c);
+  const DatasheetCostModel cost;
+  {
+    const TrainingJob job = build_training_job(m, p, c, cost);
+    EXPECT_EQ(run(job).folded_replicas, 2u) << "unperturbed replicas fold";
+  }
+  {
+    TrainingJob job = build_training_job(m, p, c, cost);
+    slow_down(job, factors(c, {1, 2}));
+    const ReplayResult folded = run(job), exact = run(job, true);
+    EXPECT_EQ(folded.folded_replicas, 1u) << "one replica slowed: not identical";
+    expect_same(folded, exact, "one slow GPU");
+  }
+  {
+    TrainingJob job = build_training_job(m, p, c, cost);
+    slow_down(job, factors(c, {1.5, 1.5}));
+    const ReplayResult folded = run(job), exact = run(job, true);
+    EXPECT_EQ(folded.folded_replicas, 2u) << "both slowed alike: still identical";
+    expect_same(folded, exact, "both slow");
+  }
+  {
+    // A degraded link in one replica's path: its copies are no longer symmetric.
+    platform::Cluster d = cluster();
+    Perturbations x;
+    x.links.push_back({"node0.gpu1<->node0.nvswitch8", 0.5});
+    const ResolvedPerturbations r = resolve_perturbations(x, d);
+    ASSERT_EQ(r.links.size(), 2u);
+    scale_links(r, d);
+    const TrainingJob base = build_training_job(m, p, c, cost);
+    const TrainingJob job = build_training_job(m, p, d, cost);
+    const ReplayResult r0 = run(base), r1 = run(job), exact = run(job, true);
+    EXPECT_EQ(r1.folded_replicas, 1u);
+    expect_same(r1, exact, "degraded link");
+    EXPECT_EQ(r1.groups[0].compute, r0.groups[0].compute);
+    EXPECT_GT(r1.iteration, r0.iteration) << "the all-reduce crosses the half-rate link";
+  }
+}
+
+TEST(Perturbation, StragglersAreSeededAndDrawnInTheirRange) {
+  const platform::Cluster c = cluster(8);  // 64 GPUs
+  Perturbations x;
+  x.stragglers = Stragglers{7, 0.25, 1.5, 2.0};
+  const ResolvedPerturbations a = resolve_perturbations(x, c);
+  const ResolvedPerturbations b = resolve_perturbations(x, c);
+  ASSERT_EQ(a.compute_factor.size(), 64u);
+  EXPECT_EQ(a.compute_factor, b.compute_factor) << "same seed, same draws";
+  size_t slowed = 0;
+  for (double f : a.compute_factor) {
+    if (f == 1) continue;
+    ++slowed;
+    EXPECT_GE(f, 1.5);
+    EXPECT_LT(f, 2.0);
+  }
+  EXPECT_GT(slowed, 4u) << "about 16 of 64 expected";
+  EXPECT_LT(slowed, 32u);
+  x.stragglers->seed = 8;
+  EXPECT_NE(resolve_perturbations(x, c).compute_factor, a.compute_factor);
+  // A GPU's draw depends on the seed and its index only, not on the cluster's size.
+  x.stragglers->seed = 7;
+  const ResolvedPerturbations one_node = resolve_perturbations(x, cluster(1));
+  for (size_t g = 0; g < 8; ++g) {
+    EXPECT_EQ(one_node.compute_factor.empty() ? 1.0 : one_node.compute_factor[g],
+              a.compute_factor[g]);
+  }
+  x.stragglers->probability = 0;
+  EXPECT_TRUE(resolve_perturbations(x, c).compute_factor.empty());
+  x.stragglers->probability = 1;
+  for (double f : resolve_perturbations(x, c).compute_factor) EXPECT_GE(f, 1.5);
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(Perturbation, BadInputNamesTheOptionTheFieldAndWhatWasExpected) {
+  EXPECT_EQ(error_of([] { parse_perturbation("slow: {gpu: 3, factr: 2}"); }),
+            "--perturb:1: slow.factr: unknown key (did you mean \"factor\"?)");
+  EXPECT_EQ(error_of([] { parse_perturbation("slow: {gpu: 3, factor: 0.5}"); }),
+            "--perturb:1: slow.factor: expected a factor >= 1 (how many times longer its kernels "
+            "take), got 0.5");
+  EXPECT_EQ(error_of([] { parse_perturbation("link: {link: a->b, factor: 0}"); }),
+            "--perturb:1: link.factor: expected a factor > 0 (the share of its capacity the link "
+            "keeps; a failed link cannot be modelled, hetsim's routes are fixed), got 0");
+  EXPECT_EQ(error_of([] { parse_perturbation("stragglers: {seed: 1, min: 2, max: 1.5}"); }),
+            "--perturb:1: stragglers.max: expected a factor >= min (2), got 1.5");
+  EXPECT_EQ(error_of([] { parse_perturbation("slow"); }),
+            "--perturb \"slow\": expected a map such as \"slow: {gpu: 3, factor: 2}\", \"link: "
+            "{link: node0.nic8->leaf0, factor: 0.5}\" or \"stragglers: {seed: 1, max: 2}\"");
+  const platform::Cluster c = cluster();
+  Perturbations x;
+  x.slow.push_back({"8", 2});
+  EXPECT_EQ(error_of([&] { resolve_perturbations(x, c); }),
+            "perturbation slow.gpu: no GPU \"8\" in cluster dgx-a100 (8 GPUs: an index from 0 to "
+            "7, or a name from node0.gpu0 to node0.gpu7)");
+  x.slow = {{"node0.gpu7", 2}};
+  EXPECT_EQ(resolve_perturbations(x, c).compute_factor[7], 2);
+  x.slow.clear();
+  x.links.push_back({"node0.gpu1->node0.nvswitch99", 0.5});
+  const std::string e = error_of([&] { resolve_perturbations(x, c); });
+  EXPECT_EQ(e.rfind("perturbation link: no link \"node0.gpu1->node0.nvswitch99\" in cluster "
+                    "dgx-a100 (expected FROM->TO or A<->B; links from node0.gpu1: node0.gpu1->",
+                    0),
+            0u)
+      << e;
+}
+
+TEST(Perturbation, RepeatedOptionsCombineAndTheCanonicalFormNamesEveryField) {
+  Perturbations p = parse_perturbation("slow: {gpu: 3, factor: 2}");
+  p.merge(parse_perturbation("link: [{link: \"a<->b\", factor: 0.25}]"));
+  p.merge(parse_perturbation("stragglers: {seed: 9, probability: 0.5, max: 1.25}"));
+  EXPECT_EQ(p.canonical(),
+            "slow 3 x2; link a<->b x0.25; stragglers seed=9 probability=0.5 factor=1..1.25");
+}
+
+// Cost, worked by hand: two A100-SXM4-80GB at $5.12/h each (AWS p4de.24xlarge / 8, the GPU
+// profile's price) cost $10.24/h; an iteration of T seconds costs 10.24 T / 3600 dollars and moves
+// 16 x 1024 = 16384 tokens, so a million tokens cost (10.24 T / 3600) x 1e6 / 16384; a run of 300e9
+// tokens takes 300e9 / 16384 = 18310546.875 iterations.
+TEST(Cost, PerIterationPerMillionTokensAndPerRunFromTheGpuPrices) {
+  const ModelConfig m = small_gpt();
+  const platform::Cluster c = cluster();
+  ASSERT_EQ(c.gpu(0).profile->name, "a100-sxm4-80gb");
+  ASSERT_EQ(*c.gpu(0).profile->price_per_hour, 5.12);
+  const Plan p = dp2(m, c);
+  const TrainingJob job = build_training_job(m, p, c, DatasheetCostModel());
+  const ReplayResult r = run(job);
+  report::TrainingReport rep = report::make_training_report(job, r, memory_per_group(job));
+  report::add_run_cost(rep, 300e9);
+  const double T = r.iteration.seconds();
+  EXPECT_DOUBLE_EQ(rep.price_per_hour_usd, 10.24);
+  EXPECT_DOUBLE_EQ(rep.cost_per_iteration_usd, 10.24 * T / 3600);
+  EXPECT_DOUBLE_EQ(rep.cost_per_million_tokens_usd, 10.24 * T / 3600 * 1e6 / 16384);
+  EXPECT_DOUBLE_EQ(rep.run_time_s, 18310546.875 * T);
+  EXPECT_DOUBLE_EQ(rep.cost_per_run_usd, 18310546.875 * 10.24 * T / 3600);
+  const nlohmann::ordered_json j = report::to_json(rep);
+  EXPECT_DOUBLE_EQ(j["training_run"]["cost_usd"].get<double>(), rep.cost_per_run_usd);
+  EXPECT_FALSE(j.contains("perturbations")) << "only when some were applied";
+}
+
+study::RunRecord record(const std::string& model, double tokens_per_s,
+                        std::optional<double> usd_per_mtok, bool ok = true, bool oom = false) {
+  study::RunRecord r;
+  r.model = model;
+  r.ok = ok;
+  r.oom = oom;
+  r.tokens_per_s = tokens_per_s;
+  r.cost_per_million_tokens_usd = usd_per_mtok;
+  return r;
+}
+
+TEST(Cost, ParetoFrontPerModelAmongRunsThatFitAndHaveAPrice) {
+  const std::vector<study::RunRecord> rs = {
+      record("a", 100, 1.0),              // cheapest
+      record("a", 200, 2.0),              // fastest
+      record("a", 150, 2.5),              // slower and dearer than the fastest: off
+      record("b", 50, 9.0),               // alone in its model: on
+      record("a", 300, 0.5, false),       // failed: never on, dominates nothing
+      record("a", 300, 0.5, true, true),  // out of memory: the same
+      record("a", 400, std::nullopt),     // no price: the same
+      record("a", 100, 1.0),              // a tie with the cheapest: both on
+      record("a", 150, 1.0),              // dominates the cheapest two? faster, as cheap: yes
+  };
+  const std::vector<bool> want = {false, true, false, true, false, false, false, false, true};
+  EXPECT_EQ(study::pareto_front(rs), want);
+}
+
+}  // namespace
+}  // namespace hetsim::workload
