@@ -178,15 +178,19 @@ int run(const Options& o) {
       for (int64_t n : dims)
         for (int64_t k : dims) gemms.emplace(m, n, k);
     // The shapes file's batched GEMMs are attention's, measured as attention below.
+    std::set<std::tuple<int64_t, int64_t, int64_t>> job_shapes;
     for (const auto& [m, n, k, batch] : shapes.gemm)
-      if (batch == 1) gemms.emplace(m, n, k);
+      if (batch == 1) job_shapes.emplace(m, n, k);
+    gemms.insert(job_shapes.begin(), job_shapes.end());
     for (const auto& [m, n, k] : gemms) {
+      // A job's own shapes are measured in full even in --quick: its prediction rests on them.
+      const bool quick = o.quick && !job_shapes.count({m, n, k});
       GemmPoint g{m, n, k, 1, {}};
       const std::string d = "fp32";
       items.push_back(Item{csv_line("gemm", d, &g, nullptr, nullptr),
                            fmt::format("gemm {} {}x{}x{}", d, m, n, k), false, [=, &o]() mutable {
                              std::vector<float> A(m * k, 0.5f), B(k * n, 0.25f), C(m * n, 0);
-                             g.t = measure([&] { gemm_fp32(m, n, k, A, B, C); }, o.quick);
+                             g.t = measure([&] { gemm_fp32(m, n, k, A, B, C); }, quick);
                              return csv_line("gemm", d, &g, nullptr, nullptr);
                            }});
     }
@@ -199,6 +203,7 @@ int run(const Options& o) {
       for (int64_t heads : o.quick ? std::vector<int64_t>{2} : std::vector<int64_t>{1, 4, 16})
         calls.emplace(1, heads, seq, 64, true);
     for (const auto& [batch, heads, seq, head_dim, causal] : calls) {
+      const bool quick = o.quick && !shapes.attention.count({batch, heads, seq, head_dim, causal});
       for (bool backward : {false, true}) {
         AttentionPoint a{batch, heads, seq, head_dim, causal, backward, {}, false};
         items.push_back(
@@ -209,7 +214,7 @@ int run(const Options& o) {
                    Attention att(batch, heads, seq, head_dim, causal);
                    volatile double sink = 0;
                    a.t = measure([&] { sink = sink + (backward ? att.backward() : att.forward()); },
-                                 o.quick);
+                                 quick);
                    return csv_line("attention", "fp32", nullptr, &a, nullptr);
                  }});
       }
@@ -226,8 +231,10 @@ int run(const Options& o) {
               const size_t n = elements_for(kernel, bytes);
               std::vector<float> a(n, 0.5f), b(n, 0.25f), c(2 * n, 0.1f);
               volatile double sink = 0;  // keeps the kernels' work observable
-              s.t = measure([&] { sink = sink + run_memory_kernel(kernel, a, b, c, n); }, o.quick,
-                            /*cold=*/true);
+              // With a job's shapes the grid's repetitions are in full: its memory-bound
+              // kernels are interpolated on it.
+              s.t = measure([&] { sink = sink + run_memory_kernel(kernel, a, b, c, n); },
+                            o.quick && shapes.gemm.empty(), /*cold=*/true);
               return csv_line("memory", kernel, nullptr, nullptr, &s);
             }});
       }

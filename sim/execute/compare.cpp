@@ -31,8 +31,12 @@ Comparison compare(const workload::TrainingJob& job, const workload::ReplayResul
     double var = 0;
     for (double x : it) var += (x - c.measured_mean_s) * (x - c.measured_mean_s);
     c.measured_stdev_s = it.size() > 1 ? std::sqrt(var / static_cast<double>(it.size() - 1)) : 0;
+    std::vector<double> sorted = it;
+    std::sort(sorted.begin(), sorted.end());
+    const size_t n = sorted.size();
+    c.measured_median_s = n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
   }
-  c.error = rel(c.predicted_s, c.measured_mean_s);
+  c.error = rel(c.predicted_s, c.measured_median_s);
   // Per kind, the mean over the plan's devices; per device, when it finished.
   double p[4] = {}, q[4] = {};
   size_t devices = 0;
@@ -65,10 +69,10 @@ Comparison compare(const workload::TrainingJob& job, const workload::ReplayResul
 std::string to_text(const Comparison& c, const Measured& m) {
   std::string s;
   s += fmt::format(
-      "  iteration       predicted {:.4f} s   measured {:.4f} s (mean of {}; min {:.4f}, max "
-      "{:.4f}, sd {:.4f})   error {:+.1f}%\n",
-      c.predicted_s, c.measured_mean_s, m.iteration_s.size(), c.measured_min_s, c.measured_max_s,
-      c.measured_stdev_s, 100 * c.error);
+      "  iteration       predicted {:.4f} s   measured {:.4f} s (median of {}; mean {:.4f}, min "
+      "{:.4f}, max {:.4f}, sd {:.4f})   error {:+.1f}%\n",
+      c.predicted_s, c.measured_median_s, m.iteration_s.size(), c.measured_mean_s, c.measured_min_s,
+      c.measured_max_s, c.measured_stdev_s, 100 * c.error);
   s += fmt::format("  per device, mean of {} devices    predicted    measured    error\n",
                    c.devices.size());
   auto row = [&](const Comparison::Row& r) {
@@ -95,6 +99,7 @@ std::string to_json(const Comparison& c, const Measured& m) {
   j["ranks"] = m.ranks;
   j["predicted_iteration_s"] = c.predicted_s;
   j["measured_iteration_s"] = m.iteration_s;
+  j["measured_median_s"] = c.measured_median_s;
   j["measured_mean_s"] = c.measured_mean_s;
   j["measured_min_s"] = c.measured_min_s;
   j["measured_max_s"] = c.measured_max_s;

@@ -84,9 +84,11 @@ Measured run_cpu(const workload::TrainingJob& job, const Options& o, const MpiSe
 
 // Predicted against measured.
 struct Comparison {
-  double predicted_s = 0, measured_mean_s = 0, measured_min_s = 0, measured_max_s = 0;
-  double measured_stdev_s = 0;
-  double error = 0;  // (predicted - measured mean) / measured mean
+  double predicted_s = 0, measured_median_s = 0, measured_mean_s = 0, measured_min_s = 0,
+         measured_max_s = 0, measured_stdev_s = 0;
+  // (predicted - measured median) / measured median: the median, since a shared machine's
+  // stray slow iteration moves the mean.
+  double error = 0;
   struct Row {
     std::string what;  // "compute", "tensor-parallel", ...; or a device "gpu0 (replica 0 stage 1)"
     double predicted_s = 0, measured_s = 0;
