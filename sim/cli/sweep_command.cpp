@@ -1,18 +1,21 @@
 // `hetsim sweep`: run a study (sim/study/): every combination of its models, clusters, plans and
 // frameworks, on local threads, into a store that a crash does not lose and a rerun resumes.
 #include <fmt/format.h>
+#include <mpi.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <thread>
 
 #include "sim/cli/commands.h"
 #include "sim/config/embedded_data.h"
 #include "sim/core/error.h"
 #include "sim/report/progress.h"
+#include "sim/study/mpi_runner.h"
 #include "sim/study/results.h"
 #include "sim/study/runner.h"
 
@@ -89,19 +92,56 @@ void add_sweep_command(CLI::App& app, Action& action) {
   cmd->callback([o, &action] {
     action = [o] {
       namespace fs = std::filesystem;
-      const study::Study s = study::load_study(o->study);
-      // The cost model's inputs fail here, before a thread starts.
-      {
-        const CostModels costs(s.efficiency, s.calibration);
-        print_warnings(costs);
+      // Under mpirun: rank 0 reads the inputs, keeps the store and hands out the runs; the other
+      // ranks simulate (sim/study/mpi_runner.h).
+      const bool mpi = study::launched_by_mpirun();
+      int rank = 0, ranks = 1;
+      if (mpi) {
+        MPI_Init(nullptr, nullptr);
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+        MPI_Comm_size(MPI_COMM_WORLD, &ranks);
       }
-      const std::string store_path =
-          o->store.empty() ? fs::path(o->study).replace_extension(".db").string() : o->store;
-      const std::string csv_path =
-          o->csv.empty() ? fs::path(store_path).replace_extension(".csv").string() : o->csv;
-      study::Store store(store_path);
+      struct Finalize {
+        bool on;
+        ~Finalize() {
+          int done = 0;
+          if (on && (MPI_Finalized(&done), !done)) MPI_Finalize();
+        }
+      } finalize{mpi};
+      int ready = 0;  // rank 0 read the study and opened the store
+      if (rank != 0) {
+        MPI_Bcast(&ready, 1, MPI_INT, 0, MPI_COMM_WORLD);
+        if (!ready) return 2;  // rank 0 says why
+        const study::Study s = study::load_study(o->study);
+        study::run_study_mpi(s, nullptr, {});
+        return 0;
+      }
+      std::unique_ptr<study::Study> loaded;
+      std::unique_ptr<study::Store> opened;
+      std::string store_path, csv_path;
+      try {
+        loaded = std::make_unique<study::Study>(study::load_study(o->study));
+        // The cost model's inputs fail here, before a thread starts.
+        {
+          const CostModels costs(loaded->efficiency, loaded->calibration);
+          print_warnings(costs);
+        }
+        store_path =
+            o->store.empty() ? fs::path(o->study).replace_extension(".db").string() : o->store;
+        csv_path =
+            o->csv.empty() ? fs::path(store_path).replace_extension(".csv").string() : o->csv;
+        opened = std::make_unique<study::Store>(store_path);
+        ready = 1;
+      } catch (...) {
+        if (mpi) MPI_Bcast(&ready, 1, MPI_INT, 0, MPI_COMM_WORLD);
+        throw;
+      }
+      if (mpi) MPI_Bcast(&ready, 1, MPI_INT, 0, MPI_COMM_WORLD);
+      const study::Study& s = *loaded;
+      study::Store& store = *opened;
       const unsigned jobs =
-          o->jobs > 0 ? o->jobs : std::max(1u, std::thread::hardware_concurrency());
+          ranks > 1 ? static_cast<unsigned>(ranks - 1)
+                    : (o->jobs > 0 ? o->jobs : std::max(1u, std::thread::hardware_concurrency()));
       report::ProgressMeter meter(std::cerr, "sweep", o->progress_after_s, 1.0,
                                   report::stderr_is_terminal());
       study::RunnerOptions ropt;
@@ -111,7 +151,8 @@ void add_sweep_command(CLI::App& app, Action& action) {
           meter.update_rate(done, total, before, "runs");
         };
       }
-      const study::RunnerSummary sum = study::run_study(s, store, ropt);
+      const study::RunnerSummary sum =
+          ranks > 1 ? study::run_study_mpi(s, &store, ropt) : study::run_study(s, store, ropt);
       meter.finish();
       const std::vector<study::RunRecord> records = study::study_records(s, store);
       {
@@ -132,10 +173,11 @@ void add_sweep_command(CLI::App& app, Action& action) {
       if (o->json) std::cout << study::to_json(s, store_path, records).dump(2) << "\n";
       {
         std::cerr << fmt::format(
-            "sweep: {} runs: {} run now on {} thread{} ({} failed), {} already in {}; {} failed "
+            "sweep: {} runs: {} run now on {} {}{} ({} failed), {} already in {}; {} failed "
             "in all{}; table in {}{}\n",
-            sum.total, sum.ran, jobs, jobs == 1 ? "" : "s", sum.failed, sum.stored_before,
-            store_path, failed, failed ? " (see the error column)" : "", csv_path, report_note);
+            sum.total, sum.ran, jobs, ranks > 1 ? "worker rank" : "thread", jobs == 1 ? "" : "s",
+            sum.failed, sum.stored_before, store_path, failed,
+            failed ? " (see the error column)" : "", csv_path, report_note);
       }
       return 0;
     };

@@ -258,6 +258,35 @@ TEST(Sweep, OneJobAndTwoGiveIdenticalStores) {
   expect_same_store(records(d + "/1.db"), records(d + "/2.db"));
 }
 
+TEST(Sweep, UnderMpirunTheSameStoreAsOneProcess) {
+  // Open MPI's plugins keep allocations LeakSanitizer cannot attribute (see calibrate_test.cpp).
+  setenv("ASAN_OPTIONS", "detect_leaks=0", 1);
+  const std::string d = fresh_folder();
+  const std::string study = write_study(d);
+  ASSERT_EQ(
+      run_hetsim({"sweep", "--no-report", study, "--store", d + "/1.db", "--jobs", "1", "--quiet"})
+          .exit_code,
+      0);
+  // Rank 0 hands out the runs, ranks 1 and 2 simulate.
+  const CommandResult m =
+      run_program("mpirun", {"--allow-run-as-root", "--oversubscribe", "-np", "3", HETSIM_BINARY,
+                             "sweep", "--no-report", study, "--store", d + "/3.db"});
+  ASSERT_EQ(m.exit_code, 0) << m.output;
+  EXPECT_NE(m.output.find("run now on 2 worker ranks"), std::string::npos) << m.output;
+  expect_same_store(records(d + "/1.db"), records(d + "/3.db"));
+  // A bad study file is said once, by rank 0, and every rank stops.
+  write(d + "/bad.yaml", "models: [gpt3-125m]\nclustres: []\n");
+  const CommandResult bad =
+      run_program("mpirun", {"--allow-run-as-root", "--oversubscribe", "-np", "2", HETSIM_BINARY,
+                             "sweep", "--no-report", d + "/bad.yaml"});
+  EXPECT_NE(bad.exit_code, 0) << bad.output;
+  const size_t at = bad.output.find("clustres");
+  EXPECT_NE(at, std::string::npos) << bad.output;
+  EXPECT_EQ(bad.output.find("hetsim: error", bad.output.find("hetsim: error") + 1),
+            std::string::npos)
+      << bad.output;
+}
+
 struct BadStudy {
   const char* rule;
   std::string text;
