@@ -13,6 +13,7 @@ std::vector<RunRecord> study_records(const Study& study, const Store& store) {
       rec->model = r.model, rec->cluster = r.cluster, rec->plan = r.plan;
       rec->framework = r.framework;
       rec->perturbation = r.perturbation;
+      rec->reference_s = r.reference_s;
       out.push_back(std::move(*rec));
     }
   }
@@ -32,6 +33,12 @@ bool priced_fit(const RunRecord& r) { return r.ok && !r.oom && r.cost_per_millio
 
 std::string optional_number(const std::optional<double>& v) {
   return v ? fmt::format("{}", *v) : std::string();
+}
+
+// (predicted - reference) / reference, in percent, for a run with a reference.
+std::optional<double> error_pct(const RunRecord& r) {
+  if (!r.ok || !r.reference_s) return std::nullopt;
+  return 100 * (r.iteration_time_s - *r.reference_s) / *r.reference_s;
 }
 
 std::optional<double> run_cost(const RunRecord& r, double tokens) {
@@ -64,7 +71,8 @@ std::vector<bool> pareto_front(const std::vector<RunRecord>& records) {
 void write_csv(std::ostream& out, const std::vector<RunRecord>& records, double tokens) {
   out << "index,key,model,cluster,plan,framework,perturbation,status,error,gpus,iteration_time_s,"
          "tokens_per_s,samples_per_s,mfu,peak_memory_bytes,oom,compute_s,communication_exposed_s,"
-         "bubble_s,cost_per_iteration_usd,cost_per_million_tokens_usd,cost_per_run_usd,pareto\n";
+         "bubble_s,cost_per_iteration_usd,cost_per_million_tokens_usd,cost_per_run_usd,pareto,"
+         "reference_iteration_time_s,error_pct\n";
   const std::vector<bool> front = pareto_front(records);
   size_t i = 0;
   for (const RunRecord& r : records) {
@@ -81,7 +89,7 @@ void write_csv(std::ostream& out, const std::vector<RunRecord>& records, double 
     } else {
       out << ",,,,,,,,,,,,,";
     }
-    out << '\n';
+    out << ',' << optional_number(r.reference_s) << ',' << optional_number(error_pct(r)) << '\n';
     ++i;
   }
 }
@@ -125,6 +133,10 @@ nlohmann::ordered_json to_json(const Study& study, const std::string& store_path
       x["cost_per_run_usd"] = number(run_cost(r, study.tokens));
       x["pareto"] = static_cast<bool>(front[i]);
       x["report"] = nlohmann::ordered_json::parse(r.report_json);
+      if (r.reference_s) {
+        x["reference_iteration_time_s"] = *r.reference_s;
+        x["error_pct"] = *error_pct(r);
+      }
     } else {
       x["report"] = nullptr;
     }

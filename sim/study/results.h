@@ -24,7 +24,9 @@ std::vector<bool> pareto_front(const std::vector<RunRecord>& records);
 // Columns: index, key, model, cluster, plan, framework, perturbation, status, error, gpus,
 // iteration_time_s, tokens_per_s, samples_per_s, mfu, peak_memory_bytes, oom, compute_s,
 // communication_exposed_s, bubble_s, cost_per_iteration_usd, cost_per_million_tokens_usd,
-// cost_per_run_usd (for a run of `tokens` tokens; empty when 0), pareto. Numbers print in the
+// cost_per_run_usd (for a run of `tokens` tokens; empty when 0), pareto,
+// reference_iteration_time_s and error_pct (a case's reference and the predicted time's signed
+// error against it, in percent; empty without one). Numbers print in the
 // shortest form that reads back to the same double; a figure a run lacks is empty.
 void write_csv(std::ostream& out, const std::vector<RunRecord>& records, double tokens = 0);
 // RFC 4180: quoted when it holds a comma, a quote or a line break.

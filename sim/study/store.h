@@ -36,6 +36,9 @@ struct RunRecord {
   // On-demand price of every GPU over the iteration; none when a GPU type has no price.
   std::optional<double> cost_per_iteration_usd, cost_per_million_tokens_usd;
   std::string report_json;  // what `hetsim simulate --json` prints; "" for a failed run
+  // Not stored: the study's reference iteration time for this run (a case's), set by
+  // study_records from the study file.
+  std::optional<double> reference_s;
   bool operator==(const RunRecord&) const = default;
 };
 

@@ -3,8 +3,10 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "sim/config/embedded_data.h"
 #include "sim/config/limits.h"
@@ -120,102 +122,156 @@ std::string scalar(const std::string& file, const YAML::Node& n, const std::stri
   return n.Scalar();
 }
 
+ModelEntry read_model(const std::string& file, const std::string& folder, const YAML::Node& e,
+                      const std::string& path) {
+  ModelEntry m;
+  if (e.IsMap()) {
+    config::check_keys(file, e, path, {"model", "name"});
+    m.label = config::get_string(file, e, path, "model");
+    m.label = config::get_string(file, e, path, "name", m.label);
+  } else {
+    m.label = scalar(file, e, path);
+  }
+  m.given = e.IsMap() ? e["model"].Scalar() : e.Scalar();
+  m.source = resolve(folder, m.given);
+  checked(file, e, path, [&] { workload::load_model(m.source); });
+  m.text = source_text(m.source, "models");
+  return m;
+}
+
 std::vector<ModelEntry> read_models(const std::string& file, const std::string& folder,
                                     const YAML::Node& root) {
   std::vector<ModelEntry> out;
   const YAML::Node l = list(file, root, "models");
-  for (size_t i = 0; i < l.size(); ++i) {
-    const std::string path = fmt::format("models[{}]", i);
-    const YAML::Node e = l[i];
-    ModelEntry m;
-    if (e.IsMap()) {
-      config::check_keys(file, e, path, {"model", "name"});
-      m.label = config::get_string(file, e, path, "model");
-      m.label = config::get_string(file, e, path, "name", m.label);
-    } else {
-      m.label = scalar(file, e, path);
-    }
-    m.given = e.IsMap() ? e["model"].Scalar() : e.Scalar();
-    m.source = resolve(folder, m.given);
-    checked(file, e, path, [&] { workload::load_model(m.source); });
-    m.text = source_text(m.source, "models");
-    out.push_back(std::move(m));
-  }
+  for (size_t i = 0; i < l.size(); ++i)
+    out.push_back(read_model(file, folder, l[i], fmt::format("models[{}]", i)));
   return out;
+}
+
+ClusterEntry read_cluster(const std::string& file, const std::string& folder, const YAML::Node& e,
+                          const std::string& path) {
+  ClusterEntry c;
+  std::string given;
+  if (e.IsMap()) {
+    config::check_keys(file, e, path, {"cluster", "name", "nodes", "set"});
+    given = config::get_string(file, e, path, "cluster");
+    if (e["nodes"]) {
+      c.options.nodes = config::get_int(file, e, path, "nodes", 1, config::limits::kNodes);
+    }
+    c.options.sets = strings(file, e, path, "set");
+    std::string label = given;
+    if (c.options.nodes) label += fmt::format(" nodes={}", *c.options.nodes);
+    for (const std::string& s : c.options.sets) label += " set " + s;
+    c.label = config::get_string(file, e, path, "name", label);
+  } else {
+    given = c.label = scalar(file, e, path);
+  }
+  c.given = given;
+  c.source = resolve(folder, given);
+  checked(file, e, path, [&] { config::load_cluster(c.source, c.options); });
+  c.text = source_text(c.source, "topologies");
+  return c;
 }
 
 std::vector<ClusterEntry> read_clusters(const std::string& file, const std::string& folder,
                                         const YAML::Node& root) {
   std::vector<ClusterEntry> out;
   const YAML::Node l = list(file, root, "clusters");
-  for (size_t i = 0; i < l.size(); ++i) {
-    const std::string path = fmt::format("clusters[{}]", i);
-    const YAML::Node e = l[i];
-    ClusterEntry c;
-    std::string given;
-    if (e.IsMap()) {
-      config::check_keys(file, e, path, {"cluster", "name", "nodes", "set"});
-      given = config::get_string(file, e, path, "cluster");
-      if (e["nodes"]) {
-        c.options.nodes = config::get_int(file, e, path, "nodes", 1, config::limits::kNodes);
-      }
-      c.options.sets = strings(file, e, path, "set");
-      std::string label = given;
-      if (c.options.nodes) label += fmt::format(" nodes={}", *c.options.nodes);
-      for (const std::string& s : c.options.sets) label += " set " + s;
-      c.label = config::get_string(file, e, path, "name", label);
-    } else {
-      given = c.label = scalar(file, e, path);
-    }
-    c.given = given;
-    c.source = resolve(folder, given);
-    checked(file, e, path, [&] { config::load_cluster(c.source, c.options); });
-    c.text = source_text(c.source, "topologies");
-    out.push_back(std::move(c));
-  }
+  for (size_t i = 0; i < l.size(); ++i)
+    out.push_back(read_cluster(file, folder, l[i], fmt::format("clusters[{}]", i)));
   return out;
+}
+
+PlanEntry read_plan(const std::string& file, const std::string& folder, const YAML::Node& e,
+                    const std::string& path) {
+  std::vector<std::string> policies = {"all"};
+  for (const policy::Policy* p : policy::policies()) policies.push_back(p->name());
+  PlanEntry p;
+  std::string given;
+  if (e.IsMap() && e["policy"]) {
+    config::check_keys(file, e, path, {"policy", "global_batch_size", "sequence_length", "name"});
+    PolicyPlan pp;
+    pp.policy = policies[config::get_choice(file, e, path, "policy", policies)];
+    pp.global_batch =
+        config::get_int(file, e, path, "global_batch_size", 1, config::limits::kBatch);
+    pp.sequence =
+        config::get_int(file, e, path, "sequence_length", 1, config::limits::kSequence, 0);
+    std::string label = fmt::format("policy {} global_batch_size={}", pp.policy, pp.global_batch);
+    if (pp.sequence > 0) label += fmt::format(" sequence_length={}", pp.sequence);
+    p.label = config::get_string(file, e, path, "name", label);
+    p.policy = pp;
+    return p;
+  }
+  if (e.IsMap()) {
+    config::check_keys(file, e, path, {"file", "set", "name"});
+    given = config::get_string(file, e, path, "file");
+    p.sets = strings(file, e, path, "set");
+    std::string label = given;
+    for (const std::string& s : p.sets) label += " set " + s;
+    p.label = config::get_string(file, e, path, "name", label);
+  } else {
+    given = p.label = scalar(file, e, path);
+  }
+  p.given = given;
+  p.file = resolve(folder, given);
+  checked(file, e, path, [&] { p.text = config::read_text_file(p.file, "plan file"); });
+  return p;
 }
 
 std::vector<PlanEntry> read_plans(const std::string& file, const std::string& folder,
                                   const YAML::Node& root) {
   std::vector<PlanEntry> out;
-  std::vector<std::string> policies = {"all"};
-  for (const policy::Policy* p : policy::policies()) policies.push_back(p->name());
   const YAML::Node l = list(file, root, "plans");
+  for (size_t i = 0; i < l.size(); ++i)
+    out.push_back(read_plan(file, folder, l[i], fmt::format("plans[{}]", i)));
+  return out;
+}
+
+// One run's model, cluster and plan, given together (a study's `cases`), with the iteration
+// time a paper or a measurement reports for it.
+struct CaseEntry {
+  ModelEntry model;
+  ClusterEntry cluster;
+  PlanEntry plan;
+  std::optional<double> reference_s;
+  std::string reference_source;
+};
+
+std::vector<CaseEntry> read_cases(const std::string& file, const std::string& folder,
+                                  const YAML::Node& root) {
+  std::vector<CaseEntry> out;
+  const YAML::Node l = list(file, root, "cases");
   for (size_t i = 0; i < l.size(); ++i) {
-    const std::string path = fmt::format("plans[{}]", i);
+    const std::string path = fmt::format("cases[{}]", i);
     const YAML::Node e = l[i];
-    PlanEntry p;
-    std::string given;
-    if (e.IsMap() && e["policy"]) {
-      config::check_keys(file, e, path, {"policy", "global_batch_size", "sequence_length", "name"});
-      PolicyPlan pp;
-      pp.policy = policies[config::get_choice(file, e, path, "policy", policies)];
-      pp.global_batch =
-          config::get_int(file, e, path, "global_batch_size", 1, config::limits::kBatch);
-      pp.sequence =
-          config::get_int(file, e, path, "sequence_length", 1, config::limits::kSequence, 0);
-      std::string label = fmt::format("policy {} global_batch_size={}", pp.policy, pp.global_batch);
-      if (pp.sequence > 0) label += fmt::format(" sequence_length={}", pp.sequence);
-      p.label = config::get_string(file, e, path, "name", label);
-      p.policy = pp;
-      out.push_back(std::move(p));
-      continue;
+    if (!e.IsMap()) {
+      throw InputError(where(file, e) + ": " + path +
+                       ": expected a map with model, cluster, plan and optionally reference");
     }
-    if (e.IsMap()) {
-      config::check_keys(file, e, path, {"file", "set", "name"});
-      given = config::get_string(file, e, path, "file");
-      p.sets = strings(file, e, path, "set");
-      std::string label = given;
-      for (const std::string& s : p.sets) label += " set " + s;
-      p.label = config::get_string(file, e, path, "name", label);
-    } else {
-      given = p.label = scalar(file, e, path);
+    config::check_keys(file, e, path, {"model", "cluster", "plan", "reference"});
+    for (const char* k : {"model", "cluster", "plan"}) {
+      if (!e[k]) throw InputError(where(file, e) + ": " + path + ": missing " + k);
     }
-    p.given = given;
-    p.file = resolve(folder, given);
-    checked(file, e, path, [&] { p.text = config::read_text_file(p.file, "plan file"); });
-    out.push_back(std::move(p));
+    CaseEntry c;
+    c.model = read_model(file, folder, e["model"], path + ".model");
+    c.cluster = read_cluster(file, folder, e["cluster"], path + ".cluster");
+    c.plan = read_plan(file, folder, e["plan"], path + ".plan");
+    if (const YAML::Node r = e["reference"]) {
+      const std::string rp = path + ".reference";
+      if (!r.IsMap()) {
+        throw InputError(where(file, r) + ": " + rp +
+                         ": expected a map {iteration_time_s: SECONDS, source: TEXT}");
+      }
+      config::check_keys(file, r, rp, {"iteration_time_s", "source"});
+      const double t = config::get_number(file, r, rp, "iteration_time_s");
+      if (!(t > 0) || !std::isfinite(t)) {
+        throw InputError(fmt::format("{}: {}.iteration_time_s: expected seconds > 0, got {}",
+                                     where(file, r), rp, t));
+      }
+      c.reference_s = t;
+      c.reference_source = config::get_string(file, r, rp, "source", "");
+    }
+    out.push_back(std::move(c));
   }
   return out;
 }
@@ -291,15 +347,40 @@ Study load_study_text(const std::string& text, const std::string& file, const st
   const YAML::Node root = config::load_yaml(text, file);
   if (!root.IsMap()) throw InputError(file + ": expected a map (models, clusters, plans, ...)");
   config::check_keys(file, root, "",
-                     {"description", "models", "clusters", "plans", "frameworks", "perturbations",
-                      "tokens", "calibration", "efficiency"});
+                     {"description", "models", "clusters", "plans", "cases", "frameworks",
+                      "perturbations", "tokens", "calibration", "efficiency"});
   Study s;
   s.file = file;
   s.efficiency = resolve(folder, config::get_string(file, root, "", "efficiency", ""));
   s.calibration = resolve(folder, config::get_string(file, root, "", "calibration", ""));
-  const std::vector<ModelEntry> models = read_models(file, folder, root);
-  const std::vector<ClusterEntry> clusters = read_clusters(file, folder, root);
-  const std::vector<PlanEntry> plans = read_plans(file, folder, root);
+  // Either the cross product of models, clusters and plans, or `cases` that give each together.
+  if (root["cases"]) {
+    for (const char* k : {"models", "clusters", "plans"}) {
+      if (root[k]) {
+        throw InputError(where(file, root[k]) + ": " + k +
+                         ": a study gives either cases (each its model, cluster and plan) or the "
+                         "lists of models, clusters and plans to cross, not both");
+      }
+    }
+  }
+  const std::vector<CaseEntry> cases = read_cases(file, folder, root);
+  std::vector<ModelEntry> models = read_models(file, folder, root);
+  std::vector<ClusterEntry> clusters = read_clusters(file, folder, root);
+  std::vector<PlanEntry> plans = read_plans(file, folder, root);
+  // (model, cluster, plan, case) in the study's order.
+  std::vector<
+      std::tuple<const ModelEntry*, const ClusterEntry*, const PlanEntry*, const CaseEntry*>>
+      triples;
+  if (root["cases"]) {
+    if (cases.empty())
+      throw InputError(where(file, root["cases"]) + ": cases: no runs: the list is empty");
+    for (const CaseEntry& c : cases) triples.emplace_back(&c.model, &c.cluster, &c.plan, &c);
+    models.resize(1), clusters.resize(1), plans.resize(1);  // for the emptiness check below
+  } else {
+    for (const ModelEntry& m : models)
+      for (const ClusterEntry& c : clusters)
+        for (const PlanEntry& p : plans) triples.emplace_back(&m, &c, &p, nullptr);
+  }
   const std::vector<FrameworkEntry> frameworks = read_frameworks(file, folder, root);
   const std::vector<PerturbationEntry> perturbations = read_perturbation_entries(file, root);
   if (root["tokens"]) {
@@ -346,12 +427,19 @@ Study load_study_text(const std::string& text, const std::string& file, const st
   }
   add(common, "efficiency", efficiency);
   add(common, "calibration", calibration);
-  for (const ModelEntry& m : models) {
-    for (const ClusterEntry& c : clusters) {
-      for (const PlanEntry& p : plans) {
+  for (const auto& [mp, cp, pp, casep] : triples) {
+    const ModelEntry& m = *mp;
+    const ClusterEntry& c = *cp;
+    const PlanEntry& p = *pp;
+    {
+      {
         for (const FrameworkEntry& f : frameworks) {
           for (const PerturbationEntry& x : perturbations) {
             StudyRun r;
+            if (casep) {
+              r.reference_s = casep->reference_s;
+              r.reference_source = casep->reference_source;
+            }
             r.index = s.runs.size();
             r.model = m.label, r.cluster = c.label, r.plan = p.label, r.framework = f.label;
             r.spec.model = m.source;

@@ -1,5 +1,7 @@
 // A study file: the cross product of models, clusters (with node counts and --set overrides),
-// plans (files, or a policy's best plan from the planner), frameworks and perturbations
+// plans (files, or a policy's best plan from the planner), or instead `cases` that each give a
+// model, a cluster and a plan together (with a reference iteration time to compare with), crossed
+// with frameworks and perturbations
 // (what-ifs, sim/workload/perturbation.h), each combination one
 // run with a key that hashes its inputs' contents. Read strictly: an unknown key names the file,
 // the line and the key; an empty cross product is an error that says which list is empty.
@@ -29,6 +31,9 @@ struct StudyRun {
   std::optional<PolicyPlan> policy;  // set: the plan comes from the planner
   std::string inputs_json;           // the labels and overrides, one JSON object
   std::string key;  // 32 hex digits: a hash of the inputs' contents and the hetsim version
+  // A case's published or measured iteration time (not part of the key), and where it is from.
+  std::optional<double> reference_s;
+  std::string reference_source;
 };
 
 struct Study {

@@ -79,6 +79,57 @@ TEST(StudyFile, EmptyCrossProductSaysWhichListIsEmpty) {
                 "frameworks and 0 perturbations is empty (perturbations is missing or empty)");
 }
 
+TEST(StudyFile, CasesGiveEachRunItsModelClusterPlanAndReference) {
+  const std::string d = fresh_folder();
+  write(d + "/study.yaml",
+        "cases:\n"
+        "  - model: gpt3-350m\n"
+        "    cluster: {cluster: dgx-a100, nodes: 1}\n"
+        "    plan: " +
+            kData +
+            "tp8.yaml\n"
+            "    reference: {iteration_time_s: 0.5, source: a paper}\n"
+            "  - model: gpt3-125m\n"
+            "    cluster: dgx-a100\n"
+            "    plan: {file: " +
+            kData +
+            "tp2-dp4.yaml, name: tp2 dp4}\n"
+            "frameworks: [megatron, deepspeed]\n");
+  const Study s = load_study(d + "/study.yaml");
+  // Two cases under two frameworks, not the 2 x 2 x 2 of a cross product.
+  ASSERT_EQ(s.runs.size(), 4u);
+  EXPECT_EQ(s.runs[0].model, "gpt3-350m");
+  EXPECT_EQ(s.runs[0].cluster, "dgx-a100 nodes=1");
+  EXPECT_EQ(s.runs[0].reference_s, 0.5);
+  EXPECT_EQ(s.runs[0].reference_source, "a paper");
+  EXPECT_EQ(s.runs[1].framework, "deepspeed");
+  EXPECT_EQ(s.runs[1].reference_s, 0.5);
+  EXPECT_EQ(s.runs[2].model, "gpt3-125m");
+  EXPECT_EQ(s.runs[2].plan, "tp2 dp4");
+  EXPECT_FALSE(s.runs[2].reference_s);
+  // The reference is not part of the run: the same case with another reference has the same key.
+  write(d + "/other.yaml",
+        "cases:\n  - model: gpt3-350m\n    cluster: {cluster: dgx-a100, nodes: 1}\n"
+        "    plan: " +
+            kData +
+            "tp8.yaml\n    reference: {iteration_time_s: 9}\n"
+            "frameworks: [megatron]\n");
+  EXPECT_EQ(load_study(d + "/other.yaml").runs[0].key, s.runs[0].key);
+}
+
+TEST(StudyFile, CasesAreBadInputWithListsOrWithoutAPositiveReference) {
+  const std::string d = fresh_folder();
+  EXPECT_EQ(load_error(d, "models: [gpt3-350m]\ncases: []\n"),
+            d + "/study.yaml:1: models: a study gives either cases (each its model, cluster and "
+                "plan) or the lists of models, clusters and plans to cross, not both");
+  EXPECT_EQ(load_error(d, "cases: []\n"), d + "/study.yaml:1: cases: no runs: the list is empty");
+  EXPECT_EQ(load_error(d, "cases:\n  - model: gpt3-350m\n    cluster: dgx-a100\n"),
+            d + "/study.yaml:2: cases[0]: missing plan");
+  EXPECT_EQ(load_error(d, "cases:\n  - model: gpt3-350m\n    cluster: dgx-a100\n    plan: " +
+                              kData + "tp8.yaml\n    reference: {iteration_time_s: -1}\n"),
+            d + "/study.yaml:5: cases[0].reference.iteration_time_s: expected seconds > 0, got -1");
+}
+
 TEST(StudyFile, MissingPlanFileIsNamedWithTheStudyLine) {
   const std::string d = fresh_folder();
   EXPECT_EQ(load_error(d, "models: [gpt3-350m]\nclusters: [dgx-a100]\nplans:\n  - nope.yaml\n"),
@@ -318,15 +369,19 @@ TEST(Results, CsvHasAFixedHeaderQuotesFieldsAndPrintsShortestRoundTripNumbers) {
   RunRecord failed = sample("k2", 0);
   failed.ok = false;
   failed.error = "line one\nline two";
-  write_csv(out, {sample("k1", 0.1), failed});
+  RunRecord referenced = sample("k3", 0.625);
+  referenced.reference_s = 0.5;  // the predicted 0.625 s is 25% over it
+  write_csv(out, {sample("k1", 0.1), failed, referenced});
   EXPECT_EQ(out.str(),
             "index,key,model,cluster,plan,framework,perturbation,status,error,gpus,"
             "iteration_time_s,tokens_per_s,samples_per_s,mfu,peak_memory_bytes,oom,compute_s,"
             "communication_exposed_s,bubble_s,cost_per_iteration_usd,cost_per_million_tokens_usd,"
-            "cost_per_run_usd,pareto\n"
+            "cost_per_run_usd,pareto,reference_iteration_time_s,error_pct\n"
             "0,k1,\"m, \"\"quoted\"\"\",c,p,,,ok,,8,0.1,0.3333333333333333,0.30000000000000004,"
-            "5e-324,1099511627776,true,1e+300,-0.5,0,,,,false\n"
-            "1,k2,\"m, \"\"quoted\"\"\",c,p,,,failed,\"line one\nline two\",,,,,,,,,,,,,,\n");
+            "5e-324,1099511627776,true,1e+300,-0.5,0,,,,false,,\n"
+            "1,k2,\"m, \"\"quoted\"\"\",c,p,,,failed,\"line one\nline two\",,,,,,,,,,,,,,,,\n"
+            "2,k3,\"m, \"\"quoted\"\"\",c,p,,,ok,,8,0.625,0.3333333333333333,0.30000000000000004,"
+            "5e-324,1099511627776,true,1e+300,-0.5,0,,,,false,0.5,25\n");
 }
 
 // gpt3-350m on one and two DGX A100 nodes under three plans: tp2-dp4 needs 8 GPUs and
