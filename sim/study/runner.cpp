@@ -11,6 +11,7 @@
 
 #include "calibrate/cost_models.h"
 #include "sim/policy/planner.h"
+#include "sim/policy/replan.h"
 
 namespace hetsim::study {
 
@@ -50,7 +51,9 @@ RunRecord simulate_run(const StudyRun& item, const workload::CostModel& cost,
           policy::search(req, policy::select_policies(item.policy->policy), cost, sopt);
       spec.plan_text = s.ranked.front().proposal.plan;
     }
-    const RunInputs inputs(spec);
+    RunInputs inputs(spec);
+    if (item.policy && item.policy->replan)
+      policy::rebalance_batch(inputs.plan, inputs.perturbed.compute_factor);
     RunOutput out = run(inputs, cost);
     out.report.warnings = cost_warnings;
     const report::TrainingReport& rep = out.report;

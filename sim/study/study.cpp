@@ -189,8 +189,10 @@ PlanEntry read_plan(const std::string& file, const std::string& folder, const YA
   PlanEntry p;
   std::string given;
   if (e.IsMap() && e["policy"]) {
-    config::check_keys(file, e, path, {"policy", "global_batch_size", "sequence_length", "name"});
+    config::check_keys(file, e, path,
+                       {"policy", "global_batch_size", "sequence_length", "replan", "name"});
     PolicyPlan pp;
+    pp.replan = config::get_choice(file, e, path, "replan", {"false", "true"}, "false") == 1;
     pp.policy = policies[config::get_choice(file, e, path, "policy", policies)];
     pp.global_batch =
         config::get_int(file, e, path, "global_batch_size", 1, config::limits::kBatch);
@@ -198,6 +200,7 @@ PlanEntry read_plan(const std::string& file, const std::string& folder, const YA
         config::get_int(file, e, path, "sequence_length", 1, config::limits::kSequence, 0);
     std::string label = fmt::format("policy {} global_batch_size={}", pp.policy, pp.global_batch);
     if (pp.sequence > 0) label += fmt::format(" sequence_length={}", pp.sequence);
+    if (pp.replan) label += " replanned";
     p.label = config::get_string(file, e, path, "name", label);
     p.policy = pp;
     return p;
@@ -467,6 +470,10 @@ Study load_study_text(const std::string& text, const std::string& file, const st
               in["policy"] = p.policy->policy;
               in["global_batch_size"] = p.policy->global_batch;
               in["sequence_length"] = p.policy->sequence;
+              if (p.policy->replan) {
+                add(key, "replan", "true");
+                in["replan"] = true;
+              }
             } else {
               r.spec.plan = p.file;
               r.spec.plan_text = p.text;

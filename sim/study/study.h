@@ -21,6 +21,9 @@ struct PolicyPlan {
   std::string policy;  // a policy name, or "all"
   int64_t global_batch = 0, sequence = 0;
   std::string framework;  // for every proposal; empty: the policy's own
+  // Re-planned around the run's slow devices (sim/policy/replan.h): the static plan's batch
+  // shares moved off them. Without it, the plan is the static one, chosen on a healthy cluster.
+  bool replan = false;
 };
 
 struct StudyRun {

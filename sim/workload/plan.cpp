@@ -3,6 +3,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <fstream>
 #include <numeric>
@@ -346,6 +348,21 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
                        ", but the replicas' micro_batches x "
                        "micro_batch_size add up to " +
                        std::to_string(total));
+    }
+    // ZeRO-2 and -3 reduce-scatter each micro-batch's gradients (and ZeRO-3 gathers each layer's
+    // parameters per micro-batch) among the replicas: they must run as many micro-batches, or
+    // the collectives do not pair up (DeepSpeed and FSDP would hang the same way).
+    if (p.zero_stage >= 2) {
+      for (size_t r = 1; r < p.replicas.size(); ++r) {
+        if (p.replicas[r].micro_batches != p.replicas[0].micro_batches) {
+          throw InputError(fmt::format(
+              "{}: zero_stage: {} reduces gradients every micro-batch among the replicas, so each "
+              "must run as many micro-batches (replica 0 runs {}, replica {} runs {}); use "
+              "zero_stage 0 or 1 for uneven batch shares",
+              where(file, root["zero_stage"] ? root["zero_stage"] : root), p.zero_stage,
+              p.replicas[0].micro_batches, r, p.replicas[r].micro_batches));
+        }
+      }
     }
     // Gradients are reduced between the same stage of every replica: they must match.
     for (size_t r = 1; r < p.replicas.size(); ++r) {

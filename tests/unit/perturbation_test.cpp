@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "sim/core/error.h"
+#include "sim/policy/replan.h"
 #include "sim/report/training_report.h"
 #include "sim/study/results.h"
 #include "sim/workload/memory.h"
@@ -104,6 +105,69 @@ TEST(Perturbation, SlowGpuInPureDataParallelDoublesItsComputeAndTheIterationFoll
   EXPECT_LE(r1.groups[0].dp_wait, slow_compute - C + AR)
       << "the fast replica's optimizer runs after the wait, at its own pace";
   EXPECT_EQ(r1.folded_replicas, 1u);
+}
+
+TEST(Replan, BatchSharesMoveOffTheSlowReplicaAndWinBackMostOfTheLoss) {
+  const ModelConfig m = small_gpt();
+  const platform::Cluster c = cluster();
+  // Data parallel 4, 16 micro-batches of 8 sequences each (kernels, not host issue, set the pace).
+  const Plan healthy = load_plan_text(
+      "data_parallel: 4\ndevices: \"0-3\"\nglobal_batch_size: 512\nmicro_batch_size: 8\n"
+      "sequence_length: 1024\n",
+      "dp4.yaml", m, c);
+  const std::vector<double> slow = factors(c, {1, 1, 2, 1});  // GPU 2 at half speed
+  // Speeds 1, 1, 1/2, 1 of 3.5: 64 micro-batches as 18.29, 18.29, 9.14, 18.29; whole, largest
+  // remainder first (ties in order): 19, 18, 9, 18.
+  Plan replanned = healthy;
+  ASSERT_TRUE(policy::rebalance_batch(replanned, slow));
+  std::vector<int> mbs;
+  for (const ReplicaPlan& r : replanned.replicas) mbs.push_back(r.micro_batches);
+  EXPECT_EQ(mbs, (std::vector<int>{19, 18, 9, 18}));
+  EXPECT_FALSE(replanned.uniform);
+  Plan again = healthy;
+  EXPECT_FALSE(policy::rebalance_batch(again, {})) << "nothing slow, nothing moves";
+  EXPECT_FALSE(policy::rebalance_batch(again, factors(c, {1.5, 1.5, 1.5, 1.5})))
+      << "all alike: the shares stay";
+
+  const DatasheetCostModel cost;
+  auto iteration = [&](const Plan& p, const std::vector<double>& f) {
+    TrainingJob job = build_training_job(m, p, c, cost);
+    slow_down(job, f);
+    return run(job).iteration.seconds();
+  };
+  const double base = iteration(healthy, {});
+  const double stat = iteration(healthy, slow);
+  const double moved = iteration(replanned, slow);
+  // Static: the slow replica's 16 micro-batches at half speed pace every step (about 2x).
+  EXPECT_GT(stat, 1.7 * base);
+  // Re-planned: its 9 take about as long as 18 healthy ones; the busiest replica runs 19 of the
+  // 16 it ran healthy (19/16 = 1.19); within 25% of healthy.
+  EXPECT_LT(moved, 1.25 * base) << base << " " << stat << " " << moved;
+  EXPECT_GT(moved, base);
+}
+
+TEST(Replan, UnderZeroTwoTheSharesStayEvenAndUnevenOnesAreRefused) {
+  const ModelConfig m = small_gpt();
+  const platform::Cluster c = cluster();
+  Plan zero = load_plan_text(
+      "data_parallel: 4\ndevices: \"0-3\"\nglobal_batch_size: 512\nmicro_batch_size: 8\n"
+      "sequence_length: 1024\nzero_stage: 2\n",
+      "zero2.yaml", m, c);
+  EXPECT_FALSE(policy::rebalance_batch(zero, factors(c, {1, 1, 2, 1})));
+  for (const ReplicaPlan& r : zero.replicas) EXPECT_EQ(r.micro_batches, 16);
+  try {
+    load_plan_text(
+        "zero_stage: 2\nmicro_batch_size: 8\nsequence_length: 1024\nreplicas:\n"
+        "  - micro_batches: 3\n    stages: [{layers: 8, devices: [0]}]\n"
+        "  - micro_batches: 1\n    stages: [{layers: 8, devices: [1]}]\n",
+        "uneven.yaml", m, c);
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "uneven.yaml:1: zero_stage: 2 reduces gradients every micro-batch among the "
+              "replicas, so each must run as many micro-batches (replica 0 runs 3, replica 1 "
+              "runs 1); use zero_stage 0 or 1 for uneven batch shares");
+  }
 }
 
 TEST(Perturbation, FoldedReplayFoldsOnlyReplicasThatStayIdentical) {
