@@ -288,7 +288,7 @@ TEST(Runner, APerturbationIsAnAxisOfTheStoreAndTheCsvPricesEachRun) {
   write_csv(csv, recs, s.tokens);
   const std::string text = csv.str();
   EXPECT_NE(text.find(fmt::format(",ok,,8,{},", recs[0].iteration_time_s)), std::string::npos);
-  EXPECT_NE(text.find(fmt::format(",{},{},{},true\n", *recs[0].cost_per_iteration_usd,
+  EXPECT_NE(text.find(fmt::format(",{},{},{},true,,\n", *recs[0].cost_per_iteration_usd,
                                   *recs[0].cost_per_million_tokens_usd,
                                   *recs[0].cost_per_million_tokens_usd * 1000)),
             std::string::npos)
