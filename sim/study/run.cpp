@@ -29,6 +29,7 @@ RunInputs::RunInputs(const RunSpec& spec)
 RunOutput run(const RunInputs& in, const workload::CostModel& cost, const RunOptions& options) {
   RunOutput out{workload::build_training_job(in.model, in.plan, in.cluster, cost), {}};
   workload::slow_down(out.job, in.perturbed.compute_factor);
+  workload::slow_down_from(out.job, in.perturbed);
   const std::vector<workload::DeviceMemory> memory = workload::memory_per_group(out.job);
   workload::ReplayOptions ropt;
   ropt.free_communication = options.free_communication;

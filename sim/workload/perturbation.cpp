@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <map>
 
 #include "sim/config/yaml_util.h"
@@ -61,7 +62,10 @@ std::string number(double v) { return fmt::format("{}", v); }
 
 std::string Perturbations::canonical() const {
   std::vector<std::string> parts;
-  for (const SlowDevice& s : slow) parts.push_back("slow " + s.gpu + " x" + number(s.factor));
+  for (const SlowDevice& s : slow) {
+    parts.push_back("slow " + s.gpu + " x" + number(s.factor) +
+                    (s.after_s ? " after " + number(*s.after_s) + " s" : ""));
+  }
   for (const SlowLink& l : links) parts.push_back("link " + l.link + " x" + number(l.factor));
   if (stragglers) {
     const Stragglers& s = *stragglers;
@@ -85,10 +89,20 @@ void read_perturbations(const std::string& file, const YAML::Node& map, const st
   keys.insert(keys.end(), extra.begin(), extra.end());
   config::check_keys(file, map, path, keys);
   each_entry(file, map, path, "slow", [&](const YAML::Node& e, const std::string& p) {
-    config::check_keys(file, e, p, {"gpu", "factor"});
+    config::check_keys(file, e, p, {"gpu", "factor", "after"});
     SlowDevice s;
     s.gpu = config::get_string(file, e, p, "gpu");
     s.factor = get_factor(file, e, p, "factor", 1, true, "how many times longer its kernels take");
+    if (e["after"]) {
+      const double a = config::get_number(file, e, p, "after");
+      if (!(a >= 0) || !std::isfinite(a) || a > 1e6) {
+        throw InputError(fmt::format(
+            "{}: {}.after: expected the seconds into the iteration when it starts, 0 to 1e6, "
+            "got {}",
+            config::where(file, e["after"]), p, a));
+      }
+      s.after_s = a;
+    }
     out.slow.push_back(std::move(s));
   });
   each_entry(file, map, path, "link", [&](const YAML::Node& e, const std::string& p) {
@@ -162,6 +176,12 @@ ResolvedPerturbations resolve_perturbations(const Perturbations& p,
           "from {} to {})",
           s.gpu, where_c, n, n - 1, cluster.gpu_name(0),
           cluster.gpu_name(static_cast<platform::GpuId>(n - 1))));
+    }
+    if (s.after_s) {
+      r.timed.emplace_back(*id, Time::from_seconds(*s.after_s), s.factor);
+      r.description.push_back(fmt::format("{} (GPU {}) computes {}x slower from {} s on",
+                                          cluster.gpu_name(*id), *id, s.factor, *s.after_s));
+      continue;
     }
     factor[*id] *= s.factor;
     r.description.push_back(
@@ -255,6 +275,16 @@ void slow_down(TrainingJob& job, const std::vector<double>& compute_factor) {
       const Time host = seg.duration > kernels ? seg.duration : Time();
       seg.duration = std::max(scaled, host);
     }
+  }
+}
+
+void slow_down_from(TrainingJob& job, const ResolvedPerturbations& r) {
+  for (Group& g : job.groups) {
+    for (const auto& [gpu, from, factor] : r.timed) {
+      if (std::find(g.devices.begin(), g.devices.end(), gpu) != g.devices.end())
+        g.slow_from.emplace_back(from, factor);
+    }
+    std::sort(g.slow_from.begin(), g.slow_from.end());
   }
 }
 

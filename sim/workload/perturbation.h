@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -19,9 +20,12 @@
 namespace hetsim::workload {
 
 // One GPU's kernels take `factor` times as long (thermal throttling, a bad board). factor >= 1.
+// With `after`, only from that many seconds into the iteration (a GPU that starts throttling
+// mid-step): a kernel running then finishes its remaining part at the slower pace.
 struct SlowDevice {
   std::string gpu;  // a global index ("3") or a name ("node0.gpu3")
   double factor = 1;
+  std::optional<double> after_s;
 };
 
 // Links named "A->B" (one direction) or "A<->B" (both), as Cluster::link_name writes them, carry
@@ -62,9 +66,11 @@ Perturbations parse_perturbation(const std::string& text);
 // The perturbations against one cluster: a compute factor per GPU and the links to scale.
 struct ResolvedPerturbations {
   std::vector<double> compute_factor;  // per GPU; empty when no GPU is slowed
+  // Slowdowns from a time into the iteration on: (GPU, from, factor).
+  std::vector<std::tuple<platform::GpuId, Time, double>> timed;
   std::vector<std::pair<platform::LinkId, double>> links;
   std::vector<std::string> description;  // one line each, for the report
-  bool empty() const { return compute_factor.empty() && links.empty(); }
+  bool empty() const { return compute_factor.empty() && links.empty() && timed.empty(); }
 };
 
 // Throws InputError naming a GPU or a link the cluster lacks (and the names it has).
@@ -76,6 +82,9 @@ void scale_links(const ResolvedPerturbations& r, platform::Cluster& cluster);
 // devices (its tensor-parallel ranks run in lockstep: the slowest sets the pace). A segment bound
 // by host issue time stays at least that long; framework host segments (no kernels) do not scale.
 void slow_down(TrainingJob& job, const std::vector<double>& compute_factor);
+// The timed ones: each group's kernels from `from` on at the largest factor of its devices'
+// (Group::slow_from; the replay scales the part of a segment past it).
+void slow_down_from(TrainingJob& job, const ResolvedPerturbations& r);
 
 // The straggler factor of GPU `gpu` (1 when it is not one): splitmix64 of (seed, gpu), so the
 // same on every platform and independent of the cluster's size.

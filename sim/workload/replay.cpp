@@ -30,6 +30,27 @@ network::Op to_op(CommKind k) {
 }
 
 // Whether every replica runs the same program on the same GPU types: then one can stand for all.
+// How long `d` of compute started at `now` takes under slowdowns from given times on: at each
+// moment the largest factor of those begun runs the kernels that much slower.
+Time stretched(const std::vector<std::pair<Time, double>>& slow_from, Time now, Time d) {
+  auto factor_at = [&](Time t) {
+    double f = 1;
+    for (const auto& [from, x] : slow_from)
+      if (from <= t) f = std::max(f, x);
+    return f;
+  };
+  double t = now.seconds(), work = d.seconds();
+  for (const auto& [from, x] : slow_from) {
+    if (from.seconds() <= t) continue;
+    const double f = factor_at(Time::from_seconds(t));
+    if (t + work * f <= from.seconds()) break;
+    work -= (from.seconds() - t) / f;
+    t = from.seconds();
+  }
+  t += work * factor_at(Time::from_seconds(t));
+  return Time::from_seconds(t) - now;
+}
+
 bool replicas_identical(const TrainingJob& job) {
   const Plan& p = *job.plan;
   const size_t stages = static_cast<size_t>(p.stages());
@@ -46,7 +67,7 @@ bool replicas_identical(const TrainingJob& job) {
           ga.devices.size() != gb.devices.size() || ga.gpu != gb.gpu ||
           ga.program.size() != gb.program.size() || ga.segments.size() != gb.segments.size() ||
           ga.comms.size() != gb.comms.size() || ga.dp.size() != gb.dp.size() ||
-          ga.tied_bytes != gb.tied_bytes) {
+          ga.tied_bytes != gb.tied_bytes || ga.slow_from != gb.slow_from) {
         return false;
       }
       for (size_t i = 0; i < ga.segments.size(); ++i) {
@@ -216,7 +237,10 @@ class Replayer {
       switch (t.kind) {
         case TaskKind::compute: {
           const Time start = engine_.now();
-          const Time d = grp.segments[t.index].duration;
+          const Segment& seg = grp.segments[t.index];
+          const Time d = grp.slow_from.empty() || seg.ops.empty()
+                             ? seg.duration
+                             : stretched(grp.slow_from, start, seg.duration);
           engine_.schedule_in(d, [this, g, start, d] {
             State& st = st_[g];
             st.times.compute += d;

@@ -75,9 +75,12 @@ struct Group {
   std::vector<Task> program;
   double tied_bytes = 0;              // per rank, when the program holds a `tied` task
   std::optional<Time> tied_measured;  // as CommTemplate::measured
-  double params = 0;                  // parameters held per device
-  double compute_flops = 0;           // executed FLOPs per device over the iteration
-  double model_flops = 0;             // MFU numerator per device
+  // A slowdown from a time into the iteration on (a perturbation): (from, factor), sorted by
+  // time; a compute segment's part past `from` takes `factor` times as long.
+  std::vector<std::pair<Time, double>> slow_from;
+  double params = 0;         // parameters held per device
+  double compute_flops = 0;  // executed FLOPs per device over the iteration
+  double model_flops = 0;    // MFU numerator per device
 };
 
 struct TrainingJob {

@@ -107,6 +107,54 @@ TEST(Perturbation, SlowGpuInPureDataParallelDoublesItsComputeAndTheIterationFoll
   EXPECT_EQ(r1.folded_replicas, 1u);
 }
 
+TEST(Perturbation, ASlowdownFromMidIterationStretchesOnlyTheWorkAfterIt) {
+  const ModelConfig m = small_gpt();
+  const platform::Cluster c = cluster();
+  const Plan p = dp2(m, c);
+  const DatasheetCostModel cost;
+  const TrainingJob base = build_training_job(m, p, c, cost);
+  const ReplayResult r0 = run(base);
+  const Time C = r0.groups[1].compute;
+  const Time AR = r0.iteration - C;
+  // GPU 1 at half speed from C/2 on: its compute runs without a wait from 0 to the end of the
+  // backward pass, so the first C/2 is as before and the other C/2 (the optimizer's too, after
+  // the all-reduce) takes twice as long: 1.5 C, then the same all-reduce.
+  Perturbations q;
+  q.slow.push_back(SlowDevice{"1", 2.0, C.seconds() / 2});
+  const ResolvedPerturbations rp = resolve_perturbations(q, c);
+  ASSERT_TRUE(rp.compute_factor.empty()) << "timed only";
+  ASSERT_EQ(rp.timed.size(), 1u);
+  EXPECT_EQ(rp.description.front().rfind("node0.gpu1 (GPU 1) computes 2x slower from ", 0), 0u)
+      << rp.description.front();
+  TrainingJob job = build_training_job(m, p, c, cost);
+  slow_down_from(job, rp);
+  const ReplayResult r1 = run(job);
+  EXPECT_NEAR(r1.groups[1].compute.seconds(), 1.5 * C.seconds(), 1e-9);
+  EXPECT_EQ(r1.groups[0].compute, C);
+  // The optimizer is the slow replica's last step: the fast one waits for the all-reduce.
+  EXPECT_NEAR(r1.iteration.seconds(), 1.5 * C.seconds() + AR.seconds(), 1e-9);
+  EXPECT_EQ(r1.folded_replicas, 1u);
+  expect_same(r1, run(job, /*exact=*/true), "a timed slowdown: not folded");
+  // From after the iteration's end: nothing changes.
+  Perturbations late;
+  late.slow.push_back(SlowDevice{"1", 2.0, 10.0});
+  TrainingJob unaffected = build_training_job(m, p, c, cost);
+  slow_down_from(unaffected, resolve_perturbations(late, c));
+  EXPECT_EQ(run(unaffected).iteration, r0.iteration);
+  // Read from YAML, and its bad input.
+  EXPECT_EQ(parse_perturbation("slow: {gpu: 1, factor: 2, after: 0.25}").canonical(),
+            "slow 1 x2 after 0.25 s");
+  try {
+    parse_perturbation("slow: {gpu: 1, factor: 2, after: -1}");
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("slow.after: expected the seconds into the iteration "
+                                         "when it starts, 0 to 1e6, got -1"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Replan, BatchSharesMoveOffTheSlowReplicaAndWinBackMostOfTheLoss) {
   const ModelConfig m = small_gpt();
   const platform::Cluster c = cluster();
@@ -268,11 +316,11 @@ TEST(Perturbation, BadInputNamesTheOptionTheFieldAndWhatWasExpected) {
             "{link: node0.nic8->leaf0, factor: 0.5}\" or \"stragglers: {seed: 1, max: 2}\"");
   const platform::Cluster c = cluster();
   Perturbations x;
-  x.slow.push_back({"8", 2});
+  x.slow.push_back({"8", 2, std::nullopt});
   EXPECT_EQ(error_of([&] { resolve_perturbations(x, c); }),
             "perturbation slow.gpu: no GPU \"8\" in cluster dgx-a100 (8 GPUs: an index from 0 to "
             "7, or a name from node0.gpu0 to node0.gpu7)");
-  x.slow = {{"node0.gpu7", 2}};
+  x.slow = {{"node0.gpu7", 2, std::nullopt}};
   EXPECT_EQ(resolve_perturbations(x, c).compute_factor[7], 2);
   x.slow.clear();
   x.links.push_back({"node0.gpu1->node0.nvswitch99", 0.5});
