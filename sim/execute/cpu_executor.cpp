@@ -7,6 +7,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <memory>
 #include <thread>
@@ -78,7 +79,17 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-int floats(double bytes) { return static_cast<int>(std::max(1.0, std::ceil(bytes / 4))); }
+// Floats in a message of `bytes`; MPI counts are ints.
+int floats(double bytes) {
+  const double n = std::max(1.0, std::ceil(bytes / 4));
+  if (n > static_cast<double>(std::numeric_limits<int>::max())) {
+    throw RunError(fmt::format(
+        "execute: a message of {:.3g} bytes is beyond MPI's int count of floats; the CPU backend "
+        "runs small models",
+        bytes));
+  }
+  return static_cast<int>(n);
+}
 
 // The kernels of one rank's program, their buffers made once.
 class Kernels {

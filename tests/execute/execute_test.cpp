@@ -80,7 +80,13 @@ class Execute : public ::testing::Test {
         plan.c_str(), j["predicted_iteration_s"].get<double>(),
         j["measured_median_s"].get<double>(), j["measured_min_s"].get<double>(),
         j["measured_max_s"].get<double>(), 100 * error);
+#if defined(__SANITIZE_ADDRESS__)
+    // Instrumented, the executor's own bookkeeping (buffers, polling) runs several times slower
+    // than in the program whose time is predicted: the figure is printed, not held to 15%.
+    std::printf("  (AddressSanitizer build: the error is not asserted)\n");
+#else
     EXPECT_LT(std::abs(error), 0.15) << j.dump(2);
+#endif
     // Every kernel the prediction costs ran, as often as the program says.
     ASSERT_FALSE(j["kernels"].empty());
     for (const auto& k : j["kernels"]) {
