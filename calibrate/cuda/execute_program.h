@@ -24,11 +24,11 @@ struct ProgramOp {
   std::int64_t task = 0, segment = 0, op = 0;  // index in the program, the segment, the group's op
   ProgramOpKind kind = ProgramOpKind::memory;
   std::string name;
-  std::int64_t m = 0, n = 0, k = 0, batch = 0;       // gemm (batch 0 or 1: one matrix)
-  std::int64_t heads = 0, seq = 0, head_dim = 0;     // attention (batch above)
-  bool causal = false, fused = false;                // attention
-  double bytes = 0;                                  // memory: bytes moved
-  std::string memory_kernel;                         // memory: calibrate's kernel name
+  std::int64_t m = 0, n = 0, k = 0, batch = 0;    // gemm (batch 0 or 1: one matrix)
+  std::int64_t heads = 0, seq = 0, head_dim = 0;  // attention (batch above)
+  bool causal = false, fused = false;             // attention
+  double bytes = 0;                               // memory: bytes moved
+  std::string memory_kernel;                      // memory: calibrate's kernel name
   double predicted_s = 0;
 };
 
