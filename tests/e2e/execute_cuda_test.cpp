@@ -125,6 +125,35 @@ TEST(ExecuteCuda, ProgramFileHoldsExactlyTheKernelsOfTheJob) {
   }
 }
 
+TEST(ExecuteCuda, TheCommittedH200ProgramsAreCurrentAndRead) {
+  // experiments/h200-execute/programs/ is generated: regenerate it with
+  //   experiments/h200-execute/programs.sh write
+  const std::string src = HETSIM_SOURCE_DIR;
+  for (const std::string model : {"gpt3-125m", "gpt3-350m", "gpt3-1.3b"}) {
+    for (const int mb : {1, 2, 4}) {
+      const std::string name = model + "-mb" + std::to_string(mb);
+      const std::string out = ::testing::TempDir() + name + ".csv";
+      // From the repository root, as programs.sh runs it: the program names relative paths.
+      const std::string command =
+          "cd " + shell_quote(src) + " && " + shell_quote(HETSIM_BINARY) +
+          " execute --backend cuda --model " + model +
+          " --cluster dgx-h100 --nodes 1 --set 'node_types[0].gpu=h200-sxm-141gb' --plan "
+          "experiments/h200-execute/plan.yaml --plan-set micro_batch_size=" +
+          std::to_string(mb) + " --plan-set global_batch_size=" + std::to_string(4 * mb) +
+          " --calibration calibrate/data/h200-sxm-141gb.h5 --program-out " + shell_quote(out);
+      const CommandResult r = run_program("/bin/sh", {"-c", command});
+      ASSERT_EQ(r.exit_code, 0) << r.output;
+      const std::string committed = src + "/experiments/h200-execute/programs/" + name + ".csv";
+      EXPECT_EQ(read(out), read(committed))
+          << committed << " is stale: experiments/h200-execute/programs.sh write";
+      if (execute_program().empty()) continue;
+      const CommandResult dry =
+          run_program(execute_program(), {"--program", committed, "--dry-run"});
+      EXPECT_EQ(dry.exit_code, 0) << dry.output;
+    }
+  }
+}
+
 TEST(ExecuteCuda, TheCudaProgramsDryRunReadsTheProgram) {
   if (execute_program().empty())
     GTEST_SKIP() << "hetsim-execute-cuda was not built (no CUDA toolkit, or -DHETSIM_CUDA=OFF)";
