@@ -228,21 +228,31 @@ class Runner {
     }
     workspace_ = DeviceBuffer(workspace);
     CHECK_CUDA(cudaStreamSynchronize(stream_));
-    // Fused plans that finalised may still fail to execute: try each once, untimed.
+    // Fused plans that finalised may still fail to execute: try each shape once, untimed.
 #ifdef HETSIM_CALIBRATE_CUDNN
+    std::map<std::pair<AttentionKey, bool>, cudnnStatus_t> tried;
     for (std::size_t i = 0; i < p.ops.size(); ++i) {
       if (impl_[i] != "cudnn") continue;
       const ProgramOp& op = p.ops[i];
-      const CudnnSdpa& forward = *fused_.at(std::make_pair(attention_key(op), false));
-      cudnnStatus_t status = forward.try_run(sdpa_buffers(), workspace_.get(), stream_);
-      if (status == CUDNN_STATUS_SUCCESS && op.kind == ProgramOpKind::attention_backward) {
-        status = fused_.at(std::make_pair(attention_key(op), true))
-                     ->try_run(sdpa_buffers(), workspace_.get(), stream_);
+      const auto key = std::make_pair(attention_key(op),
+                                      op.kind == ProgramOpKind::attention_backward);
+      auto it = tried.find(key);
+      const bool first = it == tried.end();
+      if (first) {
+        const CudnnSdpa& forward = *fused_.at(std::make_pair(key.first, false));
+        cudnnStatus_t status = forward.try_run(sdpa_buffers(), workspace_.get(), stream_);
+        if (status == CUDNN_STATUS_SUCCESS && key.second)
+          status = fused_.at(key)->try_run(sdpa_buffers(), workspace_.get(), stream_);
+        CHECK_CUDA(cudaStreamSynchronize(stream_));
+        it = tried.emplace(key, status).first;
       }
-      CHECK_CUDA(cudaStreamSynchronize(stream_));
+      const cudnnStatus_t status = it->second;
       if (status != CUDNN_STATUS_SUCCESS) {
-        std::fprintf(stderr, "op %zu %s: cuDNN fused attention failed to execute (%s): UNFUSED\n",
-                     i, op.name.c_str(), cudnn_status_text(status).c_str());
+        if (first)
+          std::fprintf(stderr,
+                       "op %zu %s: cuDNN fused attention failed to execute (%s): UNFUSED (and "
+                       "every op of its shape)\n",
+                       i, op.name.c_str(), cudnn_status_text(status).c_str());
         unfused[i] = true;
       }
     }
@@ -316,7 +326,8 @@ class Runner {
     for (const bool backward : {false, true}) {
       if (backward && op.kind != ProgramOpKind::attention_backward) break;
       auto& plan = fused_[std::make_pair(attention_key(op), backward)];
-      if (!plan) {
+      const bool first = !plan;
+      if (first) {
         SdpaShape shape;
         shape.batch = op.batch;
         shape.heads = op.heads;
@@ -327,8 +338,11 @@ class Runner {
         plan = std::make_unique<CudnnSdpa>(cudnn_, shape);
       }
       if (!plan->supported()) {
-        std::fprintf(stderr, "op %zu %s: cuDNN has no fused plan (%s): UNFUSED\n", i,
-                     op.name.c_str(), plan->reason().c_str());
+        if (first)
+          std::fprintf(stderr,
+                       "op %zu %s: cuDNN has no fused plan (%s): UNFUSED (and every op of its "
+                       "shape)\n",
+                       i, op.name.c_str(), plan->reason().c_str());
         return false;
       }
       *workspace = std::max(*workspace, plan->workspace_bytes());
