@@ -202,7 +202,11 @@ int run_execute_cuda(const ExecuteOpts& o) {
     throw InputError(fmt::format("--iterations: expected 1 to 10000, got {}", o.iterations));
   if (o.warmup < 0 || o.warmup > 10000)
     throw InputError(fmt::format("--warmup: expected 0 to 10000, got {}", o.warmup));
-  if (!o.trace.empty()) throw InputError("--trace: not yet with --backend cuda");
+  if (!o.trace.empty()) {
+    const std::filesystem::path folder = std::filesystem::path(o.trace).parent_path();
+    if (!folder.empty() && !std::filesystem::is_directory(folder))
+      throw InputError("--trace " + o.trace + ": folder " + folder.string() + " does not exist");
+  }
   if (!o.fault.empty()) throw InputError("--fault: only with --backend cpu");
   study::RunSpec spec;
   spec.model = o.model;
@@ -303,6 +307,33 @@ int run_execute_cuda(const ExecuteOpts& o) {
         cm.predicted_iteration_s, predicted_s);
   }
   const execute::Comparison c = execute::compare(job, predicted, cm.measured);
+  if (!o.trace.empty()) {
+    // The iteration timed op by op. The trace draws a task's ops at its segment's durations,
+    // which tasks share: a copy of the job gives each compute task a segment of its own with
+    // the measured times.
+    workload::TrainingJob timed = job;
+    workload::Group& g = timed.groups.front();
+    size_t i = 0;
+    for (workload::Task& t : g.program) {
+      if (t.kind != workload::TaskKind::compute) continue;
+      workload::Segment s = g.segments[t.index];
+      s.duration = Time();
+      for (auto& op : s.ops) {
+        op.second = Time::from_seconds(cm.op_s.at(i++));
+        s.duration += op.second;
+      }
+      g.segments.push_back(std::move(s));
+      t.index = static_cast<uint32_t>(g.segments.size() - 1);
+    }
+    report::ChromeTrace trace(report::make_trace_filter(inputs.cluster, "", ""));
+    for (const execute::Event& e : cm.measured.events) {
+      trace.on_compute(timed, e.group, g.program[e.pc], Time::from_seconds(e.start),
+                       Time::from_seconds(e.end));
+    }
+    std::ofstream out(o.trace, std::ios::binary);
+    if (!out) throw InputError("--trace " + o.trace + ": cannot write the file");
+    trace.write(out, timed);
+  }
   if (o.json) {
     std::cout << execute::to_json(c, cm.measured) << "\n";
     return 0;
@@ -316,6 +347,7 @@ int run_execute_cuda(const ExecuteOpts& o) {
   if (!o.measured.empty()) std::cout << "  measured          " << o.measured << "\n";
   if (!attention.empty()) std::cout << "  attention ops     " << attention << "\n";
   std::cout << execute::to_text(c, cm.measured);
+  if (!o.trace.empty()) std::cout << "  trace (measured)  " << o.trace << "\n";
   return 0;
 }
 

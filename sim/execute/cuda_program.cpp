@@ -198,6 +198,7 @@ CudaMeasured read_cuda_measured(const workload::TrainingJob& job, const std::str
   m.devices[d].compute = compute;
   m.devices[d].finish = mean;
   for (auto& [name, k] : kernels) m.kernels.push_back(k);
+  r.op_s = std::move(op_s);
   return r;
 }
 

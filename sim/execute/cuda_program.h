@@ -7,6 +7,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "sim/execute/executor.h"
 #include "sim/workload/training_job.h"
@@ -26,6 +27,7 @@ struct CudaMeasured {
   std::string device_name;               // from the CSV's provenance, "" when absent
   double predicted_iteration_s = -1;     // what the program file said, -1 when absent
   std::map<std::string, int> attention;  // implementation ("cudnn", "unfused") -> ops
+  std::vector<double> op_s;  // each op of the program, from the iteration timed op by op
 };
 
 // Reads the CSV hetsim-execute-cuda wrote (`text`, from `file`) for this job's program: its op

@@ -242,6 +242,18 @@ TEST(ExecuteCuda, AMeasuredCsvFromElsewhereIsComparedHere) {
       run_hetsim(args(kSingle, {"--measured", csv, "--json"}), Capture::stdout_only);
   ASSERT_EQ(json.exit_code, 0) << json.output;
   EXPECT_NE(json.output.find("\"backend\": \"cuda\""), std::string::npos) << json.output;
+  // The measured trace: every op at its measured time (the embedding lookup, 1.25 x predicted).
+  const std::string trace = ::testing::TempDir() + "measured-trace.json";
+  const CommandResult t = run_hetsim(args(kSingle, {"--measured", csv, "--trace", trace}));
+  ASSERT_EQ(t.exit_code, 0) << t.output;
+  const std::string json_trace = read(trace);
+  EXPECT_EQ(json_trace.find("{\"displayTimeUnit\""), 0u) << json_trace.substr(0, 200);
+  EXPECT_NE(json_trace.find("\"name\":\"optimizer.adam\""), std::string::npos);
+  const size_t rows = op_rows(program).size();
+  size_t slices = 0;
+  for (size_t at = 0; (at = json_trace.find("\"cat\":\"compute\"", at)) != std::string::npos; ++at)
+    ++slices;
+  EXPECT_EQ(slices, rows);
 
   std::ofstream(csv) << fake_measured(program, 1.0, true);
   const CommandResult other = run_hetsim(args(kSingle, {"--measured", csv}));
