@@ -2,17 +2,23 @@
 // compare the measured iteration with the prediction (sim/execute/executor.h).
 #include <fmt/format.h>
 #include <mpi.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <cmath>
+#include <cstdio>
 #include <exception>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <sstream>
 
 #include "sim/cli/commands.h"
 #include "sim/config/yaml_util.h"
 #include "sim/core/error.h"
+#include "sim/execute/cuda_program.h"
 #include "sim/execute/executor.h"
 #include "sim/report/chrome_trace.h"
 #include "sim/study/run.h"
@@ -24,6 +30,7 @@ namespace {
 struct ExecuteOpts {
   ClusterFlags cluster;
   std::string model, plan, backend = "cpu", calibration, efficiency, trace, fault;
+  std::string program_out, measured;  // --backend cuda
   std::vector<std::string> plan_sets;
   int iterations = 3, warmup = 1;
   double timeout_s = 0;
@@ -84,11 +91,6 @@ int run_execute(const ExecuteOpts& o, const execute::MpiSession& mpi) {
   std::unique_ptr<workload::TrainingJob> owned;
   // Every rank reads the same inputs; they agree on the outcome before any waits for another.
   agree(mpi, [&] {
-    if (o.backend == "cuda") {
-      throw InputError(
-          "--backend cuda: the CUDA backend of execute is not built yet; --backend cpu runs the "
-          "plan with the CPU kernels and MPI");
-    }
     if (o.backend != "cpu")
       throw InputError("--backend: expected cpu or cuda, got \"" + o.backend + "\"");
     if (o.iterations < 1 || o.iterations > 10000)
@@ -178,6 +180,177 @@ int run_execute(const ExecuteOpts& o, const execute::MpiSession& mpi) {
   return 0;
 }
 
+// `--backend cuda`, one process: a single-GPU plan's kernels as a program file, run by the
+// standalone hetsim-execute-cuda beside this binary (calibrate/cuda/), or its CSV from elsewhere
+// (--measured); then the same comparison as the CPU backend.
+std::string quote_word(const std::string& w) {
+  std::string q = "'";
+  for (char c : w) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+std::string read_text(const std::string& path, const std::string& what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(what + " " + path + ": cannot read the file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+int run_execute_cuda(const ExecuteOpts& o) {
+  if (o.iterations < 1 || o.iterations > 10000)
+    throw InputError(fmt::format("--iterations: expected 1 to 10000, got {}", o.iterations));
+  if (o.warmup < 0 || o.warmup > 10000)
+    throw InputError(fmt::format("--warmup: expected 0 to 10000, got {}", o.warmup));
+  if (!o.trace.empty()) {
+    const std::filesystem::path folder = std::filesystem::path(o.trace).parent_path();
+    if (!folder.empty() && !std::filesystem::is_directory(folder))
+      throw InputError("--trace " + o.trace + ": folder " + folder.string() + " does not exist");
+  }
+  if (!o.fault.empty()) throw InputError("--fault: only with --backend cpu");
+  study::RunSpec spec;
+  spec.model = o.model;
+  spec.cluster = o.cluster.cluster;
+  spec.cluster_options = o.cluster.options();
+  spec.plan = o.plan;
+  spec.plan_sets = o.plan_sets;
+  const study::RunInputs inputs(spec);
+  const CostModels costs(o.efficiency, o.calibration);
+  const workload::TrainingJob job =
+      workload::build_training_job(inputs.model, inputs.plan, inputs.cluster, costs.get());
+  execute::check_cuda_job(job);
+  print_warnings(costs);
+  workload::ReplayOptions ro;
+  ro.exact = true;
+  const workload::ReplayResult predicted = workload::replay(job, nullptr, ro);
+  const double predicted_s = predicted.iteration.seconds();
+  const std::string program =
+      execute::cuda_program(job, predicted_s,
+                            fmt::format("model={} cluster={} plan={} micro_batch_size={} "
+                                        "global_batch_size={} calibration={}",
+                                        inputs.model.name, o.cluster.cluster, inputs.plan.source,
+                                        inputs.plan.micro_batch_size, inputs.plan.global_batch_size,
+                                        o.calibration.empty() ? "none" : o.calibration));
+  if (!o.program_out.empty()) {
+    std::ofstream out(o.program_out, std::ios::binary);
+    if (!(out << program) || !out.flush())
+      throw InputError("--program-out " + o.program_out + ": cannot write the file");
+    std::cerr << fmt::format("execute: wrote the program of {} ({:.6f} s predicted) to {}\n",
+                             inputs.plan.source, predicted_s, o.program_out);
+    if (o.measured.empty()) return 0;
+  }
+  std::string csv_path = o.measured, csv;
+  if (!o.measured.empty()) {
+    csv = read_text(o.measured, "--measured");
+  } else {
+    // The program is beside this binary, as hetsim-calibrate-cuda is (calibrate_command.cpp).
+    const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe");
+    std::filesystem::path bin = self.parent_path() / "calibrate" / "cuda" / "hetsim-execute-cuda";
+    if (!std::filesystem::exists(bin)) bin = self.parent_path() / "hetsim-execute-cuda";
+    if (!std::filesystem::exists(bin)) {
+      throw RunError(
+          "--backend cuda: hetsim-execute-cuda was not built (no CUDA toolkit when hetsim was "
+          "configured); write the program with --program-out, run it on a GPU machine "
+          "(calibrate/run_execute_gpu.sh) and compare here with --measured CSV");
+    }
+    const std::filesystem::path dir =
+        std::filesystem::temp_directory_path() / fmt::format("hetsim-execute-{}", ::getpid());
+    std::filesystem::create_directories(dir);
+    const std::string program_file = (dir / "program.csv").string();
+    csv_path = (dir / "measured.csv").string();
+    {
+      std::ofstream out(program_file, std::ios::binary);
+      if (!(out << program) || !out.flush())
+        throw RunError("cannot write the program file " + program_file);
+    }
+    std::cerr << fmt::format(
+        "execute: {} on one GPU, {} warm-up and {} measured iterations (predicted {:.6f} s "
+        "each)\n",
+        inputs.plan.source, o.warmup, o.iterations, predicted_s);
+    const std::string cmdline =
+        quote_word(bin.string()) + " --program " + quote_word(program_file) + " --out " +
+        quote_word(csv_path) +
+        fmt::format(" --iterations {} --warmup {} 2>&1", o.iterations, o.warmup);
+    std::string said;
+    int status = -1;
+    if (FILE* pipe = ::popen(cmdline.c_str(), "r")) {
+      char buffer[4096];
+      size_t n = 0;
+      while ((n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) said.append(buffer, n);
+      status = ::pclose(pipe);
+    }
+    const int rc = status == -1 ? -1 : WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+    while (!said.empty() && said.back() == '\n') said.pop_back();
+    if (rc != 0) {
+      std::error_code ignored;
+      std::filesystem::remove_all(dir, ignored);
+      const std::string why = said.empty() ? "it said nothing" : said;
+      if (rc == 3) {
+        throw RunError("--backend cuda: no GPU here (" + why +
+                       "); write the program with --program-out, run it on a GPU machine "
+                       "(calibrate/run_execute_gpu.sh) and compare here with --measured CSV");
+      }
+      throw RunError(
+          fmt::format("--backend cuda: hetsim-execute-cuda failed (exit status {}): {}", rc, why));
+    }
+    if (!said.empty()) std::cerr << said << "\n";
+    csv = read_text(csv_path, "measured CSV");
+    std::error_code ignored;
+    std::filesystem::remove_all(dir, ignored);
+  }
+  const execute::CudaMeasured cm = execute::read_cuda_measured(job, csv, csv_path);
+  if (cm.predicted_iteration_s > 0 &&
+      std::abs(cm.predicted_iteration_s - predicted_s) > 1e-3 * predicted_s) {
+    std::cerr << fmt::format(
+        "execute: note: the program that was measured predicted {:.6f} s, this prediction "
+        "{:.6f} s (another --calibration or hetsim version?)\n",
+        cm.predicted_iteration_s, predicted_s);
+  }
+  const execute::Comparison c = execute::compare(job, predicted, cm.measured);
+  if (!o.trace.empty()) {
+    // The iteration timed op by op. The trace draws a task's ops at its segment's durations,
+    // which tasks share: a copy of the job gives each compute task a segment of its own with
+    // the measured times.
+    workload::TrainingJob timed = job;
+    workload::Group& g = timed.groups.front();
+    size_t i = 0;
+    for (workload::Task& t : g.program) {
+      if (t.kind != workload::TaskKind::compute) continue;
+      workload::Segment s = g.segments[t.index];
+      s.duration = Time();
+      for (auto& op : s.ops) {
+        op.second = Time::from_seconds(cm.op_s.at(i++));
+        s.duration += op.second;
+      }
+      g.segments.push_back(std::move(s));
+      t.index = static_cast<uint32_t>(g.segments.size() - 1);
+    }
+    report::ChromeTrace trace(report::make_trace_filter(inputs.cluster, "", ""));
+    for (const execute::Event& e : cm.measured.events) {
+      trace.on_compute(timed, e.group, g.program[e.pc], Time::from_seconds(e.start),
+                       Time::from_seconds(e.end));
+    }
+    std::ofstream out(o.trace, std::ios::binary);
+    if (!out) throw InputError("--trace " + o.trace + ": cannot write the file");
+    trace.write(out, timed);
+  }
+  if (o.json) {
+    std::cout << execute::to_json(c, cm.measured) << "\n";
+    return 0;
+  }
+  std::string attention;
+  for (const auto& [impl, n] : cm.attention)
+    attention += fmt::format("{}{} {}", attention.empty() ? "" : ", ", n, impl);
+  std::cout << fmt::format("execute: {} on {} (1 GPU{}, backend cuda), plan {}\n",
+                           inputs.model.name, o.cluster.cluster,
+                           cm.device_name.empty() ? "" : ": " + cm.device_name, inputs.plan.source);
+  if (!o.measured.empty()) std::cout << "  measured          " << o.measured << "\n";
+  if (!attention.empty()) std::cout << "  attention ops     " << attention << "\n";
+  std::cout << execute::to_text(c, cm.measured);
+  if (!o.trace.empty()) std::cout << "  trace (measured)  " << o.trace << "\n";
+  return 0;
+}
+
 }  // namespace
 
 void add_execute_command(CLI::App& app, Action& action) {
@@ -202,9 +375,18 @@ void add_execute_command(CLI::App& app, Action& action) {
                   "predicted iteration, at least 60)");
   cmd->add_option("--trace", o->trace, "Write the measured iteration as a Chrome trace");
   cmd->add_flag("--json", o->json, "Print JSON");
+  cmd->add_option("--program-out", o->program_out,
+                  "--backend cuda: write the device's kernels as hetsim-execute-cuda's program "
+                  "file and stop (unless --measured is given too)");
+  cmd->add_option("--measured", o->measured,
+                  "--backend cuda: compare with this CSV of hetsim-execute-cuda (measured "
+                  "elsewhere, e.g. by calibrate/run_execute_gpu.sh) instead of running");
   cmd->add_option("--fault", o->fault, "Fault injection for tests: kill:RANK:TASK")->group("");
   cmd->callback([o, &action] {
     action = [o] {
+      if (o->backend == "cuda") return run_execute_cuda(*o);
+      if (!o->program_out.empty() || !o->measured.empty())
+        throw InputError("--program-out and --measured go with --backend cuda");
       const execute::MpiSession mpi;
       try {
         return run_execute(*o, mpi);

@@ -1,0 +1,280 @@
+// `hetsim execute --backend cuda` as far as this machine allows: the program file hetsim writes
+// for a single-GPU plan against the job's own kernels, the CUDA program's dry run over it (no GPU
+// needed), a measured CSV made elsewhere compared here (--measured), the refusal of plans over
+// more than one device, and a real run, which skips with the reason where there is no GPU.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "sim/study/run.h"
+#include "sim/workload/cost_model.h"
+#include "sim/workload/training_job.h"
+#include "tests/e2e/run_command.h"
+
+namespace hetsim::e2e {
+namespace {
+
+const std::string kData = std::string(HETSIM_SOURCE_DIR) + "/tests/data/execute/";
+const std::string kModel = kData + "tiny-gpt.yaml";
+const std::string kSingle = kData + "single.yaml";
+
+std::string execute_program() {
+#ifdef HETSIM_EXECUTE_CUDA_PROGRAM
+  return HETSIM_EXECUTE_CUDA_PROGRAM;
+#else
+  return "";
+#endif
+}
+
+std::vector<std::string> args(const std::string& plan, std::vector<std::string> more) {
+  std::vector<std::string> a = {"execute",  "--backend", "cuda", "--model", kModel, "--cluster",
+                                "dgx-h100", "--nodes",   "1",    "--plan",  plan};
+  a.insert(a.end(), more.begin(), more.end());
+  return a;
+}
+
+std::string read(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::vector<std::string> split(const std::string& line) {
+  std::vector<std::string> f;
+  std::stringstream ss(line);
+  for (std::string cell; std::getline(ss, cell, ',');) f.push_back(cell);
+  return f;
+}
+
+// The op rows of a program file (after its column line).
+std::vector<std::vector<std::string>> op_rows(const std::string& program) {
+  std::vector<std::vector<std::string>> rows;
+  std::stringstream in(program);
+  bool columns = false;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("task,segment,op,", 0) == 0) {
+      columns = true;
+    } else if (columns && !line.empty() && line[0] != '#') {
+      rows.push_back(split(line));
+    }
+  }
+  return rows;
+}
+
+std::string write_program(const std::string& name) {
+  const std::string out = ::testing::TempDir() + name;
+  const CommandResult r = run_hetsim(args(kSingle, {"--program-out", out}));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  return out;
+}
+
+TEST(ExecuteCuda, ProgramFileHoldsExactlyTheKernelsOfTheJob) {
+  const std::string file = write_program("single-program.csv");
+  const std::string program = read(file);
+  EXPECT_NE(program.find("\nhetsim-execute-program,1\nprecision,bf16\npredicted_iteration_s,"),
+            std::string::npos)
+      << program.substr(0, 400);
+
+  study::RunSpec spec;
+  spec.model = kModel;
+  spec.cluster = "dgx-h100";
+  spec.cluster_options.nodes = 1;
+  spec.plan = kSingle;
+  const study::RunInputs in(spec);
+  const workload::DatasheetCostModel cost;
+  const workload::TrainingJob job =
+      workload::build_training_job(in.model, in.plan, in.cluster, cost);
+  ASSERT_EQ(job.groups.size(), 1u);
+  const workload::Group& g = job.groups[0];
+  std::vector<std::pair<uint32_t, uint32_t>> expected;  // (task, op) in program order
+  size_t attention = 0;
+  for (uint32_t pc = 0; pc < g.program.size(); ++pc) {
+    if (g.program[pc].kind != workload::TaskKind::compute) continue;
+    for (const auto& [op, duration] : g.segments[g.program[pc].index].ops) {
+      expected.emplace_back(pc, op);
+      attention += g.ops[op].kind == workload::OpKind::attention_forward ||
+                   g.ops[op].kind == workload::OpKind::attention_backward;
+    }
+  }
+  const auto rows = op_rows(program);
+  ASSERT_EQ(rows.size(), expected.size());
+  EXPECT_NE(program.find("\nops," + std::to_string(expected.size()) + "\n"), std::string::npos);
+  // tiny-gpt: 4 layers, micro-batches 2 of global 4: 2 forward and 2 backward passes, each with
+  // one attention kernel per layer.
+  EXPECT_EQ(attention, 16u);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    ASSERT_EQ(rows[i].size(), 17u) << i;
+    const workload::Op& op = g.ops[expected[i].second];
+    EXPECT_EQ(rows[i][0], std::to_string(expected[i].first)) << i;
+    EXPECT_EQ(rows[i][2], std::to_string(expected[i].second)) << i;
+    EXPECT_EQ(rows[i][4], op.name) << i;
+    if (op.kind == workload::OpKind::gemm) {
+      EXPECT_EQ(rows[i][3], "gemm");
+      EXPECT_EQ(rows[i][5] + "x" + rows[i][6] + "x" + rows[i][7],
+                std::to_string(op.m) + "x" + std::to_string(op.n) + "x" + std::to_string(op.k));
+    } else if (op.kind == workload::OpKind::memory) {
+      EXPECT_EQ(rows[i][3], "memory");
+      EXPECT_FALSE(rows[i][15].empty()) << op.name;  // calibrate's kernel for it
+    } else {
+      EXPECT_EQ(rows[i][13], "1") << op.name;  // attention: flash -> fused
+      EXPECT_EQ(rows[i][10], "128") << op.name;
+    }
+  }
+}
+
+TEST(ExecuteCuda, TheCommittedH200ProgramsAreCurrentAndRead) {
+  // experiments/h200-execute/programs/ is generated: regenerate it with
+  //   experiments/h200-execute/programs.sh write
+  const std::string src = HETSIM_SOURCE_DIR;
+  for (const std::string model : {"gpt3-125m", "gpt3-350m", "gpt3-1.3b"}) {
+    for (const int mb : {1, 2, 4}) {
+      const std::string name = model + "-mb" + std::to_string(mb);
+      const std::string out = ::testing::TempDir() + name + ".csv";
+      // From the repository root, as programs.sh runs it: the program names relative paths.
+      const std::string command =
+          "cd " + shell_quote(src) + " && " + shell_quote(HETSIM_BINARY) +
+          " execute --backend cuda --model " + model +
+          " --cluster dgx-h100 --nodes 1 --set 'node_types[0].gpu=h200-sxm-141gb' --plan "
+          "experiments/h200-execute/plan.yaml --plan-set micro_batch_size=" +
+          std::to_string(mb) + " --plan-set global_batch_size=" + std::to_string(4 * mb) +
+          " --calibration calibrate/data/h200-sxm-141gb.h5 --program-out " + shell_quote(out);
+      const CommandResult r = run_program("/bin/sh", {"-c", command});
+      ASSERT_EQ(r.exit_code, 0) << r.output;
+      const std::string committed = src + "/experiments/h200-execute/programs/" + name + ".csv";
+      EXPECT_EQ(read(out), read(committed))
+          << committed << " is stale: experiments/h200-execute/programs.sh write";
+      if (execute_program().empty()) continue;
+      const CommandResult dry =
+          run_program(execute_program(), {"--program", committed, "--dry-run"});
+      EXPECT_EQ(dry.exit_code, 0) << dry.output;
+    }
+  }
+}
+
+TEST(ExecuteCuda, TheCudaProgramsDryRunReadsTheProgram) {
+  if (execute_program().empty())
+    GTEST_SKIP() << "hetsim-execute-cuda was not built (no CUDA toolkit, or -DHETSIM_CUDA=OFF)";
+  const std::string file = write_program("dry-program.csv");
+  const size_t ops = op_rows(read(file)).size();
+  const CommandResult r = run_program(execute_program(), {"--program", file, "--dry-run"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find(": " + std::to_string(ops) + " ops ("), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("8 attention_forward, 8 attention_backward"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("precision bf16"), std::string::npos) << r.output;
+
+  // A broken program: the line and the field.
+  std::string text = read(file);
+  const size_t at = text.find(",memory,");
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, 8, ",memroy,");
+  const std::string bad = ::testing::TempDir() + "bad-program.csv";
+  std::ofstream(bad) << text;
+  const CommandResult b = run_program(execute_program(), {"--program", bad, "--dry-run"});
+  EXPECT_EQ(b.exit_code, 2) << b.output;
+  EXPECT_NE(b.output.find("bad-program.csv:"), std::string::npos) << b.output;
+  EXPECT_NE(b.output.find("kind: expected gemm, attention_forward, attention_backward or memory, "
+                          "got \"memroy\""),
+            std::string::npos)
+      << b.output;
+  const CommandResult none = run_program(execute_program(), {"--dry-run"});
+  EXPECT_EQ(none.exit_code, 2) << none.output;
+  EXPECT_NE(none.output.find("--program: required"), std::string::npos) << none.output;
+}
+
+TEST(ExecuteCuda, PlansOverMoreThanOneDeviceAreRefused) {
+  const CommandResult r = run_hetsim(args(kData + "single-dp2.yaml", {}));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("2 devices (data parallel 2, tensor parallel 1, pipeline parallel 1): "
+                          "the CUDA backend of execute runs single-GPU plans only"),
+            std::string::npos)
+      << r.output;
+  const CommandResult cpu =
+      run_hetsim({"execute", "--model", kModel, "--plan", kSingle, "--measured", "x.csv"});
+  EXPECT_EQ(cpu.exit_code, 2) << cpu.output;
+  EXPECT_NE(cpu.output.find("--program-out and --measured go with --backend cuda"),
+            std::string::npos)
+      << cpu.output;
+}
+
+std::string exact(double v) {
+  std::ostringstream os;
+  os.precision(17);
+  os << v;
+  return os.str();
+}
+
+// A measured CSV as hetsim-execute-cuda writes it, every op `factor` times its prediction.
+std::string fake_measured(const std::string& program, double factor, bool rename_one) {
+  std::string csv =
+      "# hetsim-execute-cuda measured\n# device_name=Test GPU\nkind,index,task,name,"
+      "impl,seconds\n";
+  double sum = 0;
+  const auto rows = op_rows(program);
+  for (const auto& r : rows) sum += std::stod(r[16]) * factor;
+  for (int k = 0; k < 3; ++k) csv += "iteration," + std::to_string(k) + ",,,," + exact(sum) + "\n";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const std::string name = rename_one && i == 5 ? "other" : rows[i][4];
+    const std::string impl = rows[i][3] == "gemm"     ? "cublaslt-bf16"
+                             : rows[i][3] == "memory" ? rows[i][15]
+                                                      : "cudnn";
+    csv += "op," + std::to_string(i) + "," + rows[i][0] + "," + name + "," + impl + "," +
+           exact(std::stod(rows[i][16]) * factor) + "\n";
+  }
+  return csv;
+}
+
+TEST(ExecuteCuda, AMeasuredCsvFromElsewhereIsComparedHere) {
+  const std::string program = read(write_program("measured-program.csv"));
+  const std::string csv = ::testing::TempDir() + "measured.csv";
+  std::ofstream(csv) << fake_measured(program, 1.25, false);
+  const CommandResult r = run_hetsim(args(kSingle, {"--measured", csv}), Capture::stdout_only);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("(1 GPU: Test GPU, backend cuda)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("attention ops     16 cudnn"), std::string::npos) << r.output;
+  // Every kernel 25% slower than predicted: each kernel's error is -20%.
+  EXPECT_NE(r.output.find("qkv"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("-20.0%"), std::string::npos) << r.output;
+  const CommandResult json =
+      run_hetsim(args(kSingle, {"--measured", csv, "--json"}), Capture::stdout_only);
+  ASSERT_EQ(json.exit_code, 0) << json.output;
+  EXPECT_NE(json.output.find("\"backend\": \"cuda\""), std::string::npos) << json.output;
+  // The measured trace: every op at its measured time (the embedding lookup, 1.25 x predicted).
+  const std::string trace = ::testing::TempDir() + "measured-trace.json";
+  const CommandResult t = run_hetsim(args(kSingle, {"--measured", csv, "--trace", trace}));
+  ASSERT_EQ(t.exit_code, 0) << t.output;
+  const std::string json_trace = read(trace);
+  EXPECT_EQ(json_trace.find("{\"displayTimeUnit\""), 0u) << json_trace.substr(0, 200);
+  EXPECT_NE(json_trace.find("\"name\":\"optimizer.adam\""), std::string::npos);
+  const size_t rows = op_rows(program).size();
+  size_t slices = 0;
+  for (size_t at = 0; (at = json_trace.find("\"cat\":\"compute\"", at)) != std::string::npos; ++at)
+    ++slices;
+  EXPECT_EQ(slices, rows);
+
+  std::ofstream(csv) << fake_measured(program, 1.0, true);
+  const CommandResult other = run_hetsim(args(kSingle, {"--measured", csv}));
+  EXPECT_EQ(other.exit_code, 2) << other.output;
+  EXPECT_NE(other.output.find("op 5 is 5 \"other\""), std::string::npos) << other.output;
+  EXPECT_NE(other.output.find("measured for another plan?"), std::string::npos) << other.output;
+}
+
+TEST(ExecuteCuda, RunsTheSingleGpuPlanOnTheGpu) {
+  if (execute_program().empty())
+    GTEST_SKIP() << "hetsim-execute-cuda was not built (no CUDA toolkit, or -DHETSIM_CUDA=OFF)";
+  const CommandResult r = run_hetsim(args(kSingle, {"--iterations", "3", "--warmup", "1"}));
+  if (r.exit_code != 0 && r.output.find("no GPU here") != std::string::npos) {
+    // Without a GPU: one message and a non-zero exit, then the skip.
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    GTEST_SKIP() << "no GPU on this machine (hetsim said: " << r.output << ")";
+  }
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("backend cuda"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("measured"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace hetsim::e2e
