@@ -337,12 +337,16 @@ int run(const Options& o) {
   int last_pct = -1;
   for (const Item& it : items) {
     int stop = interrupted ? 1 : 0;
-    if (it.all_ranks) MPI_Allreduce(MPI_IN_PLACE, &stop, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    // Under mpirun every rank runs every measurement at once (only rank 0 records a kernel's):
+    // a kernel is timed with every core computing, as when a plan runs one rank per core
+    // (hetsim execute), not on one busy core beside idle ones.
+    const bool together = it.all_ranks || size > 1;
+    if (together) MPI_Allreduce(MPI_IN_PLACE, &stop, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     if (stop) break;
     int skip = lead ? done.count(key_of(it.key)) : 0;
-    if (it.all_ranks) MPI_Bcast(&skip, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (together) MPI_Bcast(&skip, 1, MPI_INT, 0, MPI_COMM_WORLD);
     if (skip) continue;
-    if (!lead && !it.all_ranks) continue;
+    if (!lead && !together) continue;
     const std::string line = it.run();
     if (!lead) continue;
     jout << line << "\n" << std::flush;
