@@ -167,6 +167,7 @@ struct Transfer {
   int tag = 0;
   int count = 0;  // floats
   uint32_t peer_group = 0;
+  std::vector<float> buffer;  // made once; every request on it ends within its iteration
 };
 
 // One rank's program, communicators and buffers.
@@ -251,9 +252,9 @@ class Rank {
       std::vector<Transfer> list;
       for (size_t j = 0; j < n; ++j) {
         if (j % mine.size() != j_) continue;
-        list.push_back(Transfer{static_cast<int>(theirs[j % theirs.size()]), tag,
-                                std::max(2, floats(job.activation_bytes_per_transfer / n)),
-                                peer_group});
+        const int count = std::max(2, floats(job.activation_bytes_per_transfer / n));
+        list.push_back(Transfer{static_cast<int>(theirs[j % theirs.size()]), tag, count, peer_group,
+                                std::vector<float>(count, 0.0f)});
       }
       transfers_.push_back(std::move(list));
     }
@@ -280,11 +281,11 @@ class Rank {
     for (const Task& t : grp.program) {
       if (t.kind != TaskKind::send && t.kind != TaskKind::recv) continue;
       if (t.kind == TaskKind::recv) {
-        for (const Transfer& x : transfers_[ti]) {
+        for (Transfer& x : transfers_[ti]) {
           Pending p;
-          p.buffer.assign(x.count, 0.0f);
+          p.buffer = x.buffer.data();
           p.peer_group = x.peer_group;
-          MPI_Irecv(p.buffer.data(), x.count, MPI_FLOAT, x.peer, x.tag, MPI_COMM_WORLD, &p.request);
+          MPI_Irecv(x.buffer.data(), x.count, MPI_FLOAT, x.peer, x.tag, MPI_COMM_WORLD, &p.request);
           recvs_.push_back(std::move(p));
         }
       }
@@ -364,16 +365,15 @@ class Rank {
         }
         case TaskKind::send: {
           const bool blocking = job_.plan->framework.blocking_p2p;
-          for (const Transfer& x : transfers_[ti]) {
+          for (Transfer& x : transfers_[ti]) {
             sends_.emplace_back();
             Async& a = sends_.back();
-            a.buffer.assign(x.count, 0.0f);
-            a.buffer[0] = static_cast<float>(start);  // the receiver's trace shows when it left
+            x.buffer[0] = static_cast<float>(start);  // the receiver's trace shows when it left
             if (blocking) {
-              MPI_Issend(a.buffer.data(), x.count, MPI_FLOAT, x.peer, x.tag, MPI_COMM_WORLD,
+              MPI_Issend(x.buffer.data(), x.count, MPI_FLOAT, x.peer, x.tag, MPI_COMM_WORLD,
                          &a.request);
             } else {
-              MPI_Isend(a.buffer.data(), x.count, MPI_FLOAT, x.peer, x.tag, MPI_COMM_WORLD,
+              MPI_Isend(x.buffer.data(), x.count, MPI_FLOAT, x.peer, x.tag, MPI_COMM_WORLD,
                         &a.request);
             }
           }
@@ -412,15 +412,8 @@ class Rank {
           break;
         }
         case TaskKind::tied: {
-          for (MPI_Comm c : tied_) {
-            const auto& a = job_.groups[grp.replica * job_.plan->stages()].devices;
-            const auto& b =
-                job_.groups[grp.replica * job_.plan->stages() + job_.plan->stages() - 1].devices;
-            const size_t n = std::max(a.size(), b.size());
-            const double bytes = job_.groups[grp.replica * job_.plan->stages()].tied_bytes *
-                                 static_cast<double>(a.size()) / static_cast<double>(n);
-            collective(CommKind::allreduce, bytes, c, tied_buffer_, nullptr);
-          }
+          const double bytes = workload::tied_pair_bytes(job_, grp.replica);
+          for (MPI_Comm c : tied_) collective(CommKind::allreduce, bytes, c, tied_buffer_, nullptr);
           const double end = now();
           times.dp += end - start;
           if (record) events_.push_back(Event{group(), uint32_t(pc), 0, 2, start, end});
@@ -453,7 +446,7 @@ class Rank {
   };
   struct Pending {
     MPI_Request request = MPI_REQUEST_NULL;
-    std::vector<float> buffer;
+    const float* buffer = nullptr;  // its Transfer's
     uint32_t peer_group = 0;
     bool done = false;
     double end = 0;

@@ -640,16 +640,12 @@ class Replayer {
     if (slot) return *slot;
     unsealed("tied embedding");
     const uint32_t a = r * stages_, b = r * stages_ + stages_ - 1;
-    const auto& da = job_.groups[a].devices;
-    const auto& db = job_.groups[b].devices;
-    const size_t n = std::max(da.size(), db.size());
-    const double bytes =
-        job_.groups[a].tied_bytes * static_cast<double>(da.size()) / static_cast<double>(n);
-    slot = std::make_unique<Plans>(plans_for(CommKind::allreduce, bytes, [&](uint32_t c) {
-      const auto& ca = job_.groups[c * stages_ + a].devices;
-      const auto& cb = job_.groups[c * stages_ + b].devices;
-      return std::vector<platform::GpuId>{ca[j % ca.size()], cb[j % cb.size()]};
-    }));
+    slot = std::make_unique<Plans>(
+        plans_for(CommKind::allreduce, tied_pair_bytes(job_, r), [&](uint32_t c) {
+          const auto& ca = job_.groups[c * stages_ + a].devices;
+          const auto& cb = job_.groups[c * stages_ + b].devices;
+          return std::vector<platform::GpuId>{ca[j % ca.size()], cb[j % cb.size()]};
+        }));
     return *slot;
   }
 

@@ -214,6 +214,14 @@ TrainingJob skeleton_job(const ModelConfig& model, const Plan& plan,
   return job;
 }
 
+double tied_pair_bytes(const TrainingJob& job, uint32_t replica) {
+  const uint32_t stages = static_cast<uint32_t>(job.plan->stages());
+  const Group& a = job.groups[replica * stages];
+  const Group& b = job.groups[replica * stages + stages - 1];
+  const size_t n = std::max(a.devices.size(), b.devices.size());
+  return a.tied_bytes * static_cast<double>(a.devices.size()) / static_cast<double>(n);
+}
+
 namespace {
 
 // The collectives calibration measured on the job's GPUs, at their rank and node counts.
@@ -248,10 +256,9 @@ void measured_collectives(TrainingJob& job, const CostModel& cost) {
     const Group& a = job.groups[g.replica * stages];
     const Group& b = job.groups[g.replica * stages + stages - 1];
     if (g.tied_bytes > 0 && one_type({a.devices.front(), b.devices.front()})) {
-      const size_t n = std::max(a.devices.size(), b.devices.size());
-      const double bytes = a.tied_bytes * static_cast<double>(a.devices.size()) / n;
-      g.tied_measured = cost.collective_time(CommKind::allreduce, bytes, 2,
-                                             nodes({a.devices.front(), b.devices.front()}), *g.gpu);
+      g.tied_measured =
+          cost.collective_time(CommKind::allreduce, tied_pair_bytes(job, g.replica), 2,
+                               nodes({a.devices.front(), b.devices.front()}), *g.gpu);
     }
   }
 }

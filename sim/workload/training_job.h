@@ -114,6 +114,9 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
 // reads, at a fraction of the cost of the whole job (the planner checks hundreds of plans).
 TrainingJob skeleton_job(const ModelConfig& model, const Plan& plan,
                          const platform::Cluster& cluster);
+// Bytes each pair of end-stage ranks all-reduces for replica `replica`'s tied embedding: the
+// first stage's shard, spread over the wider of the two stages' tensor-parallel groups.
+double tied_pair_bytes(const TrainingJob& job, uint32_t replica);
 // Parameters one device of stage `stage` holds (its layers, the embedding on the first stage,
 // the head and a tied output copy on the last), over its tensor-parallel degree.
 double group_params(const ModelConfig& model, const Plan& plan, const StagePlan& st, int stage);
