@@ -175,7 +175,6 @@ class Rank {
  public:
   Rank(const workload::TrainingJob& job, const Options& o, int rank)
       : job_(job), o_(o), rank_(rank) {
-    const uint32_t stages = job.plan->stages();
     for (uint32_t g = 0; g < job.groups.size(); ++g) {
       const auto& d = job.groups[g].devices;
       const auto it = std::find(d.begin(), d.end(), static_cast<platform::GpuId>(rank));
@@ -192,20 +191,25 @@ class Rank {
       if (static_cast<int>(g) == g_ && members.size() > 1) tp_ = comm_of(members, tag);
       ++tag;
     }
-    const uint32_t replicas = static_cast<uint32_t>(job.plan->replicas.size());
-    for (uint32_t s = 0; s < stages && replicas > 1; ++s) {
-      for (uint32_t j = 0; j < job.groups[s].devices.size(); ++j) {
+    // Data parallel: one communicator per set of member groups (every replica's copy of a
+    // stage, or of an asymmetric plan's layer segment) and tensor-parallel rank.
+    dp_.assign(job.dp_peers.size(), MPI_COMM_NULL);
+    for (size_t p = 0; p < job.dp_peers.size(); ++p) {
+      const auto& set = job.dp_peers[p];
+      for (uint32_t j = 0; j < job.groups[set.front()].devices.size(); ++j) {
         std::vector<int> members;
-        for (uint32_t r = 0; r < replicas; ++r)
-          members.push_back(static_cast<int>(job.groups[r * stages + s].devices[j]));
+        for (uint32_t g : set) members.push_back(static_cast<int>(job.groups[g].devices[j]));
         if (std::find(members.begin(), members.end(), rank) != members.end())
-          dp_ = comm_of(members, tag);
+          dp_[p] = comm_of(members, tag);
         ++tag;
       }
     }
-    for (uint32_t r = 0; r < replicas && stages > 1; ++r) {
-      const auto& a = job.groups[r * stages].devices;
-      const auto& b = job.groups[r * stages + stages - 1].devices;
+    const uint32_t replicas = static_cast<uint32_t>(job.plan->replicas.size());
+    for (uint32_t r = 0; r < replicas; ++r) {
+      const uint32_t stages = job.stages_of(r);
+      if (stages < 2) continue;
+      const auto& a = job.group(r, 0).devices;
+      const auto& b = job.group(r, stages - 1).devices;
       const size_t n = std::max(a.size(), b.size());
       for (size_t j = 0; j < n; ++j) {
         const std::vector<int> members = {static_cast<int>(a[j % a.size()]),
@@ -224,6 +228,7 @@ class Rank {
       const bool backward = t.pass == workload::Pass::backward;
       const bool send = t.kind == TaskKind::send;
       // The sender's stage and chunk: a receive gets what the neighbour sent.
+      const uint32_t stages = job.stages_of(grp.replica);
       uint32_t stage = grp.stage, chunk = t.chunk;
       const bool downstream = send ? !backward : backward;  // the peer is the next stage
       if (downstream) {
@@ -245,7 +250,7 @@ class Rank {
       const uint32_t recv_chunk = send ? chunk : t.chunk;
       const int tag =
           static_cast<int>((uint32_t{backward} * job.chunks + recv_chunk) * mbs + t.micro_batch);
-      const uint32_t peer_group = grp.replica * stages + stage;
+      const uint32_t peer_group = job.first_group[grp.replica] + stage;
       const auto& mine = grp.devices;
       const auto& theirs = job.groups[peer_group].devices;
       const size_t n = std::max(mine.size(), theirs.size());
@@ -261,8 +266,9 @@ class Rank {
   }
 
   ~Rank() {
-    for (MPI_Comm* c : {&tp_, &dp_})
-      if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
+    if (tp_ != MPI_COMM_NULL) MPI_Comm_free(&tp_);
+    for (MPI_Comm& c : dp_)
+      if (c != MPI_COMM_NULL) MPI_Comm_free(&c);
     for (MPI_Comm& c : tied_) MPI_Comm_free(&c);
   }
 
@@ -391,8 +397,9 @@ class Rank {
           Async& a = dp_async_.back();
           a.pc = pc;
           a.start = start;
-          if (dp_ != MPI_COMM_NULL) {
-            collective(dc.kind, dc.bytes, dp_, dp_buffers_[dp_issued], &a.request);
+          const MPI_Comm dp = dp_[job_.dp_syncs[dc.sync].peers];
+          if (dp != MPI_COMM_NULL) {
+            collective(dc.kind, dc.bytes, dp, dp_buffers_[dp_issued], &a.request);
           } else {
             a.request = MPI_REQUEST_NULL;
           }
@@ -515,7 +522,8 @@ class Rank {
   int rank_ = 0;
   int g_ = -1;
   uint32_t j_ = 0;
-  MPI_Comm tp_ = MPI_COMM_NULL, dp_ = MPI_COMM_NULL;
+  MPI_Comm tp_ = MPI_COMM_NULL;
+  std::vector<MPI_Comm> dp_;  // by TrainingJob::dp_peers set; null where this rank is not in it
   std::vector<MPI_Comm> tied_;
   std::unique_ptr<Kernels> kernels_;
   std::vector<std::vector<Transfer>> transfers_;  // per send/recv task, in program order

@@ -264,6 +264,7 @@ const Estimator::Pieces& Estimator::pieces(const Plan& plan, const config::GpuPr
 }
 
 Estimate Estimator::estimate(const Plan& plan) {
+  if (plan.asymmetric()) return asymmetric(plan);
   const int S = plan.stages();
   const int v = plan.interleave;
   const int V = S * v;
@@ -339,7 +340,7 @@ Estimate Estimator::estimate(const Plan& plan) {
       }
       w[s] = fwd[s] + bwd[s];
       // With this group's optimizer step: the busiest group's compute, no more (a bound).
-      const double params = workload::group_params(model_, plan, st, s);
+      const double params = workload::group_params(model_, st, s, S);
       const double shard = plan.zero_stage >= 1 && dp ? params / static_cast<double>(R) : params;
       const double opt =
           optimizer_s(*cluster_.gpu(st.devices.front()).profile, shard, plan.precision);
@@ -442,7 +443,7 @@ Estimate Estimator::estimate(const Plan& plan) {
       out.dp_exposed_s = std::max(out.dp_exposed_s, finish - ready[s]);
     }
     finish += fw.host_per_step.seconds();
-    const double params = workload::group_params(model_, plan, st, s);
+    const double params = workload::group_params(model_, st, s, S);
     const double shard = plan.zero_stage >= 1 && dp ? params / static_cast<double>(R) : params;
     const double optimizer =
         optimizer_s(*cluster_.gpu(st.devices.front()).profile, shard, plan.precision);
@@ -452,6 +453,75 @@ Estimate Estimator::estimate(const Plan& plan) {
     iteration = std::max(iteration, finish);
   }
   out.iteration_s = iteration;
+  return out;
+}
+
+Estimate Estimator::asymmetric(const Plan& plan) {
+  // Each replica alone: its passes, bubbles, tied reduction, host step and optimizer (ZeRO is
+  // off for asymmetric plans, so the optimizer does not depend on the other replicas).
+  Estimate out;
+  double alone = 0;
+  Plan one = plan;
+  for (const workload::ReplicaPlan& rep : plan.replicas) {
+    one.replicas = {rep};
+    const Estimate e = estimate(one);
+    alone = std::max(alone, e.iteration_s);
+    out.compute_s = std::max(out.compute_s, e.compute_s);
+    out.pipeline_s = std::max(out.pipeline_s, e.pipeline_s);
+  }
+  // Each layer segment's gradient buckets, as the job builder cuts them, over the segment's
+  // holders (rank j of each). A group reduces its segments one after the other, top first:
+  // overlapped, only its last bucket is left after its backward pass; after the backward pass,
+  // all of them.
+  const double e = workload::element_bytes(plan.precision);
+  const double grad_bytes = plan.fp32_main_grads ? 4 : e;
+  const bool overlapped = plan.gradient_reduction == workload::GradReduction::overlapped;
+  const CommKind kind = CommKind::allreduce;
+  const std::vector<int> cuts = workload::layer_segments(plan, model_.layers);
+  const size_t K = cuts.size() - 1;
+  std::vector<double> segment_s(K, 0.0), last_s(K, 0.0);
+  for (size_t k = 0; k < K; ++k) {
+    std::vector<const StagePlan*> holders;
+    for (const workload::ReplicaPlan& rep : plan.replicas) {
+      size_t s = 0;
+      while (rep.stages[s].first_layer + rep.stages[s].layers <= cuts[k]) ++s;
+      holders.push_back(&rep.stages[s]);
+    }
+    const int t = holders.front()->tensor_parallel();
+    std::vector<std::vector<platform::GpuId>> ranks(t);
+    for (int j = 0; j < t; ++j)
+      for (const StagePlan* h : holders) ranks[j].push_back(h->devices[j]);
+    const Groups peers = groups(std::move(ranks));
+    const double layer_grad = grad_bytes * model_.layer_params() / t;
+    double bucket = k + 1 == K ? grad_bytes * model_.output_params() / t : 0;
+    auto flush = [&] {
+      if (bucket <= 0) return;
+      last_s[k] = collectives_s(kind, bucket, peers);
+      segment_s[k] += last_s[k];
+      bucket = 0;
+    };
+    for (int l = cuts[k + 1] - 1; l >= cuts[k]; --l) {
+      bucket += layer_grad;
+      if (bucket >= plan.bucket_bytes) flush();
+    }
+    if (k == 0) bucket += grad_bytes * model_.embedding_params() / t;
+    flush();
+  }
+  for (const workload::ReplicaPlan& rep : plan.replicas) {
+    for (const StagePlan& st : rep.stages) {
+      double exposed = 0;
+      for (size_t k = 0; k < K; ++k) {
+        if (cuts[k] < st.first_layer || cuts[k] >= st.first_layer + st.layers) continue;
+        if (overlapped) {
+          exposed = last_s[k];  // the stage's lowest segment comes last
+          break;
+        }
+        exposed += segment_s[k];
+      }
+      out.dp_exposed_s = std::max(out.dp_exposed_s, exposed);
+    }
+  }
+  out.iteration_s = alone + out.dp_exposed_s;
   return out;
 }
 

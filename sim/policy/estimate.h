@@ -75,6 +75,9 @@ class Estimator {
     std::vector<std::vector<uint64_t>> hop_keys;  // hashes of `hops`
   };
   const Layout& layout(const workload::Plan& plan);
+  // Replicas whose stages differ (Plan::asymmetric): each replica's pipeline on its own, then
+  // each layer segment's gradient buckets among the stages that hold it.
+  Estimate asymmetric(const workload::Plan& plan);
   Groups groups(std::vector<std::vector<platform::GpuId>> ranks) const;
   const Pieces& pieces(const workload::Plan& plan, const config::GpuProfile& gpu, const Groups& tp);
   Piece piece(const std::vector<workload::Step>& steps, const config::GpuProfile& gpu,

@@ -47,7 +47,7 @@ std::vector<DeviceMemory> memory_per_group(const TrainingJob& job) {
     const StagePlan& st = p.replicas[g.replica].stages[g.stage];
     // Walk the schedule: a forward pass stores its chunk's activations until its backward.
     const auto order =
-        stage_schedule(p.schedule, static_cast<int>(g.stage), p.stages(),
+        stage_schedule(p.schedule, static_cast<int>(g.stage), p.stages(g.replica),
                        p.replicas[g.replica].micro_batches, job.chunks, p.microbatch_group);
     double live = 0, peak = 0;
     for (const ScheduleItem& it : order) {
@@ -60,7 +60,7 @@ std::vector<DeviceMemory> memory_per_group(const TrainingJob& job) {
     // and the gradient buckets in flight.
     double work = 0;
     if (p.recompute == Recompute::full) work += layer_activation_bytes(m, s, Recompute::none);
-    if (g.stage + 1 == static_cast<uint32_t>(p.stages())) {
+    if (g.stage + 1 == static_cast<uint32_t>(p.stages(g.replica))) {
       work +=
           2.0 * 4 * static_cast<double>(s.micro_batch) * s.sequence * m.vocab / s.tensor_parallel;
     }

@@ -364,18 +364,37 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
         }
       }
     }
-    // Gradients are reduced between the same stage of every replica: they must match.
-    for (size_t r = 1; r < p.replicas.size(); ++r) {
-      const auto& a = p.replicas[0].stages;
-      const auto& b = p.replicas[r].stages;
-      bool same = a.size() == b.size();
-      for (size_t s = 0; same && s < a.size(); ++s) {
-        same = a[s].layers == b[s].layers && a[s].tensor_parallel() == b[s].tensor_parallel();
+    // Replicas whose stages differ reduce each layer's gradients among the stages that hold it,
+    // rank by rank: those stages must split the layer the same way.
+    if (p.asymmetric()) {
+      if (p.zero_stage != 0) {
+        throw InputError(where(file, root["zero_stage"]) +
+                         ": zero_stage: " + std::to_string(p.zero_stage) +
+                         " shards the training state among stages that match replica for "
+                         "replica; these replicas' stages differ (in number, layers or "
+                         "tensor-parallel degree), so use zero_stage 0");
       }
-      if (!same) {
-        throw InputError(where(file, reps[r]) + ": replicas[" + std::to_string(r) +
-                         "]: its stages must hold the same layers with the same tensor-parallel "
-                         "degree as replicas[0]'s (gradients are all-reduced stage by stage)");
+      const std::vector<int> cuts = layer_segments(p, model.layers);
+      for (size_t i = 0; i + 1 < cuts.size(); ++i) {
+        auto holder = [&](size_t r) {
+          const auto& st = p.replicas[r].stages;
+          size_t s = 0;
+          while (st[s].first_layer + st[s].layers <= cuts[i]) ++s;
+          return s;
+        };
+        const size_t s0 = holder(0);
+        const int t0 = p.replicas[0].stages[s0].tensor_parallel();
+        for (size_t r = 1; r < p.replicas.size(); ++r) {
+          const size_t s = holder(r);
+          const int t = p.replicas[r].stages[s].tensor_parallel();
+          if (t == t0) continue;
+          throw InputError(fmt::format(
+              "{}: replicas[{}].stages[{}]: holds layers {}-{} with tensor_parallel {}, but "
+              "replicas[0].stages[{}] holds them with tensor_parallel {}; a layer's gradients "
+              "are all-reduced between ranks that hold the same shard of it, so every replica "
+              "must split it the same way",
+              where(file, reps[r]["stages"][s]), r, s, cuts[i], cuts[i + 1] - 1, t, s0, t0));
+        }
       }
     }
     p.tensor_parallel = p.replicas[0].stages[0].tensor_parallel();
@@ -480,6 +499,26 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
   }
   resolve_precision(file, root, cluster, p);
   return p;
+}
+
+bool Plan::asymmetric() const {
+  for (size_t r = 1; r < replicas.size(); ++r) {
+    const auto& a = replicas[0].stages;
+    const auto& b = replicas[r].stages;
+    if (a.size() != b.size()) return true;
+    for (size_t s = 0; s < a.size(); ++s) {
+      if (a[s].layers != b[s].layers || a[s].tensor_parallel() != b[s].tensor_parallel())
+        return true;
+    }
+  }
+  return false;
+}
+
+std::vector<int> layer_segments(const Plan& plan, int layers) {
+  std::set<int> cuts{layers};
+  for (const ReplicaPlan& r : plan.replicas)
+    for (const StagePlan& st : r.stages) cuts.insert(st.first_layer);
+  return {cuts.begin(), cuts.end()};
 }
 
 LayerShape stage_shape(const Plan& plan, int tensor_parallel) {

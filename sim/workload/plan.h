@@ -61,8 +61,19 @@ struct Plan {
   int tensor_parallel = 1, pipeline_parallel = 1, data_parallel = 1;  // uniform plans
   std::vector<ReplicaPlan> replicas;
 
-  int stages() const { return static_cast<int>(replicas.front().stages.size()); }
+  // Replica r's pipeline stages. Replicas may differ in their stages (asymmetric pipelines:
+  // HetPipe's virtual workers, FlashFlex): see asymmetric().
+  int stages(size_t r = 0) const { return static_cast<int>(replicas[r].stages.size()); }
+  // Whether some replica's stages differ from replica 0's in number, layers or tensor-parallel
+  // degree. Then gradients are reduced layer segment by layer segment (layer_segments) among the
+  // stages that hold each segment, not stage by stage.
+  bool asymmetric() const;
 };
+
+// The cut points of an asymmetric plan: every stage's first layer in any replica, and the layer
+// count; segment i is layers [cuts[i], cuts[i + 1]). Every replica holds each segment whole on one
+// of its stages. For a plan whose replicas share their stages, the stage boundaries.
+std::vector<int> layer_segments(const Plan& plan, int layers);
 
 struct PlanOptions {
   std::vector<std::string> sets;  // --plan-set PATH=VALUE

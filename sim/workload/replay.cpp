@@ -133,7 +133,6 @@ class Replayer {
       st_[g].arrived.assign(2 * chunks * mbs, 0);
       st_[g].mbs = mbs;
     }
-    dp_ready_.resize(stages_);
   }
 
   ReplayResult run() {
@@ -345,28 +344,24 @@ class Replayer {
       const Group& grp = job_.groups[g];
       for (uint32_t i = 0; i < grp.comms.size(); ++i)
         if (!grp.comms[i].measured) tp_plan(g, i);
-      const uint32_t s = grp.stage, first = g - s;
+      const uint32_t s = grp.stage, first = g - s, P = job_.stages_of(grp.replica);
       // Where send() can go: the next stage forward (the first, past the last: interleaved),
       // the previous one backward.
-      for (uint32_t d :
-           {first + (s + 1 < stages_ ? s + 1 : 0), first + (s > 0 ? s - 1 : stages_ - 1)}) {
+      for (uint32_t d : {first + (s + 1 < P ? s + 1 : 0), first + (s > 0 ? s - 1 : P - 1)}) {
         const size_t n = std::max(grp.devices.size(), job_.groups[d].devices.size());
         for (uint32_t j = 0; j < n; ++j) path_of(g, d, j);
       }
       const bool tied = std::any_of(grp.program.begin(), grp.program.end(),
                                     [](const Task& t) { return t.kind == TaskKind::tied; });
       if (tied && s == 0 && !grp.tied_measured) {
-        const size_t n =
-            std::max(grp.devices.size(), job_.groups[first + stages_ - 1].devices.size());
+        const size_t n = std::max(grp.devices.size(), job_.groups[first + P - 1].devices.size());
         for (uint32_t j = 0; j < n; ++j) tied_plan(grp.replica, j);
       }
     }
-    for (uint32_t stage = 0; stage < stages_; ++stage) {
-      const Group& grp = job_.groups[stage];
-      for (uint32_t i = 0; i < grp.dp.size(); ++i) {
-        if (grp.dp[i].measured) continue;
-        for (uint32_t j = 0; j < grp.devices.size(); ++j) dp_plan(stage, i, j);
-      }
+    for (uint32_t k = 0; k < job_.dp_syncs.size(); ++k) {
+      const auto [g, i] = job_.dp_syncs[k].members.front();
+      if (job_.groups[g].dp[i].measured) continue;
+      for (uint32_t j = 0; j < job_.groups[g].devices.size(); ++j) dp_plan(k, j);
     }
     sealed_ = true;
     // The templates in a fixed order, each one's crossings merged by link.
@@ -512,9 +507,10 @@ class Replayer {
   void send(uint32_t g, const Task& t, bool blocking) {
     const Group& src = job_.groups[g];
     const bool backward = t.pass == Pass::backward;
+    const uint32_t P = job_.stages_of(src.replica);
     uint32_t stage = src.stage, chunk = t.chunk;
     if (!backward) {
-      if (stage + 1 < stages_) {
+      if (stage + 1 < P) {
         ++stage;
       } else {
         stage = 0;
@@ -524,11 +520,11 @@ class Replayer {
       if (stage > 0) {
         --stage;
       } else {
-        stage = stages_ - 1;
+        stage = P - 1;
         --chunk;
       }
     }
-    const uint32_t dst = src.replica * stages_ + stage;
+    const uint32_t dst = g - src.stage + stage;
     auto observed = [this, g, dst](const Task& task, Time start) {
       if (!obs_) return;
       for_copies(g, [&](uint32_t c) {
@@ -609,7 +605,7 @@ class Replayer {
     const uint32_t r = job_.groups[g].replica;
     if (++tied_ready_[r] < 2) return;
     tied_ready_.erase(r);
-    const uint32_t a = r * stages_, b = r * stages_ + stages_ - 1;
+    const uint32_t a = job_.first_group[r], b = job_.first_group[r + 1] - 1;
     const size_t n = std::max(job_.groups[a].devices.size(), job_.groups[b].devices.size());
     auto left = std::make_shared<size_t>(n);
     const Time start = engine_.now();
@@ -639,7 +635,8 @@ class Replayer {
     auto& slot = tied_plans_[{r, j}];
     if (slot) return *slot;
     unsealed("tied embedding");
-    const uint32_t a = r * stages_, b = r * stages_ + stages_ - 1;
+    // Folded, replica c's copy of a group is stages_ groups on per replica (all alike).
+    const uint32_t a = job_.first_group[r], b = job_.first_group[r + 1] - 1;
     slot = std::make_unique<Plans>(
         plans_for(CommKind::allreduce, tied_pair_bytes(job_, r), [&](uint32_t c) {
           const auto& ca = job_.groups[c * stages_ + a].devices;
@@ -650,53 +647,56 @@ class Replayer {
   }
 
   // ---- data parallel ---------------------------------------------------------------------
-  // Tensor-parallel rank j's part of a stage's data-parallel collective: over that rank's peers
-  // in every replica.
-  const network::CollectivePlan& dp_plan(uint32_t stage, uint32_t index, uint32_t j) {
-    const DpCollective& dc = job_.groups[stage].dp[index];
-    auto& slot = dp_plans_[{stage, j, static_cast<uint32_t>(dc.kind), dc.bytes}];
+  // Tensor-parallel rank j's part of a data-parallel collective: over that rank's peers in the
+  // sync's other groups.
+  const network::CollectivePlan& dp_plan(uint32_t sync, uint32_t j) {
+    const DpSync& ds = job_.dp_syncs[sync];
+    const DpCollective& dc = job_.groups[ds.members.front().first].dp[ds.members.front().second];
+    auto& slot = dp_plans_[{ds.peers, j, static_cast<uint32_t>(dc.kind), dc.bytes}];
     if (slot) return *slot;
     unsealed("data-parallel");
     std::vector<platform::GpuId> ranks;
-    for (uint32_t r = 0; r < replicas_; ++r)
-      ranks.push_back(job_.groups[r * stages_ + stage].devices[j]);
+    for (uint32_t g : job_.dp_peers[ds.peers]) ranks.push_back(job_.groups[g].devices[j]);
     slot = std::make_unique<network::CollectivePlan>(plan_for(dc.kind, dc.bytes, ranks));
     return *slot;
   }
 
-  // A group offers its next queued collective; it starts when every replica has offered it.
+  // A group offers its next queued collective; it starts when every member group has offered it
+  // (folded: the one replayed).
   void dp_offer(uint32_t g) {
     State& s = st_[g];
     if (s.dp_busy || s.dp_done >= s.dp_issued) return;
     s.dp_busy = true;
-    const uint32_t stage = job_.groups[g].stage;
-    const uint32_t index = s.dp_done;
-    auto& ready = dp_ready_[stage][index];
-    if (++ready < (fold_ ? 1 : replicas_)) return;
-    dp_ready_[stage].erase(index);
-    dp_launch(stage, index);
+    const uint32_t sync = job_.groups[g].dp[s.dp_done].sync;
+    auto& ready = dp_ready_[sync];
+    if (++ready < (fold_ ? 1 : job_.dp_syncs[sync].members.size())) return;
+    dp_ready_.erase(sync);
+    dp_launch(sync);
   }
 
-  void dp_launch(uint32_t stage, uint32_t index) {
-    const size_t t = job_.groups[stage].devices.size();
+  void dp_launch(uint32_t sync) {
+    const DpSync& ds = job_.dp_syncs[sync];
+    const auto [g0, i0] = ds.members.front();
+    const size_t t = job_.groups[g0].devices.size();
     auto left = std::make_shared<size_t>(t);
     const Time start = engine_.now();
-    const std::optional<Time> measured = job_.groups[stage].dp[index].measured;
+    const std::optional<Time> measured = job_.groups[g0].dp[i0].measured;
     for (size_t j = 0; j < t; ++j) {
-      auto done = [this, left, stage, index, start] {
+      auto done = [this, left, sync, start] {
         if (--*left > 0) return;
+        const DpSync& d = job_.dp_syncs[sync];
         if (obs_) {
-          Task t;
-          t.kind = TaskKind::dp_comm;
-          t.index = index;
-          for (uint32_t r = 0; r < replicas_; ++r) {
-            const uint32_t g = r * stages_ + stage;
+          for (const auto& [g, index] : d.members) {
+            Task t;
+            t.kind = TaskKind::dp_comm;
+            t.index = index;
             obs_->on_collective(job_, g, "dp", job_.groups[g].dp[index].name, t, start,
                                 engine_.now());
           }
         }
-        for (uint32_t r = 0; r < (fold_ ? 1 : replicas_); ++r) {
-          const uint32_t g = r * stages_ + stage;
+        // Folded, replica 0's group (the first member) stands for every copy.
+        for (size_t m = 0; m < (fold_ ? 1 : d.members.size()); ++m) {
+          const auto [g, index] = d.members[m];
           State& s = st_[g];
           s.dp_done = index + 1;
           s.dp_busy = false;
@@ -710,7 +710,7 @@ class Replayer {
       if (measured) {
         engine_.schedule_in(*measured, done);
       } else {
-        launch(dp_plan(stage, index, static_cast<uint32_t>(j)), done);
+        launch(dp_plan(sync, static_cast<uint32_t>(j)), done);
       }
     }
   }
@@ -727,11 +727,11 @@ class Replayer {
   bool sealed_ = false;  // every flow template built (prepare)
   // Plans by group, kind and bytes: every layer's collectives of one kind and size share one.
   std::map<std::tuple<uint32_t, uint32_t, double>, std::unique_ptr<Plans>> tp_plans_;
-  // Plans by stage, tensor-parallel rank, kind and bytes: buckets of one size share one.
+  // Plans by member set, tensor-parallel rank, kind and bytes: buckets of one size share one.
   std::map<std::tuple<uint32_t, uint32_t, uint32_t, double>,
            std::unique_ptr<network::CollectivePlan>>
       dp_plans_;
-  std::vector<std::map<uint32_t, uint32_t>> dp_ready_;
+  std::map<uint32_t, uint32_t> dp_ready_;    // sync -> members that offered it
   std::map<uint32_t, uint32_t> tied_ready_;  // replica -> end stages waiting
   std::map<std::pair<uint32_t, uint32_t>, std::unique_ptr<Plans>> tied_plans_;
   std::list<std::unique_ptr<network::CollectiveRun>> runs_;

@@ -155,8 +155,10 @@ class GroupBuilder {
     emit_one(TaskKind::compute, pass, mb, chunk, it->second);
   }
 
-  uint32_t dp_collective(CommKind kind, double bytes, const std::string& name) {
-    g_.dp.push_back(DpCollective{kind, bytes, name});
+  // `key`: what the collective synchronises (the stage, or an asymmetric plan's layer segment);
+  // the job pairs the groups' collectives of one key in order (build_training_job).
+  uint32_t dp_collective(CommKind kind, double bytes, const std::string& name, uint32_t key) {
+    g_.dp.push_back(DpCollective{kind, bytes, name, std::nullopt, key});
     emit_one(TaskKind::dp_comm, Pass::other, 0, 0, static_cast<uint32_t>(g_.dp.size() - 1));
     return static_cast<uint32_t>(g_.dp.size());  // collectives issued so far
   }
@@ -176,8 +178,7 @@ class GroupBuilder {
 
 }  // namespace
 
-double group_params(const ModelConfig& model, const Plan& plan, const StagePlan& st, int stage) {
-  const int P = plan.stages();
+double group_params(const ModelConfig& model, const StagePlan& st, int stage, int P) {
   const int t = st.tensor_parallel();
   double params =
       (static_cast<double>(model.layer_params()) * st.layers +
@@ -200,29 +201,77 @@ TrainingJob skeleton_job(const ModelConfig& model, const Plan& plan,
                                       static_cast<double>(plan.micro_batch_size) *
                                       plan.sequence_length * model.hidden;
   for (size_t r = 0; r < plan.replicas.size(); ++r) {
-    for (int s = 0; s < plan.stages(); ++s) {
+    job.first_group.push_back(static_cast<uint32_t>(job.groups.size()));
+    const int P = plan.stages(r);
+    for (int s = 0; s < P; ++s) {
       const StagePlan& st = plan.replicas[r].stages[s];
       Group g;
       g.replica = static_cast<uint32_t>(r);
       g.stage = static_cast<uint32_t>(s);
       g.devices = st.devices;
       g.gpu = cluster.gpu(st.devices.front()).profile;
-      g.params = group_params(model, plan, st, s);
+      g.params = group_params(model, st, s, P);
       job.groups.push_back(std::move(g));
     }
   }
+  job.first_group.push_back(static_cast<uint32_t>(job.groups.size()));
   return job;
 }
 
 double tied_pair_bytes(const TrainingJob& job, uint32_t replica) {
-  const uint32_t stages = static_cast<uint32_t>(job.plan->stages());
-  const Group& a = job.groups[replica * stages];
-  const Group& b = job.groups[replica * stages + stages - 1];
+  const Group& a = job.group(replica, 0);
+  const Group& b = job.group(replica, job.stages_of(replica) - 1);
   const size_t n = std::max(a.devices.size(), b.devices.size());
   return a.tied_bytes * static_cast<double>(a.devices.size()) / static_cast<double>(n);
 }
 
 namespace {
+
+// Pairs the groups' data-parallel collectives into DpSyncs: the k-th collective a group issues
+// under a key (DpCollective::sync holds the key until now) runs with every other group's k-th
+// under that key. Each must then have one member per replica, all of one kind and size: anything
+// else is a plan the loader should have refused, and would hang the replay.
+void pair_dp_collectives(TrainingJob& job) {
+  std::map<std::pair<uint32_t, uint32_t>, uint32_t> by_key;  // (key, k) -> sync
+  for (uint32_t g = 0; g < job.groups.size(); ++g) {
+    std::map<uint32_t, uint32_t> k;
+    for (uint32_t i = 0; i < job.groups[g].dp.size(); ++i) {
+      DpCollective& dc = job.groups[g].dp[i];
+      const auto [it, fresh] =
+          by_key.try_emplace({dc.sync, k[dc.sync]++}, static_cast<uint32_t>(job.dp_syncs.size()));
+      if (fresh) job.dp_syncs.emplace_back();
+      DpSync& sync = job.dp_syncs[it->second];
+      if (!fresh) {
+        const auto [g0, i0] = sync.members.front();
+        const DpCollective& first = job.groups[g0].dp[i0];
+        if (first.kind != dc.kind || first.bytes != dc.bytes) {
+          throw RunError(fmt::format(
+              "job: data-parallel collective {} of replica {} stage {} ({} bytes) does not match "
+              "replica {} stage {}'s ({} bytes)",
+              i, job.groups[g].replica, job.groups[g].stage, dc.bytes, job.groups[g0].replica,
+              job.groups[g0].stage, first.bytes));
+        }
+      }
+      sync.members.emplace_back(g, i);
+      dc.sync = it->second;
+    }
+  }
+  std::map<std::vector<uint32_t>, uint32_t> sets;
+  for (DpSync& sync : job.dp_syncs) {
+    if (sync.members.size() != job.plan->replicas.size()) {
+      const auto [g0, i0] = sync.members.front();
+      throw RunError(fmt::format(
+          "job: data-parallel collective {} of replica {} stage {} has {} of {} replicas", i0,
+          job.groups[g0].replica, job.groups[g0].stage, sync.members.size(),
+          job.plan->replicas.size()));
+    }
+    std::vector<uint32_t> groups;
+    for (const auto& [g, i] : sync.members) groups.push_back(g);
+    const auto [it, fresh] = sets.try_emplace(groups, static_cast<uint32_t>(job.dp_peers.size()));
+    if (fresh) job.dp_peers.push_back(std::move(groups));
+    sync.peers = it->second;
+  }
+}
 
 // The collectives calibration measured on the job's GPUs, at their rank and node counts.
 void measured_collectives(TrainingJob& job, const CostModel& cost) {
@@ -238,23 +287,21 @@ void measured_collectives(TrainingJob& job, const CostModel& cost) {
       return c.gpu(g).profile == c.gpu(ranks.front()).profile;
     });
   };
-  const uint32_t stages = job.plan->stages();
-  const uint32_t replicas = static_cast<uint32_t>(job.plan->replicas.size());
   for (Group& g : job.groups) {
     const int tp = static_cast<int>(g.devices.size());
     for (CommTemplate& ct : g.comms) {
       ct.measured = cost.collective_time(ct.kind, ct.bytes, tp, nodes(g.devices), *g.gpu);
     }
-    std::vector<platform::GpuId> peers;  // tensor-parallel rank 0's, in every replica
-    for (uint32_t r = 0; r < replicas; ++r)
-      peers.push_back(job.groups[r * stages + g.stage].devices.front());
     for (DpCollective& dc : g.dp) {
-      if (!one_type(peers)) break;
-      dc.measured =
-          cost.collective_time(dc.kind, dc.bytes, static_cast<int>(replicas), nodes(peers), *g.gpu);
+      std::vector<platform::GpuId> peers;  // tensor-parallel rank 0's, in every member
+      for (uint32_t m : job.dp_peers[job.dp_syncs[dc.sync].peers])
+        peers.push_back(job.groups[m].devices.front());
+      if (!one_type(peers)) continue;
+      dc.measured = cost.collective_time(dc.kind, dc.bytes, static_cast<int>(peers.size()),
+                                         nodes(peers), *g.gpu);
     }
-    const Group& a = job.groups[g.replica * stages];
-    const Group& b = job.groups[g.replica * stages + stages - 1];
+    const Group& a = job.group(g.replica, 0);
+    const Group& b = job.group(g.replica, job.stages_of(g.replica) - 1);
     if (g.tied_bytes > 0 && one_type({a.devices.front(), b.devices.front()})) {
       g.tied_measured =
           cost.collective_time(CommKind::allreduce, tied_pair_bytes(job, g.replica), 2,
@@ -271,11 +318,13 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
   job.model = &model;
   job.plan = &plan;
   job.cluster = &cluster;
-  const int P = plan.stages();
   const int v = plan.interleave;
   job.chunks = v;
-  const int V = P * v;
   const bool dp = plan.replicas.size() > 1;
+  // Asymmetric replicas reduce gradients by layer segment; the others stage by stage.
+  const bool asymmetric = plan.asymmetric();
+  const std::vector<int> cuts =
+      asymmetric ? layer_segments(plan, model.layers) : std::vector<int>{};
   const double e = element_bytes(plan.precision);
   const double grad_bytes = plan.fp32_main_grads ? 4 : e;
   job.activation_bytes_per_transfer =
@@ -285,6 +334,9 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
   std::map<std::string, std::set<std::string>> classified;  // GPU type -> shapes seen
   for (size_t r = 0; r < plan.replicas.size(); ++r) {
     const ReplicaPlan& rep = plan.replicas[r];
+    const int P = plan.stages(r);
+    const int V = P * v;
+    job.first_group.push_back(static_cast<uint32_t>(job.groups.size()));
     for (int s = 0; s < P; ++s) {
       const StagePlan& st = rep.stages[s];
       Group g;
@@ -293,7 +345,7 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
       g.devices = st.devices;
       g.gpu = cluster.gpu(st.devices.front()).profile;
       const int t = st.tensor_parallel();
-      g.params = group_params(model, plan, st, s);
+      g.params = group_params(model, st, s, P);
       const LayerShape shape = stage_shape(plan, t);
       // Layers of each chunk: uniform plans interleave chunks over stages (Megatron).
       auto chunk_first = [&](int c) { return st.first_of(c); };
@@ -316,15 +368,32 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
       for (const ScheduleItem& it : order) {
         if (!it.forward) last_bwd_mb[it.chunk] = static_cast<int>(it.micro_batch);
       }
+      // The key of layer l's gradients: its segment (asymmetric), else the stage.
+      auto key_of = [&](int l) {
+        if (!asymmetric) return static_cast<uint32_t>(s);
+        return static_cast<uint32_t>(std::upper_bound(cuts.begin(), cuts.end(), l) - cuts.begin() -
+                                     1);
+      };
       double bucket = 0;
+      uint32_t bucket_key = key_of(st.first_layer);
       uint32_t issued = 0;
       auto flush_bucket = [&] {
         if (!dp || bucket <= 0) return;
         issued =
             b.dp_collective(plan.zero_stage >= 1 ? CommKind::reducescatter : CommKind::allreduce,
-                            bucket, "dp.grads");
+                            bucket, "dp.grads", bucket_key);
         bucket = 0;
       };
+      // Gradients of layer l (or of the head, with l the last layer) join the bucket; a bucket
+      // holds one segment's.
+      auto add = [&](int l, double bytes) {
+        const uint32_t k = key_of(l);
+        if (bucket > 0 && k != bucket_key) flush_bucket();
+        bucket_key = k;
+        bucket += bytes;
+        if (bucket >= plan.bucket_bytes) flush_bucket();
+      };
+      const double head_grad = grad_bytes * model.output_params() / t;
       const bool overlapped = plan.gradient_reduction == GradReduction::overlapped;
       const Time per_pass = plan.framework.host_per_pass;
       for (const ScheduleItem& it : order) {
@@ -336,7 +405,8 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
           if (vs == 0) b.emit(ef, Pass::forward, -1, it.micro_batch, it.chunk);
           for (int l = first; l < first + st.layers_of(it.chunk); ++l) {
             if (dp && plan.zero_stage == 3)
-              b.dp_wait(b.dp_collective(CommKind::allgather, layer_weights, "zero3.params"));
+              b.dp_wait(
+                  b.dp_collective(CommKind::allgather, layer_weights, "zero3.params", key_of(l)));
             b.emit(lf, Pass::forward, l, it.micro_batch, it.chunk);
           }
           if (vs == V - 1) {
@@ -348,19 +418,24 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
           if (vs < V - 1) b.emit_one(TaskKind::recv, Pass::backward, it.micro_batch, it.chunk);
           if (vs == V - 1) b.emit(hb, Pass::backward, -1, it.micro_batch, it.chunk);
           const bool last = static_cast<int>(it.micro_batch) == last_bwd_mb[it.chunk];
+          // Asymmetric: the head's gradients open the last segment's first bucket, in every
+          // replica alike (with shared stages, they join the stage's last bucket).
+          if (asymmetric && dp && vs == V - 1 && last && overlapped)
+            add(model.layers - 1, head_grad);
           for (int l = first + st.layers_of(it.chunk) - 1; l >= first; --l) {
             if (dp && plan.zero_stage == 3)
-              b.dp_wait(b.dp_collective(CommKind::allgather, layer_weights, "zero3.params"));
+              b.dp_wait(
+                  b.dp_collective(CommKind::allgather, layer_weights, "zero3.params", key_of(l)));
             if (plan.recompute == Recompute::full)
               b.emit(lf, Pass::recompute, l, it.micro_batch, it.chunk);
             if (plan.recompute == Recompute::selective)
               b.emit(ar, Pass::recompute, l, it.micro_batch, it.chunk);
             b.emit(lb, Pass::backward, l, it.micro_batch, it.chunk);
             if (dp && plan.zero_stage >= 2) {
-              issued = b.dp_collective(CommKind::reducescatter, layer_grad, "zero.grads");
+              issued =
+                  b.dp_collective(CommKind::reducescatter, layer_grad, "zero.grads", key_of(l));
             } else if (last && overlapped) {
-              bucket += layer_grad;
-              if (bucket >= plan.bucket_bytes) flush_bucket();
+              add(l, layer_grad);
             }
           }
           if (vs == 0) b.emit(eb, Pass::backward, -1, it.micro_batch, it.chunk);
@@ -377,18 +452,17 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
       // After the backward pass: every layer's gradients, in the order backward produced them
       // (last layer first), in buckets.
       if (!overlapped && dp && plan.zero_stage < 2) {
+        if (asymmetric && last_virtual_holder) add(model.layers - 1, head_grad);
         for (int c = v - 1; c >= 0; --c) {
-          for (int l = st.layers_of(c) - 1; l >= 0; --l) {
-            bucket += layer_grad;
-            if (bucket >= plan.bucket_bytes) flush_bucket();
-          }
+          for (int l = st.layers_of(c) - 1; l >= 0; --l) add(st.first_of(c) + l, layer_grad);
         }
       }
-      // Embedding and head gradients join the last bucket.
+      // Embedding (and, with shared stages, head) gradients join the last bucket.
       if (dp && plan.zero_stage < 2) {
+        if (bucket <= 0) bucket_key = key_of(st.first_layer);
         bucket += grad_bytes *
                   ((first_virtual_holder ? model.embedding_params() : 0) +
-                   (last_virtual_holder ? model.output_params() : 0)) /
+                   (last_virtual_holder && !asymmetric ? model.output_params() : 0)) /
                   t;
         flush_bucket();
       }
@@ -398,7 +472,8 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
       const auto& opt = b.piece("optimizer", {Step{optimizer_step(shard, plan.precision)}});
       b.emit(opt, Pass::other, -1, 0, 0);
       if (dp && (plan.zero_stage == 1 || plan.zero_stage == 2)) {
-        b.dp_wait(b.dp_collective(CommKind::allgather, e * g.params, "zero.params"));
+        b.dp_wait(b.dp_collective(CommKind::allgather, e * g.params, "zero.params",
+                                  static_cast<uint32_t>(s)));
       }
       type_source[g.gpu->name] = cost.source(Op{}, *g.gpu);
       // Each distinct kernel shape of a GPU type is classified once: groups of one type share
@@ -413,6 +488,8 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
       job.groups.push_back(std::move(g));
     }
   }
+  job.first_group.push_back(static_cast<uint32_t>(job.groups.size()));
+  pair_dp_collectives(job);
   measured_collectives(job, cost);
   // "a100-sxm4-80gb: measured (a100.h5) (14 kernel shapes measured, 2 beyond the table ...)":
   // the tally only when it says more than the source.

@@ -55,13 +55,23 @@ struct CommTemplate {
   std::optional<Time> measured = std::nullopt;
 };
 
-// A data-parallel collective: one per tensor-parallel rank, over that rank's peers in every
-// replica.
+// A data-parallel collective: one per tensor-parallel rank, over that rank's peers in the other
+// groups of its DpSync (every replica's copy of the stage, or of the layer segment).
 struct DpCollective {
   CommKind kind = CommKind::allreduce;
   double bytes = 0;  // per rank
   std::string name;
   std::optional<Time> measured = std::nullopt;  // as CommTemplate::measured
+  uint32_t sync = 0;                            // TrainingJob::dp_syncs
+};
+
+// One data-parallel collective as the groups that run it together: each member's own
+// DpCollective (group, index into its dp list), one member per replica. Replicas that share
+// their stages synchronise stage s with stage s; asymmetric replicas (Plan::asymmetric) each
+// layer segment among the stages that hold it.
+struct DpSync {
+  std::vector<std::pair<uint32_t, uint32_t>> members;
+  uint32_t peers = 0;  // index into TrainingJob::dp_peers: the member groups, as a set
 };
 
 struct Group {
@@ -87,13 +97,19 @@ struct TrainingJob {
   const ModelConfig* model = nullptr;
   const Plan* plan = nullptr;
   const platform::Cluster* cluster = nullptr;
-  std::vector<Group> groups;                 // replica-major: groups[r * stages + s]
-  double activation_bytes_per_transfer = 0;  // one micro-batch's layer-boundary activation
+  std::vector<Group> groups;          // replica-major: replica r's stages from first_group[r] on
+  std::vector<uint32_t> first_group;  // per replica, and the group count last
+  std::vector<DpSync> dp_syncs;       // every data-parallel collective, in issue order
+  std::vector<std::vector<uint32_t>> dp_peers;  // the distinct member sets of dp_syncs
+  double activation_bytes_per_transfer = 0;     // one micro-batch's layer-boundary activation
   int chunks = 1;
   std::vector<std::string> op_sources;  // "datasheet", ... by GPU type, for the report
 
   const Group& group(uint32_t replica, uint32_t stage) const {
-    return groups[replica * plan->stages() + stage];
+    return groups[first_group[replica] + stage];
+  }
+  uint32_t stages_of(uint32_t replica) const {
+    return first_group[replica + 1] - first_group[replica];
   }
 };
 
@@ -117,8 +133,9 @@ TrainingJob skeleton_job(const ModelConfig& model, const Plan& plan,
 // Bytes each pair of end-stage ranks all-reduces for replica `replica`'s tied embedding: the
 // first stage's shard, spread over the wider of the two stages' tensor-parallel groups.
 double tied_pair_bytes(const TrainingJob& job, uint32_t replica);
-// Parameters one device of stage `stage` holds (its layers, the embedding on the first stage,
-// the head and a tied output copy on the last), over its tensor-parallel degree.
-double group_params(const ModelConfig& model, const Plan& plan, const StagePlan& st, int stage);
+// Parameters one device of stage `stage` of a `stages`-stage pipeline holds (its layers, the
+// embedding on the first stage, the head and a tied output copy on the last), over its
+// tensor-parallel degree.
+double group_params(const ModelConfig& model, const StagePlan& st, int stage, int stages);
 
 }  // namespace hetsim::workload
