@@ -461,6 +461,9 @@ Estimate Estimator::asymmetric(const Plan& plan) {
   // off for asymmetric plans, so the optimizer does not depend on the other replicas).
   Estimate out;
   double alone = 0;
+  // One micro-batch's backward pass through the shortest of the pipelines (two thirds of its
+  // forward and backward): what an overlapped reduction can hide under the last backward pass.
+  double window = std::numeric_limits<double>::infinity();
   Plan one = plan;
   for (const workload::ReplicaPlan& rep : plan.replicas) {
     one.replicas = {rep};
@@ -468,11 +471,13 @@ Estimate Estimator::asymmetric(const Plan& plan) {
     alone = std::max(alone, e.iteration_s);
     out.compute_s = std::max(out.compute_s, e.compute_s);
     out.pipeline_s = std::max(out.pipeline_s, e.pipeline_s);
+    one.replicas.front().micro_batches = 1;
+    window = std::min(window, 2.0 / 3.0 * estimate(one).pipeline_s);
   }
   // Each layer segment's gradient buckets, as the job builder cuts them, over the segment's
   // holders (rank j of each). A group reduces its segments one after the other, top first:
-  // overlapped, only its last bucket is left after its backward pass; after the backward pass,
-  // all of them.
+  // overlapped, what the last backward pass does not hide, and at least its last bucket; after
+  // the backward pass, all of them. Left out: the stages' streams sharing a node's NIC.
   const double e = workload::element_bytes(plan.precision);
   const double grad_bytes = plan.fp32_main_grads ? 4 : e;
   const bool overlapped = plan.gradient_reduction == workload::GradReduction::overlapped;
@@ -509,15 +514,13 @@ Estimate Estimator::asymmetric(const Plan& plan) {
   }
   for (const workload::ReplicaPlan& rep : plan.replicas) {
     for (const StagePlan& st : rep.stages) {
-      double exposed = 0;
+      double stream = 0, last = 0;
       for (size_t k = 0; k < K; ++k) {
         if (cuts[k] < st.first_layer || cuts[k] >= st.first_layer + st.layers) continue;
-        if (overlapped) {
-          exposed = last_s[k];  // the stage's lowest segment comes last
-          break;
-        }
-        exposed += segment_s[k];
+        stream += segment_s[k];
+        if (last == 0) last = last_s[k];  // the stage's lowest segment comes last
       }
+      const double exposed = overlapped ? std::max(last, stream - window) : stream;
       out.dp_exposed_s = std::max(out.dp_exposed_s, exposed);
     }
   }

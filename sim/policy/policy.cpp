@@ -47,9 +47,9 @@ std::string plan_set_lines(const std::vector<std::string>& sets) {
 }
 
 const std::vector<const Policy*>& policies() {
-  static const std::vector<const Policy*> table = {&megatron_policy(), &zero_policy(),
-                                                   &whale_policy(),    &cannikin_policy(),
-                                                   &amp_policy(),      &metis_policy()};
+  static const std::vector<const Policy*> table = {
+      &megatron_policy(), &zero_policy(),  &whale_policy(),  &cannikin_policy(),
+      &amp_policy(),      &metis_policy(), &hetpipe_policy()};
   return table;
 }
 
@@ -188,9 +188,10 @@ std::vector<int64_t> whole_shares(int64_t total, const std::vector<double>& exac
   }
   std::vector<int64_t> order(n);
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
-    return over[a] - std::floor(over[a]) > over[b] - std::floor(over[b]);
-  });
+  // Largest remainder first; a share already over its exact figure (exact below one) last.
+  auto remainder = [&](int64_t i) { return over[i] < 0 ? over[i] : over[i] - std::floor(over[i]); };
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return remainder(a) > remainder(b); });
   for (int64_t k = 0; given < total; k = (k + 1) % n) {
     ++share[order[k]];
     ++given;

@@ -123,5 +123,6 @@ const Policy& whale_policy();
 const Policy& cannikin_policy();
 const Policy& amp_policy();
 const Policy& metis_policy();
+const Policy& hetpipe_policy();
 
 }  // namespace hetsim::policy
