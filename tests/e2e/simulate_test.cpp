@@ -39,6 +39,32 @@ TEST(Simulate, JsonHasTheDesignKeysAndConsistentFigures) {
               t, 1e-9);
 }
 
+TEST(Simulate, AsymmetricReplicasRunEachPipelineAndReduceGradientsBetweenThem) {
+  // Two pipelines of different depths and splits (tests/data/plans/asymmetric.yaml): each
+  // device is in its replica and stage; the batch is the replicas' shares; gradients cross
+  // between the A100 and the V100 nodes, so data-parallel communication is exposed.
+  const CommandResult r =
+      run_hetsim({"simulate", "--model", "gpt3-1.3b", "--cluster", "mixed-a100-v100", "--plan",
+                  kPlans + "asymmetric.yaml", "--json"},
+                 Capture::stdout_only);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  ASSERT_EQ(j["devices"].size(), 6u);
+  const double t = j["iteration_time_s"];
+  EXPECT_NEAR(j["throughput_samples_per_s"].get<double>(), (12 + 4) * 2 / t, 1e-9 * 32 / t);
+  EXPECT_EQ(j["oom"], false);
+  EXPECT_GT(j["breakdown_s"]["communication_exposed"].get<double>(), 0.0);
+  // No communication: the slower pipeline alone sets the pace, and nothing is exposed.
+  const CommandResult free =
+      run_hetsim({"simulate", "--model", "gpt3-1.3b", "--cluster", "mixed-a100-v100", "--plan",
+                  kPlans + "asymmetric.yaml", "--json", "--free-communication"},
+                 Capture::stdout_only);
+  ASSERT_EQ(free.exit_code, 0) << free.output;
+  const nlohmann::json f = nlohmann::json::parse(free.output);
+  EXPECT_LT(f["iteration_time_s"].get<double>(), t);
+  EXPECT_EQ(f["breakdown_s"]["communication_exposed"].get<double>(), 0.0);
+}
+
 TEST(Simulate, TraceFileParsesAndTheSummarySaysWhereItWent) {
   const std::string path = ::testing::TempDir() + "hetsim-trace.json";
   const CommandResult r =
@@ -158,9 +184,12 @@ INSTANTIATE_TEST_SUITE_P(
                 "the heads)"},
         BadPlan{"StageWithoutLayers", "stage_without_layers.yaml", "gpt3-1.3b", 1,
                 ":5: replicas[0].stages[0].layers: a stage with no layers"},
-        BadPlan{
-            "UnknownRecomputePolicy", "bad_recompute.yaml", "gpt3-1.3b", 1,
-            ":3: recompute: unknown value \"partial\" (expected one of none, selective, full)"}),
+        BadPlan{"UnknownRecomputePolicy", "bad_recompute.yaml", "gpt3-1.3b", 1,
+                ":3: recompute: unknown value \"partial\" (expected one of none, selective, full)"},
+        BadPlan{"ShardedStateOnAsymmetricReplicas", "asymmetric_zero.yaml", "gpt3-1.3b", 1,
+                ":3: zero_stage: 1 shards the training state among stages that match replica "
+                "for replica; these replicas' stages differ (in number, layers or "
+                "tensor-parallel degree), so use zero_stage 0"}),
     [](const ::testing::TestParamInfo<BadPlan>& i) { return std::string(i.param.rule); });
 
 TEST(Simulate, UnknownModelIsBadInput) {
