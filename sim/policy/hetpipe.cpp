@@ -86,16 +86,8 @@ class HetPipe final : public Policy {
     const auto types = gpu_types(c);
     std::vector<Allocation> ed;
     if (types.size() > 1) {
-      // Each type's GPUs by local index, then node: a VW takes its GPUs of a type from as many
-      // nodes as it can (HetPipe's ED takes one GPU from every node), so that a stage's copies
-      // in the other VWs sit in its own node and its gradients are reduced there.
       std::map<const config::GpuProfile*, std::vector<platform::GpuId>> of;
       for (platform::GpuId g = 0; g < c.gpu_count(); ++g) of[c.gpu(g).profile].push_back(g);
-      for (auto& [t, list] : of) {
-        std::stable_sort(list.begin(), list.end(), [&](platform::GpuId x, platform::GpuId y) {
-          return c.gpu(x).local < c.gpu(y).local;
-        });
-      }
       size_t V = c.gpu_count();
       for (const auto* t : types) V = std::min(V, of[t].size());
       while (V > 1 && std::any_of(types.begin(), types.end(),
@@ -109,11 +101,13 @@ class HetPipe final : public Policy {
       for (const auto& order : {types, by_memory}) {
         Allocation a{"ED", std::vector<std::vector<platform::GpuId>>(V)};
         std::string names;
+        // Round robin over each type's GPUs in id order: VW v takes the type's GPUs v, v + V,
+        // v + 2V, ... So a VW takes its GPUs of a type from as many nodes as it can (HetPipe's
+        // ED takes one GPU from every node), and a stage's copies in the other VWs, which
+        // reduce its gradients, are neighbours in id order: in one node where they can be, and
+        // in node order along the ring.
         for (const auto* t : order) {
-          const size_t each = of[t].size() / V;
-          for (size_t v = 0; v < V; ++v)
-            a.workers[v].insert(a.workers[v].end(), of[t].begin() + v * each,
-                                of[t].begin() + (v + 1) * each);
+          for (size_t i = 0; i < of[t].size(); ++i) a.workers[i % V].push_back(of[t][i]);
           names += (names.empty() ? "" : " > ") + t->name;
         }
         a.name = "ED " + names;
