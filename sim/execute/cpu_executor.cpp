@@ -64,6 +64,19 @@ void check_cpu_job(const workload::TrainingJob& job, int ranks) {
                       plan.source, r.micro_batches, job.chunks, tag_ub));
     }
   }
+  // A layer segment held over different tensor-parallel degrees is reduced in shards across
+  // them (workload::DpSync); the executor reduces each tensor-parallel rank's share with its
+  // peers only.
+  for (const workload::DpSync& sync : job.dp_syncs) {
+    for (const auto& [g, i] : sync.members) {
+      if (job.groups[g].devices.size() == sync.pieces) continue;
+      throw InputError(fmt::format(
+          "plan {}: replica {} stage {} holds layers that another replica splits over a "
+          "different tensor-parallel degree; the CPU backend reduces gradients between ranks "
+          "that hold the same share, so give those stages one degree",
+          plan.source, job.groups[g].replica, job.groups[g].stage));
+    }
+  }
   uint32_t top = 0;
   for (const Group& g : job.groups)
     for (platform::GpuId d : g.devices) top = std::max(top, d + 1);

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <numeric>
 #include <set>
 #include <string_view>
 
@@ -492,24 +493,32 @@ Estimate Estimator::asymmetric(const Plan& plan) {
       while (rep.stages[s].first_layer + rep.stages[s].layers <= cuts[k]) ++s;
       holders.push_back(&rep.stages[s]);
     }
-    const int t = holders.front()->tensor_parallel();
-    std::vector<std::vector<platform::GpuId>> ranks(t);
-    for (int j = 0; j < t; ++j)
-      for (const StagePlan* h : holders) ranks[j].push_back(h->devices[j]);
+    // Shards: lcm of the holders' tensor-parallel degrees, shard p on rank p x t / shards of
+    // each (workload::DpSync); buckets cut by the bytes per rank of the narrowest holder.
+    int shards = 1, narrowest = holders.front()->tensor_parallel();
+    for (const StagePlan* h : holders) {
+      shards = std::lcm(shards, h->tensor_parallel());
+      narrowest = std::min(narrowest, h->tensor_parallel());
+    }
+    std::vector<std::vector<platform::GpuId>> ranks(shards);
+    for (int j = 0; j < shards; ++j) {
+      for (const StagePlan* h : holders)
+        ranks[j].push_back(h->devices[static_cast<size_t>(j) * h->devices.size() / shards]);
+    }
     const Groups peers = groups(std::move(ranks));
-    const double layer_grad = grad_bytes * model_.layer_params() / t;
-    double bucket = k + 1 == K ? grad_bytes * model_.output_params() / t : 0;
+    const double layer_grad = grad_bytes * model_.layer_params();  // whole layer, every shard
+    double bucket = k + 1 == K ? grad_bytes * model_.output_params() : 0;
     auto flush = [&] {
       if (bucket <= 0) return;
-      last_s[k] = collectives_s(kind, bucket, peers);
+      last_s[k] = collectives_s(kind, bucket / shards, peers);
       segment_s[k] += last_s[k];
       bucket = 0;
     };
     for (int l = cuts[k + 1] - 1; l >= cuts[k]; --l) {
       bucket += layer_grad;
-      if (bucket >= plan.bucket_bytes) flush();
+      if (bucket >= plan.bucket_bytes * narrowest) flush();
     }
-    if (k == 0) bucket += grad_bytes * model_.embedding_params() / t;
+    if (k == 0) bucket += grad_bytes * model_.embedding_params();
     flush();
   }
   for (const workload::ReplicaPlan& rep : plan.replicas) {

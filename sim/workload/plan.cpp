@@ -126,6 +126,10 @@ Precision default_precision(const std::vector<const config::GpuProfile*>& gpus) 
 
 namespace {
 
+// Shards a layer segment's gradients may be reduced in (asymmetric replicas of mixed
+// tensor-parallel degrees): lcm(8, 6) = 24 is plenty.
+constexpr long kMaxShards = 64;
+
 void resolve_precision(const std::string& file, const YAML::Node& root,
                        const platform::Cluster& cluster, Plan& p) {
   std::vector<const config::GpuProfile*> gpus;
@@ -374,26 +378,23 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
                          "replica; these replicas' stages differ (in number, layers or "
                          "tensor-parallel degree), so use zero_stage 0");
       }
+      // A segment held over different tensor-parallel degrees is reduced in lcm(degrees)
+      // shards (DpSync); bound them.
       const std::vector<int> cuts = layer_segments(p, model.layers);
       for (size_t i = 0; i + 1 < cuts.size(); ++i) {
-        auto holder = [&](size_t r) {
-          const auto& st = p.replicas[r].stages;
-          size_t s = 0;
-          while (st[s].first_layer + st[s].layers <= cuts[i]) ++s;
-          return s;
-        };
-        const size_t s0 = holder(0);
-        const int t0 = p.replicas[0].stages[s0].tensor_parallel();
-        for (size_t r = 1; r < p.replicas.size(); ++r) {
-          const size_t s = holder(r);
-          const int t = p.replicas[r].stages[s].tensor_parallel();
-          if (t == t0) continue;
+        long shards = 1;
+        for (const ReplicaPlan& rep : p.replicas) {
+          for (const StagePlan& st : rep.stages) {
+            if (cuts[i] < st.first_layer || cuts[i] >= st.first_layer + st.layers) continue;
+            shards = std::lcm(shards, static_cast<long>(st.tensor_parallel()));
+          }
+        }
+        if (shards > kMaxShards) {
           throw InputError(fmt::format(
-              "{}: replicas[{}].stages[{}]: holds layers {}-{} with tensor_parallel {}, but "
-              "replicas[0].stages[{}] holds them with tensor_parallel {}; a layer's gradients "
-              "are all-reduced between ranks that hold the same shard of it, so every replica "
-              "must split it the same way",
-              where(file, reps[r]["stages"][s]), r, s, cuts[i], cuts[i + 1] - 1, t, s0, t0));
+              "{}: replicas: layers {}-{} are held with tensor-parallel degrees whose least common "
+              "multiple is {}; their gradients would be reduced in that many shards (at most {}: "
+              "use degrees that divide one another)",
+              where(file, reps), cuts[i], cuts[i + 1] - 1, shards, kMaxShards));
         }
       }
     }

@@ -361,7 +361,7 @@ class Replayer {
     for (uint32_t k = 0; k < job_.dp_syncs.size(); ++k) {
       const auto [g, i] = job_.dp_syncs[k].members.front();
       if (job_.groups[g].dp[i].measured) continue;
-      for (uint32_t j = 0; j < job_.groups[g].devices.size(); ++j) dp_plan(k, j);
+      for (uint32_t j = 0; j < job_.dp_syncs[k].pieces; ++j) dp_plan(k, j);
     }
     sealed_ = true;
     // The templates in a fixed order, each one's crossings merged by link.
@@ -647,17 +647,20 @@ class Replayer {
   }
 
   // ---- data parallel ---------------------------------------------------------------------
-  // Tensor-parallel rank j's part of a data-parallel collective: over that rank's peers in the
-  // sync's other groups.
+  // Shard j of a data-parallel collective (tensor-parallel rank j's part, where the members
+  // share one degree): among the member ranks that hold it.
   const network::CollectivePlan& dp_plan(uint32_t sync, uint32_t j) {
     const DpSync& ds = job_.dp_syncs[sync];
     const DpCollective& dc = job_.groups[ds.members.front().first].dp[ds.members.front().second];
-    auto& slot = dp_plans_[{ds.peers, j, static_cast<uint32_t>(dc.kind), dc.bytes}];
+    auto& slot = dp_plans_[{ds.peers, j, static_cast<uint32_t>(dc.kind), ds.piece_bytes}];
     if (slot) return *slot;
     unsealed("data-parallel");
     std::vector<platform::GpuId> ranks;
-    for (uint32_t g : job_.dp_peers[ds.peers]) ranks.push_back(job_.groups[g].devices[j]);
-    slot = std::make_unique<network::CollectivePlan>(plan_for(dc.kind, dc.bytes, ranks));
+    for (uint32_t g : job_.dp_peers[ds.peers]) {
+      const auto& d = job_.groups[g].devices;
+      ranks.push_back(d[ds.holder(j, d.size())]);
+    }
+    slot = std::make_unique<network::CollectivePlan>(plan_for(dc.kind, ds.piece_bytes, ranks));
     return *slot;
   }
 
@@ -677,7 +680,7 @@ class Replayer {
   void dp_launch(uint32_t sync) {
     const DpSync& ds = job_.dp_syncs[sync];
     const auto [g0, i0] = ds.members.front();
-    const size_t t = job_.groups[g0].devices.size();
+    const size_t t = ds.pieces;
     auto left = std::make_shared<size_t>(t);
     const Time start = engine_.now();
     const std::optional<Time> measured = job_.groups[g0].dp[i0].measured;

@@ -4,7 +4,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
+#include <numeric>
 #include <set>
 
 #include "sim/core/error.h"
@@ -244,12 +246,15 @@ void pair_dp_collectives(TrainingJob& job) {
       if (!fresh) {
         const auto [g0, i0] = sync.members.front();
         const DpCollective& first = job.groups[g0].dp[i0];
-        if (first.kind != dc.kind || first.bytes != dc.bytes) {
+        // The same gradients: bytes per rank x ranks alike, to rounding.
+        const double mine = dc.bytes * static_cast<double>(job.groups[g].devices.size());
+        const double theirs = first.bytes * static_cast<double>(job.groups[g0].devices.size());
+        if (first.kind != dc.kind || std::abs(mine - theirs) > 1e-9 * theirs) {
           throw RunError(fmt::format(
               "job: data-parallel collective {} of replica {} stage {} ({} bytes) does not match "
               "replica {} stage {}'s ({} bytes)",
-              i, job.groups[g].replica, job.groups[g].stage, dc.bytes, job.groups[g0].replica,
-              job.groups[g0].stage, first.bytes));
+              i, job.groups[g].replica, job.groups[g].stage, mine, job.groups[g0].replica,
+              job.groups[g0].stage, theirs));
         }
       }
       sync.members.emplace_back(g, i);
@@ -266,7 +271,18 @@ void pair_dp_collectives(TrainingJob& job) {
           job.plan->replicas.size()));
     }
     std::vector<uint32_t> groups;
-    for (const auto& [g, i] : sync.members) groups.push_back(g);
+    uint32_t pieces = 1;
+    for (const auto& [g, i] : sync.members) {
+      groups.push_back(g);
+      pieces = std::lcm(pieces, static_cast<uint32_t>(job.groups[g].devices.size()));
+    }
+    const auto [g0, i0] = sync.members.front();
+    const DpCollective& first = job.groups[g0].dp[i0];
+    sync.pieces = pieces;
+    sync.piece_bytes = pieces == job.groups[g0].devices.size()
+                           ? first.bytes
+                           : first.bytes * static_cast<double>(job.groups[g0].devices.size()) /
+                                 static_cast<double>(pieces);
     const auto [it, fresh] = sets.try_emplace(groups, static_cast<uint32_t>(job.dp_peers.size()));
     if (fresh) job.dp_peers.push_back(std::move(groups));
     sync.peers = it->second;
@@ -293,9 +309,15 @@ void measured_collectives(TrainingJob& job, const CostModel& cost) {
       ct.measured = cost.collective_time(ct.kind, ct.bytes, tp, nodes(g.devices), *g.gpu);
     }
     for (DpCollective& dc : g.dp) {
+      const DpSync& sync = job.dp_syncs[dc.sync];
+      // Shards over mixed tensor-parallel degrees: a table of one group size says nothing.
+      const auto& members = job.dp_peers[sync.peers];
+      if (std::any_of(members.begin(), members.end(),
+                      [&](uint32_t m) { return job.groups[m].devices.size() != sync.pieces; })) {
+        continue;
+      }
       std::vector<platform::GpuId> peers;  // tensor-parallel rank 0's, in every member
-      for (uint32_t m : job.dp_peers[job.dp_syncs[dc.sync].peers])
-        peers.push_back(job.groups[m].devices.front());
+      for (uint32_t m : members) peers.push_back(job.groups[m].devices.front());
       if (!one_type(peers)) continue;
       dc.measured = cost.collective_time(dc.kind, dc.bytes, static_cast<int>(peers.size()),
                                          nodes(peers), *g.gpu);
@@ -325,6 +347,19 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
   const bool asymmetric = plan.asymmetric();
   const std::vector<int> cuts =
       asymmetric ? layer_segments(plan, model.layers) : std::vector<int>{};
+  // Per segment, the smallest tensor-parallel degree that holds it: buckets are cut at the same
+  // layers in every replica, by the bytes per rank of that holder (Megatron-LM's bucket size is
+  // per rank).
+  std::vector<int> min_tp(cuts.empty() ? 0 : cuts.size() - 1, 0);
+  for (const ReplicaPlan& rep : plan.replicas) {
+    for (const StagePlan& st : rep.stages) {
+      for (size_t k = 0; k < min_tp.size(); ++k) {
+        if (cuts[k] < st.first_layer || cuts[k] >= st.first_layer + st.layers) continue;
+        const int t = st.tensor_parallel();
+        min_tp[k] = min_tp[k] == 0 ? t : std::min(min_tp[k], t);
+      }
+    }
+  }
   const double e = element_bytes(plan.precision);
   const double grad_bytes = plan.fp32_main_grads ? 4 : e;
   job.activation_bytes_per_transfer =
@@ -391,7 +426,9 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
         if (bucket > 0 && k != bucket_key) flush_bucket();
         bucket_key = k;
         bucket += bytes;
-        if (bucket >= plan.bucket_bytes) flush_bucket();
+        const bool full =
+            asymmetric ? bucket * t >= plan.bucket_bytes * min_tp[k] : bucket >= plan.bucket_bytes;
+        if (full) flush_bucket();
       };
       const double head_grad = grad_bytes * model.output_params() / t;
       const bool overlapped = plan.gradient_reduction == GradReduction::overlapped;

@@ -69,9 +69,20 @@ struct DpCollective {
 // DpCollective (group, index into its dp list), one member per replica. Replicas that share
 // their stages synchronise stage s with stage s; asymmetric replicas (Plan::asymmetric) each
 // layer segment among the stages that hold it.
+//
+// The members may split the layers over different tensor-parallel degrees t_m. The gradients are
+// then reduced in `pieces` = lcm(t_m) shards: shard p among rank p x t_m / pieces of each member
+// (the rank that holds it), each of bytes x t / pieces. With one degree throughout, shard j is
+// tensor-parallel rank j's share, as Megatron-LM reduces it.
 struct DpSync {
   std::vector<std::pair<uint32_t, uint32_t>> members;
-  uint32_t peers = 0;  // index into TrainingJob::dp_peers: the member groups, as a set
+  uint32_t peers = 0;   // index into TrainingJob::dp_peers: the member groups, as a set
+  uint32_t pieces = 1;  // shards, each reduced among its holders (one per member)
+  double piece_bytes = 0;
+  // Member m's rank that holds shard p.
+  uint32_t holder(uint32_t p, size_t tensor_parallel) const {
+    return static_cast<uint32_t>(p * tensor_parallel / pieces);
+  }
 };
 
 struct Group {

@@ -46,6 +46,17 @@ std::string two_shapes(int split = 4, int m0 = 4, int m1 = 4, const std::string&
   return y;
 }
 
+// Gradient bytes each replica reduces: every parameter it trains once, the tied output copy
+// aside (the end stages reduce it between themselves).
+double replica_grad_bytes(const TrainingJob& job, uint32_t r) {
+  double sum = 0;
+  for (uint32_t s = 0; s < job.stages_of(r); ++s) {
+    const Group& g = job.group(r, s);
+    for (const DpCollective& dc : g.dp) sum += dc.bytes * static_cast<double>(g.devices.size());
+  }
+  return sum;
+}
+
 TEST(AsymmetricPlan, LoadsWithItsSegments) {
   const auto c = cluster("dgx-a100");
   const ModelConfig m = small_gpt();
@@ -65,8 +76,8 @@ TEST(AsymmetricPlan, LoadsWithItsSegments) {
   EXPECT_FALSE(q.asymmetric());
 }
 
-TEST(AsymmetricPlan, RefusesShardedStateAndMismatchedTensorParallelism) {
-  const auto c = cluster("dgx-a100");
+TEST(AsymmetricPlan, RefusesShardedStateAndTooManyShards) {
+  const auto c = cluster("dgx-a100", 2);
   const ModelConfig m = small_gpt();
   try {
     load_plan_text(two_shapes(4, 4, 4, "zero_stage: 1\n"), "z.yaml", m, c);
@@ -75,32 +86,70 @@ TEST(AsymmetricPlan, RefusesShardedStateAndMismatchedTensorParallelism) {
     EXPECT_NE(std::string(e.what()).find("z.yaml:3"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("use zero_stage 0"), std::string::npos) << e.what();
   }
-  // Layers 4-7 on one GPU in replica 0, on two (tensor parallel) in replica 1.
-  const std::string tp =
+  // Tensor-parallel degrees 3, 5 and 7 for the same layers: 105 shards.
+  const ModelConfig wide = load_model_yaml_text(
+      "name: wide\nfamily: gpt\nlayers: 2\nhidden: 6720\nheads: 105\nvocab: 50400\n"
+      "sequence: 1024\nactivation: gelu\nnorm: layernorm\nposition: learned\n"
+      "tied_embeddings: true\ncausal: true\nbias: true\n",
+      "wide.yaml");
+  const std::string y =
       "micro_batch_size: 1\nsequence_length: 1024\nreplicas:\n"
-      "  - {micro_batches: 2, stages: [{layers: 8, devices: [0]}]}\n"
-      "  - micro_batches: 2\n    stages:\n      - {layers: 4, devices: [1]}\n"
-      "      - {layers: 4, devices: [2, 3]}\n";
+      "  - {micro_batches: 1, stages: [{layers: 2, tensor_parallel: 3, devices: \"0-2\"}]}\n"
+      "  - {micro_batches: 1, stages: [{layers: 2, tensor_parallel: 5, devices: \"3-7\"}]}\n"
+      "  - {micro_batches: 1, stages: [{layers: 2, tensor_parallel: 7, devices: \"8-14\"}]}\n";
   try {
-    load_plan_text(tp, "t.yaml", m, c);
-    FAIL() << "mismatched tensor parallelism accepted";
+    load_plan_text(y, "w.yaml", wide, c);
+    FAIL() << "105 shards accepted";
   } catch (const InputError& e) {
-    const std::string w = e.what();
-    EXPECT_NE(w.find("replicas[1].stages[1]: holds layers 4-7 with tensor_parallel 2"),
-              std::string::npos)
-        << w;
+    EXPECT_NE(std::string(e.what()).find("least common multiple is 105"), std::string::npos)
+        << e.what();
   }
 }
 
-// Gradient bytes each replica reduces: every parameter it trains once, the tied output copy
-// aside (the end stages reduce it between themselves).
-double replica_grad_bytes(const TrainingJob& job, uint32_t r) {
-  double sum = 0;
-  for (uint32_t s = 0; s < job.stages_of(r); ++s) {
-    const Group& g = job.group(r, s);
-    for (const DpCollective& dc : g.dp) sum += dc.bytes * static_cast<double>(g.devices.size());
+// Layers 4-7 on one GPU in replica 0, over two (tensor parallel) in replica 1: the segment's
+// gradients are reduced in two shards, each between replica 0's GPU and the replica 1 rank that
+// holds that half.
+TEST(AsymmetricJob, MixedTensorParallelDegreesReduceInShards) {
+  const auto c = cluster("dgx-a100");
+  const ModelConfig m = small_gpt();
+  const std::string y =
+      "micro_batch_size: 1\nsequence_length: 1024\nreplicas:\n"
+      "  - {micro_batches: 2, stages: [{layers: 8, devices: [0]}]}\n"
+      "  - micro_batches: 2\n    stages:\n      - {layers: 4, devices: [1]}\n"
+      "      - {layers: 4, tensor_parallel: 2, devices: [2, 3]}\n";
+  const Plan p = load_plan_text(y, "t.yaml", m, c);
+  ASSERT_TRUE(p.asymmetric());
+  const DatasheetCostModel cost;
+  const TrainingJob job = build_training_job(m, p, c, cost);
+  const double want = 4.0 * static_cast<double>(m.layers * m.layer_params() + m.embedding_params() +
+                                                m.output_params());
+  for (uint32_t r = 0; r < 2; ++r) EXPECT_NEAR(replica_grad_bytes(job, r), want, 1e-9 * want);
+  size_t sharded = 0;
+  for (const DpSync& s : job.dp_syncs) {
+    const auto [g0, i0] = s.members.front();
+    const double whole = job.groups[g0].dp[i0].bytes;  // replica 0: one GPU holds it all
+    const bool upper = s.members[1].first == job.first_group[1] + 1;
+    EXPECT_EQ(s.pieces, upper ? 2u : 1u);
+    EXPECT_DOUBLE_EQ(s.piece_bytes * s.pieces, whole);
+    if (upper) {
+      ++sharded;
+      EXPECT_EQ(s.holder(0, 2), 0u);
+      EXPECT_EQ(s.holder(1, 2), 1u);
+      EXPECT_EQ(s.holder(1, 1), 0u);
+    }
   }
-  return sum;
+  EXPECT_GT(sharded, 0u);
+  // Replayed: deterministic, and no faster than without communication.
+  const ReplayResult r = replay(job);
+  EXPECT_EQ(replay(job).iteration, r.iteration);
+  ReplayOptions free;
+  free.free_communication = true;
+  EXPECT_GT(r.iteration, replay(job, nullptr, free).iteration);
+  // The planner's estimate reduces the same shards.
+  policy::Estimator est(m, c, cost);
+  const policy::Estimate e = est.estimate(p);
+  EXPECT_LE(e.compute_s, r.iteration.seconds());
+  EXPECT_NEAR(e.iteration_s, r.iteration.seconds(), 0.15 * r.iteration.seconds());
 }
 
 TEST(AsymmetricJob, EverySegmentReducedOnceByEveryReplica) {
