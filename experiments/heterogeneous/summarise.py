@@ -11,7 +11,7 @@ CASES = [
     ("h100-a100", "H100 + A100"),
     ("4090-a100", "RTX 4090 + A100"),
 ]
-POLICIES = ["megatron", "zero", "whale", "cannikin", "amp", "metis", "hetpipe"]
+POLICIES = ["megatron", "zero", "whale", "cannikin", "amp", "metis", "hetpipe", "flashflex"]
 
 
 def main(folder):

@@ -124,5 +124,6 @@ const Policy& cannikin_policy();
 const Policy& amp_policy();
 const Policy& metis_policy();
 const Policy& hetpipe_policy();
+const Policy& flashflex_policy();
 
 }  // namespace hetsim::policy

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <functional>
+#include <map>
 #include <set>
 
 #include "sim/core/error.h"
@@ -313,6 +314,53 @@ TEST(Policies, HetPipeVirtualWorkersByNodeAndByEqualMix) {
   EXPECT_GT(ed, 0u);
 }
 
+TEST(Policies, FlashFlexBalancesPipelinesAndGivesEachTypeItsDegree) {
+  // AMP's cluster (three nodes of 4 V100, one of 4 T4): pipelines balanced by FLOP/s, within one
+  // node's; one tensor-parallel degree per GPU type in each proposal; and, where a pipeline
+  // holds the T4 node and another does not, layers held over different degrees, which replay.
+  const workload::ModelConfig m = gpt(16);
+  const platform::Cluster c(config::load_cluster("aws-p3-g4dn", {}));
+  const workload::DatasheetCostModel cost;
+  Request r = request(m, c, 64);
+  r.cost = &cost;
+  const std::vector<Proposal> props = flashflex_policy().propose(r);
+  ASSERT_FALSE(props.empty());
+  const workload::Precision precision = cluster_precision(c);
+  const double node = 4 * workload::peak_flops(*c.gpu(0).profile, precision);
+  size_t mixed = 0;
+  for (const Proposal& p : props) {
+    SCOPED_TRACE(p.label);
+    const workload::Plan plan = workload::load_plan_text(p.plan, "flashflex", m, c);
+    std::vector<double> flops;
+    std::map<const config::GpuProfile*, int> degree;
+    for (const auto& rep : plan.replicas) {
+      double f = 0;
+      for (const auto& st : rep.stages) {
+        const config::GpuProfile* gpu = c.gpu(st.devices[0]).profile;
+        f += workload::peak_flops(*gpu, precision) * static_cast<double>(st.devices.size());
+        auto [it, fresh] = degree.try_emplace(gpu, st.tensor_parallel());
+        EXPECT_EQ(it->second, st.tensor_parallel());
+      }
+      flops.push_back(f);
+    }
+    EXPECT_LE(*std::max_element(flops.begin(), flops.end()) -
+                  *std::min_element(flops.begin(), flops.end()),
+              node * (1 + 1e-12));
+    const workload::TrainingJob job = workload::build_training_job(m, plan, c, cost);
+    const bool sharded = std::any_of(job.dp_syncs.begin(), job.dp_syncs.end(), [&](const auto& s) {
+      return std::any_of(s.members.begin(), s.members.end(), [&](const auto& g) {
+        return job.groups[g.first].devices.size() != s.pieces;
+      });
+    });
+    if (sharded && mixed++ < 3) {
+      const double t = workload::replay(job).iteration.seconds();
+      EXPECT_GT(t, 0.0);
+      EXPECT_EQ(workload::replay(job).iteration.seconds(), t);
+    }
+  }
+  EXPECT_GT(mixed, 0u);
+}
+
 TEST(Planner, HetPipesAsymmetricPlansReplayToThePrediction) {
   // VWs of different speeds give an asymmetric plan (its own split and share per VW); the
   // planner's pick is a plan simulate reads and replays to the time it reported.
@@ -497,7 +545,7 @@ TEST(Planner, ImpossibleRequestsSayWhy) {
   EXPECT_EQ(
       batch,
       "no plan for a global batch of 7 on 16 GPUs: megatron, zero, whale, cannikin, amp, metis, "
-      "hetpipe proposed none (the batch "
+      "hetpipe, flashflex proposed none (the batch "
       "must divide into equal shares of whole micro-batches over the data-parallel "
       "replicas)");
   try {
@@ -506,7 +554,7 @@ TEST(Planner, ImpossibleRequestsSayWhy) {
   } catch (const InputError& e) {
     EXPECT_EQ(std::string(e.what()),
               "--policy: unknown policy \"whales\" (expected all or one of megatron, zero, whale, "
-              "cannikin, amp, metis, hetpipe)");
+              "cannikin, amp, metis, hetpipe, flashflex)");
   }
 }
 
