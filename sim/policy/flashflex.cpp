@@ -152,11 +152,10 @@ class FlashFlex final : public Policy {
     const double activation = e * static_cast<double>(mb) * r.sequence * m.hidden;
     // Per pipeline and stage: a layer's time (kernels, and FlashFlex's tensor-parallel term
     // over the group's link, forward and backward) and the embedding's or head's.
-    std::vector<std::vector<std::vector<double>>> cost(D);
-    std::vector<std::vector<double>> fixed(D);
+    std::vector<PipelineCosts> costs(D);
     for (size_t k = 0; k < D; ++k) {
       const size_t S = pipelines[k].size();
-      fixed[k].assign(S, 0.0);
+      costs[k].fixed.assign(S, 0.0);
       for (size_t s = 0; s < S; ++s) {
         const Stage& st = pipelines[k][s];
         const int t = static_cast<int>(st.devices.size());
@@ -166,33 +165,13 @@ class FlashFlex final : public Policy {
           const double bw = c.route_capacity(c.route(st.devices[0], st.devices[1]));
           comm = (full ? 12.0 : 8.0) * activation / (t * bw);
         }
-        cost[k].emplace_back(m.layers, times.layer + comm);
-        if (s == 0) fixed[k][s] += times.embedding;
-        if (s + 1 == S) fixed[k][s] += times.head;
+        costs[k].cost.emplace_back(m.layers, times.layer + comm);
+        if (s == 0) costs[k].fixed[s] += times.embedding;
+        if (s + 1 == S) costs[k].fixed[s] += times.head;
       }
     }
-    auto pipeline = [&](size_t k, int64_t M) {
-      const std::vector<int> layers = amp_partition(cost[k], fixed[k], M);
-      double slowest = 0, sum = 0;
-      for (size_t s = 0, first = 0; s < layers.size(); first += layers[s], ++s) {
-        double t = fixed[k][s];
-        for (int l = 0; l < layers[s]; ++l) t += cost[k][s][first + l];
-        slowest = std::max(slowest, t);
-        sum += t;
-      }
-      return std::tuple{layers, slowest, static_cast<double>(M - 1) * slowest + sum};
-    };
-    std::vector<double> speed(D);
-    double sum = 0;
-    for (size_t k = 0; k < D; ++k) {
-      const auto [layers, slowest, time] = pipeline(k, std::max<int64_t>(1, total / D));
-      if (layers.empty()) return std::nullopt;
-      speed[k] = 1.0 / slowest;
-      sum += speed[k];
-    }
-    std::vector<double> exact;
-    for (double s : speed) exact.push_back(static_cast<double>(total) * s / sum);
-    const std::vector<int64_t> shares = whole_shares(total, exact);
+    const std::vector<int64_t> shares = speed_shares(costs, total);
+    if (shares.empty()) return std::nullopt;
     // FlashFlex's prediction: the slowest pipeline x 1.8, the gradient all-reduce x 1.1 (over
     // the slowest link between the pipelines' first GPUs, at the narrowest degree).
     double slowest_pipeline = 0;
@@ -200,8 +179,9 @@ class FlashFlex final : public Policy {
     int tp_min = std::numeric_limits<int>::max();
     std::string replicas, splits;
     for (size_t k = 0; k < D; ++k) {
-      const auto [layers, slowest, time] = pipeline(k, shares[k]);
-      slowest_pipeline = std::max(slowest_pipeline, time);
+      const PipelineSplit cut = split_pipeline(costs[k], shares[k]);
+      const std::vector<int>& layers = cut.layers;
+      slowest_pipeline = std::max(slowest_pipeline, cut.time);
       replicas += fmt::format("  - micro_batches: {}\n    stages:\n", shares[k]);
       std::string split;
       for (size_t s = 0; s < layers.size(); ++s) {

@@ -133,44 +133,22 @@ class HetPipe final : public Policy {
     LayerProfiler profile(r, precision, 1, mb, std::string(recompute) == "full");
     const size_t V = a.workers.size();
     // Each VW's stage costs (one GPU per stage).
-    std::vector<std::vector<std::vector<double>>> cost(V);
-    std::vector<std::vector<double>> fixed(V);
+    std::vector<PipelineCosts> costs(V);
     for (size_t v = 0; v < V; ++v) {
       const auto& w = a.workers[v];
       const size_t S = w.size();
-      fixed[v].assign(S, 0.0);
+      costs[v].fixed.assign(S, 0.0);
       for (size_t s = 0; s < S; ++s) {
         const LayerProfiler::Times& t = profile.of(*c.gpu(w[s]).profile);
-        cost[v].emplace_back(m.layers, t.layer);
-        if (s == 0) fixed[v][s] += t.embedding;
-        if (s + 1 == S) fixed[v][s] += t.head;
+        costs[v].cost.emplace_back(m.layers, t.layer);
+        if (s == 0) costs[v].fixed[s] += t.embedding;
+        if (s + 1 == S) costs[v].fixed[s] += t.head;
       }
     }
-    // A VW's pipeline: its split and, per micro-batch in the steady state, its slowest stage.
-    auto pipeline = [&](size_t v, int64_t M) {
-      const std::vector<int> layers = amp_partition(cost[v], fixed[v], M);
-      double slowest = 0, sum = 0;
-      for (size_t s = 0, first = 0; s < layers.size(); first += layers[s], ++s) {
-        double t = fixed[v][s];
-        for (int l = 0; l < layers[s]; ++l) t += cost[v][s][first + l];
-        slowest = std::max(slowest, t);
-        sum += t;
-      }
-      return std::tuple{layers, slowest, static_cast<double>(M - 1) * slowest + sum};
-    };
     // Shares in proportion to each VW's speed at an even share, then each VW split again for
     // its own share.
-    std::vector<double> speed(V);
-    double sum = 0;
-    for (size_t v = 0; v < V; ++v) {
-      const auto [layers, slowest, time] = pipeline(v, std::max<int64_t>(1, total / V));
-      if (layers.empty()) return std::nullopt;
-      speed[v] = 1.0 / slowest;
-      sum += speed[v];
-    }
-    std::vector<double> exact;
-    for (double s : speed) exact.push_back(static_cast<double>(total) * s / sum);
-    const std::vector<int64_t> shares = whole_shares(total, exact);
+    const std::vector<int64_t> shares = speed_shares(costs, total);
+    if (shares.empty()) return std::nullopt;
     double predicted = 0;
     std::string plan =
         fmt::format("micro_batch_size: {}\nsequence_length: {}\nrecompute: {}\nschedule: 1f1b\n",
@@ -179,8 +157,9 @@ class HetPipe final : public Policy {
     plan += "replicas:\n";
     std::string splits;
     for (size_t v = 0; v < V; ++v) {
-      const auto [layers, slowest, time] = pipeline(v, shares[v]);
-      predicted = std::max(predicted, time);
+      const PipelineSplit cut = split_pipeline(costs[v], shares[v]);
+      const std::vector<int>& layers = cut.layers;
+      predicted = std::max(predicted, cut.time);
       plan += fmt::format("  - micro_batches: {}\n    stages:\n", shares[v]);
       std::string split;
       for (size_t s = 0; s < layers.size(); ++s) {

@@ -175,6 +175,35 @@ std::vector<std::vector<platform::GpuId>> node_groups(const platform::Cluster& c
   return groups;
 }
 
+PipelineSplit split_pipeline(const PipelineCosts& p, int64_t micro_batches) {
+  PipelineSplit out;
+  out.layers = amp_partition(p.cost, p.fixed, micro_batches);
+  double sum = 0;
+  for (size_t s = 0, first = 0; s < out.layers.size(); first += out.layers[s], ++s) {
+    double t = p.fixed[s];
+    for (int l = 0; l < out.layers[s]; ++l) t += p.cost[s][first + l];
+    out.slowest = std::max(out.slowest, t);
+    sum += t;
+  }
+  out.time = static_cast<double>(micro_batches - 1) * out.slowest + sum;
+  return out;
+}
+
+std::vector<int64_t> speed_shares(const std::vector<PipelineCosts>& pipelines, int64_t total) {
+  const auto n = static_cast<int64_t>(pipelines.size());
+  std::vector<double> speed;
+  double sum = 0;
+  for (const PipelineCosts& p : pipelines) {
+    const PipelineSplit split = split_pipeline(p, std::max<int64_t>(1, total / n));
+    if (split.layers.empty()) return {};
+    speed.push_back(1.0 / split.slowest);
+    sum += speed.back();
+  }
+  std::vector<double> exact;
+  for (double s : speed) exact.push_back(static_cast<double>(total) * s / sum);
+  return whole_shares(total, exact);
+}
+
 std::vector<int64_t> whole_shares(int64_t total, const std::vector<double>& exact) {
   const int64_t n = static_cast<int64_t>(exact.size());
   std::vector<int64_t> share(n, 1);

@@ -109,6 +109,22 @@ class LayerProfiler {
 std::vector<int> amp_partition(const std::vector<std::vector<double>>& cost,
                                const std::vector<double>& fixed, int64_t micro_batches);
 
+// One pipeline's costs for amp_partition: cost[s][l] of layer l on stage s, fixed[s] per stage.
+struct PipelineCosts {
+  std::vector<std::vector<double>> cost;
+  std::vector<double> fixed;
+};
+struct PipelineSplit {
+  std::vector<int> layers;  // per stage; empty: fewer layers than stages
+  double slowest = 0;       // the busiest stage's time per micro-batch
+  double time = 0;          // (M - 1) x slowest + the sum of the stages
+};
+PipelineSplit split_pipeline(const PipelineCosts& p, int64_t micro_batches);
+// `total` micro-batches shared over pipelines of their own stages (HetPipe's virtual workers,
+// FlashFlex's pipelines) in proportion to each one's speed, 1 / its slowest stage when split for
+// an even share (whole_shares); empty when a pipeline has more stages than layers.
+std::vector<int64_t> speed_shares(const std::vector<PipelineCosts>& pipelines, int64_t total);
+
 // A replicas: plan in which every replica runs the same pipeline: stage s holds layers[s];
 // devices[r][s] are replica r's stage s devices (its tensor-parallel group).
 std::string pipelines_plan(const Request& r, const std::string& header, int64_t micro_batch,
