@@ -8,23 +8,13 @@
 #include "sim/core/error.h"
 #include "sim/policy/estimate.h"
 #include "sim/workload/replay.h"
+#include "tests/unit/fixtures.h"
 
 namespace hetsim::workload {
 namespace {
 
-platform::Cluster cluster(const std::string& name, int nodes = 1) {
-  config::ClusterOptions o;
-  o.nodes = nodes;
-  return platform::Cluster(config::load_cluster(name, o));
-}
-
-ModelConfig small_gpt(int layers = 8) {
-  return load_model_yaml_text(
-      "name: small\nfamily: gpt\nlayers: " + std::to_string(layers) +
-          "\nhidden: 1024\nheads: 16\nvocab: 50304\nsequence: 1024\nactivation: gelu\n"
-          "norm: layernorm\nposition: learned\ntied_embeddings: true\ncausal: true\nbias: true\n",
-      "small.yaml");
-}
+using test::cluster;
+using test::small_gpt;
 
 // Replica 0: the whole model on GPU 0; replica 1: a two-stage pipeline on GPUs 1 and 2
 // (`split` layers, then the rest); replica 2 (with `third`): stages of 3, 3 and 2 layers.

@@ -8,23 +8,13 @@
 #include <tuple>
 
 #include "sim/workload/replay.h"
+#include "tests/unit/fixtures.h"
 
 namespace hetsim::workload {
 namespace {
 
-platform::Cluster cluster(const std::string& name, int nodes) {
-  config::ClusterOptions o;
-  o.nodes = nodes;
-  return platform::Cluster(config::load_cluster(name, o));
-}
-
-ModelConfig small_gpt(int layers = 8) {
-  return load_model_yaml_text(
-      "name: small\nfamily: gpt\nlayers: " + std::to_string(layers) +
-          "\nhidden: 1024\nheads: 16\nvocab: 50304\nsequence: 1024\nactivation: gelu\n"
-          "norm: layernorm\nposition: learned\ntied_embeddings: true\ncausal: true\nbias: true\n",
-      "small.yaml");
-}
+using test::cluster;
+using test::small_gpt;
 
 // Counts and times what an observer sees, per group.
 class Recorder : public ReplayObserver {

@@ -1,0 +1,26 @@
+// What many unit tests build: a built-in cluster at a node count, and a small GPT.
+#pragma once
+
+#include <string>
+
+#include "sim/platform/cluster.h"
+#include "sim/workload/model.h"
+
+namespace hetsim::test {
+
+inline platform::Cluster cluster(const std::string& name, int nodes = 1) {
+  config::ClusterOptions o;
+  o.nodes = nodes;
+  return platform::Cluster(config::load_cluster(name, o));
+}
+
+// GPT-style, hidden 1024, 16 heads, sequence 1024, tied embeddings.
+inline workload::ModelConfig small_gpt(int layers = 8) {
+  return workload::load_model_yaml_text(
+      "name: small\nfamily: gpt\nlayers: " + std::to_string(layers) +
+          "\nhidden: 1024\nheads: 16\nvocab: 50304\nsequence: 1024\nactivation: gelu\n"
+          "norm: layernorm\nposition: learned\ntied_embeddings: true\ncausal: true\nbias: true\n",
+      "small.yaml");
+}
+
+}  // namespace hetsim::test
