@@ -290,6 +290,7 @@ Estimate Estimator::estimate(const Plan& plan) {
     const workload::ReplicaPlan& rep = plan.replicas[lay.evaluated[i]];
     const int m = rep.micro_batches;
     std::vector<double> w(S, 0.0), fwd(S, 0.0), bwd(S, 0.0), hop(S, 0.0);
+    double once = 0;  // layered accumulation's per-layer collectives, waited for
     for (int s = 0; s + 1 < S; ++s) {
       const size_t n = std::max(rep.stages[s].devices.size(), rep.stages[s + 1].devices.size());
       hop[s] = hop_s(lay.hop_keys[i][s], lay.hops[i][s], activation / static_cast<double>(n));
@@ -319,8 +320,12 @@ Estimate Estimator::estimate(const Plan& plan) {
       for (int c = 0; c < v; ++c) {
         const int vs = c * S + s;
         const int layers = st.layers_of(c);
-        double f = per_pass + layers * (ps.layer_f.total() + gather);
-        double b = per_pass + layers * (ps.layer_b.total() + rc + gather + scatter);
+        // Layered accumulation gathers and reduce-scatters once per layer, not per micro-batch
+        // (added to the pipeline below).
+        const double g_mb = plan.layered ? 0 : gather, s_mb = plan.layered ? 0 : scatter;
+        double f = per_pass + layers * (ps.layer_f.total() + g_mb);
+        double b = per_pass + layers * (ps.layer_b.total() + rc + g_mb + s_mb);
+        if (plan.layered) once = std::max(once, layers * (2 * gather + scatter));
         kernels += layers * (ps.layer_f.kernels_s + ps.layer_b.kernels_s + rc_kernels);
         if (vs == 0) {
           f += ps.embedding_f.total();
@@ -342,7 +347,8 @@ Estimate Estimator::estimate(const Plan& plan) {
       w[s] = fwd[s] + bwd[s];
       // With this group's optimizer step: the busiest group's compute, no more (a bound).
       const double params = workload::group_params(model_, st, s, S);
-      const double shard = plan.zero_stage >= 1 && dp ? params / static_cast<double>(R) : params;
+      const double shard =
+          plan.zero_stage >= 1 && dp ? plan.sharded(params, lay.evaluated[i]) : params;
       const double opt =
           optimizer_s(*cluster_.gpu(st.devices.front()).profile, shard, plan.precision);
       out.compute_s = std::max(out.compute_s, m * kernels + opt);
@@ -365,6 +371,7 @@ Estimate Estimator::estimate(const Plan& plan) {
     } else {
       pipeline = (m - 1.0 / v) * slowest + sum / v + hops;
     }
+    pipeline += once;
     out.pipeline_s = std::max(out.pipeline_s, pipeline);
     // Stage s finishes its last backward before stage s - 1 does, by one chunk's backward and
     // the transfer between them.
@@ -411,7 +418,8 @@ Estimate Estimator::estimate(const Plan& plan) {
         if (plan.zero_stage == 3) {
           finish = std::max(finish, end[s] + one);  // the stream already counted per layer
         } else {
-          const double stream = one * st.layers * m;
+          const int per_layer = plan.layered ? 1 : m;  // reduce-scatters of each layer
+          const double stream = one * st.layers * per_layer;
           const double window = layer_backward[s] * st.layers * m;
           finish = std::max(finish, end[s] + std::max(one, stream - window));
         }
@@ -445,7 +453,11 @@ Estimate Estimator::estimate(const Plan& plan) {
     }
     finish += fw.host_per_step.seconds();
     const double params = workload::group_params(model_, st, s, S);
-    const double shard = plan.zero_stage >= 1 && dp ? params / static_cast<double>(R) : params;
+    // The largest shard's optimizer step (state shares may differ by replica).
+    double shard = plan.zero_stage >= 1 && dp ? plan.sharded(params, 0) : params;
+    if (plan.zero_stage >= 1 && dp) {
+      for (size_t r = 1; r < R; ++r) shard = std::max(shard, plan.sharded(params, r));
+    }
     const double optimizer =
         optimizer_s(*cluster_.gpu(st.devices.front()).profile, shard, plan.precision);
     finish += optimizer;

@@ -31,7 +31,6 @@ std::vector<DeviceMemory> memory_per_group(const TrainingJob& job) {
   const Plan& p = *job.plan;
   const ModelConfig& m = *job.model;
   const double e = element_bytes(p.precision);
-  const double d = static_cast<double>(p.replicas.size());
   std::vector<DeviceMemory> out;
   for (const Group& g : job.groups) {
     DeviceMemory mem;
@@ -39,16 +38,22 @@ std::vector<DeviceMemory> memory_per_group(const TrainingJob& job) {
     const double params = g.params;
     const double grad_bytes = p.fp32_main_grads ? 4 : e;
     const double master = p.precision == Precision::fp32 ? 0 : 4;  // fp32 master copy
-    mem.weights = params * e / (p.zero_stage >= 3 ? d : 1);
-    mem.gradients = params * grad_bytes / (p.zero_stage >= 2 ? d : 1);
-    mem.optimizer = params * (master + 8) / (p.zero_stage >= 1 ? d : 1);
+    // Sharded among the replicas: an even share, or the replica's state_share.
+    auto shard = [&](double x, int from) {
+      return p.zero_stage >= from ? p.sharded(x, g.replica) : x;
+    };
+    mem.weights = shard(params * e, 3);
+    mem.gradients = shard(params * grad_bytes, 2);
+    mem.optimizer = shard(params * (master + 8), 1);
     const LayerShape s = stage_shape(p, static_cast<int>(g.devices.size()));
     const double per_layer = layer_activation_bytes(m, s, p.recompute);
     const StagePlan& st = p.replicas[g.replica].stages[g.stage];
     // Walk the schedule: a forward pass stores its chunk's activations until its backward.
-    const auto order =
-        stage_schedule(p.schedule, static_cast<int>(g.stage), p.stages(g.replica),
-                       p.replicas[g.replica].micro_batches, job.chunks, p.microbatch_group);
+    // Layered accumulation keeps every micro-batch's activations until the backward pass, as
+    // GPipe does.
+    const auto order = stage_schedule(
+        p.layered ? Schedule::gpipe : p.schedule, static_cast<int>(g.stage), p.stages(g.replica),
+        p.replicas[g.replica].micro_batches, job.chunks, p.microbatch_group);
     double live = 0, peak = 0;
     for (const ScheduleItem& it : order) {
       const double chunk_bytes = per_layer * st.layers_of(it.chunk);

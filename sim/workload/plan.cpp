@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <numeric>
 #include <set>
@@ -130,6 +131,17 @@ namespace {
 // tensor-parallel degrees): lcm(8, 6) = 24 is plenty.
 constexpr long kMaxShards = 64;
 
+void check_layered(const std::string& file, const YAML::Node& root, const Plan& p) {
+  if (!p.layered) return;
+  for (size_t r = 0; r < p.replicas.size(); ++r) {
+    if (p.replicas[r].stages.size() == 1) continue;
+    throw InputError(fmt::format(
+        "{}: gradient_accumulation: layered runs every micro-batch through a layer before the "
+        "next, which a pipeline cannot (replica {} has {} stages); use one stage per replica",
+        where(file, root["gradient_accumulation"]), r, p.replicas[r].stages.size()));
+  }
+}
+
 void resolve_precision(const std::string& file, const YAML::Node& root,
                        const platform::Cluster& cluster, Plan& p) {
   std::vector<const config::GpuProfile*> gpus;
@@ -211,13 +223,28 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
       throw InputError(file + ": " + e.what());
     }
   }
-  config::check_keys(
-      file, root, "",
-      {"tensor_parallel",   "pipeline_parallel", "data_parallel",     "micro_batch_size",
-       "global_batch_size", "sequence_length",   "schedule",          "interleave",
-       "microbatch_group",  "recompute",         "sequence_parallel", "zero_stage",
-       "precision",         "attention",         "main_grads",        "bucket_size",
-       "devices",           "replicas",          "framework",         "gradient_reduction"});
+  config::check_keys(file, root, "",
+                     {"tensor_parallel",
+                      "pipeline_parallel",
+                      "data_parallel",
+                      "micro_batch_size",
+                      "global_batch_size",
+                      "sequence_length",
+                      "schedule",
+                      "interleave",
+                      "microbatch_group",
+                      "recompute",
+                      "sequence_parallel",
+                      "zero_stage",
+                      "precision",
+                      "attention",
+                      "main_grads",
+                      "bucket_size",
+                      "devices",
+                      "replicas",
+                      "framework",
+                      "gradient_reduction",
+                      "gradient_accumulation"});
   Plan p;
   p.source = file;
   p.micro_batch_size = get_int(file, root, "", "micro_batch_size", 1, limits::kBatch, 1);
@@ -275,6 +302,8 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
   }
   p.zero_stage = static_cast<int>(
       get_int(file, root, "", "zero_stage", 0, 3, p.framework.zero_stage.value_or(0)));
+  p.layered = config::get_choice(file, root, "", "gradient_accumulation",
+                                 {"micro_batch", "layered"}, "micro_batch") == 1;
   const int v = p.interleave;
   if (root["replicas"]) {
     // Heterogeneous: replicas and stages spelled out.
@@ -292,10 +321,17 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
     std::set<platform::GpuId> used;
     for (size_t r = 0; r < reps.size(); ++r) {
       const std::string rp = "replicas[" + std::to_string(r) + "]";
-      config::check_keys(file, reps[r], rp, {"micro_batches", "stages"});
+      config::check_keys(file, reps[r], rp, {"micro_batches", "stages", "state_share"});
       ReplicaPlan rep;
       rep.micro_batches =
           static_cast<int>(get_int(file, reps[r], rp, "micro_batches", 1, limits::kMicroBatches));
+      if (reps[r]["state_share"]) {
+        rep.state_share = config::get_number(file, reps[r], rp, "state_share");
+        if (!(rep.state_share > 0 && rep.state_share <= 1)) {
+          throw InputError(fmt::format("{}: {}.state_share: expected a fraction in (0, 1], got {}",
+                                       where(file, reps[r]["state_share"]), rp, rep.state_share));
+        }
+      }
       const YAML::Node stages = config::require(file, reps[r], rp, "stages");
       if (!stages.IsSequence() || stages.size() == 0) {
         throw InputError(where(file, stages) + ": " + rp + ".stages: expected a non-empty list");
@@ -353,10 +389,30 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
                        "micro_batch_size add up to " +
                        std::to_string(total));
     }
+    // State shares: given for every replica or for none, summing to one, of sharded state.
+    const size_t shared =
+        static_cast<size_t>(std::count_if(p.replicas.begin(), p.replicas.end(),
+                                          [](const ReplicaPlan& r) { return r.state_share > 0; }));
+    if (shared > 0) {
+      double sum = 0;
+      for (const ReplicaPlan& r : p.replicas) sum += r.state_share;
+      if (shared != p.replicas.size() || std::abs(sum - 1) > 1e-6) {
+        throw InputError(fmt::format(
+            "{}: replicas: state_share must be given for every replica and add up to 1 (given "
+            "for {} of {}, adding up to {:.6g})",
+            where(file, reps), shared, p.replicas.size(), sum));
+      }
+      if (p.zero_stage == 0) {
+        throw InputError(where(file, reps) +
+                         ": replicas: state_share shards the training state, which zero_stage 0 "
+                         "does not; use zero_stage 1 to 3");
+      }
+    }
     // ZeRO-2 and -3 reduce-scatter each micro-batch's gradients (and ZeRO-3 gathers each layer's
     // parameters per micro-batch) among the replicas: they must run as many micro-batches, or
-    // the collectives do not pair up (DeepSpeed and FSDP would hang the same way).
-    if (p.zero_stage >= 2) {
+    // the collectives do not pair up (DeepSpeed and FSDP would hang the same way). Layered
+    // accumulation reduces and gathers once per layer, whatever the micro-batches.
+    if (p.zero_stage >= 2 && !p.layered) {
       for (size_t r = 1; r < p.replicas.size(); ++r) {
         if (p.replicas[r].micro_batches != p.replicas[0].micro_batches) {
           throw InputError(fmt::format(
@@ -399,6 +455,7 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
       }
     }
     p.tensor_parallel = p.replicas[0].stages[0].tensor_parallel();
+    check_layered(file, root, p);
     p.pipeline_parallel = p.stages();
     p.data_parallel = static_cast<int>(p.replicas.size());
     resolve_precision(file, root, cluster, p);
@@ -498,6 +555,7 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
     }
     p.replicas.push_back(std::move(rep));
   }
+  check_layered(file, root, p);
   resolve_precision(file, root, cluster, p);
   return p;
 }

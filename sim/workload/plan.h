@@ -35,6 +35,9 @@ struct StagePlan {
 struct ReplicaPlan {
   std::vector<StagePlan> stages;
   int micro_batches = 0;
+  // The share of the sharded training state (ZeRO / FSDP) each of the replica's devices holds,
+  // decoupled from its share of the batch (Cephalo); 0: an even share, 1 / replicas.
+  double state_share = 0;
 };
 
 struct Plan {
@@ -57,6 +60,11 @@ struct Plan {
   double bucket_bytes = 40e6 * 4;  // gradient all-reduce bucket (Megatron: 40M fp32 elements)
   Framework framework;             // `framework:` (default megatron)
   GradReduction gradient_reduction = GradReduction::overlapped;  // the framework's, or the plan's
+  // `gradient_accumulation: layered` (Lamy-Poirier 2021; Cephalo): every micro-batch runs through
+  // a layer before the next layer, so a sharded layer is gathered and its gradients reduced once
+  // per iteration, not once per micro-batch; all micro-batches' activations are live at once.
+  // Replicas of one stage only.
+  bool layered = false;
   bool uniform = true;
   int tensor_parallel = 1, pipeline_parallel = 1, data_parallel = 1;  // uniform plans
   std::vector<ReplicaPlan> replicas;
@@ -64,6 +72,11 @@ struct Plan {
   // Replica r's pipeline stages. Replicas may differ in their stages (asymmetric pipelines:
   // HetPipe's virtual workers, FlashFlex): see asymmetric().
   int stages(size_t r = 0) const { return static_cast<int>(replicas[r].stages.size()); }
+  // What each device of replica r holds of `x` sharded: its state_share, else x / replicas.
+  double sharded(double x, size_t r) const {
+    return replicas[r].state_share > 0 ? x * replicas[r].state_share
+                                       : x / static_cast<double>(replicas.size());
+  }
   // Whether some replica's stages differ from replica 0's in number, layers or tensor-parallel
   // degree. Then gradients are reduced layer segment by layer segment (layer_segments) among the
   // stages that hold each segment, not stage by stage.

@@ -433,7 +433,43 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
       const double head_grad = grad_bytes * model.output_params() / t;
       const bool overlapped = plan.gradient_reduction == GradReduction::overlapped;
       const Time per_pass = plan.framework.host_per_pass;
+      // Layered accumulation (one stage): each layer for every micro-batch in turn, forward then
+      // backward; a sharded layer gathered once per pass, its gradients reduced once.
+      if (plan.layered) {
+        const uint32_t M = static_cast<uint32_t>(rep.micro_batches);
+        const bool gather = dp && plan.zero_stage == 3;
+        for (uint32_t mb = 0; mb < M; ++mb) {
+          b.host(per_pass, Pass::forward, mb, 0);
+          b.emit(ef, Pass::forward, -1, mb, 0);
+        }
+        for (int l = 0; l < st.layers; ++l) {
+          if (gather)
+            b.dp_wait(b.dp_collective(CommKind::allgather, layer_weights, "zero3.params", s));
+          for (uint32_t mb = 0; mb < M; ++mb) b.emit(lf, Pass::forward, l, mb, 0);
+        }
+        for (uint32_t mb = 0; mb < M; ++mb) {
+          b.emit(hf, Pass::forward, -1, mb, 0);
+          b.host(per_pass, Pass::backward, mb, 0);
+          b.emit(hb, Pass::backward, -1, mb, 0);
+        }
+        for (int l = st.layers - 1; l >= 0; --l) {
+          if (gather)
+            b.dp_wait(b.dp_collective(CommKind::allgather, layer_weights, "zero3.params", s));
+          for (uint32_t mb = 0; mb < M; ++mb) {
+            if (plan.recompute == Recompute::full) b.emit(lf, Pass::recompute, l, mb, 0);
+            if (plan.recompute == Recompute::selective) b.emit(ar, Pass::recompute, l, mb, 0);
+            b.emit(lb, Pass::backward, l, mb, 0);
+          }
+          if (dp && plan.zero_stage >= 2) {
+            issued = b.dp_collective(CommKind::reducescatter, layer_grad, "zero.grads", s);
+          } else if (overlapped) {
+            add(l, layer_grad);
+          }
+        }
+        for (uint32_t mb = 0; mb < M; ++mb) b.emit(eb, Pass::backward, -1, mb, 0);
+      }
       for (const ScheduleItem& it : order) {
+        if (plan.layered) break;
         const int vs = it.chunk * P + s;
         const int first = chunk_first(it.chunk);
         b.host(per_pass, it.forward ? Pass::forward : Pass::backward, it.micro_batch, it.chunk);
@@ -505,7 +541,7 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
       }
       if (issued > 0) b.dp_wait(issued);
       b.host(plan.framework.host_per_step, Pass::other, 0, 0);
-      const double shard = plan.zero_stage >= 1 && dp ? g.params / plan.replicas.size() : g.params;
+      const double shard = plan.zero_stage >= 1 && dp ? plan.sharded(g.params, r) : g.params;
       const auto& opt = b.piece("optimizer", {Step{optimizer_step(shard, plan.precision)}});
       b.emit(opt, Pass::other, -1, 0, 0);
       if (dp && (plan.zero_stage == 1 || plan.zero_stage == 2)) {
