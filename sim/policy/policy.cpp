@@ -48,8 +48,8 @@ std::string plan_set_lines(const std::vector<std::string>& sets) {
 
 const std::vector<const Policy*>& policies() {
   static const std::vector<const Policy*> table = {
-      &megatron_policy(), &zero_policy(),  &whale_policy(),   &cannikin_policy(),
-      &amp_policy(),      &metis_policy(), &hetpipe_policy(), &flashflex_policy()};
+      &megatron_policy(), &zero_policy(),    &whale_policy(),     &cannikin_policy(), &amp_policy(),
+      &metis_policy(),    &hetpipe_policy(), &flashflex_policy(), &cephalo_policy()};
   return table;
 }
 

@@ -141,5 +141,6 @@ const Policy& amp_policy();
 const Policy& metis_policy();
 const Policy& hetpipe_policy();
 const Policy& flashflex_policy();
+const Policy& cephalo_policy();
 
 }  // namespace hetsim::policy

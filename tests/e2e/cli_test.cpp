@@ -220,7 +220,7 @@ TEST(PlanCommand, WritesTheBestPlanWhichSimulateReplaysToThePredictedTime) {
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_EQ(bad.output,
             "hetsim: error: --policy: unknown policy \"whales\" (expected all or one of megatron, "
-            "zero, whale, cannikin, amp, metis, hetpipe, flashflex)\n");
+            "zero, whale, cannikin, amp, metis, hetpipe, flashflex, cephalo)\n");
 }
 
 }  // namespace

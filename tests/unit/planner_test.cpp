@@ -361,6 +361,34 @@ TEST(Policies, FlashFlexBalancesPipelinesAndGivesEachTypeItsDegree) {
   EXPECT_GT(mixed, 0u);
 }
 
+TEST(Planner, CephalosStateSharesFitWhereEvenShardsCannot) {
+  // Llama 2 70B on 16 RTX 4090 (24 GB) and 16 A100 (80 GB): FSDP's even shards need 43.5 GiB per
+  // GPU; Cephalo's shares in proportion to free memory put most of the state on the A100s, and
+  // its batch shares give them more micro-batches.
+  const workload::ModelConfig m = workload::load_model("llama2-70b");
+  const platform::Cluster c(config::load_cluster("mixed-4090-a100", {}));
+  const workload::DatasheetCostModel cost;
+  const Request r = request(m, c, 64);
+  EXPECT_THROW(search(r, {&zero_policy()}, cost), InputError);
+  const Search res = search(r, {&cephalo_policy()}, cost);
+  ASSERT_FALSE(res.ranked.empty());
+  const Candidate& best = res.ranked.front();
+  const workload::Plan p = workload::load_plan_text(best.proposal.plan, "p.yaml", m, c);
+  EXPECT_TRUE(p.layered);
+  double a100_share = 0, rtx_share = 0;
+  int a100_mbs = 0, rtx_mbs = 0;
+  for (const auto& rep : p.replicas) {
+    const bool a100 = c.gpu(rep.stages[0].devices[0]).profile->name.rfind("a100", 0) == 0;
+    (a100 ? a100_share : rtx_share) += rep.state_share;
+    (a100 ? a100_mbs : rtx_mbs) += rep.micro_batches;
+  }
+  EXPECT_NEAR(a100_share + rtx_share, 1.0, 1e-6);
+  EXPECT_GT(a100_share, 2 * rtx_share) << best.proposal.label;
+  EXPECT_GT(a100_mbs, rtx_mbs) << best.proposal.label;
+  const workload::TrainingJob job = workload::skeleton_job(m, p, c);
+  for (const auto& d : workload::memory_per_group(job)) EXPECT_LE(d.peak, d.capacity);
+}
+
 TEST(Planner, HetPipesAsymmetricPlansReplayToThePrediction) {
   // VWs of different speeds give an asymmetric plan (its own split and share per VW); the
   // planner's pick is a plan simulate reads and replays to the time it reported.
@@ -545,7 +573,7 @@ TEST(Planner, ImpossibleRequestsSayWhy) {
   EXPECT_EQ(
       batch,
       "no plan for a global batch of 7 on 16 GPUs: megatron, zero, whale, cannikin, amp, metis, "
-      "hetpipe, flashflex proposed none (the batch "
+      "hetpipe, flashflex, cephalo proposed none (the batch "
       "must divide into equal shares of whole micro-batches over the data-parallel "
       "replicas)");
   try {
@@ -554,7 +582,7 @@ TEST(Planner, ImpossibleRequestsSayWhy) {
   } catch (const InputError& e) {
     EXPECT_EQ(std::string(e.what()),
               "--policy: unknown policy \"whales\" (expected all or one of megatron, zero, whale, "
-              "cannikin, amp, metis, hetpipe, flashflex)");
+              "cannikin, amp, metis, hetpipe, flashflex, cephalo)");
   }
 }
 
