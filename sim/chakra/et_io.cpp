@@ -87,10 +87,9 @@ bool next_message(const std::string& data, size_t& pos, std::string_view& msg,
     if ((b & 0x80) == 0) break;
   }
   if (size > data.size() - pos) {
-    throw InputError(where + ": truncated or not a Chakra trace: message " +
-                     std::to_string(index) + " at byte " + std::to_string(start) + " declares " +
-                     std::to_string(size) + " bytes but " + std::to_string(data.size() - pos) +
-                     " are left");
+    throw InputError(where + ": truncated or not a Chakra trace: message " + std::to_string(index) +
+                     " at byte " + std::to_string(start) + " declares " + std::to_string(size) +
+                     " bytes but " + std::to_string(data.size() - pos) + " are left");
   }
   msg = std::string_view(data).substr(pos, size);
   pos += size;
@@ -253,17 +252,16 @@ void check_references(const Trace& t, const std::string& where) {
     for (const auto* deps : {&n.data_deps, &n.ctrl_deps}) {
       for (uint64_t d : *deps) {
         if (ids.count(d) == 0) {
-          throw InputError(where + ": node " + std::to_string(n.id) + " \"" + n.name + "\": " +
-                           (deps == &n.data_deps ? "data_deps" : "ctrl_deps") + " names node " +
-                           std::to_string(d) + ", which is not in the file");
+          throw InputError(where + ": node " + std::to_string(n.id) + " \"" + n.name +
+                           "\": " + (deps == &n.data_deps ? "data_deps" : "ctrl_deps") +
+                           " names node " + std::to_string(d) + ", which is not in the file");
         }
       }
     }
   }
 }
 
-std::map<std::string, std::vector<uint32_t>> read_groups(const std::string& path,
-                                                         uint32_t ranks) {
+std::map<std::string, std::vector<uint32_t>> read_groups(const std::string& path, uint32_t ranks) {
   std::map<std::string, std::vector<uint32_t>> groups;
   const nlohmann::json j = nlohmann::json::parse(read_file(path), nullptr, false);
   if (j.is_discarded() || !j.is_object()) {
@@ -300,8 +298,8 @@ void check_node(const Node& n, uint32_t rank, const TraceSet& set, const std::st
   };
   auto peer = [&](const std::optional<int64_t>& r, const char* attr) {
     if (r && (*r < 0 || *r >= nranks)) {
-      throw InputError(at + ": " + attr + " " + std::to_string(*r) + " is not a rank (expected 0 to " +
-                       std::to_string(nranks - 1) + ")");
+      throw InputError(at + ": " + attr + " " + std::to_string(*r) +
+                       " is not a rank (expected 0 to " + std::to_string(nranks - 1) + ")");
     }
   };
   switch (n.type) {
@@ -341,8 +339,8 @@ void check_node(const Node& n, uint32_t rank, const TraceSet& set, const std::st
       need(n.comm_size.has_value(), "comm_size");
       peer(n.comm_dst, "comm_dst");
       if (n.comm_src && *n.comm_src != rank) {
-        throw InputError(at + ": comm_src " + std::to_string(*n.comm_src) +
-                         " of a send in rank " + std::to_string(rank) + "'s file");
+        throw InputError(at + ": comm_src " + std::to_string(*n.comm_src) + " of a send in rank " +
+                         std::to_string(rank) + "'s file");
       }
       return;
     case NodeType::recv:
@@ -372,8 +370,9 @@ void write_trace(std::ostream& out, const Trace& t, const std::string& where) {
 Trace read_trace(std::istream& in, const std::string& where) {
   const std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (data.empty()) {
-    throw InputError(where + ": empty (expected a Chakra trace: a GlobalMetadata message, then "
-                             "Node messages)");
+    throw InputError(where +
+                     ": empty (expected a Chakra trace: a GlobalMetadata message, then "
+                     "Node messages)");
   }
   Trace t;
   size_t pos = 0;
@@ -451,8 +450,8 @@ TraceSet read_traces(const std::string& dir) {
   for (uint64_t r = 0; r < count; ++r) {
     if (files.count(r) == 0) {
       throw InputError((fs::path(dir) / (prefix + "." + std::to_string(r) + ".et")).string() +
-                       ": missing (expected one file per rank, 0 to " +
-                       std::to_string(count - 1) + ")");
+                       ": missing (expected one file per rank, 0 to " + std::to_string(count - 1) +
+                       ")");
     }
   }
   TraceSet set;

@@ -113,10 +113,9 @@ class Exporter {
   // A pipeline transfer's tag, the same on both ends: the receiving side's (direction, chunk,
   // micro-batch) and the tensor-parallel slice. Unique between two ranks within an iteration.
   int64_t tag(bool backward, uint32_t chunk, uint32_t mb, uint32_t slice, size_t slices) const {
-    const int64_t t =
-        ((static_cast<int64_t>(backward) * job_.chunks + chunk) * mbs_ + mb) *
-            static_cast<int64_t>(slices) +
-        slice;
+    const int64_t t = ((static_cast<int64_t>(backward) * job_.chunks + chunk) * mbs_ + mb) *
+                          static_cast<int64_t>(slices) +
+                      slice;
     if (t > std::numeric_limits<int32_t>::max())
       throw RunError("export-chakra: a pipeline transfer tag past 2^31");
     return t;
@@ -234,8 +233,8 @@ class Exporter {
       if (a[j % a.size()] != self) continue;
       Node s;
       s.type = NodeType::send;
-      s.name = fmt::format("send {} mb{} chunk{} slice{}", pass_name(t.pass), t.micro_batch,
-                           chunk, j);
+      s.name =
+          fmt::format("send {} mb{} chunk{} slice{}", pass_name(t.pass), t.micro_batch, chunk, j);
       s.comm_src = c.rank;
       s.comm_dst = rank(b[j % b.size()]);
       s.comm_tag = tag(backward, chunk, t.micro_batch, j, n);
@@ -257,8 +256,8 @@ class Exporter {
       if (b[j % b.size()] != self) continue;
       Node r;
       r.type = NodeType::recv;
-      r.name = fmt::format("recv {} mb{} chunk{} slice{}", pass_name(t.pass), t.micro_batch,
-                           t.chunk, j);
+      r.name =
+          fmt::format("recv {} mb{} chunk{} slice{}", pass_name(t.pass), t.micro_batch, t.chunk, j);
       r.comm_src = rank(a[j % a.size()]);
       r.comm_dst = c.rank;
       r.comm_tag = tag(backward, t.chunk, t.micro_batch, j, n);
@@ -271,15 +270,15 @@ class Exporter {
   // The tied embedding's gradients: pair j of the end stages' ranks all-reduces its shard.
   void tied(Cursor& c, const Group& grp, platform::GpuId self) {
     const auto& a = job_.group(grp.replica, 0).devices;
-    const auto& b = job_.group(grp.replica, job_.stages_of(grp.replica) - 1).devices;
+    const auto& b = job_.group(grp.replica, stages_ - 1).devices;
     const size_t n = std::max(a.size(), b.size());
     const double bytes = workload::tied_pair_bytes(job_, grp.replica);
     std::vector<uint64_t> pairs;
     for (uint32_t j = 0; j < n; ++j) {
       const std::vector<platform::GpuId> pair{a[j % a.size()], b[j % b.size()]};
       if (pair[0] != self && pair[1] != self) continue;
-      pairs.push_back(add(c, collective("tied.embedding.grads", CommKind::allreduce, bytes,
-                                        group(pair))));
+      pairs.push_back(
+          add(c, collective("tied.embedding.grads", CommKind::allreduce, bytes, group(pair))));
     }
     if (!pairs.empty()) c.frontier = pairs;
   }

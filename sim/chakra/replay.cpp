@@ -155,8 +155,8 @@ class Runner {
       instances_.push_back(std::move(inst));
     }
     Instance& inst = instances_[it->second];
-    const size_t m = static_cast<size_t>(
-        std::find(inst.members.begin(), inst.members.end(), r) - inst.members.begin());
+    const size_t m = static_cast<size_t>(std::find(inst.members.begin(), inst.members.end(), r) -
+                                         inst.members.begin());
     inst.node[m] = i;
     // Every member's copy must be the same collective.
     for (size_t o = 0; o < inst.members.size(); ++o) {
@@ -167,9 +167,8 @@ class Runner {
         throw InputError(describe(r, i) + ": collective #" + std::to_string(k) + " of group \"" +
                          g + "\" is " + to_string(*b.comm_type) + " of " +
                          std::to_string(*b.comm_size) + " bytes, but " +
-                         describe(inst.members[o], static_cast<uint32_t>(inst.node[o])) +
-                         " is " + to_string(*a.comm_type) + " of " +
-                         std::to_string(*a.comm_size) +
+                         describe(inst.members[o], static_cast<uint32_t>(inst.node[o])) + " is " +
+                         to_string(*a.comm_type) + " of " + std::to_string(*a.comm_size) +
                          " bytes (expected every member to run the same collective)");
       }
       break;
@@ -185,8 +184,8 @@ class Runner {
     const int64_t tag = n.comm_tag.value_or(0);
     const auto key = std::make_tuple(src, dst, tag);
     uint32_t& k = (is_send ? sends_seen_ : recvs_seen_)[key];
-    auto [it, fresh] = transfer_at_.try_emplace(std::make_tuple(src, dst, tag, k++),
-                                                transfers_.size());
+    auto [it, fresh] =
+        transfer_at_.try_emplace(std::make_tuple(src, dst, tag, k++), transfers_.size());
     if (fresh) transfers_.push_back({src, dst, tag});
     Transfer& x = transfers_[it->second];
     (is_send ? x.send : x.recv) = i;
@@ -269,7 +268,8 @@ class Runner {
     if (++inst.arrived < inst.members.size()) return;
     const Node& first = t_.ranks[inst.members[0]].nodes[static_cast<size_t>(inst.node[0])];
     std::vector<platform::GpuId> gpus(inst.members.begin(), inst.members.end());
-    auto& plan = plans_[std::make_tuple(static_cast<int>(*first.comm_type), *first.comm_size, gpus)];
+    auto& plan =
+        plans_[std::make_tuple(static_cast<int>(*first.comm_type), *first.comm_size, gpus)];
     if (!plan) {
       network::CollectiveRequest req;
       req.op = to_op(*first.comm_type);
