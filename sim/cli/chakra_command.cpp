@@ -34,8 +34,7 @@ void add_export_chakra_command(CLI::App& app, Action& action) {
   cmd->add_option("--plan", o->plan, "Plan file (YAML; see README)")->required();
   cmd->add_option("--plan-set", o->plan_sets,
                   "Override a field of the plan: PATH=VALUE, e.g. micro_batch_size=2 (repeatable)");
-  cmd->add_option("--out", o->out, "Folder to write the traces to (created if needed)")
-      ->required();
+  cmd->add_option("--out", o->out, "Folder to write the traces to (created if needed)")->required();
   cmd->callback([o, &action] {
     action = [o] {
       study::RunSpec spec;

@@ -17,6 +17,7 @@
 #include "sim/network/collective_runner.h"
 #include "sim/network/protocol.h"
 #include "sim/study/run.h"
+#include "sim/workload/replay.h"
 
 namespace hetsim::chakra {
 namespace {
@@ -324,6 +325,42 @@ TEST(ChakraExport, TheTracesCarryEveryKernelSegmentAndEveryKindOfCommunication) 
   EXPECT_GT(count[NodeType::recv], 0u);
   // The groups: tensor-parallel pairs, data-parallel pairs, tied-embedding pairs.
   for (const auto& [name, members] : ex.traces.groups) EXPECT_EQ(members.size(), 2u) << name;
+}
+
+TEST(ChakraExport, TheTracesReplayToTheTrainingReplaysTimeAndWithinRoundingInMicroseconds) {
+  const Job j(small_spec());
+  workload::ReplayOptions every_replica;
+  every_replica.exact = true;
+  const Time training = workload::replay(j.job, nullptr, every_replica).iteration;
+  Exported ex = export_job(j.job);
+  const Time chakra = replay(ex.traces, j.inputs.cluster).iteration;
+  // Chakra's own durations only: each kernel segment rounded to a whole microsecond.
+  for (Trace& t : ex.traces.ranks)
+    for (Node& n : t.nodes) n.duration_ps.reset();
+  const Time micros = replay(ex.traces, j.inputs.cluster).iteration;
+  std::printf(
+      "  training replay %.6f ms, Chakra replay %.6f ms, with microsecond durations "
+      "%.6f ms (%+.4f%%)\n",
+      training.seconds() * 1e3, chakra.seconds() * 1e3, micros.seconds() * 1e3,
+      100 * (micros.seconds() - training.seconds()) / training.seconds());
+  EXPECT_EQ(chakra, training);
+  EXPECT_NEAR(micros.seconds(), training.seconds(), 1e-3 * training.seconds());
+}
+
+TEST(ChakraReplay, ACollectiveWithoutAProcessGroupSpansEveryRank) {
+  TraceSet t;
+  t.ranks.resize(4);
+  for (auto& r : t.ranks) {
+    r.nodes = {allreduce(0, 1 << 20, {})};
+    r.nodes[0].pg_name.reset();
+  }
+  const ReplayResult r = replay(t, dgx_a100());
+  EXPECT_EQ(r.collectives, 1u);
+  network::CollectiveRequest req;
+  req.bytes = 1 << 20;
+  req.ranks = {0, 1, 2, 3};
+  req.host_launch = false;
+  EXPECT_EQ(r.iteration, network::simulate_collective(dgx_a100(), req).time);
 }
 
 }  // namespace
