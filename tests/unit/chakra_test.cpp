@@ -4,6 +4,7 @@
 // that cannot finish are InputErrors that name the file and what was expected.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -301,7 +302,10 @@ TEST(ChakraExport, EveryGpuGetsATraceAndTheFilesReadBackNodeForNode) {
 }
 
 TEST(ChakraExport, TheTracesCarryEveryKernelSegmentAndEveryKindOfCommunication) {
-  const Job j(small_spec());
+  // DeepSpeed's profile: its pipeline all-reduces the tied embedding between the end stages.
+  study::RunSpec spec = small_spec();
+  spec.plan_sets = {"framework=deepspeed"};
+  const Job j(spec);
   const Exported ex = export_job(j.job);
   // Rank 0 is tensor-parallel rank 0 of replica 0's first stage: group 0.
   const workload::Group& g = j.job.groups[0];
@@ -323,7 +327,11 @@ TEST(ChakraExport, TheTracesCarryEveryKernelSegmentAndEveryKindOfCommunication) 
   EXPECT_GT(count[NodeType::collective], 0u);
   EXPECT_GT(count[NodeType::send], 0u);
   EXPECT_GT(count[NodeType::recv], 0u);
-  // The groups: tensor-parallel pairs, data-parallel pairs, tied-embedding pairs.
+  EXPECT_EQ(std::count_if(ex.traces.ranks[0].nodes.begin(), ex.traces.ranks[0].nodes.end(),
+                          [](const Node& n) { return n.name == "tied.embedding.grads"; }),
+            1);
+  // The groups: 4 tensor-parallel pairs, 4 data-parallel pairs, 4 tied-embedding pairs.
+  EXPECT_EQ(ex.traces.groups.size(), 12u);
   for (const auto& [name, members] : ex.traces.groups) EXPECT_EQ(members.size(), 2u) << name;
 }
 
