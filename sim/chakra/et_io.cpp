@@ -400,10 +400,24 @@ Trace read_trace(std::istream& in, const std::string& where) {
   return t;
 }
 
+void validate(const TraceSet& set) {
+  for (uint32_t r = 0; r < set.ranks.size(); ++r) {
+    const std::string where = r < set.sources.size() ? set.sources[r] : "rank " + std::to_string(r);
+    check_references(set.ranks[r], where);
+    for (const Node& n : set.ranks[r].nodes) check_node(n, r, set, where);
+  }
+}
+
 void write_traces(const std::string& dir, const TraceSet& set) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (!fs::is_directory(dir)) throw InputError(dir + ": cannot create the folder");
+  for (uint32_t r = static_cast<uint32_t>(set.ranks.size());; ++r) {
+    if (!fs::exists(trace_path(dir, r), ec)) break;
+    throw InputError(dir + ": holds " + trace_path(dir, r) + ", a trace of another job (" +
+                     std::to_string(set.ranks.size()) +
+                     " ranks here; expected an empty folder or this job's)");
+  }
   for (uint32_t r = 0; r < set.ranks.size(); ++r) {
     const std::string path = trace_path(dir, r);
     std::ofstream out(path, std::ios::binary);
@@ -411,7 +425,10 @@ void write_traces(const std::string& dir, const TraceSet& set) {
     write_trace(out, set.ranks[r], path);
     if (!out) throw RunError(path + ": write failed");
   }
-  if (set.groups.empty()) return;
+  if (set.groups.empty()) {
+    fs::remove(groups_path(dir), ec);  // another job's groups would not be this one's
+    return;
+  }
   nlohmann::json j = nlohmann::json::object();
   for (const auto& [name, members] : set.groups) j[name] = members;
   std::ofstream out(groups_path(dir), std::ios::binary);
@@ -463,9 +480,7 @@ TraceSet read_traces(const std::string& dir) {
   }
   if (fs::exists(groups_path(dir), ec))
     set.groups = read_groups(groups_path(dir), static_cast<uint32_t>(count));
-  for (uint32_t r = 0; r < set.ranks.size(); ++r) {
-    for (const Node& n : set.ranks[r].nodes) check_node(n, r, set, files.at(r));
-  }
+  validate(set);
   return set;
 }
 

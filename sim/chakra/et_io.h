@@ -23,9 +23,16 @@ void write_trace(std::ostream& out, const Trace& t, const std::string& where);
 Trace read_trace(std::istream& in, const std::string& where);
 
 // Creates `dir` if needed and writes every rank's file and, when there are groups, comm_group.json.
+// A folder that holds a trace of a rank past the last (another job's) is refused: a later read
+// would take it for part of this job.
 void write_traces(const std::string& dir, const TraceSet& set);
 // Reads dir/<prefix>.<i>.et for i = 0, 1, ... (one prefix, no rank missing) and comm_group.json
-// when present; checks node ids, dependencies, attributes and process groups.
+// when present; checks them with validate().
 TraceSet read_traces(const std::string& dir);
+
+// What the replay relies on: unique node ids and dependencies within each file, node types it
+// runs with their attributes, peers that are ranks, process groups that exist and hold the rank.
+// Throws InputError naming the file (TraceSet::sources) and the node.
+void validate(const TraceSet& set);
 
 }  // namespace hetsim::chakra

@@ -8,6 +8,7 @@
 #include <memory>
 #include <tuple>
 
+#include "sim/chakra/et_io.h"
 #include "sim/core/engine.h"
 #include "sim/core/error.h"
 #include "sim/network/collective_runner.h"
@@ -390,6 +391,7 @@ class Runner {
 }  // namespace
 
 ReplayResult replay(const TraceSet& traces, const platform::Cluster& cluster) {
+  validate(traces);  // read_traces has, but traces made in memory may not have been
   return Runner(traces, cluster).run();
 }
 

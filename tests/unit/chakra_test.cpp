@@ -262,6 +262,37 @@ TEST(ChakraFiles, ADependencyOnAMissingNodeIsBadInput) {
             "x.0.et: node 1 \"compute1\": data_deps names node 99, which is not in the file");
 }
 
+TEST(ChakraFiles, WritingOverAnotherJobsLargerTraceSetIsRefused) {
+  const fs::path dir = fs::temp_directory_path() / "hetsim_chakra_unit_stale";
+  fs::remove_all(dir);
+  TraceSet three;
+  three.ranks.resize(3);
+  write_traces(dir.string(), three);
+  TraceSet two;
+  two.ranks.resize(2);
+  try {
+    write_traces(dir.string(), two);
+    FAIL() << "expected the stale et.2.et to be refused";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), dir.string() + ": holds " + (dir / "et.2.et").string() +
+                                         ", a trace of another job (2 ranks here; expected an "
+                                         "empty folder or this job's)");
+  }
+  fs::remove_all(dir);
+}
+
+TEST(ChakraReplay, TracesMadeInMemoryAreCheckedAsFilesAre) {
+  TraceSet t = two_ranks();
+  t.ranks[0].nodes[1].comm_size.reset();
+  try {
+    replay(t, dgx_a100());
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(),
+                 "rank 0: node 1 \"allreduce\": COMM_COLL_NODE without attribute comm_size");
+  }
+}
+
 // ---- export -------------------------------------------------------------------------------
 struct Job {
   study::RunInputs inputs;
