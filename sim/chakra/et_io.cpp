@@ -1,13 +1,13 @@
 // Reading and writing Chakra trace files; see et_io.h.
 #include "sim/chakra/et_io.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <istream>
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <ostream>
-#include <regex>
 #include <set>
 #include <unordered_set>
 
@@ -233,6 +233,22 @@ Node from_proto(const pb::Node& p, const std::string& where) {
   return n;
 }
 
+// "<prefix>.<rank>.et" -> (prefix, rank); nullopt for any other name. (Not std::regex: GCC 12
+// reports false maybe-uninitialized warnings inside it in the sanitizer build.)
+std::optional<std::pair<std::string, uint64_t>> split_trace_name(const std::string& name) {
+  constexpr std::string_view ext = ".et";
+  if (name.size() <= ext.size() || !name.ends_with(ext)) return std::nullopt;
+  const std::string stem = name.substr(0, name.size() - ext.size());
+  const size_t dot = stem.rfind('.');
+  if (dot == std::string::npos || dot == 0) return std::nullopt;
+  const std::string digits = stem.substr(dot + 1);
+  if (digits.empty() || digits.size() > 9 ||
+      !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return std::nullopt;
+  }
+  return std::make_pair(stem.substr(0, dot), std::stoull(digits));
+}
+
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path + ": cannot open the file");
@@ -444,13 +460,10 @@ TraceSet read_traces(const std::string& dir) {
                      trace_path(dir, 1) + ", ...)");
   }
   // <prefix>.<rank>.et, one prefix.
-  static const std::regex name_re(R"((.+)\.([0-9]+)\.et)");
   std::map<std::string, std::map<uint64_t, std::string>> by_prefix;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
-    std::smatch m;
-    const std::string name = e.path().filename().string();
-    if (!std::regex_match(name, m, name_re) || m[2].length() > 9) continue;
-    by_prefix[m[1]][std::stoull(m[2])] = e.path().string();
+    if (const auto split = split_trace_name(e.path().filename().string()))
+      by_prefix[split->first][split->second] = e.path().string();
   }
   if (by_prefix.empty()) {
     throw InputError(dir + ": no Chakra traces in the folder (expected " + trace_path(dir, 0) +

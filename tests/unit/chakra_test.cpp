@@ -281,6 +281,24 @@ TEST(ChakraFiles, WritingOverAnotherJobsLargerTraceSetIsRefused) {
   fs::remove_all(dir);
 }
 
+TEST(ChakraFiles, AnyOnePrefixIsRead) {
+  // Chakra's tools and ASTRA-sim name a job's files <prefix>.<rank>.et for any prefix.
+  const fs::path dir = fs::temp_directory_path() / "hetsim_chakra_unit_prefix";
+  fs::remove_all(dir);
+  TraceSet t = two_ranks();
+  write_traces(dir.string(), t);
+  for (int r = 0; r < 2; ++r) {
+    fs::rename(dir / ("et." + std::to_string(r) + ".et"),
+               dir / ("llama.v2." + std::to_string(r) + ".et"));
+  }
+  std::ofstream(dir / "notes.txt") << "not a trace\n";
+  const TraceSet back = read_traces(dir.string());
+  EXPECT_EQ(back.ranks, t.ranks);
+  EXPECT_EQ(back.groups, t.groups);
+  EXPECT_EQ(back.sources[1], (dir / "llama.v2.1.et").string());
+  fs::remove_all(dir);
+}
+
 TEST(ChakraReplay, TracesMadeInMemoryAreCheckedAsFilesAre) {
   TraceSet t = two_ranks();
   t.ranks[0].nodes[1].comm_size.reset();
