@@ -39,6 +39,8 @@ void add_plan_command(CLI::App& app, Action& action);
 void add_sweep_command(CLI::App& app, Action& action);
 void add_export_command(CLI::App& app, Action& action);
 void add_execute_command(CLI::App& app, Action& action);
+void add_export_chakra_command(CLI::App& app, Action& action);
+void add_replay_chakra_command(CLI::App& app, Action& action);
 
 // "8" -> the first 8 GPUs; "0,1,8-15" -> that list. Throws InputError.
 std::vector<uint32_t> parse_ranks(const std::string& text, size_t gpu_count);

@@ -1,0 +1,297 @@
+// TrainingJob -> Chakra traces; see export.h.
+#include "sim/chakra/export.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <set>
+
+#include "sim/core/error.h"
+
+namespace hetsim::chakra {
+
+namespace {
+
+using workload::CommKind;
+using workload::Group;
+using workload::Pass;
+using workload::Task;
+using workload::TaskKind;
+using workload::TrainingJob;
+
+CommType comm_type(CommKind k) {
+  switch (k) {
+    case CommKind::allgather:
+      return CommType::all_gather;
+    case CommKind::reducescatter:
+      return CommType::reduce_scatter;
+    case CommKind::allreduce:
+    case CommKind::none:
+      break;
+  }
+  return CommType::all_reduce;
+}
+
+const char* pass_name(Pass p) {
+  switch (p) {
+    case Pass::forward:
+      return "fwd";
+    case Pass::backward:
+      return "bwd";
+    case Pass::recompute:
+      return "recompute";
+    case Pass::other:
+      break;
+  }
+  return "other";
+}
+
+uint64_t whole(double x) { return static_cast<uint64_t>(std::llround(std::max(0.0, x))); }
+
+class Exporter {
+ public:
+  explicit Exporter(const TrainingJob& job)
+      : job_(job), stages_(static_cast<uint32_t>(job.plan->stages())) {
+    std::set<platform::GpuId> gpus;
+    for (const Group& g : job.groups) gpus.insert(g.devices.begin(), g.devices.end());
+    out_.gpu_of_rank.assign(gpus.begin(), gpus.end());
+    for (uint32_t r = 0; r < out_.gpu_of_rank.size(); ++r) rank_of_[out_.gpu_of_rank[r]] = r;
+    out_.traces.ranks.resize(gpus.size());
+    for (const auto& r : job.plan->replicas)
+      mbs_ = std::max(mbs_, static_cast<uint32_t>(r.micro_batches));
+  }
+
+  Exported run() {
+    for (uint32_t g = 0; g < job_.groups.size(); ++g) {
+      for (uint32_t k = 0; k < job_.groups[g].devices.size(); ++k) program(g, k);
+    }
+    return std::move(out_);
+  }
+
+ private:
+  // Where rank `k` of group `g` is in its program: the nodes the next node waits for.
+  struct Cursor {
+    Trace* trace = nullptr;
+    uint32_t rank = 0;
+    std::vector<uint64_t> frontier;  // the last blocking node(s) and what a wait added
+    std::vector<uint64_t> async_tp;  // asynchronous tensor-parallel collectives not waited for
+    std::vector<uint64_t> dp;        // data-parallel collectives, in issue order
+  };
+
+  uint64_t add(Cursor& c, Node n, std::vector<uint64_t> extra = {}) {
+    n.id = c.trace->nodes.size();
+    n.data_deps = c.frontier;
+    n.data_deps.insert(n.data_deps.end(), extra.begin(), extra.end());
+    c.trace->nodes.push_back(std::move(n));
+    return c.trace->nodes.back().id;
+  }
+
+  uint32_t rank(platform::GpuId g) const { return rank_of_.at(g); }
+
+  // The process group of these GPUs (in the order the replay gives them to the collective).
+  std::string group(const std::vector<platform::GpuId>& gpus) {
+    std::vector<uint32_t> ranks;
+    for (platform::GpuId g : gpus) ranks.push_back(rank(g));
+    auto [it, fresh] = group_names_.try_emplace(ranks, std::to_string(group_names_.size()));
+    if (fresh) out_.traces.groups[it->second] = ranks;
+    return it->second;
+  }
+
+  Node collective(std::string name, CommKind kind, double bytes, std::string pg) {
+    Node n;
+    n.type = NodeType::collective;
+    n.name = std::move(name);
+    n.comm_type = comm_type(kind);
+    n.comm_size = whole(bytes);
+    n.pg_name = std::move(pg);
+    return n;
+  }
+
+  // A pipeline transfer's tag, the same on both ends: the receiving side's (direction, chunk,
+  // micro-batch) and the tensor-parallel slice. Unique between two ranks within an iteration.
+  int64_t tag(bool backward, uint32_t chunk, uint32_t mb, uint32_t slice, size_t slices) const {
+    const int64_t t = ((static_cast<int64_t>(backward) * job_.chunks + chunk) * mbs_ + mb) *
+                          static_cast<int64_t>(slices) +
+                      slice;
+    if (t > std::numeric_limits<int32_t>::max())
+      throw RunError("export-chakra: a pipeline transfer tag past 2^31");
+    return t;
+  }
+
+  void program(uint32_t g, uint32_t k) {
+    const Group& grp = job_.groups[g];
+    const platform::GpuId self = grp.devices[k];
+    Cursor c;
+    c.rank = rank(self);
+    c.trace = &out_.traces.ranks[c.rank];
+    for (const Task& t : grp.program) {
+      switch (t.kind) {
+        case TaskKind::compute: {
+          const workload::Segment& seg = grp.segments[t.index];
+          Node n;
+          n.type = NodeType::compute;
+          n.name = fmt::format("{} mb{} chunk{} layer{} segment{}", pass_name(t.pass),
+                               t.micro_batch, t.chunk, t.layer, t.index);
+          n.duration_micros = whole(static_cast<double>(seg.duration.ps()) * 1e-6);
+          n.duration_ps = static_cast<uint64_t>(seg.duration.ps());
+          n.num_ops = whole(seg.flops);
+          double bytes = 0;
+          for (const auto& [op, d] : seg.ops) bytes += grp.ops[op].bytes;
+          n.tensor_size = whole(bytes);
+          c.frontier = {add(c, std::move(n))};
+          break;
+        }
+        case TaskKind::tp_comm: {
+          const workload::CommTemplate& ct = grp.comms[t.index];
+          const uint64_t id = add(c, collective(fmt::format("{} mb{}", ct.name, t.micro_batch),
+                                                ct.kind, ct.bytes, group(grp.devices)));
+          if (ct.async) {
+            c.async_tp.push_back(id);
+          } else {
+            c.frontier = {id};
+          }
+          break;
+        }
+        case TaskKind::tp_wait:
+          c.frontier.insert(c.frontier.end(), c.async_tp.begin(), c.async_tp.end());
+          c.async_tp.clear();
+          break;
+        case TaskKind::send:
+          send(c, g, self, t);
+          break;
+        case TaskKind::recv:
+          recv(c, g, self, t);
+          break;
+        case TaskKind::dp_comm: {
+          const auto index = static_cast<uint32_t>(c.dp.size());
+          const workload::DpCollective& dc = grp.dp.at(index);
+          std::vector<platform::GpuId> peers;
+          for (uint32_t r = 0; r < job_.plan->replicas.size(); ++r)
+            peers.push_back(job_.groups[r * stages_ + grp.stage].devices[k]);
+          std::vector<uint64_t> after;
+          if (!c.dp.empty()) after.push_back(c.dp.back());
+          c.dp.push_back(add(c, collective(dc.name, dc.kind, dc.bytes, group(peers)), after));
+          break;
+        }
+        case TaskKind::dp_wait:
+          if (t.index > c.dp.size())
+            throw RunError("export-chakra: a data-parallel wait before its collective");
+          if (t.index > 0) c.frontier.push_back(c.dp[t.index - 1]);
+          break;
+        case TaskKind::tied:
+          tied(c, grp, self);
+          break;
+      }
+    }
+  }
+
+  // The groups and chunk a transfer of task `t` from group `g` goes to (as the replay sends).
+  std::pair<uint32_t, uint32_t> destination(uint32_t g, const Task& t) const {
+    const Group& src = job_.groups[g];
+    uint32_t stage = src.stage, chunk = t.chunk;
+    if (t.pass != Pass::backward) {
+      if (stage + 1 < stages_) {
+        ++stage;
+      } else {
+        stage = 0;
+        ++chunk;
+      }
+    } else if (stage > 0) {
+      --stage;
+    } else {
+      stage = stages_ - 1;
+      --chunk;
+    }
+    return {src.replica * stages_ + stage, chunk};
+  }
+
+  // Where a receive of task `t` in group `g` comes from: the inverse of destination().
+  uint32_t source(uint32_t g, const Task& t) const {
+    const Group& dst = job_.groups[g];
+    uint32_t stage = dst.stage;
+    if (t.pass != Pass::backward) {
+      stage = stage > 0 ? stage - 1 : stages_ - 1;
+    } else {
+      stage = stage + 1 < stages_ ? stage + 1 : 0;
+    }
+    return dst.replica * stages_ + stage;
+  }
+
+  // Megatron's scatter-gather, as the replay moves it: slice j from rank j of the sender to
+  // rank j of the receiver (modulo each side's width), 1/n of the activation each.
+  void send(Cursor& c, uint32_t g, platform::GpuId self, const Task& t) {
+    const auto [dst, chunk] = destination(g, t);
+    const auto& a = job_.groups[g].devices;
+    const auto& b = job_.groups[dst].devices;
+    const size_t n = std::max(a.size(), b.size());
+    const bool backward = t.pass == Pass::backward;
+    std::vector<uint64_t> sent;
+    for (uint32_t j = 0; j < n; ++j) {
+      if (a[j % a.size()] != self) continue;
+      Node s;
+      s.type = NodeType::send;
+      s.name =
+          fmt::format("send {} mb{} chunk{} slice{}", pass_name(t.pass), t.micro_batch, chunk, j);
+      s.comm_src = c.rank;
+      s.comm_dst = rank(b[j % b.size()]);
+      s.comm_tag = tag(backward, chunk, t.micro_batch, j, n);
+      s.comm_size = whole(job_.activation_bytes_per_transfer / static_cast<double>(n));
+      sent.push_back(add(c, std::move(s)));
+    }
+    // DeepSpeed's blocking send holds the stage until the data has arrived.
+    if (job_.plan->framework.blocking_p2p && !sent.empty()) c.frontier = sent;
+  }
+
+  void recv(Cursor& c, uint32_t g, platform::GpuId self, const Task& t) {
+    const uint32_t src = source(g, t);
+    const auto& a = job_.groups[src].devices;
+    const auto& b = job_.groups[g].devices;
+    const size_t n = std::max(a.size(), b.size());
+    const bool backward = t.pass == Pass::backward;
+    std::vector<uint64_t> got;
+    for (uint32_t j = 0; j < n; ++j) {
+      if (b[j % b.size()] != self) continue;
+      Node r;
+      r.type = NodeType::recv;
+      r.name =
+          fmt::format("recv {} mb{} chunk{} slice{}", pass_name(t.pass), t.micro_batch, t.chunk, j);
+      r.comm_src = rank(a[j % a.size()]);
+      r.comm_dst = c.rank;
+      r.comm_tag = tag(backward, t.chunk, t.micro_batch, j, n);
+      r.comm_size = whole(job_.activation_bytes_per_transfer / static_cast<double>(n));
+      got.push_back(add(c, std::move(r)));
+    }
+    if (!got.empty()) c.frontier = got;
+  }
+
+  // The tied embedding's gradients: pair j of the end stages' ranks all-reduces its shard.
+  void tied(Cursor& c, const Group& grp, platform::GpuId self) {
+    const auto& a = job_.group(grp.replica, 0).devices;
+    const auto& b = job_.group(grp.replica, stages_ - 1).devices;
+    const size_t n = std::max(a.size(), b.size());
+    const double bytes = workload::tied_pair_bytes(job_, grp.replica);
+    std::vector<uint64_t> pairs;
+    for (uint32_t j = 0; j < n; ++j) {
+      const std::vector<platform::GpuId> pair{a[j % a.size()], b[j % b.size()]};
+      if (pair[0] != self && pair[1] != self) continue;
+      pairs.push_back(
+          add(c, collective("tied.embedding.grads", CommKind::allreduce, bytes, group(pair))));
+    }
+    if (!pairs.empty()) c.frontier = pairs;
+  }
+
+  const TrainingJob& job_;
+  uint32_t stages_ = 1, mbs_ = 1;
+  Exported out_;
+  std::map<platform::GpuId, uint32_t> rank_of_;
+  std::map<std::vector<uint32_t>, std::string> group_names_;
+};
+
+}  // namespace
+
+Exported export_job(const TrainingJob& job) { return Exporter(job).run(); }
+
+}  // namespace hetsim::chakra

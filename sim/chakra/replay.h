@@ -1,0 +1,34 @@
+// Replays a directory of Chakra traces over a hetsim cluster: rank i on GPU i, compute nodes for
+// their duration on one compute stream per rank, collectives as hetsim's collectives (flows)
+// among the ranks of their process group once every member has reached them, sends and
+// receives as flows over the route between the two GPUs. Communication runs beside compute, as
+// on NCCL's streams; a node starts when every node it depends on is done.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "sim/chakra/trace.h"
+#include "sim/core/time.h"
+#include "sim/platform/cluster.h"
+
+namespace hetsim::chakra {
+
+struct RankTimes {
+  Time compute;  // busy on the compute stream
+  Time finish;   // the last node done
+};
+
+struct ReplayResult {
+  Time iteration;  // the last node of any rank done
+  std::vector<RankTimes> ranks;
+  uint64_t nodes = 0, collectives = 0, transfers = 0;
+  uint64_t events = 0, flows = 0;
+};
+
+// Throws InputError (naming the file) for more ranks than GPUs, collectives whose members
+// disagree on type or size, and a replay that stalls: a collective some member never reaches,
+// a receive without its send, a dependency cycle.
+ReplayResult replay(const TraceSet& traces, const platform::Cluster& cluster);
+
+}  // namespace hetsim::chakra
