@@ -53,8 +53,7 @@ uint64_t whole(double x) { return static_cast<uint64_t>(std::llround(std::max(0.
 
 class Exporter {
  public:
-  explicit Exporter(const TrainingJob& job)
-      : job_(job), stages_(static_cast<uint32_t>(job.plan->stages())) {
+  explicit Exporter(const TrainingJob& job) : job_(job) {
     std::set<platform::GpuId> gpus;
     for (const Group& g : job.groups) gpus.insert(g.devices.begin(), g.devices.end());
     out_.gpu_of_rank.assign(gpus.begin(), gpus.end());
@@ -78,7 +77,9 @@ class Exporter {
     uint32_t rank = 0;
     std::vector<uint64_t> frontier;  // the last blocking node(s) and what a wait added
     std::vector<uint64_t> async_tp;  // asynchronous tensor-parallel collectives not waited for
-    std::vector<uint64_t> dp;        // data-parallel collectives, in issue order
+    // Data-parallel collectives, in issue order: each task's nodes (one per shard this rank
+    // holds: one, unless replicas split the layers over different tensor-parallel degrees).
+    std::vector<std::vector<uint64_t>> dp;
   };
 
   uint64_t add(Cursor& c, Node n, std::vector<uint64_t> extra = {}) {
@@ -168,18 +169,27 @@ class Exporter {
         case TaskKind::dp_comm: {
           const auto index = static_cast<uint32_t>(c.dp.size());
           const workload::DpCollective& dc = grp.dp.at(index);
-          std::vector<platform::GpuId> peers;
-          for (uint32_t r = 0; r < job_.plan->replicas.size(); ++r)
-            peers.push_back(job_.groups[r * stages_ + grp.stage].devices[k]);
-          std::vector<uint64_t> after;
-          if (!c.dp.empty()) after.push_back(c.dp.back());
-          c.dp.push_back(add(c, collective(dc.name, dc.kind, dc.bytes, group(peers)), after));
+          const workload::DpSync& sync = job_.dp_syncs.at(dc.sync);
+          const std::vector<uint64_t> after = c.dp.empty() ? std::vector<uint64_t>{} : c.dp.back();
+          std::vector<uint64_t> nodes;
+          for (uint32_t p = 0; p < sync.pieces; ++p) {
+            if (sync.holder(p, grp.devices.size()) != k) continue;
+            std::vector<platform::GpuId> peers;
+            for (uint32_t m : job_.dp_peers[sync.peers]) {
+              const auto& d = job_.groups[m].devices;
+              peers.push_back(d[sync.holder(p, d.size())]);
+            }
+            nodes.push_back(
+                add(c, collective(dc.name, dc.kind, sync.piece_bytes, group(peers)), after));
+          }
+          c.dp.push_back(std::move(nodes));
           break;
         }
         case TaskKind::dp_wait:
           if (t.index > c.dp.size())
             throw RunError("export-chakra: a data-parallel wait before its collective");
-          if (t.index > 0) c.frontier.push_back(c.dp[t.index - 1]);
+          if (t.index > 0)
+            c.frontier.insert(c.frontier.end(), c.dp[t.index - 1].begin(), c.dp[t.index - 1].end());
           break;
         case TaskKind::tied:
           tied(c, grp, self);
@@ -191,9 +201,10 @@ class Exporter {
   // The groups and chunk a transfer of task `t` from group `g` goes to (as the replay sends).
   std::pair<uint32_t, uint32_t> destination(uint32_t g, const Task& t) const {
     const Group& src = job_.groups[g];
+    const uint32_t P = job_.stages_of(src.replica);
     uint32_t stage = src.stage, chunk = t.chunk;
     if (t.pass != Pass::backward) {
-      if (stage + 1 < stages_) {
+      if (stage + 1 < P) {
         ++stage;
       } else {
         stage = 0;
@@ -202,22 +213,23 @@ class Exporter {
     } else if (stage > 0) {
       --stage;
     } else {
-      stage = stages_ - 1;
+      stage = P - 1;
       --chunk;
     }
-    return {src.replica * stages_ + stage, chunk};
+    return {job_.first_group[src.replica] + stage, chunk};
   }
 
   // Where a receive of task `t` in group `g` comes from: the inverse of destination().
   uint32_t source(uint32_t g, const Task& t) const {
     const Group& dst = job_.groups[g];
+    const uint32_t P = job_.stages_of(dst.replica);
     uint32_t stage = dst.stage;
     if (t.pass != Pass::backward) {
-      stage = stage > 0 ? stage - 1 : stages_ - 1;
+      stage = stage > 0 ? stage - 1 : P - 1;
     } else {
-      stage = stage + 1 < stages_ ? stage + 1 : 0;
+      stage = stage + 1 < P ? stage + 1 : 0;
     }
-    return dst.replica * stages_ + stage;
+    return job_.first_group[dst.replica] + stage;
   }
 
   // Megatron's scatter-gather, as the replay moves it: slice j from rank j of the sender to
@@ -270,7 +282,7 @@ class Exporter {
   // The tied embedding's gradients: pair j of the end stages' ranks all-reduces its shard.
   void tied(Cursor& c, const Group& grp, platform::GpuId self) {
     const auto& a = job_.group(grp.replica, 0).devices;
-    const auto& b = job_.group(grp.replica, stages_ - 1).devices;
+    const auto& b = job_.group(grp.replica, job_.stages_of(grp.replica) - 1).devices;
     const size_t n = std::max(a.size(), b.size());
     const double bytes = workload::tied_pair_bytes(job_, grp.replica);
     std::vector<uint64_t> pairs;
@@ -284,7 +296,7 @@ class Exporter {
   }
 
   const TrainingJob& job_;
-  uint32_t stages_ = 1, mbs_ = 1;
+  uint32_t mbs_ = 1;
   Exported out_;
   std::map<platform::GpuId, uint32_t> rank_of_;
   std::map<std::vector<uint32_t>, std::string> group_names_;

@@ -404,6 +404,22 @@ TEST(ChakraExport, TheTracesReplayToTheTrainingReplaysTimeAndWithinRoundingInMic
   EXPECT_NEAR(micros.seconds(), training.seconds(), 1e-3 * training.seconds());
 }
 
+TEST(ChakraExport, AsymmetricReplicasReplayToTheTrainingReplaysTime) {
+  // Replicas of their own stages, one segment reduced in shards over mixed tensor-parallel
+  // degrees: every shard is its own collective among the ranks that hold it.
+  study::RunSpec spec = small_spec();
+  spec.plan = kSource + "/tests/data/plans/chakra_asymmetric.yaml";
+  const Job j(spec);
+  ASSERT_TRUE(j.inputs.plan.asymmetric());
+  const Time training = workload::replay(j.job).iteration;
+  const Exported ex = export_job(j.job);
+  ASSERT_EQ(ex.traces.ranks.size(), 4u);
+  const Time chakra = replay(ex.traces, j.inputs.cluster).iteration;
+  std::printf("  asymmetric: training replay %.6f ms, Chakra replay %.6f ms\n",
+              training.seconds() * 1e3, chakra.seconds() * 1e3);
+  EXPECT_EQ(chakra, training);
+}
+
 TEST(ChakraReplay, ACollectiveWithoutAProcessGroupSpansEveryRank) {
   TraceSet t;
   t.ranks.resize(4);
