@@ -13,6 +13,7 @@ cases=(
   "v100-t4|$here/gpt2-amp.yaml|aws-p3-g4dn|32|deepspeed"
   "h100-a100|gpt3-2.7b|mixed-h100-a100|128|"
   "4090-a100|gpt3-1.3b|mixed-4090-a100|64|"
+  "4090-a100-70b|llama2-70b|mixed-4090-a100|64|"
 )
 for c in "${cases[@]}"; do
   IFS='|' read -r name model cluster batch framework <<<"$c"

@@ -10,8 +10,9 @@ CASES = [
     ("v100-t4", "V100 + T4 (AMP's cluster)"),
     ("h100-a100", "H100 + A100"),
     ("4090-a100", "RTX 4090 + A100"),
+    ("4090-a100-70b", "RTX 4090 + A100, memory-bound"),
 ]
-POLICIES = ["megatron", "zero", "whale", "cannikin", "amp", "metis", "hetpipe", "flashflex"]
+POLICIES = ["megatron", "zero", "whale", "cannikin", "amp", "metis", "hetpipe", "flashflex", "cephalo"]
 
 
 def main(folder):
