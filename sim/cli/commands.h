@@ -3,6 +3,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <string>
@@ -41,6 +42,17 @@ void add_export_command(CLI::App& app, Action& action);
 void add_execute_command(CLI::App& app, Action& action);
 void add_export_chakra_command(CLI::App& app, Action& action);
 void add_replay_chakra_command(CLI::App& app, Action& action);
+
+// Prints why a command failed on standard error, as main() does ("hetsim: error: ..." for bad
+// input, "hetsim: failure: ..." otherwise, after prefix), and returns the exit status: 2 for bad
+// input, 1 otherwise. Under mpirun a rank says it before it lets the others leave (mpirun ends
+// every rank once one exits non-zero, which could cut the message off).
+int say_error(const std::exception_ptr& error, const std::string& prefix = "");
+
+// Thrown by a command that has already said why it failed: main() exits with status, quietly.
+struct Said {
+  int status = 2;
+};
 
 // "8" -> the first 8 GPUs; "0,1,8-15" -> that list. Throws InputError.
 std::vector<uint32_t> parse_ranks(const std::string& text, size_t gpu_count);

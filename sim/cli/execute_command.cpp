@@ -55,23 +55,6 @@ void parse_fault(const std::string& text, execute::Options& o) {
 // says its own. Every rank waits until that is said before it leaves (mpirun ends the others as
 // soon as one rank exits non-zero, which could cut rank 0 off before its message), then leaves
 // with status 2 for bad input, 1 otherwise.
-struct Quiet {
-  int status = 2;
-};
-int say(const std::exception_ptr& error, const std::string& prefix) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const InputError& e) {
-    std::cerr << prefix << "hetsim: error: " << e.what() << std::endl;
-    return 2;
-  } catch (const YAML::Exception& e) {
-    std::cerr << prefix << "hetsim: error: " << e.what() << std::endl;
-    return 2;
-  } catch (const std::exception& e) {
-    std::cerr << prefix << "hetsim: failure: " << e.what() << std::endl;
-    return 1;
-  }
-}
 void agree(const execute::MpiSession& mpi, const std::function<void()>& f) {
   std::exception_ptr error;
   try {
@@ -85,18 +68,18 @@ void agree(const execute::MpiSession& mpi, const std::function<void()>& f) {
   MPI_Bcast(&lead_failed, 1, MPI_INT, 0, MPI_COMM_WORLD);
   int status = 2;
   if (mpi.lead() && error) {
-    status = say(error, "");
+    status = say_error(error);
   } else if (mpi.lead()) {
     std::cerr << "hetsim: failure: execute: another rank failed before the run (see its message)"
               << std::endl;
     status = 1;
   } else if (error && !lead_failed) {
     // Rank 0 did not fail the same way: say this rank's reason.
-    say(error, "execute: rank " + std::to_string(mpi.rank()) + ": ");
+    say_error(error, "execute: rank " + std::to_string(mpi.rank()) + ": ");
   }
   MPI_Bcast(&status, 1, MPI_INT, 0, MPI_COMM_WORLD);
   MPI_Barrier(MPI_COMM_WORLD);
-  throw Quiet{status};
+  throw Said{status};
 }
 
 int run_execute(const ExecuteOpts& o, const execute::MpiSession& mpi) {
@@ -409,11 +392,7 @@ void add_execute_command(CLI::App& app, Action& action) {
       if (!o->program_out.empty() || !o->measured.empty())
         throw InputError("--program-out and --measured go with --backend cuda");
       const execute::MpiSession mpi;
-      try {
-        return run_execute(*o, mpi);
-      } catch (const Quiet& q) {
-        return q.status;
-      }
+      return run_execute(*o, mpi);
     };
   });
 }

@@ -29,6 +29,24 @@ config::ClusterOptions ClusterFlags::options() const {
   return o;
 }
 
+int say_error(const std::exception_ptr& error, const std::string& prefix) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const InputError& e) {
+    std::cerr << prefix << "hetsim: error: " << e.what() << std::endl;
+    return 2;
+  } catch (const YAML::Exception& e) {
+    std::cerr << prefix << "hetsim: error: " << e.what() << std::endl;
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << prefix << "hetsim: failure: " << e.what() << std::endl;
+    return 1;
+  } catch (...) {
+    std::cerr << prefix << "hetsim: failure: an unknown exception" << std::endl;
+    return 1;
+  }
+}
+
 }  // namespace hetsim::cli
 
 int main(int argc, char** argv) {
@@ -73,14 +91,9 @@ int main(int argc, char** argv) {
   }
   try {
     return action();
-  } catch (const hetsim::InputError& e) {
-    std::cerr << "hetsim: error: " << e.what() << "\n";
-    return 2;
-  } catch (const YAML::Exception& e) {
-    std::cerr << "hetsim: error: " << e.what() << "\n";
-    return 2;
-  } catch (const std::exception& e) {
-    std::cerr << "hetsim: failure: " << e.what() << "\n";
-    return 1;
+  } catch (const hetsim::cli::Said& s) {
+    return s.status;
+  } catch (...) {
+    return hetsim::cli::say_error(std::current_exception());
   }
 }

@@ -108,10 +108,13 @@ void add_sweep_command(CLI::App& app, Action& action) {
           if (on && (MPI_Finalized(&done), !done)) MPI_Finalize();
         }
       } finalize{mpi};
-      int ready = 0;  // rank 0 read the study and opened the store
+      // ready: rank 0 read the study and opened the store. When it could not, it says why and
+      // exits with that status (mpirun's own); the other ranks leave with 0, so that mpirun
+      // cannot end rank 0 before its message is out (it ends every rank once one exits non-zero).
+      int ready = 0;
       if (rank != 0) {
         MPI_Bcast(&ready, 1, MPI_INT, 0, MPI_COMM_WORLD);
-        if (!ready) return 2;  // rank 0 says why
+        if (!ready) return 0;
         const study::Study s = study::load_study(o->study);
         study::run_study_mpi(s, nullptr, {});
         return 0;
@@ -133,8 +136,10 @@ void add_sweep_command(CLI::App& app, Action& action) {
         opened = std::make_unique<study::Store>(store_path);
         ready = 1;
       } catch (...) {
-        if (mpi) MPI_Bcast(&ready, 1, MPI_INT, 0, MPI_COMM_WORLD);
-        throw;
+        if (!mpi) throw;
+        const int status = say_error(std::current_exception());
+        MPI_Bcast(&ready, 1, MPI_INT, 0, MPI_COMM_WORLD);
+        throw Said{status};
       }
       if (mpi) MPI_Bcast(&ready, 1, MPI_INT, 0, MPI_COMM_WORLD);
       const study::Study& s = *loaded;
