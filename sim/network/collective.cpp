@@ -61,6 +61,11 @@ double busbw_factor(Op op, size_t n) {
 
 namespace {
 
+double estimate(const Cluster& c, const CollectivePlan& p, bool latency);
+
+// The time a plan spends moving bytes on an idle network, without its latencies.
+double transfer_seconds(const Cluster& c, const CollectivePlan& p) { return estimate(c, p, false); }
+
 struct Edge {
   std::vector<platform::LinkId> links;
   config::LinkKind kind = config::LinkKind::nvlink;
@@ -84,6 +89,20 @@ class Builder {
   }
 
   CollectivePlan build(Algorithm a, Protocol p) {
+    // Across nodes a tree moves at most what NCCL's model gives it beside the ring over the same
+    // ranks (protocol.h): the ring's rate first, from its own plan, once per protocol.
+    double tree_cap_Bps = 0;
+    if (a == Algorithm::tree && r_.op == Op::allreduce && nodes_.nodes.size() > 1 &&
+        r_.ranks.size() > 1) {
+      auto [it, fresh] = ring_rate_.try_emplace(static_cast<int>(p), 0.0);
+      if (fresh) {
+        const CollectivePlan ring = build(Algorithm::ring, p);
+        const double s = transfer_seconds(c_, ring);
+        it->second = s > 0 ? r_.bytes / s : 0;
+      }
+      tree_cap_Bps = it->second * tree_to_ring_bandwidth(r_.ranks.size()) *
+                     tree_size_factor(p, r_.bytes) / payload_fraction(p);
+    }
     CollectivePlan plan;
     plan.op = r_.op;
     plan.algorithm = a;
@@ -127,7 +146,13 @@ class Builder {
         }
         const auto& trees = this->trees();
         plan.channels = static_cast<int>(trees.size());
-        for (const TreeEdges& t : trees) add_tree(t, wire / static_cast<double>(trees.size()));
+        const double per_tree = 1.0 / static_cast<double>(trees.size());
+        for (const TreeEdges& t : trees) {
+          add_tree(t, wire * per_tree);
+          double& cap = plan.steps.back().max_rate_Bps;
+          if (tree_cap_Bps > 0)
+            cap = cap > 0 ? std::min(cap, tree_cap_Bps * per_tree) : tree_cap_Bps * per_tree;
+        }
         break;
       }
       case Algorithm::hierarchical:
@@ -400,13 +425,12 @@ class Builder {
   Protocol p_ = Protocol::simple;
   CollectivePlan* plan_ = nullptr;
   double channel_cap_ = 0;
+  std::unordered_map<int, double> ring_rate_;  // by protocol: the ring's payload bytes/s
   std::map<int, std::vector<std::vector<LinkUse>>> link_cache_;
   size_t ordinal_ = 0;
 };
 
-}  // namespace
-
-double estimate_seconds(const Cluster& c, const CollectivePlan& p) {
+double estimate(const Cluster& c, const CollectivePlan& p, bool with_latency) {
   // Steps at the same depth of the dependency graph are taken to run together; each gets the
   // smallest equal share of the links it crosses.
   const size_t n = p.steps.size();
@@ -434,16 +458,20 @@ double estimate_seconds(const Cluster& c, const CollectivePlan& p) {
         rate = std::min(rate, c.links()[u.link].capacity_Bps / load[u.link]);
       }
       if (p.steps[i].max_rate_Bps > 0) rate = std::min(rate, p.steps[i].max_rate_Bps);
-      finish[i] =
-          start + p.steps[i].latency.seconds() + (std::isinf(rate) ? 0 : p.steps[i].bytes / rate);
+      finish[i] = start + (with_latency ? p.steps[i].latency.seconds() : 0) +
+                  (std::isinf(rate) ? 0 : p.steps[i].bytes / rate);
       end = std::max(end, finish[i]);
     }
     for (uint32_t i : level) {
       for (const LinkUse& u : p.steps[i].links) load[u.link] = 0;
     }
   }
-  return p.start_delay.seconds() + end;
+  return (with_latency ? p.start_delay.seconds() : 0) + end;
 }
+
+}  // namespace
+
+double estimate_seconds(const Cluster& c, const CollectivePlan& p) { return estimate(c, p, true); }
 
 CollectivePlan plan_collective(const Cluster& c, const CollectiveRequest& r) {
   if (r.ranks.empty()) throw InputError("a collective needs at least one rank");

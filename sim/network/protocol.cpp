@@ -1,6 +1,8 @@
 // NCCL latency and protocol constants; see protocol.h for the sources.
 #include "sim/network/protocol.h"
 
+#include <cmath>
+
 namespace hetsim::network {
 
 namespace {
@@ -58,6 +60,25 @@ Time base_latency(Algorithm a, Protocol p) {
   static const double ring[3] = {6.6, 14.0, 8.4};
   static const double tree[3] = {6.8, 14.0, 8.4};
   return us(a == Algorithm::tree ? tree[static_cast<int>(p)] : ring[static_cast<int>(p)]);
+}
+
+double tree_to_ring_bandwidth(size_t ranks) {
+  if (ranks < 2) return 1;
+  const double n = static_cast<double>(ranks);
+  return 0.92 * (n - 1) / n;
+}
+
+double tree_size_factor(Protocol p, double bytes) {
+  // Rows LL, LL128, Simple; column k is 64 x 2^k bytes (NCCL 2.19 onwards, 23 columns).
+  static const double f[3][23] = {
+      {1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7,  .7,  .7,  .6, .5,
+       .4,  .4,  .5,  .6,  .7, .8, .9, 1.0, 1.0, 1.0, 1.0},
+      {1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7,  .6, .6,
+       .6,  .6,  .6,  .6,  .8,  .9, .9, .9, .9, 1.0, 1.0},
+      {.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9}};
+  if (!(bytes >= 128)) return f[static_cast<int>(p)][0];
+  const int k = static_cast<int>(std::floor(std::log2(bytes / 64)));
+  return k >= 23 ? 1.0 : f[static_cast<int>(p)][k];
 }
 
 Time launch_overhead() { return us(24.0); }
