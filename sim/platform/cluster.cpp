@@ -353,7 +353,7 @@ void Cluster::build_switch_routes() {
   for (LinkId l = 0; l < links_.size(); ++l) {
     const uint32_t a = vertex_switch_[links_[l].src];
     const uint32_t b = vertex_switch_[links_[l].dst];
-    if (a != kNone && b != kNone) switch_out_[a].push_back(l);
+    if (a != kNone && b != kNone && !link_failed(l)) switch_out_[a].push_back(l);
   }
   switch_dist_.assign(s * s, kFar);
   // BFS backwards is the same as forwards: every switch link comes in a pair.
@@ -395,6 +395,54 @@ std::vector<double> Cluster::capacities() const {
   c.reserve(links_.size());
   for (const Link& l : links_) c.push_back(l.capacity_Bps);
   return c;
+}
+
+void Cluster::fail_link(LinkId l) {
+  if (l >= links_.size()) throw InputError("fail_link: no link " + std::to_string(l));
+  if (failed_.empty()) failed_.assign(links_.size(), 0);
+  if (failed_[l]) return;
+  for (size_t i = 0; i < nics_.size(); ++i) {
+    if (nics_[i].up != l && nics_[i].down != l) continue;
+    const NicPort& p = nics_[i];
+    const Node& n = nodes_[p.node];
+    const size_t count = templates_[n.type].nic_vertex.size();
+    if (nic_down_.empty()) nic_down_.assign(nics_.size(), 0);
+    size_t working = 0;
+    for (size_t k = 0; k < count; ++k)
+      working += !nic_down_[n.first_nic + k] && n.first_nic + k != i;
+    if (working == 0) {
+      throw InputError("perturbation link: " + link_name(l) + " is the last working NIC of node" +
+                       std::to_string(p.node) +
+                       "; a node without a NIC cannot train with the rest");
+    }
+    nic_down_[i] = 1;
+    failed_[l] = 1;
+    links_scaled_ = true;
+    return;
+  }
+  if (vertex_switch_[links_[l].src] == kNone || vertex_switch_[links_[l].dst] == kNone) {
+    throw InputError("perturbation link: " + link_name(l) +
+                     " is inside a node; hetsim cannot fail it (the routes inside a node are "
+                     "fixed): give it a factor above 0");
+  }
+  failed_[l] = 1;
+  links_scaled_ = true;
+  try {
+    build_switch_routes();
+  } catch (const InputError& e) {
+    throw InputError("perturbation link: with " + link_name(l) + " failed, " + e.what());
+  }
+}
+
+int Cluster::working_nic(uint32_t node, int nic) const {
+  if (nic < 0 || nic_down_.empty()) return nic;
+  const Node& n = nodes_[node];
+  const int count = static_cast<int>(templates_[n.type].nic_vertex.size());
+  for (int k = 0; k < count; ++k) {
+    const int c = (nic + k) % count;
+    if (!nic_down_[n.first_nic + c]) return c;
+  }
+  throw RunError("route: node" + std::to_string(node) + " has no working NIC");
 }
 
 void Cluster::scale_link_capacity(LinkId l, double factor) {
@@ -457,20 +505,31 @@ std::vector<LinkId> Cluster::route(GpuId a, GpuId b) const {
   const Node& nb = nodes_[gb.node];
   const NodeTemplate& ta = templates_[na.type];
   const NodeTemplate& tb = templates_[nb.type];
-  const int dst_nic = tb.gpu_nic[gb.local];
-  int src_nic = ta.gpu_nic[ga.local];
-  if (src_nic < 0 || dst_nic < 0) {
+  if (ta.gpu_nic[ga.local] < 0 || tb.gpu_nic[gb.local] < 0) {
     throw RunError("route " + gpu_name(a) + " -> " + gpu_name(b) + ": a node without NICs");
   }
+  // A NIC that is down (fail_link) hands its GPUs to the node's next working one.
+  int dst_nic = working_nic(gb.node, tb.gpu_nic[gb.local]);
+  int src_nic = working_nic(ga.node, ta.gpu_nic[ga.local]);
   const uint32_t a_gpus = static_cast<uint32_t>(ta.gpu_vertex.size());
   const uint32_t b_gpus = static_cast<uint32_t>(tb.gpu_vertex.size());
   // PXN: on NVSwitch nodes of a rail-optimised fabric, go to the destination's rail over NVLink.
+  // Where this node's NIC on that rail is down, take its next working rail, and arrive on the
+  // same rail where the destination node has it (as NCCL's rings, found over the NICs that
+  // work, use one rail at both ends of a hop).
   const config::NodeType& type_a = cfg_.node_types[na.type];
-  if (pxn_ && type_a.intra == config::IntraKind::nvswitch && dst_nic != src_nic &&
+  if (pxn_ && type_a.intra == config::IntraKind::nvswitch &&
       dst_nic < static_cast<int>(ta.nic_vertex.size())) {
-    const int relay = type_a.nics[dst_nic].gpus.front();
+    const int rail = working_nic(ga.node, dst_nic);
+    if (rail != dst_nic && rail < static_cast<int>(tb.nic_vertex.size()) &&
+        working_nic(gb.node, rail) == rail) {
+      dst_nic = rail;
+    }
+    src_nic = rail;
+  }
+  if (src_nic != ta.gpu_nic[ga.local] && type_a.intra == config::IntraKind::nvswitch) {
+    const int relay = type_a.nics[src_nic].gpus.front();
     if (relay != static_cast<int>(ga.local)) append_node_path(out, ga.node, ga.local, relay);
-    src_nic = dst_nic;
     append_node_path(out, ga.node, relay, a_gpus + src_nic);
   } else {
     append_node_path(out, ga.node, ga.local, a_gpus + src_nic);

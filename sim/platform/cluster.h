@@ -74,8 +74,18 @@ class Cluster {
   // cable, a NIC that trained at a lower rate). Routes and line rates stay as built, as NCCL sees
   // the topology it detected. factor > 0.
   void scale_link_capacity(LinkId l, double factor);
-  // Whether some link's capacity was scaled: replicas whose copies cross different capacities
-  // are no longer symmetric (the replay then does not fold them).
+  // What-if: the link is down (a cut cable, a dead port). Between two fabric switches, routes
+  // take the shortest paths that remain (every switch's distances are found again, and equal
+  // paths share the load as before). A NIC's cable (either direction): the GPUs behind that NIC
+  // reach the fabric through the node's next working NIC (over NVLink to that NIC's GPU on
+  // NVSwitch nodes with PXN, as NCCL does; else over the node's PCIe paths), and traffic to them
+  // enters there. Call it before any route is taken. Throws InputError for a link inside a node
+  // (its routes are fixed), when no path is left between two switches that hold NICs, or when a
+  // node would have no working NIC.
+  void fail_link(LinkId l);
+  bool link_failed(LinkId l) const { return !failed_.empty() && failed_[l]; }
+  // Whether some link's capacity was scaled or a link failed: replicas whose copies cross
+  // different capacities are no longer symmetric (the replay then does not fold them).
   bool links_scaled() const { return links_scaled_; }
 
  private:
@@ -113,6 +123,8 @@ class Cluster {
                         uint32_t to_ep) const;
   void append_switch_path(std::vector<LinkId>& out, uint32_t from_sw, uint32_t to_sw,
                           uint64_t hash) const;
+  // `nic` of `node` if it works, else the node's next working NIC (by index, wrapping).
+  int working_nic(uint32_t node, int nic) const;
 
   config::ClusterConfig cfg_;
   std::vector<NodeTemplate> templates_;
@@ -128,6 +140,8 @@ class Cluster {
   std::vector<uint32_t> vertex_switch_;          // vertex -> switch index, or UINT32_MAX
   bool pxn_ = false;
   bool links_scaled_ = false;
+  std::vector<char> failed_;    // by link; empty when none failed
+  std::vector<char> nic_down_;  // by global NIC index; empty when none is down
 };
 
 }  // namespace hetsim::platform

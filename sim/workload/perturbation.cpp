@@ -109,9 +109,9 @@ void read_perturbations(const std::string& file, const YAML::Node& map, const st
     config::check_keys(file, e, p, {"link", "factor"});
     SlowLink l;
     l.link = config::get_string(file, e, p, "link");
-    l.factor = get_factor(file, e, p, "factor", 0, false,
-                          "the share of its capacity the link keeps; a failed link cannot be "
-                          "modelled, hetsim's routes are fixed");
+    l.factor = get_factor(file, e, p, "factor", 0, true,
+                          "the share of its capacity the link keeps; 0: the link is down and "
+                          "routes go around it");
     out.links.push_back(std::move(l));
   });
   if (map["stragglers"]) {
@@ -134,6 +134,20 @@ void read_perturbations(const std::string& file, const YAML::Node& map, const st
     }
     out.stragglers = s;
   }
+}
+
+Perturbations plan_perturbations(const std::string& text, const std::string& file) {
+  const YAML::Node root = config::load_yaml(text, file);
+  Perturbations p;
+  if (!root.IsMap() || !root["perturbations"]) return p;
+  const YAML::Node map = root["perturbations"];
+  if (!map.IsMap()) {
+    throw InputError(where(file, map) +
+                     ": perturbations: expected a map of slow, link and stragglers (e.g. "
+                     "\"perturbations: {slow: {gpu: 3, factor: 2}}\")");
+  }
+  read_perturbations(file, map, "perturbations", {}, p);
+  return p;
 }
 
 Perturbations parse_perturbation(const std::string& text) {
@@ -244,9 +258,12 @@ ResolvedPerturbations resolve_perturbations(const Perturbations& p,
               where_c, hint));
         }
         for (platform::LinkId l : it->second) r.links.emplace_back(l, s.factor);
-        r.description.push_back(fmt::format(
-            "link {} carries {} of its capacity{}", name, s.factor,
-            it->second.size() > 1 ? fmt::format(" ({} links)", it->second.size()) : std::string()));
+        const std::string count =
+            it->second.size() > 1 ? fmt::format(" ({} links)", it->second.size()) : std::string();
+        r.description.push_back(
+            s.factor == 0
+                ? fmt::format("link {} is down, routes go around it{}", name, count)
+                : fmt::format("link {} carries {} of its capacity{}", name, s.factor, count));
       }
     }
   }
@@ -254,7 +271,13 @@ ResolvedPerturbations resolve_perturbations(const Perturbations& p,
 }
 
 void scale_links(const ResolvedPerturbations& r, platform::Cluster& cluster) {
-  for (const auto& [link, factor] : r.links) cluster.scale_link_capacity(link, factor);
+  for (const auto& [link, factor] : r.links) {
+    if (factor == 0) {
+      cluster.fail_link(link);
+    } else {
+      cluster.scale_link_capacity(link, factor);
+    }
+  }
 }
 
 void slow_down(TrainingJob& job, const std::vector<double>& compute_factor) {

@@ -29,7 +29,8 @@ struct SlowDevice {
 };
 
 // Links named "A->B" (one direction) or "A<->B" (both), as Cluster::link_name writes them, carry
-// `factor` of their capacity. factor > 0.
+// `factor` of their capacity. factor 0: the link is down, and routes go around it
+// (Cluster::fail_link: fabric links and NIC cables; a link inside a node cannot fail).
 struct SlowLink {
   std::string link;
   double factor = 1;
@@ -62,6 +63,10 @@ void read_perturbations(const std::string& file, const YAML::Node& map, const st
                         const std::vector<std::string>& extra, Perturbations& out);
 // `simulate --perturb TEXT`: TEXT is one such map in YAML ("slow: {gpu: 3, factor: 2}").
 Perturbations parse_perturbation(const std::string& text);
+// A plan file's own `perturbations:` map (the same keys), so that a what-if travels with the
+// plan; empty when the plan has none. `text` is the plan file's text. Errors name the file, line
+// and field. Throws InputError.
+Perturbations plan_perturbations(const std::string& text, const std::string& file);
 
 // The perturbations against one cluster: a compute factor per GPU and the links to scale.
 struct ResolvedPerturbations {

@@ -244,7 +244,8 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
                       "replicas",
                       "framework",
                       "gradient_reduction",
-                      "gradient_accumulation"});
+                      "gradient_accumulation",
+                      "perturbations"});  // read by plan_perturbations (perturbation.h)
   Plan p;
   p.source = file;
   p.micro_batch_size = get_int(file, root, "", "micro_batch_size", 1, limits::kBatch, 1);

@@ -130,6 +130,56 @@ TEST(Simulate, PerturbSlowsTheRunNamesItAndTokensPriceTheTrainingRun) {
               1e9 / j["throughput_tokens_per_s"].get<double>(), 1e-3);
 }
 
+TEST(Simulate, AFailedNicSlowsTheAllReduceAndAPlanFileCarriesTheSameWhatIf) {
+  // Data parallel 16 over two DGX A100, gradients all-reduced after the backward pass: with
+  // node0's first NIC cable down, two of the eight rings share its neighbour.
+  const std::string dir = ::testing::TempDir();
+  const std::string plan =
+      "data_parallel: 16\nglobal_batch_size: 64\nmicro_batch_size: 4\n"
+      "sequence_length: 2048\ngradient_reduction: after_backward\n";
+  const std::string healthy_file = dir + "hetsim-dp16.yaml";
+  const std::string failed_file = dir + "hetsim-dp16-nic-down.yaml";
+  std::ofstream(healthy_file) << plan;
+  std::ofstream(failed_file) << plan
+                             << "perturbations:\n  link: {link: \"node0.nic15<->unit0.rail0\", "
+                                "factor: 0}\n";
+  auto simulate = [](const std::string& file, const std::vector<std::string>& extra) {
+    std::vector<std::string> a = {"simulate", "--model", "gpt3-1.3b", "--cluster", "dgx-a100",
+                                  "--nodes",  "2",       "--plan",    file,        "--json"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    const CommandResult r = run_hetsim(a, Capture::stdout_only);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return nlohmann::json::parse(r.output);
+  };
+  const nlohmann::json base = simulate(healthy_file, {});
+  const nlohmann::json down = simulate(
+      healthy_file, {"--perturb", "link: {link: \"node0.nic15<->unit0.rail0\", factor: 0}"});
+  const nlohmann::json carried = simulate(failed_file, {});
+  EXPECT_GT(down["iteration_time_s"].get<double>(), base["iteration_time_s"].get<double>() * 1.05);
+  EXPECT_EQ(down["iteration_time_s"], carried["iteration_time_s"]);
+  ASSERT_EQ(carried["perturbations"].size(), 2u);
+  EXPECT_EQ(carried["perturbations"][0],
+            "link node0.nic15->unit0.rail0 is down, routes go around it");
+  EXPECT_EQ(carried["folded_replicas"], 1);
+  // What cannot fail, and a plan's perturbations that are not a map, exit 2 naming why.
+  CommandResult r = run_hetsim({"simulate", "--model", "gpt3-1.3b", "--cluster", "dgx-a100",
+                                "--nodes", "2", "--plan", healthy_file, "--perturb",
+                                "link: {link: \"node0.gpu0<->node0.nvswitch8\", factor: 0}"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.output,
+            "hetsim: error: perturbation link: node0.gpu0->node0.nvswitch8 is inside a node; "
+            "hetsim cannot fail it (the routes inside a node are fixed): give it a factor above "
+            "0\n");
+  const std::string bad_file = dir + "hetsim-dp16-bad.yaml";
+  std::ofstream(bad_file) << plan << "perturbations: [1]\n";
+  r = run_hetsim({"simulate", "--model", "gpt3-1.3b", "--cluster", "dgx-a100", "--nodes", "2",
+                  "--plan", bad_file});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.output, "hetsim: error: " + bad_file +
+                          ":6: perturbations: expected a map of slow, link and stragglers "
+                          "(e.g. \"perturbations: {slow: {gpu: 3, factor: 2}}\")\n");
+}
+
 TEST(Simulate, BadPerturbIsExitTwoNamingTheOptionAndField) {
   const std::vector<std::string> base = {"simulate",  "--model",  "gpt3-350m",
                                          "--cluster", "dgx-a100", "--nodes",

@@ -306,9 +306,9 @@ TEST(Perturbation, BadInputNamesTheOptionTheFieldAndWhatWasExpected) {
   EXPECT_EQ(error_of([] { parse_perturbation("slow: {gpu: 3, factor: 0.5}"); }),
             "--perturb:1: slow.factor: expected a factor >= 1 (how many times longer its kernels "
             "take), got 0.5");
-  EXPECT_EQ(error_of([] { parse_perturbation("link: {link: a->b, factor: 0}"); }),
-            "--perturb:1: link.factor: expected a factor > 0 (the share of its capacity the link "
-            "keeps; a failed link cannot be modelled, hetsim's routes are fixed), got 0");
+  EXPECT_EQ(error_of([] { parse_perturbation("link: {link: a->b, factor: -0.5}"); }),
+            "--perturb:1: link.factor: expected a factor >= 0 (the share of its capacity the "
+            "link keeps; 0: the link is down and routes go around it), got -0.5");
   EXPECT_EQ(error_of([] { parse_perturbation("stragglers: {seed: 1, min: 2, max: 1.5}"); }),
             "--perturb:1: stragglers.max: expected a factor >= min (2), got 1.5");
   EXPECT_EQ(error_of([] { parse_perturbation("slow"); }),
