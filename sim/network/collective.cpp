@@ -3,9 +3,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <limits>
 #include <map>
 #include <unordered_map>
+#include <utility>
 
 #include "sim/core/error.h"
 #include "sim/network/rings.h"
@@ -61,10 +63,16 @@ double busbw_factor(Op op, size_t n) {
 
 namespace {
 
-double estimate(const Cluster& c, const CollectivePlan& p, bool latency);
+// The links of each step of a bare plan (Builder::set_bare), by step; null: the step's own.
+using LinkRefs = std::vector<const std::vector<LinkUse>*>;
+
+double estimate(const Cluster& c, const CollectivePlan& p, bool latency,
+                const LinkRefs* refs = nullptr);
 
 // The time a plan spends moving bytes on an idle network, without its latencies.
-double transfer_seconds(const Cluster& c, const CollectivePlan& p) { return estimate(c, p, false); }
+double transfer_seconds(const Cluster& c, const CollectivePlan& p, const LinkRefs* refs) {
+  return estimate(c, p, false, refs);
+}
 
 struct Edge {
   std::vector<platform::LinkId> links;
@@ -97,7 +105,7 @@ class Builder {
       auto [it, fresh] = ring_rate_.try_emplace(static_cast<int>(p), 0.0);
       if (fresh) {
         const CollectivePlan ring = build(Algorithm::ring, p);
-        const double s = transfer_seconds(c_, ring);
+        const double s = transfer_seconds(c_, ring, bare_ ? &refs_ : nullptr);
         it->second = s > 0 ? r_.bytes / s : 0;
       }
       tree_cap_Bps = it->second * tree_to_ring_bandwidth(r_.ranks.size()) *
@@ -114,6 +122,8 @@ class Builder {
     p_ = p;
     plan_ = &plan;
     ordinal_ = 0;
+    refs_.clear();
+    last_ref_ = nullptr;
     const double wire = r_.bytes / payload_fraction(p);  // bytes the protocol puts on the wire
     const size_t n = r_.ranks.size();
     if (n < 2) return plan;
@@ -211,32 +221,63 @@ class Builder {
 
   // The merged links of the next step. A request's candidate plans for one algorithm differ
   // only in protocol, so their k-th steps cross the same links: merged once, then reused.
+  // Bare (set_bare), the step gets no copy: its links stay in the cache, named by refs().
   template <typename Collect>
   std::vector<LinkUse> step_links(Collect collect) {
     auto& cache = link_cache_[static_cast<int>(a_)];
     const size_t k = ordinal_++;
-    if (k < cache.size()) return cache[k];
-    std::vector<platform::LinkId> ids;
-    collect(ids);
-    cache.push_back(merge(ids));
-    return cache.back();
+    if (k >= cache.size()) {
+      std::vector<platform::LinkId> ids;
+      collect(ids);
+      cache.push_back(merge(ids));
+    }
+    if (bare_) {
+      last_ref_ = &cache[k];
+      return {};
+    }
+    return cache[k];
   }
 
-  static std::vector<LinkUse> merge(std::vector<platform::LinkId>& ids) {
-    std::sort(ids.begin(), ids.end());
+ public:
+  // Bare plans carry no links of their own (refs() names them): the candidates of a request are
+  // estimated without copying every step's links for every protocol tried.
+  void set_bare(bool bare) { bare_ = bare; }
+  const LinkRefs& refs() const { return refs_; }
+
+ private:
+  // Crossings sorted by link, repeats merged. A step over many links (a tree or ring over a
+  // whole job) is counted in a dense array and read back in link order: O(links in its id range)
+  // rather than a sort of every crossing.
+  std::vector<LinkUse> merge(std::vector<platform::LinkId>& ids) {
     std::vector<LinkUse> out;
-    for (platform::LinkId l : ids) {
-      if (!out.empty() && out.back().link == l) {
-        ++out.back().count;
-      } else {
-        out.push_back(LinkUse{l, 1});
+    if (ids.empty()) return out;
+    const auto [lo, hi] = std::minmax_element(ids.begin(), ids.end());
+    const size_t span = static_cast<size_t>(*hi - *lo) + 1;
+    if (ids.size() < 64 || span > 8 * ids.size()) {
+      std::sort(ids.begin(), ids.end());
+      for (platform::LinkId l : ids) {
+        if (!out.empty() && out.back().link == l) {
+          ++out.back().count;
+        } else {
+          out.push_back(LinkUse{l, 1});
+        }
       }
+      return out;
+    }
+    if (crossings_.size() < c_.links().size()) crossings_.assign(c_.links().size(), 0);
+    const platform::LinkId first = *lo, last = *hi;
+    for (platform::LinkId l : ids) ++crossings_[l];
+    for (platform::LinkId l = first; l <= last; ++l) {
+      if (crossings_[l] == 0) continue;
+      out.push_back(LinkUse{l, crossings_[l]});
+      crossings_[l] = 0;
     }
     return out;
   }
 
   uint32_t add_step(std::vector<LinkUse> links, double bytes, Time latency,
                     std::vector<uint32_t> deps, bool channel = true) {
+    if (bare_) refs_.push_back(std::exchange(last_ref_, nullptr));
     plan_->steps.push_back(
         PlanStep{std::move(links), bytes, latency, std::move(deps), channel ? channel_cap_ : 0.0});
     return static_cast<uint32_t>(plan_->steps.size() - 1);
@@ -426,11 +467,19 @@ class Builder {
   CollectivePlan* plan_ = nullptr;
   double channel_cap_ = 0;
   std::unordered_map<int, double> ring_rate_;  // by protocol: the ring's payload bytes/s
-  std::map<int, std::vector<std::vector<LinkUse>>> link_cache_;
+  std::map<int, std::deque<std::vector<LinkUse>>> link_cache_;  // deque: refs_ stay valid
+  bool bare_ = false;
+  LinkRefs refs_;
+  std::vector<uint32_t> crossings_;  // merge's dense counts, by link; all zero between calls
+  const std::vector<LinkUse>* last_ref_ = nullptr;
   size_t ordinal_ = 0;
 };
 
-double estimate(const Cluster& c, const CollectivePlan& p, bool with_latency) {
+double estimate(const Cluster& c, const CollectivePlan& p, bool with_latency,
+                const LinkRefs* refs) {
+  auto links_of = [&](size_t i) -> const std::vector<LinkUse>& {
+    return refs && (*refs)[i] ? *(*refs)[i] : p.steps[i].links;
+  };
   // Steps at the same depth of the dependency graph are taken to run together; each gets the
   // smallest equal share of the links it crosses.
   const size_t n = p.steps.size();
@@ -448,13 +497,13 @@ double estimate(const Cluster& c, const CollectivePlan& p, bool with_latency) {
   double end = 0;
   for (const std::vector<uint32_t>& level : at) {
     for (uint32_t i : level) {
-      for (const LinkUse& u : p.steps[i].links) load[u.link] += u.count;
+      for (const LinkUse& u : links_of(i)) load[u.link] += u.count;
     }
     for (uint32_t i : level) {
       double start = 0;
       for (uint32_t d : p.steps[i].deps) start = std::max(start, finish[d]);
       double rate = std::numeric_limits<double>::infinity();
-      for (const LinkUse& u : p.steps[i].links) {
+      for (const LinkUse& u : links_of(i)) {
         rate = std::min(rate, c.links()[u.link].capacity_Bps / load[u.link]);
       }
       if (p.steps[i].max_rate_Bps > 0) rate = std::min(rate, p.steps[i].max_rate_Bps);
@@ -463,7 +512,7 @@ double estimate(const Cluster& c, const CollectivePlan& p, bool with_latency) {
       end = std::max(end, finish[i]);
     }
     for (uint32_t i : level) {
-      for (const LinkUse& u : p.steps[i].links) load[u.link] = 0;
+      for (const LinkUse& u : links_of(i)) load[u.link] = 0;
     }
   }
   return (with_latency ? p.start_delay.seconds() : 0) + end;
@@ -494,18 +543,22 @@ CollectivePlan plan_collective(const Cluster& c, const CollectiveRequest& r) {
   } else {
     protocols = {Protocol::ll, Protocol::ll128, Protocol::simple};
   }
-  CollectivePlan best;
-  bool have = false;
+  // Every candidate estimated bare (its links left in the builder's cache), then the best one
+  // built whole.
+  b.set_bare(true);
+  Algorithm best_a = algorithms.front();
+  Protocol best_p = protocols.front();
+  double best_s = std::numeric_limits<double>::infinity();
   for (Algorithm a : algorithms) {
     for (Protocol p : protocols) {
-      CollectivePlan plan = b.build(a, p);
-      plan.estimate_s = estimate_seconds(c, plan);
-      if (!have || plan.estimate_s < best.estimate_s) {
-        best = std::move(plan);
-        have = true;
-      }
+      const CollectivePlan plan = b.build(a, p);
+      const double s = estimate(c, plan, true, &b.refs());
+      if (s < best_s) best_a = a, best_p = p, best_s = s;
     }
   }
+  b.set_bare(false);
+  CollectivePlan best = b.build(best_a, best_p);
+  best.estimate_s = best_s;
   return best;
 }
 

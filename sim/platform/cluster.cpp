@@ -353,7 +353,7 @@ void Cluster::build_switch_routes() {
   for (LinkId l = 0; l < links_.size(); ++l) {
     const uint32_t a = vertex_switch_[links_[l].src];
     const uint32_t b = vertex_switch_[links_[l].dst];
-    if (a != kNone && b != kNone && !link_failed(l)) switch_out_[a].push_back(l);
+    if (a != kNone && b != kNone && !link_failed(l)) switch_out_[a].push_back({l, b});
   }
   switch_dist_.assign(s * s, kFar);
   // BFS backwards is the same as forwards: every switch link comes in a pair.
@@ -364,8 +364,8 @@ void Cluster::build_switch_routes() {
     while (!queue.empty()) {
       const uint32_t u = queue.front();
       queue.pop_front();
-      for (LinkId l : switch_out_[u]) {
-        const uint32_t v = vertex_switch_[links_[l].dst];
+      for (const SwitchHop& h : switch_out_[u]) {
+        const uint32_t v = h.to;
         if (dist[v] == kFar) {
           dist[v] = static_cast<uint16_t>(dist[u] + 1);
           queue.push_back(v);
@@ -479,16 +479,22 @@ void Cluster::append_switch_path(std::vector<LinkId>& out, uint32_t from_sw, uin
                                  uint64_t hash) const {
   const size_t s = switch_vertex_.size();
   uint32_t u = from_sw;
-  std::vector<LinkId> options;
   while (u != to_sw) {
-    options.clear();
+    // The links one hop nearer: counted, then the hash picks one (no list is kept).
     const uint16_t want = static_cast<uint16_t>(switch_dist_[u * s + to_sw] - 1);
-    for (LinkId l : switch_out_[u]) {
-      if (switch_dist_[vertex_switch_[links_[l].dst] * s + to_sw] == want) options.push_back(l);
+    auto nearer = [&](const SwitchHop& h) { return switch_dist_[h.to * s + to_sw] == want; };
+    size_t options = 0;
+    for (const SwitchHop& h : switch_out_[u]) options += nearer(h);
+    size_t k = mix(hash ^ (static_cast<uint64_t>(u) << 40)) % options;
+    SwitchHop pick{0, to_sw};
+    for (const SwitchHop& h : switch_out_[u]) {
+      if (nearer(h) && k-- == 0) {
+        pick = h;
+        break;
+      }
     }
-    const LinkId pick = options[mix(hash ^ (static_cast<uint64_t>(u) << 40)) % options.size()];
-    out.push_back(pick);
-    u = vertex_switch_[links_[pick].dst];
+    out.push_back(pick.link);
+    u = pick.to;
   }
 }
 

@@ -135,9 +135,13 @@ class Cluster {
   std::vector<NicPort> nics_;
   std::vector<VertexId> switch_vertex_;
   std::vector<std::string> switch_name_;
-  std::vector<std::vector<LinkId>> switch_out_;  // switch -> links to other switches
-  std::vector<uint16_t> switch_dist_;            // [from * S + to], hop count
-  std::vector<uint32_t> vertex_switch_;          // vertex -> switch index, or UINT32_MAX
+  struct SwitchHop {
+    LinkId link;
+    uint32_t to;  // the switch it leads to
+  };
+  std::vector<std::vector<SwitchHop>> switch_out_;  // switch -> links to other switches
+  std::vector<uint16_t> switch_dist_;               // [from * S + to], hop count
+  std::vector<uint32_t> vertex_switch_;             // vertex -> switch index, or UINT32_MAX
   bool pxn_ = false;
   bool links_scaled_ = false;
   std::vector<char> failed_;    // by link; empty when none failed
