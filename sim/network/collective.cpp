@@ -2,10 +2,12 @@
 #include "sim/network/collective.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <deque>
 #include <limits>
 #include <map>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 
@@ -522,6 +524,35 @@ double estimate(const Cluster& c, const CollectivePlan& p, bool with_latency,
 
 double estimate_seconds(const Cluster& c, const CollectivePlan& p) { return estimate(c, p, true); }
 
+bool ll128_by_default(const Cluster& c, const std::vector<GpuId>& ranks) {
+  // NCCL enables LL128 by default only where its 128-byte stores are known to arrive in order
+  // [nccl-tune]: every rank the same compute capability, one of Volta, Ampere, Hopper (and
+  // Blackwell in recent versions), and NVLink between the ranks of a node.
+  // AMD's and Intel's parts run RCCL or HCCL, whose rules hetsim does not hold: LL128 stays open
+  // to them as before.
+  static const std::array<std::string_view, 4> safe = {"volta", "ampere", "hopper", "blackwell"};
+  static const std::array<std::string_view, 3> other = {"cdna2", "cdna3", "gaudi2"};
+  if (ranks.empty()) return false;
+  const std::string& arch = c.gpu(ranks.front()).profile->architecture;
+  if (std::find(other.begin(), other.end(), arch) != other.end()) return true;
+  if (std::find(safe.begin(), safe.end(), arch) == safe.end()) return false;
+  std::vector<uint32_t> per_node(c.node_count(), 0);
+  for (GpuId g : ranks) {
+    const config::GpuProfile& gpu = *c.gpu(g).profile;
+    if (gpu.architecture != arch) return false;
+    // Ampere means compute capability 8.0 here (A100, A30); NCCL leaves LL128 off on 8.6 (A10,
+    // A40, RTX 30 series).
+    if (arch == "ampere" && gpu.name.rfind("a100", 0) != 0 && gpu.name.rfind("a30", 0) != 0) {
+      return false;
+    }
+    ++per_node[c.gpu(g).node];
+  }
+  for (uint32_t n = 0; n < per_node.size(); ++n) {
+    if (per_node[n] > 1 && c.node_type(n).intra == config::IntraKind::pcie) return false;
+  }
+  return true;
+}
+
 CollectivePlan plan_collective(const Cluster& c, const CollectiveRequest& r) {
   if (r.ranks.empty()) throw InputError("a collective needs at least one rank");
   if (!(r.bytes >= 0)) throw InputError("--bytes: expected a non-negative size");
@@ -539,9 +570,11 @@ CollectivePlan plan_collective(const Cluster& c, const CollectiveRequest& r) {
   }
   std::vector<Protocol> protocols;
   if (r.protocol) {
-    protocols = {*r.protocol};
-  } else {
+    protocols = {*r.protocol};  // as NCCL_PROTO, which may enable LL128 where NCCL would not
+  } else if (ll128_by_default(c, r.ranks)) {
     protocols = {Protocol::ll, Protocol::ll128, Protocol::simple};
+  } else {
+    protocols = {Protocol::ll, Protocol::simple};
   }
   // Every candidate estimated bare (its links left in the builder's cache), then the best one
   // built whole.

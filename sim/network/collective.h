@@ -65,6 +65,10 @@ struct CollectivePlan {
 // Throws InputError for an algorithm that does not apply (e.g. tree for all-gather).
 CollectivePlan plan_collective(const platform::Cluster& c, const CollectiveRequest& r);
 
+// Whether NCCL enables LL128 by default for these ranks (the automatic choice tries it only
+// then): one GPU architecture among Volta, Ampere, Hopper and Blackwell, NVLink inside nodes.
+bool ll128_by_default(const platform::Cluster& c, const std::vector<platform::GpuId>& ranks);
+
 // Analytic estimate of a plan on an idle network (used to choose, not to report).
 double estimate_seconds(const platform::Cluster& c, const CollectivePlan& p);
 

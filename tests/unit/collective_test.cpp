@@ -162,6 +162,7 @@ TEST(Collective, TheChoiceIsTheBestOfEveryAlgorithmAndProtocolBuiltAlone) {
            {network::Algorithm::ring, network::Algorithm::tree, network::Algorithm::hierarchical}) {
         for (network::Protocol p :
              {network::Protocol::ll, network::Protocol::ll128, network::Protocol::simple}) {
+          if (p == network::Protocol::ll128 && !network::ll128_by_default(c, req.ranks)) continue;
           network::CollectiveRequest one = req;
           one.algorithm = a;
           one.protocol = p;
@@ -182,6 +183,30 @@ TEST(Collective, TheChoiceIsTheBestOfEveryAlgorithmAndProtocolBuiltAlone) {
       EXPECT_EQ(chosen.algorithm, argmin->first) << name << " " << bytes;
       EXPECT_EQ(chosen.protocol, argmin->second) << name << " " << bytes;
     }
+  }
+}
+
+TEST(Collective, Ll128OnlyWhereNcclEnablesItByDefault) {
+  // NCCL's rule [nccl-tune]: one compute capability among 7.0, 8.0, 9.0 (10.0), NVLink inside
+  // the node. T4 (Turing) and PCIe-only nodes: off; A100 with V100: two capabilities, off;
+  // RTX 4090 (Ada): off.
+  EXPECT_TRUE(ll128_by_default(builtin("dgx-a100", 2), first(16)));
+  EXPECT_TRUE(ll128_by_default(builtin("dgx-h100", 1), first(8)));
+  EXPECT_TRUE(ll128_by_default(builtin("dgx1-v100", 1), first(8)));
+  EXPECT_FALSE(ll128_by_default(builtin("aws-g4dn-12xlarge", 0), first(4)));
+  EXPECT_FALSE(ll128_by_default(builtin("pcie-v100", 0), first(4)));
+  const Cluster mixed = builtin("mixed-a100-v100", 0);
+  EXPECT_FALSE(ll128_by_default(mixed, first(mixed.gpu_count())));
+  // The automatic choice never takes it there; asked for (NCCL_PROTO=LL128), it is built.
+  for (double bytes : {1e5, 4e6, 6.4e7}) {
+    const Cluster t4 = builtin("aws-g4dn-12xlarge", 0);
+    const auto r = simulate_collective(
+        t4, request(Op::allreduce, bytes, first(t4.gpu_count()), std::nullopt, std::nullopt));
+    EXPECT_NE(r.plan.protocol, Protocol::ll128) << bytes;
+    EXPECT_EQ(simulate_collective(
+                  t4, request(Op::allreduce, bytes, first(4), Algorithm::ring, Protocol::ll128))
+                  .plan.protocol,
+              Protocol::ll128);
   }
 }
 
