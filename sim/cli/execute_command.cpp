@@ -50,6 +50,16 @@ void parse_fault(const std::string& text, execute::Options& o) {
   o.kill_task = static_cast<size_t>(task);
 }
 
+// A plan's own what-ifs (perturbations:) would bend the prediction but not the hardware: the
+// comparison would be wrong, so execute refuses them.
+void refuse_what_ifs(const std::string& plan, const study::RunInputs& inputs) {
+  if (inputs.perturbed.empty()) return;
+  throw InputError(plan +
+                   ": perturbations: a plan with what-ifs cannot be executed (the real "
+                   "run would not have them; " +
+                   inputs.perturbed.description.front() + "): remove them to execute it");
+}
+
 // Runs f on every rank; when it fails on any, every rank stops here. Rank 0 says why when it
 // failed (every rank reads the same inputs, so it is the same reason); else each rank that failed
 // says its own. Every rank waits until that is said before it leaves (mpirun ends the others as
@@ -111,6 +121,7 @@ int run_execute(const ExecuteOpts& o, const execute::MpiSession& mpi) {
     eo.warmup = o.warmup;
     if (!o.fault.empty()) parse_fault(o.fault, eo);
     inputs = std::make_unique<study::RunInputs>(spec);
+    refuse_what_ifs(o.plan, *inputs);
     costs = std::make_unique<CostModels>(o.efficiency, o.calibration);
     owned = std::make_unique<workload::TrainingJob>(
         workload::build_training_job(inputs->model, inputs->plan, inputs->cluster, costs->get()));
@@ -219,6 +230,7 @@ int run_execute_cuda(const ExecuteOpts& o) {
   spec.plan = o.plan;
   spec.plan_sets = o.plan_sets;
   const study::RunInputs inputs(spec);
+  refuse_what_ifs(o.plan, inputs);
   const CostModels costs(o.efficiency, o.calibration);
   const workload::TrainingJob job =
       workload::build_training_job(inputs.model, inputs.plan, inputs.cluster, costs.get());

@@ -200,6 +200,18 @@ TEST(ExecuteCuda, PlansOverMoreThanOneDeviceAreRefused) {
       << cpu.output;
 }
 
+TEST(ExecuteCuda, APlanWithWhatIfsIsRefused) {
+  // A plan's perturbations would slow the prediction but not the GPU.
+  const std::string plan = ::testing::TempDir() + "hetsim-single-perturbed.yaml";
+  std::ofstream(plan) << read(kSingle) << "perturbations:\n  slow: {gpu: 0, factor: 2}\n";
+  const CommandResult r = run_hetsim(args(plan, {"--program-out", plan + ".program"}));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(r.output, "hetsim: error: " + plan +
+                          ": perturbations: a plan with what-ifs cannot be executed (the real run "
+                          "would not have them; node0.gpu0 (GPU 0) computes 2x slower): remove "
+                          "them to execute it\n");
+}
+
 std::string exact(double v) {
   std::ostringstream os;
   os.precision(17);
