@@ -10,6 +10,7 @@
 #include "sim/core/error.h"
 #include "sim/network/collective_runner.h"
 #include "sim/report/collective_report.h"
+#include "sim/workload/perturbation.h"
 
 namespace hetsim::cli {
 
@@ -92,6 +93,7 @@ void add_collective_command(CLI::App& app, Action& action) {
     std::string expansion = "steady";
     double factor = 2;
     bool json = false;
+    std::vector<std::string> perturb;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand(
@@ -117,6 +119,9 @@ void add_collective_command(CLI::App& app, Action& action) {
   cmd->add_option("--expansion", o->expansion,
                   "steady (one flow per ring) | stepwise (one flow per step and rank)")
       ->capture_default_str();
+  cmd->add_option("--perturb", o->perturb,
+                  "What-if on the links, as simulate's (repeatable): e.g. 'link: {link: "
+                  "\"node0.nic15<->unit0.rail0\", factor: 0}' (a NIC cable down)");
   cmd->add_flag("--json", o->json, "Print JSON (keys time_s, algbw_Bps, busbw_Bps, ...)");
   cmd->callback([o, &action] {
     action = [o] {
@@ -167,8 +172,18 @@ void add_collective_command(CLI::App& app, Action& action) {
       } else {
         throw InputError("--expansion: expected steady or stepwise, got \"" + o->expansion + "\"");
       }
-      const platform::Cluster cluster(
-          config::load_cluster(o->cluster.cluster, o->cluster.options()));
+      platform::Cluster cluster(config::load_cluster(o->cluster.cluster, o->cluster.options()));
+      workload::Perturbations what_if;
+      for (const std::string& p : o->perturb) what_if.merge(workload::parse_perturbation(p));
+      if (!what_if.slow.empty() || what_if.stragglers) {
+        throw InputError(
+            "--perturb: a collective takes link what-ifs only (slow GPUs and stragglers change "
+            "kernels, and a collective has none)");
+      }
+      const workload::ResolvedPerturbations resolved =
+          workload::resolve_perturbations(what_if, cluster);
+      workload::scale_links(resolved, cluster);
+      for (const std::string& d : resolved.description) std::cerr << "what-if: " << d << "\n";
       if (o->ranks.empty()) {
         for (platform::GpuId g = 0; g < cluster.gpu_count(); ++g) req.ranks.push_back(g);
       } else {

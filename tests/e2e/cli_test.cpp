@@ -80,6 +80,26 @@ TEST(CollectiveJson, AllreduceReportsNcclTestsAlgbwAndBusbw) {
       << "busbw " << busbw << " vs algbw * 2*7/8 " << algbw * 2 * 7 / 8;
 }
 
+TEST(CollectiveJson, PerturbTakesLinkWhatIfsOnly) {
+  // node0's first NIC cable down on two DGX A100: two of the eight rings share NIC 1, and the
+  // ring all-reduce takes twice as long (tests/unit/failed_link_test.cpp has the oracle).
+  const std::vector<std::string> base = {"collective", "--cluster",  "dgx-a100", "--nodes",
+                                         "2",          "--bytes",    "4GiB",     "--algorithm",
+                                         "ring",       "--protocol", "Simple"};
+  std::vector<std::string> down = base;
+  down.insert(down.end(), {"--perturb", "link: {link: \"node0.nic15<->unit0.rail0\", factor: 0}"});
+  const double t0 = run_json(base)["time_s"].get<double>();
+  const double t1 = run_json(down)["time_s"].get<double>();
+  EXPECT_NEAR(t1 / t0, 2.0, 0.02);
+  std::vector<std::string> slow = base;
+  slow.insert(slow.end(), {"--perturb", "slow: {gpu: 1, factor: 2}"});
+  const CommandResult r = run_hetsim(slow);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.output,
+            "hetsim: error: --perturb: a collective takes link what-ifs only (slow GPUs and "
+            "stragglers change kernels, and a collective has none)\n");
+}
+
 // ---- Every op on every cluster -----------------------------------------------------------
 
 const char* const kOps[] = {"allreduce", "allgather", "reducescatter",
