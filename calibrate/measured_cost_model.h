@@ -39,6 +39,7 @@ class MeasuredCostModel : public workload::CostModel {
   // GPU type only; interpolated in log time over log bytes, bandwidth-bound past its ends).
   std::optional<Time> collective_time(workload::CommKind kind, double bytes, int ranks, int nodes,
                                       const config::GpuProfile& gpu) const override;
+  bool measures_collectives() const override { return true; }
 
   // Predicted seconds of a measurement kind from the table alone, for `calibrate check`;
   // nullopt where the table has nothing to offer.

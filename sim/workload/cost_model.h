@@ -36,6 +36,9 @@ class CostModel {
                                               int /*nodes*/, const config::GpuProfile&) const {
     return std::nullopt;
   }
+  // Whether collective_time can ever answer: a job built without measured collectives skips
+  // asking for each of its collectives.
+  virtual bool measures_collectives() const { return false; }
 };
 
 struct DatasheetEfficiency {

@@ -291,6 +291,7 @@ void pair_dp_collectives(TrainingJob& job) {
 
 // The collectives calibration measured on the job's GPUs, at their rank and node counts.
 void measured_collectives(TrainingJob& job, const CostModel& cost) {
+  if (!cost.measures_collectives()) return;
   const platform::Cluster& c = *job.cluster;
   auto nodes = [&](const std::vector<platform::GpuId>& ranks) {
     std::set<uint32_t> n;
