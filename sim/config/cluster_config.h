@@ -13,6 +13,7 @@ struct GpuProfile {
   std::string name;
   std::string description;
   std::string architecture;
+  double compute_capability = 0;  // CUDA's (8.0 for A100); 0: not an NVIDIA part, or not given
   int sms = 0;
   double memory_bytes = 0;
   double memory_bandwidth_Bps = 0;

@@ -94,13 +94,19 @@ void check_partition(const std::string& file, const YAML::Node& node, const std:
 
 GpuProfile parse_gpu(const std::string& file, const YAML::Node& n, const std::string& path) {
   check_keys(file, n, path,
-             {"name", "description", "architecture", "sms", "memory", "memory_bandwidth",
-              "l2_cache", "peak", "sustained", "tdp", "price_per_hour"});
+             {"name", "description", "architecture", "compute_capability", "sms", "memory",
+              "memory_bandwidth", "l2_cache", "peak", "sustained", "tdp", "price_per_hour"});
   GpuProfile g;
   g.source = file;
   g.name = get_string(file, n, path, "name");
   g.description = get_string(file, n, path, "description", g.name);
   g.architecture = get_string(file, n, path, "architecture", "");
+  g.compute_capability = get_number(file, n, path, "compute_capability", 0.0);
+  if (g.compute_capability < 0 || g.compute_capability > 100) {
+    throw InputError(where(file, n["compute_capability"]) + ": " +
+                     join_path(path, "compute_capability") +
+                     ": expected a CUDA compute capability such as 8.0");
+  }
   g.sms = static_cast<int>(get_int(file, n, path, "sms", 1, limits::kSms));
   g.memory_bytes = positive(file, n, path, "memory", Dimension::bytes);
   g.memory_bandwidth_Bps = positive(file, n, path, "memory_bandwidth", Dimension::bandwidth);

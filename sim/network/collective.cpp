@@ -2,12 +2,10 @@
 #include "sim/network/collective.h"
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <deque>
 #include <limits>
 #include <map>
-#include <string_view>
 #include <unordered_map>
 #include <utility>
 
@@ -99,20 +97,7 @@ class Builder {
   }
 
   CollectivePlan build(Algorithm a, Protocol p) {
-    // Across nodes a tree moves at most what NCCL's model gives it beside the ring over the same
-    // ranks (protocol.h): the ring's rate first, from its own plan, once per protocol.
-    double tree_cap_Bps = 0;
-    if (a == Algorithm::tree && r_.op == Op::allreduce && nodes_.nodes.size() > 1 &&
-        r_.ranks.size() > 1) {
-      auto [it, fresh] = ring_rate_.try_emplace(static_cast<int>(p), 0.0);
-      if (fresh) {
-        const CollectivePlan ring = build(Algorithm::ring, p);
-        const double s = transfer_seconds(c_, ring, bare_ ? &refs_ : nullptr);
-        it->second = s > 0 ? r_.bytes / s : 0;
-      }
-      tree_cap_Bps = it->second * tree_to_ring_bandwidth(r_.ranks.size()) *
-                     tree_size_factor(p, r_.bytes) / payload_fraction(p);
-    }
+    const double tree_cap_Bps = a == Algorithm::tree ? tree_cap(p) : 0;
     CollectivePlan plan;
     plan.op = r_.op;
     plan.algorithm = a;
@@ -149,6 +134,10 @@ class Builder {
             default:
               throw InputError("--algorithm ring does not apply to " + to_string(r_.op));
           }
+        }
+        if (caps_trees() && !ring_rate_.count(static_cast<int>(p))) {
+          const double t = transfer_seconds(c_, plan, bare_ ? &refs_ : nullptr);
+          ring_rate_[static_cast<int>(p)] = t > 0 ? r_.bytes / t : 0;
         }
         break;
       }
@@ -198,6 +187,20 @@ class Builder {
   bool hierarchical_possible() const { return nodes_.nodes.size() >= 2 && nodes_.equal_sizes; }
 
  private:
+  // Across nodes a tree all-reduce moves at most what NCCL's model gives it beside the ring over
+  // the same ranks (protocol.h).
+  bool caps_trees() const {
+    return r_.op == Op::allreduce && nodes_.nodes.size() > 1 && r_.ranks.size() > 1;
+  }
+  // The bytes/s one tree may carry in all: from the ring's payload rate, which the ring's own
+  // build records (the request's ring candidates come first; a tree asked for alone builds it).
+  double tree_cap(Protocol p) {
+    if (!caps_trees()) return 0;
+    if (!ring_rate_.count(static_cast<int>(p))) build(Algorithm::ring, p);
+    return ring_rate_.at(static_cast<int>(p)) * tree_to_ring_bandwidth(r_.ranks.size()) *
+           tree_size_factor(p, r_.bytes) / payload_fraction(p);
+  }
+
   const Edge& edge(GpuId a, GpuId b) {
     const uint64_t key = (static_cast<uint64_t>(a) << 32) | b;
     auto it = edges_.find(key);
@@ -526,25 +529,22 @@ double estimate_seconds(const Cluster& c, const CollectivePlan& p) { return esti
 
 bool ll128_by_default(const Cluster& c, const std::vector<GpuId>& ranks) {
   // NCCL enables LL128 by default only where its 128-byte stores are known to arrive in order
-  // [nccl-tune]: every rank the same compute capability, one of Volta, Ampere, Hopper (and
-  // Blackwell in recent versions), and NVLink between the ranks of a node.
-  // AMD's and Intel's parts run RCCL or HCCL, whose rules hetsim does not hold: LL128 stays open
-  // to them as before.
-  static const std::array<std::string_view, 4> safe = {"volta", "ampere", "hopper", "blackwell"};
-  static const std::array<std::string_view, 3> other = {"cdna2", "cdna3", "gaudi2"};
+  // [nccl-tune]: one compute capability for every rank, among 7.0, 8.0, 9.0 (and 10.0 in recent
+  // versions), and NVLink between the ranks of a node. AMD's and Intel's parts (RCCL, HCCL,
+  // whose rules hetsim does not hold) keep LL128 open; any other profile without a compute
+  // capability (a CPU) does not get it.
   if (ranks.empty()) return false;
-  const std::string& arch = c.gpu(ranks.front()).profile->architecture;
-  if (std::find(other.begin(), other.end(), arch) != other.end()) return true;
-  if (std::find(safe.begin(), safe.end(), arch) == safe.end()) return false;
+  const config::GpuProfile& first = *c.gpu(ranks.front()).profile;
+  const double cc = first.compute_capability;
+  if (cc == 0) {
+    static const char* const other[] = {"cdna2", "cdna3", "gaudi2"};
+    return std::any_of(std::begin(other), std::end(other),
+                       [&](const char* a) { return first.architecture == a; });
+  }
+  if (cc != 7.0 && cc != 8.0 && cc != 9.0 && cc != 10.0) return false;
   std::vector<uint32_t> per_node(c.node_count(), 0);
   for (GpuId g : ranks) {
-    const config::GpuProfile& gpu = *c.gpu(g).profile;
-    if (gpu.architecture != arch) return false;
-    // Ampere means compute capability 8.0 here (A100, A30); NCCL leaves LL128 off on 8.6 (A10,
-    // A40, RTX 30 series).
-    if (arch == "ampere" && gpu.name.rfind("a100", 0) != 0 && gpu.name.rfind("a30", 0) != 0) {
-      return false;
-    }
+    if (c.gpu(g).profile->compute_capability != cc) return false;
     ++per_node[c.gpu(g).node];
   }
   for (uint32_t n = 0; n < per_node.size(); ++n) {

@@ -66,7 +66,7 @@ struct CollectivePlan {
 CollectivePlan plan_collective(const platform::Cluster& c, const CollectiveRequest& r);
 
 // Whether NCCL enables LL128 by default for these ranks (the automatic choice tries it only
-// then): one GPU architecture among Volta, Ampere, Hopper and Blackwell, NVLink inside nodes.
+// then): one compute capability among 7.0, 8.0, 9.0 and 10.0, NVLink inside nodes.
 bool ll128_by_default(const platform::Cluster& c, const std::vector<platform::GpuId>& ranks);
 
 // Analytic estimate of a plan on an idle network (used to choose, not to report).

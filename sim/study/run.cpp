@@ -1,7 +1,6 @@
 // One simulation from spec to report; see run.h.
 #include "sim/study/run.h"
 
-#include "sim/config/yaml_util.h"
 #include "sim/workload/memory.h"
 
 namespace hetsim::study {
@@ -18,11 +17,9 @@ workload::Plan load_plan(const RunSpec& spec, const workload::ModelConfig& model
 }
 
 // The run's what-ifs: the spec's (a study's axis, --perturb) and the plan file's own.
-workload::Perturbations perturbations(const RunSpec& spec) {
+workload::Perturbations perturbations(const RunSpec& spec, const workload::Plan& plan) {
   workload::Perturbations p = spec.perturbations;
-  p.merge(workload::plan_perturbations(
-      spec.plan_text ? *spec.plan_text : config::read_text_file(spec.plan, "plan file"),
-      spec.plan));
+  p.merge(plan.perturbations);
   return p;
 }
 
@@ -32,7 +29,7 @@ RunInputs::RunInputs(const RunSpec& spec)
     : model(workload::load_model(spec.model)),
       cluster(config::load_cluster(spec.cluster, spec.cluster_options)),
       plan(load_plan(spec, model, cluster)),
-      perturbed(workload::resolve_perturbations(perturbations(spec), cluster)) {
+      perturbed(workload::resolve_perturbations(perturbations(spec, plan), cluster)) {
   workload::scale_links(perturbed, cluster);
 }
 

@@ -136,20 +136,6 @@ void read_perturbations(const std::string& file, const YAML::Node& map, const st
   }
 }
 
-Perturbations plan_perturbations(const std::string& text, const std::string& file) {
-  const YAML::Node root = config::load_yaml(text, file);
-  Perturbations p;
-  if (!root.IsMap() || !root["perturbations"]) return p;
-  const YAML::Node map = root["perturbations"];
-  if (!map.IsMap()) {
-    throw InputError(where(file, map) +
-                     ": perturbations: expected a map of slow, link and stragglers (e.g. "
-                     "\"perturbations: {slow: {gpu: 3, factor: 2}}\")");
-  }
-  read_perturbations(file, map, "perturbations", {}, p);
-  return p;
-}
-
 Perturbations parse_perturbation(const std::string& text) {
   const std::string file = "--perturb";
   const YAML::Node root = config::load_yaml(text, file);

@@ -245,9 +245,17 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
                       "framework",
                       "gradient_reduction",
                       "gradient_accumulation",
-                      "perturbations"});  // read by plan_perturbations (perturbation.h)
+                      "perturbations"});
   Plan p;
   p.source = file;
+  if (const YAML::Node w = root["perturbations"]) {
+    if (!w.IsMap()) {
+      throw InputError(config::where(file, w) +
+                       ": perturbations: expected a map of slow, link and stragglers (e.g. "
+                       "\"perturbations: {slow: {gpu: 3, factor: 2}}\")");
+    }
+    read_perturbations(file, w, "perturbations", {}, p.perturbations);
+  }
   p.micro_batch_size = get_int(file, root, "", "micro_batch_size", 1, limits::kBatch, 1);
   p.sequence_length =
       get_int(file, root, "", "sequence_length", 1, limits::kSequence, model.sequence);

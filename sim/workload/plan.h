@@ -11,6 +11,7 @@
 #include "sim/workload/framework.h"
 #include "sim/workload/model.h"
 #include "sim/workload/ops.h"
+#include "sim/workload/what_if.h"
 
 namespace hetsim::workload {
 
@@ -42,6 +43,9 @@ struct ReplicaPlan {
 
 struct Plan {
   std::string source;
+  // The plan file's own what-ifs (`perturbations:`, the same map as a study's entry), applied by
+  // the runs that replay it (sim/study/run.h) on top of the study's or --perturb's.
+  Perturbations perturbations;
   int64_t micro_batch_size = 1;
   int64_t global_batch_size = 0;
   int64_t sequence_length = 0;
