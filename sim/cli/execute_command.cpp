@@ -154,7 +154,11 @@ int run_execute(const ExecuteOpts& o, const execute::MpiSession& mpi) {
   eo.timeout_s = o.timeout_s > 0 ? o.timeout_s : std::max(60.0, 20 * predicted_s);
   const execute::Measured m = execute::run_cpu(job, eo, mpi);
   if (!mpi.lead()) return 0;
-  const execute::Comparison c = execute::compare(job, predicted, m);
+  workload::ReplayOptions ro;
+  ro.exact = true;
+  const workload::ReplayResult replayed =
+      workload::replay(execute::with_measured_compute(job, m), nullptr, ro);
+  const execute::Comparison c = execute::compare(job, predicted, m, &replayed);
   if (!o.trace.empty()) {
     report::ChromeTrace trace(report::make_trace_filter(inputs->cluster, "", ""));
     for (const execute::Event& e : m.events) {

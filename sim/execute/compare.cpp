@@ -17,9 +17,35 @@ double rel(double predicted, double measured) {
 
 }  // namespace
 
+workload::TrainingJob with_measured_compute(const workload::TrainingJob& job, const Measured& m) {
+  workload::TrainingJob out = job;
+  for (workload::Group& g : out.groups) {
+    const std::vector<double>* measured = nullptr;
+    for (platform::GpuId d : g.devices)
+      if (d < m.task_s.size() && m.task_s[d].size() == g.program.size()) measured = &m.task_s[d];
+    if (!measured) continue;
+    for (size_t pc = 0; pc < g.program.size(); ++pc) {
+      workload::Task& t = g.program[pc];
+      if (t.kind != workload::TaskKind::compute || g.segments[t.index].ops.empty()) continue;
+      workload::Segment s = g.segments[t.index];
+      const Time d = Time::from_seconds((*measured)[pc]);
+      const double scale = s.duration > Time() ? d.seconds() / s.duration.seconds() : 0;
+      for (auto& op : s.ops) op.second = Time::from_seconds(op.second.seconds() * scale);
+      s.duration = d;
+      g.segments.push_back(std::move(s));
+      t.index = static_cast<uint32_t>(g.segments.size() - 1);
+    }
+  }
+  return out;
+}
+
 Comparison compare(const workload::TrainingJob& job, const workload::ReplayResult& predicted,
-                   const Measured& m) {
+                   const Measured& m, const workload::ReplayResult* replayed) {
   Comparison c;
+  if (replayed) {
+    c.replayed = true;
+    c.replayed_s = replayed->iteration.seconds();
+  }
   c.predicted_s = predicted.iteration.seconds();
   const std::vector<double>& it = m.iteration_s;
   if (!it.empty()) {
@@ -37,6 +63,7 @@ Comparison compare(const workload::TrainingJob& job, const workload::ReplayResul
     c.measured_median_s = n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
   }
   c.error = rel(c.predicted_s, c.measured_median_s);
+  c.replayed_error = rel(c.replayed_s, c.measured_median_s);
   // Per kind, the mean over the plan's devices; per device, when it finished.
   double p[4] = {}, q[4] = {};
   size_t devices = 0;
@@ -73,6 +100,12 @@ std::string to_text(const Comparison& c, const Measured& m) {
       "{:.4f}, max {:.4f}, sd {:.4f})   error {:+.1f}%\n",
       c.predicted_s, c.measured_median_s, m.iteration_s.size(), c.measured_mean_s, c.measured_min_s,
       c.measured_max_s, c.measured_stdev_s, 100 * c.error);
+  if (c.replayed) {
+    s += fmt::format(
+        "  replayed with the measured compute  {:.4f} s   error {:+.1f}% (the schedule's and the "
+        "communication's share of the error)\n",
+        c.replayed_s, 100 * c.replayed_error);
+  }
   s += fmt::format("  per device, mean of {} devices    predicted    measured    error\n",
                    c.devices.size());
   auto row = [&](const Comparison::Row& r) {
@@ -105,6 +138,10 @@ std::string to_json(const Comparison& c, const Measured& m) {
   j["measured_max_s"] = c.measured_max_s;
   j["measured_stdev_s"] = c.measured_stdev_s;
   j["error"] = c.error;
+  if (c.replayed) {
+    j["replayed_iteration_s"] = c.replayed_s;
+    j["replayed_error"] = c.replayed_error;
+  }
   auto rows = [](const std::vector<Comparison::Row>& v) {
     nlohmann::ordered_json a = nlohmann::ordered_json::array();
     for (const auto& r : v) {

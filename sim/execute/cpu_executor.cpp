@@ -289,8 +289,10 @@ class Rank {
   uint32_t group() const { return static_cast<uint32_t>(g_); }
   uint32_t tp_rank() const { return j_; }
 
-  // One iteration. `record`: keep the events for the trace. Returns this rank's times.
-  DeviceTimes iterate(bool record, bool fault, std::vector<double>& kernel_s) {
+  // One iteration. `record`: keep the events for the trace. Returns this rank's times; adds each
+  // kernel's seconds to `kernel_s` (by op), sets each compute task's in `task_s` (by task).
+  DeviceTimes iterate(bool record, bool fault, std::vector<double>& kernel_s,
+                      std::vector<double>& task_s) {
     const Group& grp = job_.groups[g_];
     events_.clear();
     DeviceTimes times;
@@ -334,6 +336,7 @@ class Rank {
           }
           const double end = now();
           times.compute += end - start;
+          task_s[pc] = end - start;
           if (record) events_.push_back(Event{group(), uint32_t(pc), 0, 0, start, end});
           break;
         }
@@ -451,6 +454,12 @@ class Rank {
   }
 
   const std::vector<Event>& events() const { return events_; }
+
+  // Each element the largest of the group's devices' (outside the timed iteration).
+  void slowest_of_group(std::vector<double>& v) const {
+    if (tp_ != MPI_COMM_NULL)
+      MPI_Allreduce(MPI_IN_PLACE, v.data(), static_cast<int>(v.size()), MPI_DOUBLE, MPI_MAX, tp_);
+  }
   double now() const { return std::chrono::duration<double>(Clock::now() - t0_).count(); }
 
   // Progress for the watchdog (run_cpu): the wall clock at the last task's start.
@@ -580,6 +589,7 @@ Measured run_cpu(const workload::TrainingJob& job, const Options& o, const MpiSe
   const Group* grp = me.active() ? &job.groups[me.group()] : nullptr;
   std::vector<double> kernel_s(grp ? grp->ops.size() : 0, 0.0);
   std::vector<double> scratch(kernel_s.size(), 0.0);
+  std::vector<double> task_s(grp ? grp->program.size() : 0, 0.0), task_it(task_s.size(), 0.0);
   DeviceTimes sum;
   const int total = o.warmup + o.iterations;
   for (int it = 0; it < total; ++it) {
@@ -590,7 +600,11 @@ Measured run_cpu(const workload::TrainingJob& job, const Options& o, const MpiSe
     DeviceTimes t;
     if (me.active()) {
       const bool fault = mpi.rank() == o.kill_rank && it == o.warmup;
-      t = me.iterate(last, fault, measured ? kernel_s : scratch);
+      t = me.iterate(last, fault, measured ? kernel_s : scratch, task_it);
+      if (measured) {
+        me.slowest_of_group(task_it);
+        for (size_t i = 0; i < task_s.size(); ++i) task_s[i] += task_it[i];
+      }
     } else {
       MPI_Barrier(MPI_COMM_WORLD);
     }
@@ -613,10 +627,12 @@ Measured run_cpu(const workload::TrainingJob& job, const Options& o, const MpiSe
   std::vector<double> all(5 * mpi.size());
   MPI_Gather(mine.data(), 5, MPI_DOUBLE, all.data(), 5, MPI_DOUBLE, 0, MPI_COMM_WORLD);
   for (double& k : kernel_s) k /= n;
+  for (double& k : task_s) k /= n;
   std::vector<Event> events = me.active() && me.tp_rank() == 0 ? me.events() : std::vector<Event>{};
   if (!mpi.lead()) {
     const int count = static_cast<int>(kernel_s.size());
     MPI_Send(kernel_s.data(), count, MPI_DOUBLE, 0, 1, MPI_COMM_WORLD);
+    MPI_Send(task_s.data(), static_cast<int>(task_s.size()), MPI_DOUBLE, 0, 4, MPI_COMM_WORLD);
     const int bytes = static_cast<int>(events.size() * sizeof(Event));
     MPI_Send(&bytes, 1, MPI_INT, 0, 2, MPI_COMM_WORLD);
     MPI_Send(events.data(), bytes, MPI_BYTE, 0, 3, MPI_COMM_WORLD);
@@ -627,13 +643,14 @@ Measured run_cpu(const workload::TrainingJob& job, const Options& o, const MpiSe
   for (const Group& g : job.groups)
     for (platform::GpuId d : g.devices) devices = std::max(devices, d + 1);
   m.devices.resize(devices);
+  m.task_s.resize(devices);
   for (uint32_t d = 0; d < devices; ++d) {
     const double* v = all.data() + 5 * d;
     m.devices[d] = DeviceTimes{v[0], v[1], v[2], v[3], v[4]};
   }
   std::map<std::string, KernelTimes> kernels;
   for (int r = 0; r < mpi.size(); ++r) {
-    std::vector<double> ks;
+    std::vector<double> ks, ts;
     std::vector<Event> ev;
     const Group* g = nullptr;
     for (const Group& cand : job.groups)
@@ -642,10 +659,14 @@ Measured run_cpu(const workload::TrainingJob& job, const Options& o, const MpiSe
         g = &cand;
     if (r == 0) {
       ks = kernel_s;
+      ts = task_s;
       ev = events;
     } else {
       ks.resize(g ? g->ops.size() : 0);
       MPI_Recv(ks.data(), static_cast<int>(ks.size()), MPI_DOUBLE, r, 1, MPI_COMM_WORLD,
+               MPI_STATUS_IGNORE);
+      ts.resize(g ? g->program.size() : 0);
+      MPI_Recv(ts.data(), static_cast<int>(ts.size()), MPI_DOUBLE, r, 4, MPI_COMM_WORLD,
                MPI_STATUS_IGNORE);
       int bytes = 0;
       MPI_Recv(&bytes, 1, MPI_INT, r, 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
@@ -654,6 +675,7 @@ Measured run_cpu(const workload::TrainingJob& job, const Options& o, const MpiSe
     }
     m.events.insert(m.events.end(), ev.begin(), ev.end());
     if (!g) continue;
+    if (static_cast<uint32_t>(r) < devices) m.task_s[r] = std::move(ts);
     std::vector<double> predicted(g->ops.size(), 0.0);
     std::vector<uint64_t> calls(g->ops.size(), 0);
     for (const Task& t : g->program) {

@@ -72,7 +72,20 @@ struct Measured {  // complete on rank 0 only
   std::vector<DeviceTimes> devices;  // by GPU id of the cluster; mean over the iterations
   std::vector<Event> events;
   std::vector<KernelTimes> kernels;  // sorted by name
+  // By GPU id: the seconds of each task of the device's group's program (compute tasks; 0 for
+  // the others), in each iteration the slowest of the group's devices (they meet at every
+  // tensor-parallel collective), then the mean over the iterations; empty where the backend
+  // does not report tasks.
+  std::vector<std::vector<double>> task_s;
 };
+
+// The job with its compute as this run measured it: each compute task its own segment of the
+// measured seconds (Measured::task_s; its ops scaled alike). Its replay is what the schedule and
+// the communication model make of the measured compute: the prediction's error with the
+// calibration's share (kernels measured at another speed than they ran, devices of a group
+// out of step) taken out. Tasks without kernels (a framework's host time) and groups without
+// measurements keep the cost model's times.
+workload::TrainingJob with_measured_compute(const workload::TrainingJob& job, const Measured& m);
 
 // Refuses what the CPU backend cannot run as the prediction costs it (InputError naming the
 // field): a precision other than fp32, fused attention, more devices than ranks.
@@ -96,10 +109,15 @@ struct Comparison {
   std::vector<Row> kinds;    // mean over devices, per kind
   std::vector<Row> devices;  // per device: the time it finished
   std::vector<KernelTimes> kernels;
+  // The replay of with_measured_compute, where there is one: its iteration and its error
+  // against the measured median.
+  bool replayed = false;
+  double replayed_s = 0, replayed_error = 0;
 };
 
+// `replayed`: the replay of with_measured_compute(job, measured), or null.
 Comparison compare(const workload::TrainingJob& job, const workload::ReplayResult& predicted,
-                   const Measured& measured);
+                   const Measured& measured, const workload::ReplayResult* replayed = nullptr);
 std::string to_text(const Comparison& c, const Measured& m);
 std::string to_json(const Comparison& c, const Measured& m);
 
