@@ -21,8 +21,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <map>
+#include <memory>
 #include <optional>
 
 #include "sim/policy/policy.h"
@@ -32,71 +34,147 @@
 
 namespace hetsim::policy {
 
+namespace {
+
+// For stages s.. holding layers i.., the Pareto front of (slowest stage, sum of stages), each
+// point with the end of stage s's layers: points[s][first[s][i] .. first[s][i + 1]). It does
+// not depend on the micro-batch count, which only weighs the two in the final choice.
+struct AmpPoint {
+  double max = 0, sum = 0;
+  double squares = 0;  // sum of the stages' squared times: among equal costs, the most even
+  uint32_t cut = 0;    // stage s holds layers [i, cut)
+  uint32_t child = 0;  // the point of stage s + 1's front at `cut` it continues with
+};
+struct AmpFronts {
+  std::vector<std::vector<AmpPoint>> points;
+  std::vector<std::vector<uint32_t>> first;
+  size_t size = 0;  // points in all
+};
+
+AmpFronts amp_fronts(const std::vector<std::vector<double>>& cost,
+                     const std::vector<double>& fixed) {
+  const size_t S = cost.size(), L = cost.front().size();
+  // prefix[s * (L + 1) + l]: the first l layers' cost on stage s.
+  std::vector<double> prefix(S * (L + 1), 0.0);
+  for (size_t s = 0; s < S; ++s) {
+    for (size_t l = 0; l < L; ++l)
+      prefix[s * (L + 1) + l + 1] = prefix[s * (L + 1) + l] + cost[s][l];
+  }
+  AmpFronts f;
+  f.points.resize(S);
+  f.first.assign(S, std::vector<uint32_t>(L + 2, 0));
+  std::vector<AmpPoint> pts;
+  for (size_t s = S; s-- > 0;) {
+    // Stage 0 starts at layer 0; stages s..S-1 need a layer each.
+    const size_t lo = s, hi = s == 0 ? 0 : L - (S - s);
+    std::vector<AmpPoint>& out = f.points[s];
+    std::vector<uint32_t>& at = f.first[s];
+    const double* pre = prefix.data() + s * (L + 1);
+    for (size_t i = 0; i <= L; ++i) {
+      at[i] = static_cast<uint32_t>(out.size());
+      if (i < lo || i > hi) continue;
+      pts.clear();
+      if (s + 1 == S) {
+        const double t = pre[L] - pre[i] + fixed[s];
+        pts.push_back({t, t, t * t, static_cast<uint32_t>(L), 0});
+      } else {
+        const std::vector<AmpPoint>& next = f.points[s + 1];
+        const std::vector<uint32_t>& nat = f.first[s + 1];
+        for (size_t j = i + 1; j <= L - (S - s - 1); ++j) {
+          const double t = pre[j] - pre[i] + fixed[s];
+          for (uint32_t k = nat[j]; k < nat[j + 1]; ++k) {
+            const AmpPoint& n = next[k];
+            pts.push_back({std::max(t, n.max), t + n.sum, t * t + n.squares,
+                           static_cast<uint32_t>(j), k - nat[j]});
+          }
+        }
+      }
+      // Keep the points no other beats on both.
+      std::sort(pts.begin(), pts.end(), [](const AmpPoint& a, const AmpPoint& b) {
+        if (a.max != b.max) return a.max < b.max;
+        if (a.sum != b.sum) return a.sum < b.sum;
+        return a.squares < b.squares;
+      });
+      const size_t begin = out.size();
+      for (const AmpPoint& p : pts) {
+        if (out.size() == begin || p.sum < out.back().sum) out.push_back(p);
+      }
+    }
+    at[L + 1] = static_cast<uint32_t>(out.size());
+    f.size += out.size();
+  }
+  return f;
+}
+
+// The fronts of the last costs asked for. A search asks for the same pipeline's split at many
+// micro-batch counts and from several policies (GPT-3 175B on 1024 A100: 3464 calls, 432
+// distinct); the fronts are kept per thread, up to 32 MiB with their inputs, the exact inputs as
+// keys.
+const AmpFronts& cached_fronts(const std::vector<std::vector<double>>& cost,
+                               const std::vector<double>& fixed) {
+  struct Entry {
+    uint64_t hash;
+    std::vector<std::vector<double>> cost;
+    std::vector<double> fixed;
+    AmpFronts fronts;
+  };
+  struct Cache {
+    std::vector<std::unique_ptr<Entry>> entries;
+    size_t bytes = 0;
+  };
+  thread_local Cache cache;
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over the bits of every cost
+  auto mix = [&h](double x) {
+    uint64_t b = 0;
+    std::memcpy(&b, &x, sizeof b);
+    h = (h ^ b) * 1099511628211ull;
+  };
+  for (const auto& row : cost) {
+    mix(static_cast<double>(row.size()));
+    for (double x : row) mix(x);
+  }
+  for (double x : fixed) mix(x);
+  for (const auto& e : cache.entries)
+    if (e->hash == h && e->cost == cost && e->fixed == fixed) return e->fronts;
+  AmpFronts f = amp_fronts(cost, fixed);
+  const size_t bytes =
+      f.size * sizeof(AmpPoint) + (cost.size() * cost.front().size() + fixed.size()) * 8;
+  if (cache.bytes + bytes > (size_t{32} << 20)) {
+    cache.entries.clear();
+    cache.bytes = 0;
+  }
+  cache.bytes += bytes;
+  cache.entries.push_back(std::make_unique<Entry>(Entry{h, cost, fixed, std::move(f)}));
+  return cache.entries.back()->fronts;
+}
+
+}  // namespace
+
 std::vector<int> amp_partition(const std::vector<std::vector<double>>& cost,
                                const std::vector<double>& fixed, int64_t micro_batches) {
   const size_t S = cost.size();
   const size_t L = S ? cost.front().size() : 0;
   if (S == 0 || L < S) return {};
-  // prefix[s][l]: the first l layers' cost on stage s.
-  std::vector<std::vector<double>> prefix(S, std::vector<double>(L + 1, 0.0));
-  for (size_t s = 0; s < S; ++s) {
-    for (size_t l = 0; l < L; ++l) prefix[s][l + 1] = prefix[s][l] + cost[s][l];
-  }
-  // front[s][i]: for stages s.. holding layers i.., the Pareto front of (slowest stage, sum of
-  // stages), each with the end of stage s's layers.
-  struct Point {
-    double max = 0, sum = 0;
-    double squares = 0;  // sum of the stages' squared times: among equal costs, the most even
-    size_t cut = 0;      // stage s holds layers [i, cut)
-    size_t child = 0;    // the point of front[s + 1][cut] it continues with
-  };
-  std::vector<std::vector<std::vector<Point>>> front(S, std::vector<std::vector<Point>>(L + 1));
-  for (size_t s = S; s-- > 0;) {
-    for (size_t i = s; i + (S - s) <= L; ++i) {  // stages s..S-1 need a layer each
-      std::vector<Point> pts;
-      const size_t last = s + 1 == S ? L : L - (S - s - 1);
-      for (size_t j = s + 1 == S ? L : i + 1; j <= last; ++j) {
-        const double t = prefix[s][j] - prefix[s][i] + fixed[s];
-        if (s + 1 == S) {
-          pts.push_back({t, t, t * t, j, 0});
-        } else {
-          const auto& next = front[s + 1][j];
-          for (size_t k = 0; k < next.size(); ++k)
-            pts.push_back(
-                {std::max(t, next[k].max), t + next[k].sum, t * t + next[k].squares, j, k});
-        }
-      }
-      // Keep the points no other beats on both.
-      std::sort(pts.begin(), pts.end(), [](const Point& a, const Point& b) {
-        if (a.max != b.max) return a.max < b.max;
-        if (a.sum != b.sum) return a.sum < b.sum;
-        return a.squares < b.squares;
-      });
-      std::vector<Point> kept;
-      for (const Point& p : pts) {
-        if (kept.empty() || p.sum < kept.back().sum) kept.push_back(p);
-      }
-      front[s][i] = std::move(kept);
-    }
-  }
+  const AmpFronts& f = cached_fronts(cost, fixed);
   const double b1 = static_cast<double>(micro_batches - 1);
-  const Point* best = nullptr;
-  for (const Point& p : front[0][0]) {
-    const double cost = b1 * p.max + p.sum;
+  const AmpPoint* best = nullptr;
+  for (uint32_t k = f.first[0][0]; k < f.first[0][1]; ++k) {
+    const AmpPoint& p = f.points[0][k];
+    const double cost_k = b1 * p.max + p.sum;
     const double least = best ? b1 * best->max + best->sum : 0;
-    if (!best || cost < least * (1 - 1e-12) ||
-        (cost <= least * (1 + 1e-12) && p.squares < best->squares))
+    if (!best || cost_k < least * (1 - 1e-12) ||
+        (cost_k <= least * (1 + 1e-12) && p.squares < best->squares))
       best = &p;
   }
   if (!best) return {};
   // Follow the chosen point's cuts.
   std::vector<int> layers;
   size_t i = 0;
-  const Point* at = best;
+  const AmpPoint* p = best;
   for (size_t s = 0; s < S; ++s) {
-    layers.push_back(static_cast<int>(at->cut - i));
-    i = at->cut;
-    if (s + 1 < S) at = &front[s + 1][i][at->child];
+    layers.push_back(static_cast<int>(p->cut - i));
+    i = p->cut;
+    if (s + 1 < S) p = &f.points[s + 1][f.first[s + 1][i] + p->child];
   }
   return layers;
 }
