@@ -125,7 +125,8 @@ PipelineSplit split_pipeline(const PipelineCosts& p, int64_t micro_batches);
 // an even share (whole_shares); empty when a pipeline has more stages than layers.
 std::vector<int64_t> speed_shares(const std::vector<PipelineCosts>& pipelines, int64_t total);
 
-// A replicas: plan in which every replica runs the same pipeline: stage s holds layers[s];
+// A plan in which every replica runs the same pipeline (the uniform form with stage_layers and
+// the devices in its rank order): stage s holds layers[s];
 // devices[r][s] are replica r's stage s devices (its tensor-parallel group).
 std::string pipelines_plan(const Request& r, const std::string& header, int64_t micro_batch,
                            int64_t micro_batches, const char* recompute, int tp,

@@ -242,6 +242,7 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
                       "bucket_size",
                       "devices",
                       "replicas",
+                      "stage_layers",
                       "framework",
                       "gradient_reduction",
                       "gradient_accumulation",
@@ -317,7 +318,8 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
   if (root["replicas"]) {
     // Heterogeneous: replicas and stages spelled out.
     p.uniform = false;
-    for (const char* k : {"tensor_parallel", "pipeline_parallel", "data_parallel", "devices"}) {
+    for (const char* k :
+         {"tensor_parallel", "pipeline_parallel", "data_parallel", "devices", "stage_layers"}) {
       if (root[k]) {
         throw InputError(where(file, root[k]) + ": " + k +
                          ": give either uniform degrees or replicas, not both");
@@ -537,14 +539,50 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
   // 405B's 126 layers on 16 stages (Meta, 2024), and interleaved by 8, its first chunk with only
   // the embedding and its last with only the head (Megatron-LM's
   // --account-for-embedding/loss-in-pipeline-split).
+  // `stage_layers:` gives the split instead (one count per stage, as AMP's and Metis's uneven
+  // splits, DeepSpeed's partition_method), with the same rank order.
   const int vstages = pp * v;
   const int extra = model.layers % vstages;
   const int extra_from = (vstages - extra) / 2;
   std::vector<int> vlayers(vstages, model.layers / vstages), vfirst(vstages, 0);
-  for (int k = 0; k < vstages; ++k) {
+  for (int k = 0; k < vstages; ++k)
     if (k >= extra_from && k < extra_from + extra) ++vlayers[k];
-    if (k > 0) vfirst[k] = vfirst[k - 1] + vlayers[k - 1];
+  if (const YAML::Node given = root["stage_layers"]) {
+    if (v > 1) {
+      throw InputError(where(file, given) +
+                       ": stage_layers: the interleaved schedule splits the layers evenly over "
+                       "its model chunks; give stage_layers without interleave");
+    }
+    if (!given.IsSequence() || given.size() != static_cast<size_t>(pp)) {
+      throw InputError(fmt::format(
+          "{}: stage_layers: expected a list of {} layer counts, one per pipeline stage (got {})",
+          where(file, given), pp,
+          given.IsSequence() ? std::to_string(given.size()) + " entries" : "no list"));
+    }
+    long sum = 0;
+    for (int k = 0; k < pp; ++k) {
+      const YAML::Node x = given[k];
+      long n = -1;
+      if (x.IsScalar()) {
+        try {
+          n = x.as<long>();
+        } catch (const YAML::Exception&) {
+        }
+      }
+      if (n < 1 || n > limits::kLayers) {
+        throw InputError(fmt::format(
+            "{}: stage_layers[{}]: expected an integer from 1 to {}, got {}", where(file, x), k,
+            limits::kLayers, x.IsScalar() ? "\"" + x.Scalar() + "\"" : "a list or map"));
+      }
+      vlayers[k] = static_cast<int>(n);
+      sum += n;
+    }
+    if (sum != model.layers) {
+      throw InputError(fmt::format("{}: stage_layers: the layers add up to {}, but {} has {}",
+                                   where(file, given), sum, model.name, model.layers));
+    }
   }
+  for (int k = 1; k < vstages; ++k) vfirst[k] = vfirst[k - 1] + vlayers[k - 1];
   for (int r = 0; r < dp; ++r) {
     ReplicaPlan rep;
     rep.micro_batches = m;
@@ -564,6 +602,9 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
     }
     p.replicas.push_back(std::move(rep));
   }
+  // An uneven split is the plan's own, not the degrees': judged replica by replica, as the same
+  // plan spelled out as replicas: is.
+  if (root["stage_layers"]) p.uniform = false;
   check_layered(file, root, p);
   resolve_precision(file, root, cluster, p);
   return p;

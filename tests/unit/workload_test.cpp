@@ -484,5 +484,88 @@ TEST(Plans, HeterogeneousStagesRunWithTheirOwnDevicesAndDegrees) {
   EXPECT_GT(r.result.groups[0].compute, r.result.groups[2].compute);
 }
 
+TEST(Plans, StageLayersSplitAUniformPlanAsTheSamePlanSpelledOutAsReplicas) {
+  // GPT-3 1.3B's 24 layers as 5/7/7/5 over a 4-stage pipeline, tensor parallel 2, data parallel
+  // 2 on two DGX A100: the uniform form with stage_layers and devices in its rank order
+  // (tensor-parallel fastest, then data, then pipeline) is the replicas: form, to the bit.
+  const ModelConfig m = load_model("gpt3-1.3b");
+  const platform::Cluster c = cluster("dgx-a100", 2);
+  const DatasheetCostModel cost;
+  const Plan compact = load_plan_text(
+      "tensor_parallel: 2\npipeline_parallel: 4\ndata_parallel: 2\nmicro_batch_size: 1\n"
+      "global_batch_size: 16\ndevices: \"0-7,12-15,8-11\"\nstage_layers: [5, 7, 7, 5]\n",
+      "p.yaml", m, c);
+  std::string spelled = "micro_batch_size: 1\nreplicas:\n";
+  const char* devices[2][4] = {{"0, 1", "4, 5", "12, 13", "8, 9"},
+                               {"2, 3", "6, 7", "14, 15", "10, 11"}};
+  const int layers[4] = {5, 7, 7, 5};
+  for (int r = 0; r < 2; ++r) {
+    spelled += "  - micro_batches: 8\n    stages:\n";
+    for (int s = 0; s < 4; ++s) {
+      spelled += "      - {layers: " + std::to_string(layers[s]) +
+                 ", tensor_parallel: 2, devices: [" + devices[r][s] + "]}\n";
+    }
+  }
+  const Plan full = load_plan_text(spelled, "q.yaml", m, c);
+  ASSERT_EQ(compact.replicas.size(), 2u);
+  for (size_t r = 0; r < 2; ++r) {
+    for (size_t s = 0; s < 4; ++s) {
+      EXPECT_EQ(compact.replicas[r].stages[s].layers, layers[s]);
+      EXPECT_EQ(compact.replicas[r].stages[s].first_layer, full.replicas[r].stages[s].first_layer);
+      EXPECT_EQ(compact.replicas[r].stages[s].devices, full.replicas[r].stages[s].devices);
+    }
+  }
+  EXPECT_FALSE(compact.uniform);  // judged replica by replica, as the spelled-out plan
+  const Replayed a = run(m, compact, c, cost), b = run(m, full, c, cost);
+  EXPECT_EQ(a.result.iteration, b.result.iteration);
+  // The stage with 7 layers computes 7/5 of the one with 5, less the embedding and head.
+  EXPECT_GT(a.result.groups[1].compute, a.result.groups[0].compute);
+  // Unlike the even split of the same degrees.
+  const Plan even = load_plan_text(
+      "tensor_parallel: 2\npipeline_parallel: 4\ndata_parallel: 2\nmicro_batch_size: 1\n"
+      "global_batch_size: 16\ndevices: \"0-7,12-15,8-11\"\n",
+      "e.yaml", m, c);
+  EXPECT_EQ(even.replicas[0].stages[1].layers, 6);
+  EXPECT_NE(run(m, even, c, cost).result.iteration, a.result.iteration);
+
+  auto err = [&](const std::string& y) {
+    try {
+      load_plan_text("pipeline_parallel: 4\ntensor_parallel: 2\nglobal_batch_size: 8\n" + y,
+                     "p.yaml", m, cluster("dgx-a100", 1));
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(err("stage_layers: [5, 7, 7]\n"),
+            "p.yaml:4: stage_layers: expected a list of 4 layer counts, one per pipeline stage "
+            "(got 3 entries)");
+  EXPECT_EQ(err("stage_layers: [5, 7, 7, 6]\n"),
+            "p.yaml:4: stage_layers: the layers add up to 25, but gpt3-1.3b has 24");
+  EXPECT_EQ(err("stage_layers: [5, 0, 7, 12]\n"),
+            "p.yaml:4: stage_layers[1]: expected an integer from 1 to 16384, got \"0\"");
+  EXPECT_EQ(err("stage_layers: [5, x, 7, 12]\n"),
+            "p.yaml:4: stage_layers[1]: expected an integer from 1 to 16384, got \"x\"");
+  EXPECT_EQ(err("stage_layers: 24\n"),
+            "p.yaml:4: stage_layers: expected a list of 4 layer counts, one per pipeline stage "
+            "(got no list)");
+  EXPECT_EQ(err("schedule: interleaved\ninterleave: 2\nstage_layers: [6, 6, 6, 6]\n"),
+            "p.yaml:6: stage_layers: the interleaved schedule splits the layers evenly over its "
+            "model chunks; give stage_layers without interleave");
+  EXPECT_EQ(
+      [&] {
+        try {
+          load_plan_text(
+              "stage_layers: [24]\nreplicas:\n  - micro_batches: 2\n    stages:\n"
+              "      - {layers: 24, devices: \"0\"}\n",
+              "p.yaml", m, cluster("dgx-a100", 1));
+        } catch (const InputError& e) {
+          return std::string(e.what());
+        }
+        return std::string("no error");
+      }(),
+      "p.yaml:1: stage_layers: give either uniform degrees or replicas, not both");
+}
+
 }  // namespace
 }  // namespace hetsim::workload
