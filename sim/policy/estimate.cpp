@@ -171,7 +171,7 @@ double Estimator::collectives_s(CommKind kind, double bytes, const Groups& g) {
 double Estimator::hop_s(uint64_t key,
                         const std::vector<std::pair<platform::GpuId, platform::GpuId>>& ends,
                         double bytes) {
-  auto [it, fresh] = hops_.try_emplace({key, bytes}, 0.0);
+  auto [it, fresh] = hops_.try_emplace(std::tuple<uint64_t, double>{key, bytes}, 0.0);
   if (!fresh) return it->second;
   network::CollectivePlan all;
   for (const auto& [a, b] : ends) {

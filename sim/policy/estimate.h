@@ -18,8 +18,10 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
+#include <cstring>
 #include <tuple>
+#include <type_traits>
+#include <unordered_map>
 #include <vector>
 
 #include "sim/platform/cluster.h"
@@ -93,13 +95,44 @@ class Estimator {
   const workload::ModelConfig& model_;
   const platform::Cluster& cluster_;
   const workload::CostModel& cost_;
-  std::map<uint64_t, Layout> layouts_;
-  std::map<std::tuple<const config::GpuProfile*, int64_t, int64_t, bool, bool, int, uint64_t>,
-           Pieces>
+  // The caches' keys hashed field by field (integers, pointers, doubles by their bits): a
+  // search looks each up hundreds of times per plan (a stage hop, a piece per stage).
+  struct KeyHash {
+    static uint64_t bits(double x) {
+      uint64_t b = 0;
+      std::memcpy(&b, &x, sizeof b);
+      return b;
+    }
+    template <class T>
+    static uint64_t bits(const T* p) {
+      return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p));
+    }
+    template <class T>
+    requires std::is_integral_v<T>
+    static uint64_t bits(T x) { return static_cast<uint64_t>(x); }
+    static void mix(uint64_t& h, uint64_t v) {
+      uint64_t z = (h ^ v) + 0x9e3779b97f4a7c15ull;
+      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+      z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+      h = z ^ (z >> 31);
+    }
+    template <class... T>
+    size_t operator()(const std::tuple<T...>& k) const {
+      uint64_t h = 0x9e3779b97f4a7c15ull;
+      std::apply([&h](const auto&... x) { (mix(h, bits(x)), ...); }, k);
+      return static_cast<size_t>(h);
+    }
+    size_t operator()(uint64_t k) const { return (*this)(std::tuple<uint64_t>(k)); }
+  };
+  std::unordered_map<uint64_t, Layout, KeyHash> layouts_;
+  std::unordered_map<
+      std::tuple<const config::GpuProfile*, int64_t, int64_t, bool, bool, int, uint64_t>, Pieces,
+      KeyHash>
       pieces_;
-  std::map<std::tuple<uint64_t, int, double>, double> collectives_;
-  std::map<std::pair<uint64_t, double>, double> hops_;
-  std::map<std::tuple<const config::GpuProfile*, double, int>, double> optimizer_;
+  std::unordered_map<std::tuple<uint64_t, int, double>, double, KeyHash> collectives_;
+  std::unordered_map<std::tuple<uint64_t, double>, double, KeyHash> hops_;
+  std::unordered_map<std::tuple<const config::GpuProfile*, double, int>, double, KeyHash>
+      optimizer_;
 };
 
 }  // namespace hetsim::policy

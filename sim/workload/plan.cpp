@@ -602,9 +602,6 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
     }
     p.replicas.push_back(std::move(rep));
   }
-  // An uneven split is the plan's own, not the degrees': judged replica by replica, as the same
-  // plan spelled out as replicas: is.
-  if (root["stage_layers"]) p.uniform = false;
   check_layered(file, root, p);
   resolve_precision(file, root, cluster, p);
   return p;
