@@ -40,9 +40,10 @@ Search search(const Request& r, const std::vector<const Policy*>& policies,
   std::vector<workload::Plan> plans;
   std::vector<double> bounds;
   Estimator estimator(*r.model, *r.cluster, cost);
-  for (Proposal& prop : proposals) {
+  for (size_t index = 0; index < proposals.size(); ++index) {
     Candidate c;
-    c.proposal = std::move(prop);
+    c.proposal = std::move(proposals[index]);
+    c.index = index;
     try {
       workload::Plan plan = workload::load_plan_text(
           c.proposal.plan, c.proposal.policy + " proposal", *r.model, *r.cluster);
@@ -131,9 +132,11 @@ Search search(const Request& r, const std::vector<const Policy*>& policies,
     ++status.done;
     if (progress) progress(status);
   }
-  std::stable_sort(
-      out.ranked.begin(), out.ranked.end(),
-      [](const Candidate& a, const Candidate& b) { return a.iteration_s < b.iteration_s; });
+  // Equal times (the same plan from two policies) in the policies' order, whatever order the
+  // estimates replayed them in.
+  std::sort(out.ranked.begin(), out.ranked.end(), [](const Candidate& a, const Candidate& b) {
+    return a.iteration_s != b.iteration_s ? a.iteration_s < b.iteration_s : a.index < b.index;
+  });
   for (Candidate& c : estimated) out.ranked.push_back(std::move(c));
   if (out.ranked.empty()) {
     std::string names;

@@ -32,6 +32,7 @@ struct Candidate {
   double peak_bytes = 0;      // the fullest GPU's peak (replayed or out of memory)
   double capacity_bytes = 0;  // that GPU's memory
   std::optional<report::TrainingReport> report;  // replayed
+  size_t index = 0;  // among the proposals, in the policies' order: breaks ties in the ranking
 };
 
 struct SearchProgress {
