@@ -326,25 +326,34 @@ int run_execute_cuda(const ExecuteOpts& o) {
         "{:.6f} s (another --calibration or hetsim version?)\n",
         cm.predicted_iteration_s, predicted_s);
   }
-  const execute::Comparison c = execute::compare(job, predicted, cm.measured);
-  if (!o.trace.empty()) {
-    // The iteration timed op by op. The trace draws a task's ops at its segment's durations,
-    // which tasks share: a copy of the job gives each compute task a segment of its own with
-    // the measured times.
-    workload::TrainingJob timed = job;
-    workload::Group& g = timed.groups.front();
+  // The iteration timed op by op: a copy of the job gives each compute task a segment of its
+  // own with the measured times (tasks share segments). Its replay is the prediction with the
+  // measured kernels (execute::with_measured_compute), the trace draws its ops.
+  workload::TrainingJob timed = job;
+  workload::Group& g = timed.groups.front();
+  size_t ops = 0;
+  for (const workload::Task& t : g.program)
+    if (t.kind == workload::TaskKind::compute) ops += g.segments[t.index].ops.size();
+  const bool op_by_op = cm.op_s.size() == ops;
+  if (op_by_op) {
     size_t i = 0;
     for (workload::Task& t : g.program) {
       if (t.kind != workload::TaskKind::compute) continue;
       workload::Segment s = g.segments[t.index];
+      if (s.ops.empty()) continue;  // the framework's host time: not measured
       s.duration = Time();
       for (auto& op : s.ops) {
-        op.second = Time::from_seconds(cm.op_s.at(i++));
+        op.second = Time::from_seconds(cm.op_s[i++]);
         s.duration += op.second;
       }
       g.segments.push_back(std::move(s));
       t.index = static_cast<uint32_t>(g.segments.size() - 1);
     }
+  }
+  const workload::ReplayResult replayed = workload::replay(timed, nullptr, ro);
+  const execute::Comparison c =
+      execute::compare(job, predicted, cm.measured, op_by_op ? &replayed : nullptr);
+  if (!o.trace.empty()) {
     report::ChromeTrace trace(report::make_trace_filter(inputs.cluster, "", ""));
     for (const execute::Event& e : cm.measured.events) {
       trace.on_compute(timed, e.group, g.program[e.pc], Time::from_seconds(e.start),

@@ -4,6 +4,8 @@
 // more than one device, and a real run, which skips with the reason where there is no GPU.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -254,6 +256,11 @@ TEST(ExecuteCuda, AMeasuredCsvFromElsewhereIsComparedHere) {
       run_hetsim(args(kSingle, {"--measured", csv, "--json"}), Capture::stdout_only);
   ASSERT_EQ(json.exit_code, 0) << json.output;
   EXPECT_NE(json.output.find("\"backend\": \"cuda\""), std::string::npos) << json.output;
+  // The iteration here is its ops back to back: replayed with them, the prediction is the
+  // measurement (the calibrated one, host-bound at these sizes, is far above it).
+  const nlohmann::json j = nlohmann::json::parse(json.output);
+  EXPECT_GT(j["error"].get<double>(), 1.0) << json.output;
+  EXPECT_NEAR(j["replayed_error"].get<double>(), 0, 1e-6) << json.output;
   // The measured trace: every op at its measured time (the embedding lookup, 1.25 x predicted).
   const std::string trace = ::testing::TempDir() + "measured-trace.json";
   const CommandResult t = run_hetsim(args(kSingle, {"--measured", csv, "--trace", trace}));
