@@ -79,18 +79,29 @@ class Execute : public ::testing::Test {
   // Runs a plan and holds the prediction to the measured median, in two parts. The machines
   // this runs on are shared virtual ones whose speed moves by more than half within minutes
   // (seen: dp2 predicted 0.55 s from a calibration, measured 0.96 s a minute later, its
-  // kernels alone 0.78 s against 0.55 s; in CI, pp2 +38% the other way). So:
-  // - the replay with the compute as this run measured it (execute::with_measured_compute)
-  //   is held to 10%: the schedule, the waits and the collectives the simulator makes of the
-  //   kernels (seen here: within 2%);
-  // - the prediction from the calibration is held to a factor of 2: a wrong shape, a missing
-  //   kernel or a unit slip is out of it, a machine's drift between the calibration and the
-  //   run is not.
-  // A plan outside either is calibrated afresh and run again once, and that second pair is held
-  // to them. A model that is wrong is wrong twice.
+  // kernels alone 0.78 s against 0.55 s; in CI, pp2 +27% and +38% the other way, every kernel
+  // 1.35-1.67x faster than calibrated). So:
+  // - the replay with the compute as this run measured it (execute::with_measured_compute) is
+  //   held to 10%: the schedule, the waits and the collectives the simulator makes of the
+  //   kernels (seen here: within 6%);
+  // - the prediction from the calibration is held to 15% when the kernels ran at the speed they
+  //   were calibrated at (their predicted time within 10% of their measured time), and to a
+  //   factor of 2 when they did not (a wrong shape, a missing kernel or a unit slip is out of
+  //   that; a machine's change of speed between the calibration and the run is not).
+  // A plan outside the bounds is calibrated afresh and run again once, and that second pair is
+  // held to them. A model that is wrong is wrong twice.
+  static double drift(const nlohmann::json& j) {  // the kernels' predicted / measured time - 1
+    for (const auto& k : j["kinds"]) {
+      if (k["what"] == "compute" && k["measured_s"].get<double>() > 0)
+        return k["predicted_s"].get<double>() / k["measured_s"].get<double>() - 1;
+    }
+    return 0;
+  }
+  static bool steady(const nlohmann::json& j) { return std::abs(drift(j)) < 0.10; }
   static bool within(const nlohmann::json& j) {
+    const double e = j["error"].get<double>();
     return std::abs(j["replayed_error"].get<double>()) < 0.10 &&
-           std::abs(std::log1p(j["error"].get<double>())) < std::log(2.0);
+           (steady(j) ? std::abs(e) < 0.15 : std::abs(std::log1p(e)) < std::log(2.0));
   }
 
   static nlohmann::json run_and_compare(const std::string& plan, const std::string& extra = "") {
@@ -118,11 +129,11 @@ class Execute : public ::testing::Test {
   static void print(const nlohmann::json& j, const std::string& plan) {
     std::printf(
         "%s: predicted %.4f s, measured %.4f s (median; min %.4f, max %.4f), error %+.1f%%; "
-        "replayed with the measured compute %.4f s, error %+.1f%%\n",
+        "replayed with the measured compute %.4f s, error %+.1f%%; kernels %+.1f%%\n",
         plan.c_str(), j["predicted_iteration_s"].get<double>(),
         j["measured_median_s"].get<double>(), j["measured_min_s"].get<double>(),
         j["measured_max_s"].get<double>(), 100 * j["error"].get<double>(),
-        j.value("replayed_iteration_s", 0.0), 100 * j.value("replayed_error", 0.0));
+        j.value("replayed_iteration_s", 0.0), 100 * j.value("replayed_error", 0.0), 100 * drift(j));
   }
 
   static void expect_close(const nlohmann::json& j) {
@@ -139,7 +150,16 @@ class Execute : public ::testing::Test {
                 100 * error, 100 * replayed);
 #else
     EXPECT_LT(std::abs(replayed), 0.10) << j.dump(2);
-    EXPECT_LT(std::abs(std::log1p(error)), std::log(2.0)) << j.dump(2);
+    if (steady(j)) {
+      EXPECT_LT(std::abs(error), 0.15) << j.dump(2);
+    } else {
+      std::printf(
+          "  the kernels measured %+.1f%% against their calibrated time (the machine's speed "
+          "moved): the "
+          "calibrated prediction is held to a factor of 2, not 15%%\n",
+          -100 * drift(j) / (1 + drift(j)));
+      EXPECT_LT(std::abs(std::log1p(error)), std::log(2.0)) << j.dump(2);
+    }
 #endif
     // Every kernel the prediction costs ran, as often as the program says.
     ASSERT_FALSE(j["kernels"].empty());
