@@ -13,6 +13,7 @@
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include "sim/cli/commands.h"
@@ -130,12 +131,12 @@ int run_execute(const ExecuteOpts& o, const execute::MpiSession& mpi) {
   const workload::TrainingJob& job = *owned;
   if (mpi.lead()) print_warnings(*costs);
   // The prediction: every replica replayed on its own, as every rank runs.
+  workload::ReplayOptions ro;
+  ro.exact = true;
   workload::ReplayResult predicted;
   double predicted_s = 0;
   agree(mpi, [&] {
     if (!mpi.lead()) return;
-    workload::ReplayOptions ro;
-    ro.exact = true;
     predicted = workload::replay(job, nullptr, ro);
     predicted_s = predicted.iteration.seconds();
     const auto& fw = inputs->plan.framework;
@@ -154,8 +155,6 @@ int run_execute(const ExecuteOpts& o, const execute::MpiSession& mpi) {
   eo.timeout_s = o.timeout_s > 0 ? o.timeout_s : std::max(60.0, 20 * predicted_s);
   const execute::Measured m = execute::run_cpu(job, eo, mpi);
   if (!mpi.lead()) return 0;
-  workload::ReplayOptions ro;
-  ro.exact = true;
   const workload::ReplayResult replayed =
       workload::replay(execute::with_measured_compute(job, m), nullptr, ro);
   const execute::Comparison c = execute::compare(job, predicted, m, &replayed);
@@ -339,20 +338,19 @@ int run_execute_cuda(const ExecuteOpts& o) {
     size_t i = 0;
     for (workload::Task& t : g.program) {
       if (t.kind != workload::TaskKind::compute) continue;
-      workload::Segment s = g.segments[t.index];
-      if (s.ops.empty()) continue;  // the framework's host time: not measured
+      if (g.segments[t.index].ops.empty()) continue;  // the framework's host time: not measured
+      workload::Segment& s = execute::own_segment(g, t);
       s.duration = Time();
       for (auto& op : s.ops) {
         op.second = Time::from_seconds(cm.op_s[i++]);
         s.duration += op.second;
       }
-      g.segments.push_back(std::move(s));
-      t.index = static_cast<uint32_t>(g.segments.size() - 1);
     }
   }
-  const workload::ReplayResult replayed = workload::replay(timed, nullptr, ro);
+  std::optional<workload::ReplayResult> replayed;
+  if (op_by_op) replayed = workload::replay(timed, nullptr, ro);
   const execute::Comparison c =
-      execute::compare(job, predicted, cm.measured, op_by_op ? &replayed : nullptr);
+      execute::compare(job, predicted, cm.measured, replayed ? &*replayed : nullptr);
   if (!o.trace.empty()) {
     report::ChromeTrace trace(report::make_trace_filter(inputs.cluster, "", ""));
     for (const execute::Event& e : cm.measured.events) {

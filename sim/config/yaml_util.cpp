@@ -258,10 +258,17 @@ long get_int(const std::string& file, const YAML::Node& node, std::string_view p
     if (default_value) return *default_value;
     throw InputError(missing(file, node, field, key, expected));
   }
-  const std::string text = scalar_of(file, *value, field, expected);
+  return int_value(file, *value, field, min, max);
+}
+
+long int_value(const std::string& file, const YAML::Node& value, const std::string& field, long min,
+               long max) {
+  const std::string expected =
+      "an integer from " + std::to_string(min) + " to " + std::to_string(max);
+  const std::string text = scalar_of(file, value, field, expected);
   const std::optional<long> v = parse_whole<long>(text);
   if (!v || *v < min || *v > max) {
-    throw InputError(where(file, *value) + ": " + field + ": expected " + expected + ", got \"" +
+    throw InputError(where(file, value) + ": " + field + ": expected " + expected + ", got \"" +
                      text + "\"");
   }
   return *v;

@@ -53,6 +53,9 @@ std::string get_string(const std::string& file, const YAML::Node& node, std::str
 long get_int(const std::string& file, const YAML::Node& node, std::string_view path,
              std::string_view key, long min, long max,
              std::optional<long> default_value = std::nullopt);
+// The same of a value already found (a list's element); `field` names it ("stage_layers[2]").
+long int_value(const std::string& file, const YAML::Node& value, const std::string& field, long min,
+               long max);
 // A plain number (no unit). Error: `expected a number, got "x"`.
 double get_number(const std::string& file, const YAML::Node& node, std::string_view path,
                   std::string_view key, std::optional<double> default_value = std::nullopt);

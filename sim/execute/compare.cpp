@@ -17,6 +17,12 @@ double rel(double predicted, double measured) {
 
 }  // namespace
 
+workload::Segment& own_segment(workload::Group& g, workload::Task& t) {
+  g.segments.push_back(g.segments[t.index]);
+  t.index = static_cast<uint32_t>(g.segments.size() - 1);
+  return g.segments.back();
+}
+
 workload::TrainingJob with_measured_compute(const workload::TrainingJob& job, const Measured& m) {
   workload::TrainingJob out = job;
   for (workload::Group& g : out.groups) {
@@ -27,13 +33,11 @@ workload::TrainingJob with_measured_compute(const workload::TrainingJob& job, co
     for (size_t pc = 0; pc < g.program.size(); ++pc) {
       workload::Task& t = g.program[pc];
       if (t.kind != workload::TaskKind::compute || g.segments[t.index].ops.empty()) continue;
-      workload::Segment s = g.segments[t.index];
+      workload::Segment& s = own_segment(g, t);
       const Time d = Time::from_seconds((*measured)[pc]);
       const double scale = s.duration > Time() ? d.seconds() / s.duration.seconds() : 0;
       for (auto& op : s.ops) op.second = Time::from_seconds(op.second.seconds() * scale);
       s.duration = d;
-      g.segments.push_back(std::move(s));
-      t.index = static_cast<uint32_t>(g.segments.size() - 1);
     }
   }
   return out;

@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "sim/core/error.h"
+#include "sim/core/hash.h"
 
 namespace hetsim::network {
 
@@ -18,10 +19,7 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // A flow's contribution to the fingerprint of each link it crosses (splitmix64).
 uint64_t crossing_hash(FlowId id, uint32_t count) {
-  uint64_t x = (static_cast<uint64_t>(id) << 32 | count) + 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
+  return splitmix64(static_cast<uint64_t>(id) << 32 | count);
 }
 }  // namespace
 

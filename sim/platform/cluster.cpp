@@ -8,19 +8,13 @@
 #include <map>
 
 #include "sim/core/error.h"
+#include "sim/core/hash.h"
 
 namespace hetsim::platform {
 
 namespace {
 constexpr uint32_t kNone = std::numeric_limits<uint32_t>::max();
 constexpr uint16_t kFar = std::numeric_limits<uint16_t>::max();
-
-uint64_t mix(uint64_t x) {  // splitmix64 finaliser: a fixed, portable hash
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
 
 int kind_rank(config::LinkKind k) {
   switch (k) {
@@ -485,7 +479,7 @@ void Cluster::append_switch_path(std::vector<LinkId>& out, uint32_t from_sw, uin
     auto nearer = [&](const SwitchHop& h) { return switch_dist_[h.to * s + to_sw] == want; };
     size_t options = 0;
     for (const SwitchHop& h : switch_out_[u]) options += nearer(h);
-    size_t k = mix(hash ^ (static_cast<uint64_t>(u) << 40)) % options;
+    size_t k = splitmix64(hash ^ (static_cast<uint64_t>(u) << 40)) % options;
     SwitchHop pick{0, to_sw};
     for (const SwitchHop& h : switch_out_[u]) {
       if (nearer(h) && k-- == 0) {
@@ -545,7 +539,7 @@ std::vector<LinkId> Cluster::route(GpuId a, GpuId b) const {
   out.push_back(pa.up);
   append_switch_path(
       out, pa.fabric_switch, pb.fabric_switch,
-      mix((static_cast<uint64_t>(na.first_nic + src_nic) << 32) | (nb.first_nic + dst_nic)));
+      splitmix64((static_cast<uint64_t>(na.first_nic + src_nic) << 32) | (nb.first_nic + dst_nic)));
   out.push_back(pb.down);
   append_node_path(out, gb.node, b_gpus + dst_nic, gb.local);
   return out;

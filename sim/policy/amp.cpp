@@ -21,12 +21,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <map>
 #include <memory>
 #include <optional>
 
+#include "sim/core/hash.h"
 #include "sim/policy/policy.h"
 #include "sim/workload/cost_model.h"
 #include "sim/workload/ops.h"
@@ -123,17 +123,13 @@ const AmpFronts& cached_fronts(const std::vector<std::vector<double>>& cost,
     size_t bytes = 0;
   };
   thread_local Cache cache;
-  uint64_t h = 1469598103934665603ull;  // FNV-1a over the bits of every cost
-  auto mix = [&h](double x) {
-    uint64_t b = 0;
-    std::memcpy(&b, &x, sizeof b);
-    h = (h ^ b) * 1099511628211ull;
-  };
+  Hasher key;  // over the bits of every cost
   for (const auto& row : cost) {
-    mix(static_cast<double>(row.size()));
-    for (double x : row) mix(x);
+    key.add(row.size());
+    for (double x : row) key.add(x);
   }
-  for (double x : fixed) mix(x);
+  for (double x : fixed) key.add(x);
+  const uint64_t h = key.h;
   for (const auto& e : cache.entries)
     if (e->hash == h && e->cost == cost && e->fixed == fixed) return e->fronts;
   AmpFronts f = amp_fronts(cost, fixed);

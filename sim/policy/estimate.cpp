@@ -39,17 +39,9 @@ Estimator::Estimator(const workload::ModelConfig& model, const platform::Cluster
 
 namespace {
 
-// A 64-bit running hash (the SplitMix64 finaliser over each value in turn). Cache keys only: two
-// layouts would have to collide in 64 bits to share an entry.
-struct Hash {
-  uint64_t h = 0x9e3779b97f4a7c15ull;
-  void add(uint64_t v) {
-    uint64_t z = (h ^ v) + 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    h = z ^ (z >> 31);
-  }
-};
+// A 64-bit running hash (sim/core/hash.h). Cache keys only: two layouts would have to collide in
+// 64 bits to share an entry.
+using Hash = Hasher;
 
 }  // namespace
 

@@ -18,12 +18,11 @@
 #pragma once
 
 #include <cstdint>
-#include <cstring>
 #include <tuple>
-#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
+#include "sim/core/hash.h"
 #include "sim/platform/cluster.h"
 #include "sim/workload/cost_model.h"
 #include "sim/workload/plan.h"
@@ -98,29 +97,11 @@ class Estimator {
   // The caches' keys hashed field by field (integers, pointers, doubles by their bits): a
   // search looks each up hundreds of times per plan (a stage hop, a piece per stage).
   struct KeyHash {
-    static uint64_t bits(double x) {
-      uint64_t b = 0;
-      std::memcpy(&b, &x, sizeof b);
-      return b;
-    }
-    template <class T>
-    static uint64_t bits(const T* p) {
-      return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p));
-    }
-    template <class T>
-    requires std::is_integral_v<T>
-    static uint64_t bits(T x) { return static_cast<uint64_t>(x); }
-    static void mix(uint64_t& h, uint64_t v) {
-      uint64_t z = (h ^ v) + 0x9e3779b97f4a7c15ull;
-      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-      z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-      h = z ^ (z >> 31);
-    }
     template <class... T>
     size_t operator()(const std::tuple<T...>& k) const {
-      uint64_t h = 0x9e3779b97f4a7c15ull;
-      std::apply([&h](const auto&... x) { (mix(h, bits(x)), ...); }, k);
-      return static_cast<size_t>(h);
+      Hasher h;
+      std::apply([&h](const auto&... x) { (h.add(x), ...); }, k);
+      return static_cast<size_t>(h.h);
     }
     size_t operator()(uint64_t k) const { return (*this)(std::tuple<uint64_t>(k)); }
   };

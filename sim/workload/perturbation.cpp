@@ -10,6 +10,7 @@
 
 #include "sim/config/yaml_util.h"
 #include "sim/core/error.h"
+#include "sim/core/hash.h"
 
 namespace hetsim::workload {
 
@@ -44,13 +45,6 @@ void each_entry(const std::string& file, const YAML::Node& map, const std::strin
     throw InputError(where(file, n) + ": " + field + ": expected a map or a list of maps");
   }
   for (size_t i = 0; i < n.size(); ++i) read(n[i], fmt::format("{}[{}]", field, i));
-}
-
-uint64_t mix(uint64_t x) {  // splitmix64's finaliser (Steele, Lea, Flood, OOPSLA 2014)
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
 }
 
 // [0, 1) from the top 53 bits: exact on every platform.
@@ -150,9 +144,9 @@ Perturbations parse_perturbation(const std::string& text) {
 }
 
 double straggler_factor(const Stragglers& s, uint64_t gpu) {
-  const uint64_t base = mix(s.seed);
-  if (!(unit(mix(base ^ (2 * gpu))) < s.probability)) return 1;
-  return s.min + (s.max - s.min) * unit(mix(base ^ (2 * gpu + 1)));
+  const uint64_t base = splitmix64(s.seed);
+  if (!(unit(splitmix64(base ^ (2 * gpu))) < s.probability)) return 1;
+  return s.min + (s.max - s.min) * unit(splitmix64(base ^ (2 * gpu + 1)));
 }
 
 ResolvedPerturbations resolve_perturbations(const Perturbations& p,

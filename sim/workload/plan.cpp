@@ -561,19 +561,8 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
     }
     long sum = 0;
     for (int k = 0; k < pp; ++k) {
-      const YAML::Node x = given[k];
-      long n = -1;
-      if (x.IsScalar()) {
-        try {
-          n = x.as<long>();
-        } catch (const YAML::Exception&) {
-        }
-      }
-      if (n < 1 || n > limits::kLayers) {
-        throw InputError(fmt::format(
-            "{}: stage_layers[{}]: expected an integer from 1 to {}, got {}", where(file, x), k,
-            limits::kLayers, x.IsScalar() ? "\"" + x.Scalar() + "\"" : "a list or map"));
-      }
+      const long n =
+          config::int_value(file, given[k], fmt::format("stage_layers[{}]", k), 1, limits::kLayers);
       vlayers[k] = static_cast<int>(n);
       sum += n;
     }

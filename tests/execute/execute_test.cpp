@@ -91,11 +91,8 @@ class Execute : public ::testing::Test {
   // A plan outside the bounds is calibrated afresh and run again once, and that second pair is
   // held to them. A model that is wrong is wrong twice.
   static double drift(const nlohmann::json& j) {  // the kernels' predicted / measured time - 1
-    for (const auto& k : j["kinds"]) {
-      if (k["what"] == "compute" && k["measured_s"].get<double>() > 0)
-        return k["predicted_s"].get<double>() / k["measured_s"].get<double>() - 1;
-    }
-    return 0;
+    const double measured = kind(j, "compute", "measured_s");
+    return measured > 0 ? kind(j, "compute", "predicted_s") / measured - 1 : 0;
   }
   static bool steady(const nlohmann::json& j) { return std::abs(drift(j)) < 0.10; }
   static bool within(const nlohmann::json& j) {

@@ -31,6 +31,16 @@ ModelConfig small_gpt(int layers = 8, int vocab = 50304) {
       "small.yaml");
 }
 
+// What loading a plan's text says: its InputError's message, or "no error".
+std::string plan_error(const std::string& text, const ModelConfig& m, const platform::Cluster& c) {
+  try {
+    load_plan_text(text, "p.yaml", m, c);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
 struct Replayed {
   TrainingJob job;
   ReplayResult result;
@@ -141,14 +151,7 @@ TEST(TrainingReplay, InterleavedMicroBatchGroupsTradeMemoryForNothingElseAtTheDe
   EXPECT_EQ(a.result.iteration, b.result.iteration);
   EXPECT_GT(peak_activations(d.job), peak_activations(a.job));
   EXPECT_GT(d.result.iteration, Time());
-  auto err = [&](const std::string& extra) {
-    try {
-      load_plan_text(base + extra, "p.yaml", m, c);
-    } catch (const InputError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
+  auto err = [&](const std::string& extra) { return plan_error(base + extra, m, c); };
   EXPECT_EQ(err("microbatch_group: 2\n"),
             "p.yaml:7: microbatch_group: 2 is less than pipeline_parallel (4); the interleaved "
             "schedule would stall");
@@ -419,14 +422,7 @@ TEST(TrainingTrace, FiltersKeepOnlyTheChosenDevicesAndMicroBatches) {
 TEST(Plans, ImpossiblePlansAreRejectedWithTheReason) {
   const ModelConfig m = load_model("gpt3-1.3b");
   const platform::Cluster c = cluster("dgx-a100", 1);
-  auto err = [&](const std::string& y) {
-    try {
-      load_plan_text(y, "p.yaml", m, c);
-    } catch (const InputError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
+  auto err = [&](const std::string& y) { return plan_error(y, m, c); };
   EXPECT_EQ(err("tensor_parallel: 4\npipeline_parallel: 4\nglobal_batch_size: 8\n"),
             "p.yaml: tensor_parallel x pipeline_parallel x data_parallel = 4 x 4 x 1 = 16, but the "
             "plan has 8 GPUs (the whole cluster; set devices to use fewer)");
@@ -439,14 +435,7 @@ TEST(Plans, ImpossiblePlansAreRejectedWithTheReason) {
       "plan has 8 GPUs (devices)");
   const platform::Cluster big = cluster("dgx-a100", 4);
   EXPECT_EQ(
-      [&] {
-        try {
-          load_plan_text("tensor_parallel: 32\nglobal_batch_size: 8\n", "p.yaml", m, big);
-        } catch (const InputError& e) {
-          return std::string(e.what());
-        }
-        return std::string("no error");
-      }(),
+      plan_error("tensor_parallel: 32\nglobal_batch_size: 8\n", m, big),
       "p.yaml: stage 0: tensor_parallel 32 does not divide the 16 attention heads (wider than the "
       "heads)");
   EXPECT_EQ(
@@ -528,14 +517,10 @@ TEST(Plans, StageLayersSplitAUniformPlanAsTheSamePlanSpelledOutAsReplicas) {
   EXPECT_EQ(even.replicas[0].stages[1].layers, 6);
   EXPECT_NE(run(m, even, c, cost).result.iteration, a.result.iteration);
 
+  const platform::Cluster one = cluster("dgx-a100", 1);
   auto err = [&](const std::string& y) {
-    try {
-      load_plan_text("pipeline_parallel: 4\ntensor_parallel: 2\nglobal_batch_size: 8\n" + y,
-                     "p.yaml", m, cluster("dgx-a100", 1));
-    } catch (const InputError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
+    return plan_error("pipeline_parallel: 4\ntensor_parallel: 2\nglobal_batch_size: 8\n" + y, m,
+                      one);
   };
   EXPECT_EQ(err("stage_layers: [5, 7, 7]\n"),
             "p.yaml:4: stage_layers: expected a list of 4 layer counts, one per pipeline stage "
@@ -552,19 +537,10 @@ TEST(Plans, StageLayersSplitAUniformPlanAsTheSamePlanSpelledOutAsReplicas) {
   EXPECT_EQ(err("schedule: interleaved\ninterleave: 2\nstage_layers: [6, 6, 6, 6]\n"),
             "p.yaml:6: stage_layers: the interleaved schedule splits the layers evenly over its "
             "model chunks; give stage_layers without interleave");
-  EXPECT_EQ(
-      [&] {
-        try {
-          load_plan_text(
-              "stage_layers: [24]\nreplicas:\n  - micro_batches: 2\n    stages:\n"
-              "      - {layers: 24, devices: \"0\"}\n",
-              "p.yaml", m, cluster("dgx-a100", 1));
-        } catch (const InputError& e) {
-          return std::string(e.what());
-        }
-        return std::string("no error");
-      }(),
-      "p.yaml:1: stage_layers: give either uniform degrees or replicas, not both");
+  EXPECT_EQ(plan_error("stage_layers: [24]\nreplicas:\n  - micro_batches: 2\n    stages:\n"
+                       "      - {layers: 24, devices: \"0\"}\n",
+                       m, one),
+            "p.yaml:1: stage_layers: give either uniform degrees or replicas, not both");
 }
 
 }  // namespace
