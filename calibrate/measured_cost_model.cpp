@@ -75,8 +75,13 @@ struct SizeTable {
 
 }  // namespace
 
-const char* memory_kernel_of(const std::string& op) {
+const char* memory_kernel_of(const std::string& name) {
+  // A MoE layer's expert and shared-expert activations are the dense FFN's kernels.
+  std::string op = name;
+  for (const char* prefix : {"experts.", "shared."})
+    if (op.rfind(prefix, 0) == 0) op = op.substr(std::char_traits<char>::length(prefix));
   auto starts = [&](const char* p) { return op.rfind(p, 0) == 0; };
+  if (starts("router.topk")) return "softmax";
   if (starts("norm") || starts("final_norm")) return "layernorm";
   if (starts("dropout_residual")) return "residual_add";
   if (starts("gelu")) return "gelu";
@@ -482,6 +487,7 @@ std::optional<Time> MeasuredCostModel::collective_time(workload::CommKind kind, 
   const char* name = kind == workload::CommKind::allreduce       ? "allreduce"
                      : kind == workload::CommKind::allgather     ? "allgather"
                      : kind == workload::CommKind::reducescatter ? "reducescatter"
+                     : kind == workload::CommKind::alltoall      ? "alltoall"
                                                                  : nullptr;
   if (!name) return std::nullopt;
   const std::optional<double> s =

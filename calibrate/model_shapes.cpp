@@ -46,8 +46,18 @@ ModelShapes model_shapes(const std::vector<std::string>& models,
         s.micro_batch = mb;
         s.sequence = m.sequence;
         s.tensor_parallel = static_cast<int>(tp);
-        for (const auto& program : {workload::layer_forward(m, s), workload::layer_backward(m, s),
-                                    workload::head_forward(m, s), workload::head_backward(m, s)}) {
+        // A MoE model's expert layers too, at an even load on one expert-parallel rank.
+        workload::LayerShape x = s;
+        x.moe_layer = true;
+        x.sequence_parallel = tp > 1;
+        std::vector<std::vector<workload::Step>> programs = {
+            workload::layer_forward(m, s), workload::layer_backward(m, s),
+            workload::head_forward(m, s), workload::head_backward(m, s)};
+        if (m.moe()) {
+          programs.push_back(workload::layer_forward(m, x));
+          programs.push_back(workload::layer_backward(m, x));
+        }
+        for (const auto& program : programs) {
           for (const workload::Step& st : program) {
             const workload::Op& op = st.op;
             if (st.comm != workload::CommKind::none) continue;

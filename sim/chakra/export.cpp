@@ -28,6 +28,8 @@ CommType comm_type(CommKind k) {
       return CommType::all_gather;
     case CommKind::reducescatter:
       return CommType::reduce_scatter;
+    case CommKind::alltoall:
+      return CommType::all_to_all;
     case CommKind::allreduce:
     case CommKind::none:
       break;
@@ -154,6 +156,18 @@ class Exporter {
           } else {
             c.frontier = {id};
           }
+          break;
+        }
+        case TaskKind::ep_comm: {
+          // Over rank k of this stage in every replica of the expert-parallel group.
+          const workload::CommTemplate& ct = grp.comms[t.index];
+          const uint32_t ep = static_cast<uint32_t>(job_.plan->expert_parallel);
+          const uint32_t first = grp.replica - grp.replica % ep;
+          std::vector<platform::GpuId> peers;
+          for (uint32_t r = first; r < first + ep; ++r)
+            peers.push_back(job_.group(r, grp.stage).devices[k]);
+          c.frontier = {add(c, collective(fmt::format("{} mb{}", ct.name, t.micro_batch), ct.kind,
+                                          ct.bytes, group(peers)))};
           break;
         }
         case TaskKind::tp_wait:

@@ -27,6 +27,9 @@ inline constexpr long kHidden = 1L << 20;
 inline constexpr long kHeads = 1L << 16;
 inline constexpr long kFfn = 1L << 22;
 inline constexpr long kVocab = 1L << 24;
+// Experts per MoE layer: DeepSeek-V3 routes over 256, each token to 8; 2^16 experts is far
+// beyond any published model, and a layer's grouped GEMMs stay one op each.
+inline constexpr long kExperts = 1L << 16;
 // Tokens in one sequence: million-token contexts exist; 2^24 is sixteen times that.
 inline constexpr long kSequence = 1L << 24;
 

@@ -52,6 +52,12 @@ void check_cpu_job(const workload::TrainingJob& job, int ranks) {
                      ": attention: the CPU backend has no fused (flash) attention kernel; "
                      "expected attention: standard");
   }
+  if (plan.expert_parallel > 1) {
+    throw InputError(fmt::format(
+        "plan {}: expert_parallel: the CPU backend does not run expert parallelism yet (its "
+        "all-to-alls span replicas); expected expert_parallel: 1, got {}",
+        plan.source, plan.expert_parallel));
+  }
   int tag_ub = 32767, flag = 0;
   int* ub = nullptr;
   MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
@@ -358,6 +364,8 @@ class Rank {
           }
           break;
         }
+        case TaskKind::ep_comm:  // check_cpu_job refuses expert parallelism
+          throw RunError("execute: an expert-parallel all-to-all in a CPU job");
         case TaskKind::tp_wait: {
           for (Async& a : tp_async_) {
             MPI_Wait(&a.request, MPI_STATUS_IGNORE);
@@ -490,7 +498,8 @@ class Rank {
     const int total = floats(bytes);
     const int part = std::max(1, total / size);
     const size_t need = static_cast<size_t>(kind == CommKind::allreduce ? total : part * size);
-    if (buf.size() < need + part) buf.assign(need + part, 1.0f);
+    const size_t out = kind == CommKind::alltoall ? need : static_cast<size_t>(part);
+    if (buf.size() < need + out) buf.assign(need + out, 1.0f);
     float* data = buf.data();
     switch (kind) {
       case CommKind::allreduce:
@@ -512,6 +521,13 @@ class Rank {
           MPI_Ireduce_scatter_block(data, data + need, part, MPI_FLOAT, MPI_SUM, comm, request);
         } else {
           MPI_Reduce_scatter_block(data, data + need, part, MPI_FLOAT, MPI_SUM, comm);
+        }
+        break;
+      case CommKind::alltoall:
+        if (request) {
+          MPI_Ialltoall(data, part, MPI_FLOAT, data + need, part, MPI_FLOAT, comm, request);
+        } else {
+          MPI_Alltoall(data, part, MPI_FLOAT, data + need, part, MPI_FLOAT, comm);
         }
         break;
       case CommKind::none:

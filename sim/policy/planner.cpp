@@ -19,6 +19,16 @@ namespace hetsim::policy {
 Search search(const Request& r, const std::vector<const Policy*>& policies,
               const workload::CostModel& cost, const SearchOptions& options,
               const std::function<void(const SearchProgress&)>& progress) {
+  if (r.model->moe()) {
+    // The policies' cost models and the estimator know dense layers only; a plan they would
+    // propose for a MoE model (no expert parallelism, experts costed as a dense FFN) would rank
+    // wrongly. `hetsim simulate` replays MoE plans written by hand.
+    throw InputError(fmt::format(
+        "{}: is a mixture of experts ({} experts per MoE layer); the planner does not search "
+        "expert parallelism yet: write the plan (expert_parallel: N) and replay it with hetsim "
+        "simulate",
+        r.model->name, r.model->experts));
+  }
   std::vector<Proposal> proposals;
   Request req = r;
   if (!req.cost) req.cost = &cost;

@@ -104,9 +104,10 @@ void ChromeTrace::on_compute(const workload::TrainingJob&, uint32_t group, const
 void ChromeTrace::on_collective(const workload::TrainingJob&, uint32_t group, const char* stream,
                                 const std::string& name, const workload::Task& t, Time start,
                                 Time end) {
-  const bool tp = stream[0] == 't';
-  if (tp && !keep_mb(t.micro_batch)) return;
-  records_.push_back(Record{static_cast<uint8_t>(tp ? 1 : 2), group, 0, t, start, end, name});
+  // Tensor- and expert-parallel collectives belong to a micro-batch; data-parallel ones do not.
+  const uint8_t kind = stream[0] == 't' ? 1 : stream[0] == 'e' ? 4 : 2;
+  if (kind != 2 && !keep_mb(t.micro_batch)) return;
+  records_.push_back(Record{kind, group, 0, t, start, end, name});
 }
 
 void ChromeTrace::on_transfer(const workload::TrainingJob&, uint32_t from, uint32_t to,
@@ -127,7 +128,10 @@ void ChromeTrace::write(std::ostream& out, const workload::TrainingJob& job) {
   };
   out << "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[";
   // Names: a process per node, a thread per GPU stream.
-  static const char* streams[] = {"compute", "tensor-parallel", "data-parallel"};
+  // A thread per stream: compute, tensor-parallel, data-parallel, and expert-parallel where
+  // the plan has it (tid 4 x local GPU + stream; transfers start on the compute thread).
+  static const char* streams[] = {"compute", "tensor-parallel", "data-parallel", "expert-parallel"};
+  const int stream_count = job.plan->expert_parallel > 1 ? 4 : 3;
   std::set<uint32_t> nodes;
   for (platform::GpuId d = 0; d < c.gpu_count(); ++d) {
     if (!keep_dev(d)) continue;
@@ -137,7 +141,7 @@ void ChromeTrace::write(std::ostream& out, const workload::TrainingJob& job) {
           R"j({{"ph":"M","name":"process_name","pid":{},"args":{{"name":"node{} ({})"}}}})j", node,
           node, c.node_type(node).name));
     }
-    for (int s = 0; s < 3; ++s) {
+    for (int s = 0; s < stream_count; ++s) {
       emit(fmt::format(
           R"j({{"ph":"M","name":"thread_name","pid":{},"tid":{},"args":{{"name":"gpu{} {}"}}}})j",
           node, c.gpu(d).local * 4 + s, c.gpu(d).local, streams[s]));
@@ -171,7 +175,7 @@ void ChromeTrace::write(std::ostream& out, const workload::TrainingJob& job) {
     for (platform::GpuId d : g.devices) {
       if (!keep_dev(d)) continue;
       const uint32_t pid = c.gpu(d).node;
-      const uint32_t tid = c.gpu(d).local * 4 + (r.kind == 0 ? 0 : r.kind);
+      const uint32_t tid = c.gpu(d).local * 4 + (r.kind == 4 ? 3 : r.kind);
       if (r.kind != 0) {
         emit(fmt::format(
             R"j({{"ph":"X","name":"{}{}","cat":"comm","ts":{},"dur":{},"pid":{},"tid":{}}})j",

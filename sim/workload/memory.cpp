@@ -16,9 +16,18 @@ double layer_activation_bytes(const ModelConfig& m, const LayerShape& s, Recompu
   // of e bytes), two 1-byte dropout masks: 10 s b h at 16 bits (Korthikanti Table 2).
   const double outside_bytes = sb * (4 * e * h + 2 * h);
   // Inside: Q, K, V, the projection input, the activation input(s) and fc2's input.
-  const double ffn_in = (m.activation == Activation::swiglu ? 2.0 : 1.0) * m.ffn_hidden;
-  const double inside =
-      sb * e * (m.q_width() + 2.0 * m.kv_width() + m.q_width() + ffn_in + m.ffn_hidden) / t;
+  const double glu = m.activation == Activation::swiglu ? 2.0 : 1.0;
+  const double ffn = s.moe_layer ? static_cast<double>(m.shared_experts) * m.expert_ffn_hidden
+                                 : static_cast<double>(m.ffn_hidden);
+  double inside = sb * e * (m.q_width() + 2.0 * m.kv_width() + m.q_width() + (glu + 1) * ffn) / t;
+  if (s.moe_layer) {
+    // The routed experts: the tokens this rank's experts took (T k load, gathered over the
+    // tensor-parallel ranks) at their fc1 input (h), activation input(s) and fc2 input (over t),
+    // the dispatched tokens before that gather, and the router's fp32 probabilities.
+    const double routed = sb * m.experts_per_token * s.expert_load;
+    inside += routed * e * (m.hidden + (glu + 1) * m.expert_ffn_hidden / t) +
+              routed / t * e * m.hidden + sb * outside * 4.0 * m.experts;
+  }
   // Standard attention stores the softmax output (16-bit) and its dropout mask (1 byte) and the
   // scores: 5 a s^2 b; flash attention and selective recompute store none of them.
   const double scores = (!s.flash_attention && r == Recompute::none)
@@ -31,6 +40,7 @@ std::vector<DeviceMemory> memory_per_group(const TrainingJob& job) {
   const Plan& p = *job.plan;
   const ModelConfig& m = *job.model;
   const double e = element_bytes(p.precision);
+  const std::vector<double> loads = expert_loads(m, p);
   std::vector<DeviceMemory> out;
   for (const Group& g : job.groups) {
     DeviceMemory mem;
@@ -42,12 +52,30 @@ std::vector<DeviceMemory> memory_per_group(const TrainingJob& job) {
     auto shard = [&](double x, int from) {
       return p.zero_stage >= from ? p.sharded(x, g.replica) : x;
     };
-    mem.weights = shard(params * e, 3);
-    mem.gradients = shard(params * grad_bytes, 2);
-    mem.optimizer = shard(params * (master + 8), 1);
+    // A MoE plan's experts are sharded among the replicas of one expert-parallel rank.
+    const bool split = m.moe() && p.expert_parallel > 1;
+    const double experts = split ? g.expert_params : 0;
+    const double edp = static_cast<double>(p.replicas.size()) / p.expert_parallel;
+    auto shard_experts = [&](double x, int from) { return p.zero_stage >= from ? x / edp : x; };
+    mem.weights = shard((params - experts) * e, 3) + shard_experts(experts * e, 3);
+    mem.gradients =
+        shard((params - experts) * grad_bytes, 2) + shard_experts(experts * grad_bytes, 2);
+    mem.optimizer =
+        shard((params - experts) * (master + 8), 1) + shard_experts(experts * (master + 8), 1);
     const LayerShape s = stage_shape(p, static_cast<int>(g.devices.size()));
     const double per_layer = layer_activation_bytes(m, s, p.recompute);
     const StagePlan& st = p.replicas[g.replica].stages[g.stage];
+    // Each chunk's stored activations: dense layers alike, MoE layers by their load.
+    std::vector<double> chunk_act(static_cast<size_t>(std::max(1, job.chunks)), 0.0);
+    for (size_t c = 0; c < chunk_act.size(); ++c) {
+      const int first = st.first_of(static_cast<int>(c));
+      for (int l = first; l < first + st.layers_of(static_cast<int>(c)); ++l) {
+        chunk_act[c] += m.is_moe(l)
+                            ? layer_activation_bytes(
+                                  m, moe_shape(s, p, loads[static_cast<size_t>(l)]), p.recompute)
+                            : per_layer;
+      }
+    }
     // Walk the schedule: a forward pass stores its chunk's activations until its backward.
     // Layered accumulation keeps every micro-batch's activations until the backward pass, as
     // GPipe does.
@@ -56,7 +84,7 @@ std::vector<DeviceMemory> memory_per_group(const TrainingJob& job) {
         p.replicas[g.replica].micro_batches, job.chunks, p.microbatch_group);
     double live = 0, peak = 0;
     for (const ScheduleItem& it : order) {
-      const double chunk_bytes = per_layer * st.layers_of(it.chunk);
+      const double chunk_bytes = chunk_act[it.chunk];
       live += it.forward ? chunk_bytes : -chunk_bytes;
       peak = std::max(peak, live);
     }
@@ -64,7 +92,16 @@ std::vector<DeviceMemory> memory_per_group(const TrainingJob& job) {
     // Transients: the layer being recomputed, the last stage's fp32 logits and their gradient,
     // and the gradient buckets in flight.
     double work = 0;
-    if (p.recompute == Recompute::full) work += layer_activation_bytes(m, s, Recompute::none);
+    if (p.recompute == Recompute::full) {
+      double most = layer_activation_bytes(m, s, Recompute::none);
+      for (int l = st.first_layer; m.moe() && l < st.first_layer + st.layers; ++l) {
+        if (m.is_moe(l))
+          most = std::max(most,
+                          layer_activation_bytes(m, moe_shape(s, p, loads[static_cast<size_t>(l)]),
+                                                 Recompute::none));
+      }
+      work += most;
+    }
     if (g.stage + 1 == static_cast<uint32_t>(p.stages(g.replica))) {
       work +=
           2.0 * 4 * static_cast<double>(s.micro_batch) * s.sequence * m.vocab / s.tensor_parallel;

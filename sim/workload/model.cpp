@@ -17,15 +17,49 @@
 
 namespace hetsim::workload {
 
+int64_t ModelConfig::mlp_params(int64_t ffn) const {
+  const int64_t h = hidden;
+  return activation == Activation::swiglu ? 3 * h * ffn + (bias ? 2 * ffn + h : 0)
+                                          : 2 * h * ffn + (bias ? ffn + h : 0);
+}
+
 int64_t ModelConfig::layer_params() const {
   const int64_t h = hidden;
   const int64_t attn = h * q_width() + 2 * h * kv_width() + q_width() * h +
                        (bias ? q_width() + 2 * kv_width() + h : 0);
-  const int64_t ffn = ffn_hidden;
-  const int64_t mlp = activation == Activation::swiglu ? 3 * h * ffn + (bias ? 2 * ffn + h : 0)
-                                                       : 2 * h * ffn + (bias ? ffn + h : 0);
   const int64_t norms = 2 * (norm == Norm::layernorm ? 2 * h : h);
-  return attn + mlp + norms;
+  return attn + mlp_params(ffn_hidden) + norms;
+}
+
+int64_t ModelConfig::layer_params(int layer) const {
+  if (!is_moe(layer)) return layer_params();
+  const int64_t router = static_cast<int64_t>(hidden) * experts;
+  return layer_params() - mlp_params(ffn_hidden) + router +
+         shared_experts * mlp_params(expert_ffn_hidden) + expert_layer_params(layer);
+}
+
+int64_t ModelConfig::expert_layer_params(int layer) const {
+  return is_moe(layer) ? experts * mlp_params(expert_ffn_hidden) : 0;
+}
+
+int ModelConfig::moe_layers_in(int first, int n) const {
+  if (!moe() || n <= 0) return 0;
+  // MoE layers below `end`: dense_layers + i x moe_every for i from 0.
+  auto below = [&](int end) {
+    return end <= dense_layers ? 0 : (end - dense_layers + moe_every - 1) / moe_every;
+  };
+  return below(first + n) - below(first);
+}
+
+int64_t ModelConfig::layers_params(int first, int n) const {
+  const int sparse = moe_layers_in(first, n);
+  return static_cast<int64_t>(n - sparse) * layer_params() +
+         (sparse > 0 ? static_cast<int64_t>(sparse) * layer_params(dense_layers) : 0);
+}
+
+int64_t ModelConfig::layers_expert_params(int first, int n) const {
+  const int sparse = moe_layers_in(first, n);
+  return sparse > 0 ? static_cast<int64_t>(sparse) * expert_layer_params(dense_layers) : 0;
 }
 
 int64_t ModelConfig::embedding_params() const {
@@ -39,7 +73,7 @@ int64_t ModelConfig::output_params() const {
 }
 
 int64_t ModelConfig::params() const {
-  return embedding_params() + static_cast<int64_t>(layers) * layer_params() + output_params();
+  return embedding_params() + layers_params(0, layers) + output_params();
 }
 
 namespace {
@@ -63,10 +97,29 @@ void validate(const ModelConfig& m, const std::string& file) {
 ModelConfig load_model_yaml_text(const std::string& text, const std::string& file) {
   using namespace config;
   const YAML::Node root = load_yaml(text, file);
-  check_keys(
-      file, root, "",
-      {"name", "family", "layers", "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "vocab",
-       "sequence", "activation", "norm", "position", "tied_embeddings", "causal", "bias"});
+  check_keys(file, root, "",
+             {"name",
+              "family",
+              "layers",
+              "hidden",
+              "heads",
+              "kv_heads",
+              "head_dim",
+              "ffn_hidden",
+              "vocab",
+              "sequence",
+              "activation",
+              "norm",
+              "position",
+              "tied_embeddings",
+              "causal",
+              "bias",
+              "experts",
+              "experts_per_token",
+              "expert_ffn_hidden",
+              "shared_experts",
+              "dense_layers",
+              "moe_every"});
   ModelConfig m;
   m.source = file;
   m.name = get_string(file, root, "", "name");
@@ -100,6 +153,26 @@ ModelConfig load_model_yaml_text(const std::string& text, const std::string& fil
   m.tied_embeddings = flag("tied_embeddings");
   m.causal = flag("causal");
   m.bias = flag("bias");
+  m.experts = static_cast<int>(get_int(file, root, "", "experts", 0, limits::kExperts, 0));
+  if (m.experts > 0) {
+    m.experts_per_token =
+        static_cast<int>(get_int(file, root, "", "experts_per_token", 1, m.experts));
+    m.expert_ffn_hidden = static_cast<int>(
+        get_int(file, root, "", "expert_ffn_hidden", 1, limits::kFfn, m.ffn_hidden));
+    m.shared_experts =
+        static_cast<int>(get_int(file, root, "", "shared_experts", 0, limits::kExperts, 0));
+    m.dense_layers = static_cast<int>(get_int(file, root, "", "dense_layers", 0, m.layers - 1, 0));
+    m.moe_every = static_cast<int>(get_int(file, root, "", "moe_every", 1, m.layers, 1));
+  } else {
+    for (const char* k : {"experts_per_token", "expert_ffn_hidden", "shared_experts",
+                          "dense_layers", "moe_every"}) {
+      if (root[k]) {
+        throw InputError(where(file, root[k]) + ": " + k +
+                         ": applies to a mixture of experts; give experts (the routed experts "
+                         "per layer) too");
+      }
+    }
+  }
   validate(m, file);
   return m;
 }
@@ -178,7 +251,8 @@ ModelConfig load_model_hf_text(const std::string& text, const std::string& file)
        true,
        true,
        true},
-      {{"LlamaForCausalLM", "LlamaModel", "MistralForCausalLM"},
+      {{"LlamaForCausalLM", "LlamaModel", "MistralForCausalLM", "MixtralForCausalLM",
+        "DeepseekForCausalLM"},
        "llama",
        "num_hidden_layers",
        "hidden_size",
@@ -221,14 +295,20 @@ ModelConfig load_model_hf_text(const std::string& text, const std::string& file)
        false,
        true},
   };
+  if (arch == "DeepseekV2ForCausalLM" || arch == "DeepseekV3ForCausalLM") {
+    throw InputError(file + ": architectures: " + arch +
+                     " uses multi-head latent attention (kv_lora_rank), which hetsim does not "
+                     "model yet; DeepseekForCausalLM (DeepSeekMoE: shared and routed experts "
+                     "with standard attention) and MixtralForCausalLM are read");
+  }
   const Arch* a = nullptr;
   for (const Arch& x : archs) {
     if (std::find(x.names.begin(), x.names.end(), arch) != x.names.end()) a = &x;
   }
   if (!a) {
     throw InputError(file + ": architectures: unsupported architecture \"" + arch +
-                     "\" (expected GPT2LMHeadModel, LlamaForCausalLM, GPTNeoXForCausalLM or "
-                     "BertModel)");
+                     "\" (expected GPT2LMHeadModel, LlamaForCausalLM, MixtralForCausalLM, "
+                     "GPTNeoXForCausalLM or BertModel)");
   }
   ModelConfig m;
   m.source = file;
@@ -263,6 +343,23 @@ ModelConfig load_model_hf_text(const std::string& text, const std::string& file)
                      "); give head_dim");
   }
   m.head_dim = get_or("head_dim", 1, limits::kHidden, m.hidden / m.heads);
+  if (arch == "MixtralForCausalLM") {
+    // Every layer's FFN is num_local_experts experts of intermediate_size, top-k routed.
+    m.experts = get({"num_local_experts"}, limits::kExperts);
+    m.experts_per_token = get({"num_experts_per_tok"}, m.experts);
+    m.expert_ffn_hidden = m.ffn_hidden;
+  }
+  if (arch == "DeepseekForCausalLM" && integer("n_routed_experts", 0, limits::kExperts)) {
+    // DeepSeekMoE: first_k_dense_replace dense layers of intermediate_size, then every
+    // moe_layer_freq-th layer routes each token to num_experts_per_tok of n_routed_experts
+    // experts of moe_intermediate_size, beside n_shared_experts of that size.
+    m.experts = get({"n_routed_experts"}, limits::kExperts);
+    m.experts_per_token = get({"num_experts_per_tok"}, m.experts);
+    m.expert_ffn_hidden = get({"moe_intermediate_size"}, limits::kFfn);
+    m.shared_experts = get_or("n_shared_experts", 0, limits::kExperts, 0);
+    m.dense_layers = get_or("first_k_dense_replace", 0, m.layers - 1, 0);
+    m.moe_every = get_or("moe_layer_freq", 1, m.layers, 1);
+  }
   validate(m, file);
   return m;
 }

@@ -29,12 +29,40 @@ struct ModelConfig {
   bool tied_embeddings = true;
   bool causal = true;
   bool bias = true;
+  // Mixture of experts (0 experts: a dense model). A MoE layer replaces the dense FFN by
+  // `experts` routed experts of `expert_ffn_hidden` each, of which every token visits
+  // `experts_per_token` (top-k, chosen by a linear router over `experts` logits), beside
+  // `shared_experts` that every token visits (DeepSeek). The first `dense_layers` layers keep the
+  // dense FFN of `ffn_hidden` (DeepSeek's first_k_dense_replace), and after them every
+  // `moe_every`-th layer is a MoE layer (DeepSpeed-MoE and Megatron-LM's moe_layer_freq: 2 puts
+  // experts in every other layer), the others dense.
+  int experts = 0;
+  int experts_per_token = 0;
+  int expert_ffn_hidden = 0;
+  int shared_experts = 0;
+  int dense_layers = 0;
+  int moe_every = 1;
 
+  bool moe() const { return experts > 0; }
+  bool is_moe(int layer) const {
+    return experts > 0 && layer >= dense_layers && (layer - dense_layers) % moe_every == 0;
+  }
   // Width of the query projection and of each of the key and value projections.
   int64_t q_width() const { return static_cast<int64_t>(heads) * head_dim; }
   int64_t kv_width() const { return static_cast<int64_t>(kv_heads) * head_dim; }
-  // Parameters of one transformer layer, of the embeddings, and of the whole model.
+  // Parameters of one dense transformer layer, of the embeddings, and of the whole model.
   int64_t layer_params() const;
+  // Parameters of layer l: dense, or attention, router, shared and routed experts.
+  int64_t layer_params(int layer) const;
+  // Of those, the routed experts' (0 for a dense layer): what expert parallelism splits.
+  int64_t expert_layer_params(int layer) const;
+  // The sum of layer_params(l) and of expert_layer_params(l) over layers [first, first + n).
+  int64_t layers_params(int first, int n) const;
+  int64_t layers_expert_params(int first, int n) const;
+  // How many of layers [first, first + n) are MoE layers.
+  int moe_layers_in(int first, int n) const;
+  // One FFN of width `ffn` (gelu: two matrices; swiglu: three), with its biases.
+  int64_t mlp_params(int64_t ffn) const;
   int64_t embedding_params() const;  // token (+ learned positions)
   int64_t output_params() const;     // final norm (+ untied output projection)
   int64_t params() const;

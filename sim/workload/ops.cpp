@@ -2,6 +2,7 @@
 #include "sim/workload/ops.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace hetsim::workload {
 
@@ -121,6 +122,37 @@ struct Builder {
     st.async = async;
     steps.push_back(st);
   }
+  // An all-to-all over the expert-parallel group: `bytes` per rank, 1/EP of it to each peer.
+  void expert_alltoall(const std::string& name, double bytes) {
+    if (s.expert_parallel == 1) return;
+    Step st;
+    st.op.name = name;
+    st.comm = CommKind::alltoall;
+    st.comm_bytes = bytes;
+    st.expert = true;
+    steps.push_back(st);
+  }
+  // `count` GEMMs of (mm x kk) . (kk x nn) in one launch (a MoE layer's grouped GEMM over its
+  // local experts, as a batched GEMM); the MFU numerator counts `model_mm` rows each.
+  void grouped_gemm(const std::string& name, int64_t count, int64_t mm, int64_t nn, int64_t kk,
+                    double model_mm) {
+    gemm(name, mm, nn, kk);
+    Op& op = steps.back().op;
+    op.batch = count;
+    op.flops *= static_cast<double>(count);
+    op.bytes *= static_cast<double>(count);
+    op.model_flops = 2.0 * model_mm * nn * kk * count;
+  }
+  // The weight gradients of a grouped GEMM: `count` of (mm x kk) . (kk x nn), kk the rows.
+  void grouped_wgrad(const std::string& name, int64_t count, int64_t mm, int64_t nn, int64_t kk,
+                     double model_kk) {
+    gemm(name, mm, nn, kk);
+    Op& op = steps.back().op;
+    op.batch = count;
+    op.flops *= static_cast<double>(count);
+    op.bytes *= static_cast<double>(count);
+    op.model_flops = 2.0 * mm * nn * model_kk * count;
+  }
   // The activation of one layer boundary (tokens x hidden), whole.
   double boundary_bytes() const { return e * tokens() * m.hidden; }
   // Entering a column-parallel region: nothing, or an all-gather with sequence parallelism.
@@ -140,6 +172,110 @@ struct Builder {
 
 }  // namespace
 
+namespace {
+
+// The mixture of experts in place of the FFN (Megatron-LM's MoE layer with the all-to-all token
+// dispatcher): the router scores each rank's tokens, the tokens are permuted by expert and sent
+// to the ranks that hold their experts (all-to-all over the expert-parallel group), gathered
+// over the tensor-parallel ranks that split those experts (sequence parallelism splits the
+// tokens), run through the local experts as one grouped GEMM, and return the same way. Shared
+// experts run as a dense FFN after them.
+struct Moe {
+  int64_t local_experts;    // experts / expert_parallel
+  double tokens;            // routed tokens the most loaded rank's experts process: T k load
+  int64_t per_expert;       // rows of each local expert's GEMM there
+  double model_per_expert;  // the same at uniform, dropless routing (the MFU numerator's)
+  int64_t ffn, ffn_in;      // one expert's FFN widths over the tensor-parallel ranks
+  double local_routed;      // routed tokens one rank dispatches: T_local k load
+
+  Moe(const ModelConfig& m, const LayerShape& s, double local_tokens) {
+    const double T = static_cast<double>(s.micro_batch) * s.sequence;
+    local_experts = m.experts / s.expert_parallel;
+    tokens = T * m.experts_per_token * s.expert_load;
+    model_per_expert = T * m.experts_per_token / static_cast<double>(local_experts);
+    per_expert = std::max<int64_t>(
+        1, static_cast<int64_t>(std::ceil(tokens / static_cast<double>(local_experts))));
+    ffn = m.expert_ffn_hidden / s.tensor_parallel;
+    ffn_in = (m.activation == Activation::swiglu ? 2 : 1) * ffn;
+    local_routed = local_tokens * m.experts_per_token * s.expert_load;
+  }
+};
+
+int64_t shared_ffn(const ModelConfig& m, const LayerShape& s) {
+  return static_cast<int64_t>(m.shared_experts) * m.expert_ffn_hidden / s.tensor_parallel;
+}
+
+void moe_forward(Builder& b) {
+  const ModelConfig& m = b.m;
+  const LayerShape& s = b.s;
+  const int64_t h = m.hidden;
+  const Moe x(m, s, b.local_tokens());
+  const auto local = static_cast<int64_t>(b.local_tokens());
+  b.gemm("router", local, m.experts, h, false);
+  b.memory("router.topk", 4.0 * b.local_tokens() * m.experts * 3);
+  b.memory("moe.permute", b.e * x.local_routed * h * 2);
+  b.expert_alltoall("ep.dispatch", b.e * x.local_routed * h);
+  if (s.sequence_parallel) b.comm(CommKind::allgather, b.e * x.tokens * h);
+  b.grouped_gemm("experts.fc1", x.local_experts, x.per_expert, x.ffn_in, h, x.model_per_expert);
+  b.memory(m.activation == Activation::swiglu ? "experts.swiglu" : "experts.gelu",
+           b.e * x.tokens * (x.ffn_in + x.ffn));
+  b.grouped_gemm("experts.fc2", x.local_experts, x.per_expert, h, x.ffn, x.model_per_expert);
+  if (s.sequence_parallel) b.comm(CommKind::reducescatter, b.e * x.tokens * h);
+  b.expert_alltoall("ep.combine", b.e * x.local_routed * h);
+  b.memory("moe.unpermute", b.e * x.local_routed * h * 2);
+  if (m.shared_experts > 0) {
+    const int64_t ffn = shared_ffn(m, s);
+    const int64_t ffn_in = (m.activation == Activation::swiglu ? 2 : 1) * ffn;
+    b.enter_tp_fwd();
+    b.linear_fwd("shared.fc1", h, ffn_in);
+    b.memory(m.activation == Activation::swiglu ? "shared.swiglu" : "shared.gelu",
+             b.e * b.tokens() * (ffn_in + ffn));
+    b.linear_fwd("shared.fc2", ffn, h);
+    b.leave_tp_fwd();
+  }
+}
+
+void moe_backward(Builder& b) {
+  const ModelConfig& m = b.m;
+  const LayerShape& s = b.s;
+  const int64_t h = m.hidden;
+  const Moe x(m, s, b.local_tokens());
+  const auto local = static_cast<int64_t>(b.local_tokens());
+  if (m.shared_experts > 0) {
+    const int64_t ffn = shared_ffn(m, s);
+    const int64_t ffn_in = (m.activation == Activation::swiglu ? 2 : 1) * ffn;
+    b.enter_tp_fwd();
+    b.linear_dgrad("shared.fc2", ffn, h);
+    b.linear_wgrad("shared.fc2", ffn, h);
+    b.memory(m.activation == Activation::swiglu ? "shared.swiglu.bwd" : "shared.gelu.bwd",
+             b.e * b.tokens() * (ffn_in + 2.0 * ffn));
+    b.linear_dgrad("shared.fc1", h, ffn_in);
+    b.comm(s.sequence_parallel ? CommKind::reducescatter : CommKind::allreduce, b.boundary_bytes(),
+           true);
+    b.linear_wgrad("shared.fc1", h, ffn_in);
+  }
+  b.memory("moe.unpermute.bwd", b.e * x.local_routed * h * 2);
+  b.expert_alltoall("ep.combine.bwd", b.e * x.local_routed * h);
+  if (s.sequence_parallel) b.comm(CommKind::allgather, b.e * x.tokens * h);
+  // Per local expert: dgrad (rows x h) . (h x ffn), wgrad (ffn x rows) . (rows x h).
+  b.grouped_gemm("experts.fc2.dgrad", x.local_experts, x.per_expert, x.ffn, h, x.model_per_expert);
+  b.grouped_wgrad("experts.fc2.wgrad", x.local_experts, x.ffn, h, x.per_expert, x.model_per_expert);
+  b.memory(m.activation == Activation::swiglu ? "experts.swiglu.bwd" : "experts.gelu.bwd",
+           b.e * x.tokens * (x.ffn_in + 2.0 * x.ffn));
+  b.grouped_gemm("experts.fc1.dgrad", x.local_experts, x.per_expert, h, x.ffn_in,
+                 x.model_per_expert);
+  if (s.sequence_parallel) b.comm(CommKind::reducescatter, b.e * x.tokens * h, true);
+  b.grouped_wgrad("experts.fc1.wgrad", x.local_experts, h, x.ffn_in, x.per_expert,
+                  x.model_per_expert);
+  b.expert_alltoall("ep.dispatch.bwd", b.e * x.local_routed * h);
+  b.memory("moe.permute.bwd", b.e * x.local_routed * h * 2);
+  b.memory("router.topk.bwd", 4.0 * b.local_tokens() * m.experts * 3);
+  b.gemm("router.dgrad", local, h, m.experts, false);
+  b.gemm("router.wgrad", h, m.experts, local, false);
+}
+
+}  // namespace
+
 std::vector<Step> layer_forward(const ModelConfig& m, const LayerShape& s) {
   Builder b(m, s);
   const int t = s.tensor_parallel;
@@ -154,12 +290,16 @@ std::vector<Step> layer_forward(const ModelConfig& m, const LayerShape& s) {
   b.leave_tp_fwd();
   b.memory("dropout_residual1", b.e * b.local_tokens() * h * 3);
   b.memory("norm2", b.norm_bytes());
-  b.enter_tp_fwd();
-  b.linear_fwd("fc1", h, b.ffn_in());
-  b.memory(m.activation == Activation::swiglu ? "swiglu" : "gelu",
-           b.e * b.tokens() * (b.ffn_in() + m.ffn_hidden / t));
-  b.linear_fwd("fc2", m.ffn_hidden / t, h);
-  b.leave_tp_fwd();
+  if (s.moe_layer) {
+    moe_forward(b);
+  } else {
+    b.enter_tp_fwd();
+    b.linear_fwd("fc1", h, b.ffn_in());
+    b.memory(m.activation == Activation::swiglu ? "swiglu" : "gelu",
+             b.e * b.tokens() * (b.ffn_in() + m.ffn_hidden / t));
+    b.linear_fwd("fc2", m.ffn_hidden / t, h);
+    b.leave_tp_fwd();
+  }
   b.memory("dropout_residual2", b.e * b.local_tokens() * h * 3);
   return b.steps;
 }
@@ -173,15 +313,19 @@ std::vector<Step> layer_backward(const ModelConfig& m, const LayerShape& s) {
   // (all-gather with sequence parallelism); the column-parallel fc1's input gradient is summed
   // over ranks (all-reduce, or reduce-scatter), overlapped with fc1's weight gradient.
   b.memory("dropout_residual2.bwd", b.e * b.local_tokens() * h * 3);
-  b.enter_tp_fwd();
-  b.linear_dgrad("fc2", m.ffn_hidden / t, h);
-  b.linear_wgrad("fc2", m.ffn_hidden / t, h);
-  b.memory(m.activation == Activation::swiglu ? "swiglu.bwd" : "gelu.bwd",
-           b.e * b.tokens() * (b.ffn_in() + 2.0 * m.ffn_hidden / t));
-  b.linear_dgrad("fc1", h, b.ffn_in());
-  b.comm(s.sequence_parallel ? CommKind::reducescatter : CommKind::allreduce, b.boundary_bytes(),
-         true);
-  b.linear_wgrad("fc1", h, b.ffn_in());
+  if (s.moe_layer) {
+    moe_backward(b);
+  } else {
+    b.enter_tp_fwd();
+    b.linear_dgrad("fc2", m.ffn_hidden / t, h);
+    b.linear_wgrad("fc2", m.ffn_hidden / t, h);
+    b.memory(m.activation == Activation::swiglu ? "swiglu.bwd" : "gelu.bwd",
+             b.e * b.tokens() * (b.ffn_in() + 2.0 * m.ffn_hidden / t));
+    b.linear_dgrad("fc1", h, b.ffn_in());
+    b.comm(s.sequence_parallel ? CommKind::reducescatter : CommKind::allreduce, b.boundary_bytes(),
+           true);
+    b.linear_wgrad("fc1", h, b.ffn_in());
+  }
   b.memory("norm2.bwd", b.norm_bytes() * 1.5);
   // Attention block.
   b.memory("dropout_residual1.bwd", b.e * b.local_tokens() * h * 3);
@@ -267,7 +411,17 @@ double model_flops_per_iteration(const ModelConfig& m, int64_t batch, int64_t se
   };
   add(layer_forward(m, s));
   add(layer_backward(m, s));
-  f *= m.layers;
+  const int moe = m.moe_layers_in(0, m.layers);
+  f *= m.layers - moe;
+  if (moe > 0) {
+    const double dense = f;
+    LayerShape x = s;
+    x.moe_layer = true;
+    f = 0;
+    add(layer_forward(m, x));
+    add(layer_backward(m, x));
+    f = dense + f * moe;
+  }
   add(head_forward(m, s));
   add(head_backward(m, s));
   return f;

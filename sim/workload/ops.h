@@ -38,15 +38,17 @@ struct Op {
   double bytes = 0;        // bytes moved to and from device memory
 };
 
-enum class CommKind { none, allreduce, allgather, reducescatter };
+enum class CommKind { none, allreduce, allgather, reducescatter, alltoall };
 
-// One step of a layer's program: a kernel, or a tensor-parallel collective. A collective marked
-// `async` runs beside the next kernel; the kernel after that waits for it.
+// One step of a layer's program: a kernel, or a collective over the tensor-parallel group (or,
+// `expert`, over the expert-parallel group: a MoE layer's token dispatch and combine). A
+// collective marked `async` runs beside the next kernel; the kernel after that waits for it.
 struct Step {
   Op op;
   CommKind comm = CommKind::none;
   double comm_bytes = 0;  // nccl-tests size of the collective (per rank; total for AG / RS)
   bool async = false;
+  bool expert = false;
 };
 
 struct LayerShape {
@@ -56,10 +58,19 @@ struct LayerShape {
   bool sequence_parallel = false;
   bool flash_attention = true;
   Precision precision = Precision::bf16;
+  // A mixture-of-experts layer (ModelConfig::is_moe): its experts split over `expert_parallel`
+  // ranks (each holds experts / expert_parallel, tensor-parallel over the same ranks as the
+  // layer, Megatron-LM's default expert_tensor_parallel), and the tokens that the most loaded
+  // of them processes over the uniform share (routing imbalance, capacity dropping; see
+  // expert_loads in plan.h). Every rank of the expert-parallel group waits for that one at the
+  // combine, so each runs its program.
+  bool moe_layer = false;
+  int expert_parallel = 1;
+  double expert_load = 1;
 };
 
-// The programs of one transformer layer, and of the embedding (first stage) and the head
-// (last stage: final norm, logits, cross-entropy), forward and backward.
+// The programs of one transformer layer (a MoE layer where shape.moe_layer), and of the embedding
+// (first stage) and the head (last stage: final norm, logits, cross-entropy), forward and backward.
 std::vector<Step> layer_forward(const ModelConfig& m, const LayerShape& s);
 std::vector<Step> layer_backward(const ModelConfig& m, const LayerShape& s);
 std::vector<Step> embedding_forward(const ModelConfig& m, const LayerShape& s);

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <numeric>
 #include <set>
 #include <sstream>
@@ -16,6 +17,7 @@
 #include "sim/config/units.h"
 #include "sim/config/yaml_util.h"
 #include "sim/core/error.h"
+#include "sim/core/hash.h"
 #include "sim/workload/cost_model.h"
 
 namespace hetsim::workload {
@@ -142,6 +144,108 @@ void check_layered(const std::string& file, const YAML::Node& root, const Plan& 
   }
 }
 
+// expert_parallel, capacity_factor, routing: read; checked against the replicas in check_moe.
+void read_moe(const std::string& file, const YAML::Node& root, const ModelConfig& model, Plan& p) {
+  p.expert_parallel =
+      static_cast<int>(get_int(file, root, "", "expert_parallel", 1, limits::kExperts, 1));
+  if (!model.moe()) {
+    for (const char* k : {"expert_parallel", "capacity_factor", "routing"}) {
+      if (root[k] && !(std::string(k) == "expert_parallel" && p.expert_parallel == 1)) {
+        throw InputError(where(file, root[k]) + ": " + k + ": " + model.name +
+                         " has no experts (a dense model; expert parallelism and routing apply "
+                         "to a mixture of experts)");
+      }
+    }
+    return;
+  }
+  if (model.experts % p.expert_parallel != 0) {
+    throw InputError(fmt::format(
+        "{}: expert_parallel: {} does not divide the {} experts of {} (each rank of the "
+        "expert-parallel group holds experts / expert_parallel of each MoE layer)",
+        where(file, root["expert_parallel"]), p.expert_parallel, model.experts, model.name));
+  }
+  p.capacity_factor = config::get_number(file, root, "", "capacity_factor", 0.0);
+  if (root["capacity_factor"] && !(p.capacity_factor > 0 && p.capacity_factor <= model.experts)) {
+    throw InputError(fmt::format(
+        "{}: capacity_factor: expected a number above 0 and at most the expert count ({}), got "
+        "{} (leave it out for dropless routing)",
+        where(file, root["capacity_factor"]), model.experts, p.capacity_factor));
+  }
+  if (const YAML::Node r = root["routing"]) {
+    if (r.IsScalar() && r.as<std::string>() == "uniform") return;
+    if (!r.IsMap()) {
+      throw InputError(where(file, r) +
+                       ": routing: expected uniform or a map {zipf: EXPONENT, seed: N}");
+    }
+    config::check_keys(file, r, "routing", {"zipf", "seed"});
+    p.routing_skew = config::get_number(file, r, "routing", "zipf");
+    if (!(p.routing_skew >= 0 && p.routing_skew <= 8)) {
+      throw InputError(fmt::format("{}: routing.zipf: expected an exponent from 0 to 8, got {}",
+                                   where(file, r["zipf"]), p.routing_skew));
+    }
+    p.routing_seed = static_cast<uint64_t>(
+        get_int(file, r, "routing", "seed", 0, std::numeric_limits<int32_t>::max(), 1));
+  }
+}
+
+// Expert parallelism over the replicas: groups of expert_parallel consecutive replicas that run
+// the same stages, so that every layer's all-to-all pairs up rank for rank.
+void check_moe(const std::string& file, const YAML::Node& root, const ModelConfig& model,
+               const Plan& p) {
+  if (!model.moe()) return;
+  for (const ReplicaPlan& rep : p.replicas) {
+    for (const StagePlan& st : rep.stages) {
+      if (st.tensor_parallel() > 1 && !p.sequence_parallel) {
+        throw InputError(fmt::format(
+            "{}: sequence_parallel: {} is a mixture of experts, and its layers' tokens are "
+            "dispatched from sequence-parallel shards: with tensor_parallel {} it needs "
+            "sequence_parallel: true (Megatron-LM requires it)",
+            where(file, root["sequence_parallel"] ? root["sequence_parallel"] : root), model.name,
+            st.tensor_parallel()));
+      }
+    }
+  }
+  const int ep = p.expert_parallel;
+  if (ep == 1) return;
+  const YAML::Node at = root["expert_parallel"];
+  const size_t R = p.replicas.size();
+  if (R % static_cast<size_t>(ep) != 0) {
+    throw InputError(
+        fmt::format("{}: expert_parallel: {} does not divide the {} data-parallel replicas (the "
+                    "expert-parallel groups are consecutive replicas, as in Megatron-LM)",
+                    where(file, at), ep, R));
+  }
+  if (p.zero_stage == 3) {
+    throw InputError(where(file, at) +
+                     ": expert_parallel: zero_stage 3 with expert parallelism is not modelled "
+                     "(Megatron-LM shards with its distributed optimizer, zero_stage 1); use "
+                     "zero_stage 0 to 2");
+  }
+  for (size_t r = 0; r < R; ++r) {
+    if (p.replicas[r].state_share > 0) {
+      throw InputError(where(file, at) +
+                       ": expert_parallel: state_share does not apply with expert parallelism "
+                       "(the experts' state is sharded among fewer replicas than the rest)");
+    }
+    const size_t first = r - r % static_cast<size_t>(ep);
+    const ReplicaPlan& a = p.replicas[first];
+    const ReplicaPlan& b = p.replicas[r];
+    bool same = a.micro_batches == b.micro_batches && a.stages.size() == b.stages.size();
+    for (size_t s = 0; same && s < a.stages.size(); ++s) {
+      same = a.stages[s].first_layer == b.stages[s].first_layer &&
+             a.stages[s].layers == b.stages[s].layers &&
+             a.stages[s].tensor_parallel() == b.stages[s].tensor_parallel();
+    }
+    if (!same) {
+      throw InputError(fmt::format(
+          "{}: expert_parallel: replicas {} and {} share an expert-parallel group, so every "
+          "layer's all-to-all pairs them up: they need the same stages (layers, "
+          "tensor-parallel degree) and micro-batches",
+          where(file, at), first, r));
+    }
+  }
+}
+
 void resolve_precision(const std::string& file, const YAML::Node& root,
                        const platform::Cluster& cluster, Plan& p) {
   std::vector<const config::GpuProfile*> gpus;
@@ -246,6 +350,9 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
                       "framework",
                       "gradient_reduction",
                       "gradient_accumulation",
+                      "expert_parallel",
+                      "capacity_factor",
+                      "routing",
                       "perturbations"});
   Plan p;
   p.source = file;
@@ -314,6 +421,7 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
       get_int(file, root, "", "zero_stage", 0, 3, p.framework.zero_stage.value_or(0)));
   p.layered = config::get_choice(file, root, "", "gradient_accumulation",
                                  {"micro_batch", "layered"}, "micro_batch") == 1;
+  read_moe(file, root, model, p);
   const int v = p.interleave;
   if (root["replicas"]) {
     // Heterogeneous: replicas and stages spelled out.
@@ -467,6 +575,7 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
     }
     p.tensor_parallel = p.replicas[0].stages[0].tensor_parallel();
     check_layered(file, root, p);
+    check_moe(file, root, model, p);
     p.pipeline_parallel = p.stages();
     p.data_parallel = static_cast<int>(p.replicas.size());
     resolve_precision(file, root, cluster, p);
@@ -592,6 +701,7 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
     p.replicas.push_back(std::move(rep));
   }
   check_layered(file, root, p);
+  check_moe(file, root, model, p);
   resolve_precision(file, root, cluster, p);
   return p;
 }
@@ -625,6 +735,53 @@ LayerShape stage_shape(const Plan& plan, int tensor_parallel) {
   shape.flash_attention = plan.flash_attention;
   shape.precision = plan.precision;
   return shape;
+}
+
+LayerShape moe_shape(LayerShape dense, const Plan& plan, double load) {
+  dense.moe_layer = true;
+  dense.expert_parallel = plan.expert_parallel;
+  dense.expert_load = load;
+  return dense;
+}
+
+std::vector<double> expert_loads(const ModelConfig& model, const Plan& plan) {
+  std::vector<double> out(static_cast<size_t>(model.layers), 1.0);
+  if (!model.moe()) return out;
+  const int E = model.experts, ep = plan.expert_parallel, local = E / ep;
+  const double cap = plan.capacity_factor > 0 ? plan.capacity_factor / E : 1.0;
+  std::vector<double> pop(static_cast<size_t>(E));
+  std::vector<int> order(static_cast<size_t>(E));
+  for (int l = model.dense_layers; l < model.layers; ++l) {
+    if (!model.is_moe(l)) continue;
+    if (plan.routing_skew > 0) {
+      // A Zipf law over a permutation of the experts drawn for this layer (Fisher-Yates on
+      // splitmix64, so every platform draws the same).
+      std::iota(order.begin(), order.end(), 0);
+      uint64_t state =
+          splitmix64(plan.routing_seed * 0x9e3779b97f4a7c15ULL + static_cast<uint64_t>(l));
+      for (int i = E - 1; i > 0; --i) {
+        state = splitmix64(state);
+        std::swap(order[static_cast<size_t>(i)],
+                  order[static_cast<size_t>(state % static_cast<uint64_t>(i + 1))]);
+      }
+      double sum = 0;
+      for (int i = 0; i < E; ++i) sum += std::pow(i + 1.0, -plan.routing_skew);
+      for (int i = 0; i < E; ++i)
+        pop[static_cast<size_t>(order[static_cast<size_t>(i)])] =
+            std::pow(i + 1.0, -plan.routing_skew) / sum;
+    } else {
+      std::fill(pop.begin(), pop.end(), 1.0 / E);
+    }
+    double most = 0;
+    for (int q = 0; q < ep; ++q) {
+      double load = 0;
+      for (int e = q * local; e < (q + 1) * local; ++e)
+        load += std::min(pop[static_cast<size_t>(e)], cap);
+      most = std::max(most, load);
+    }
+    out[static_cast<size_t>(l)] = most * ep;
+  }
+  return out;
 }
 
 }  // namespace hetsim::workload

@@ -69,6 +69,16 @@ struct Plan {
   // per iteration, not once per micro-batch; all micro-batches' activations are live at once.
   // Replicas of one stage only.
   bool layered = false;
+  // Mixture of experts: each MoE layer's experts split over `expert_parallel` consecutive
+  // data-parallel replicas (Megatron-LM's expert-parallel group, carved out of the data-parallel
+  // one); expert gradients are reduced among the replicas / expert_parallel that hold the same
+  // experts. `capacity_factor` (0: dropless) caps each expert's tokens at that multiple of an
+  // even share; `routing_skew` > 0 draws each layer's expert popularity from a Zipf law of that
+  // exponent over a seeded permutation of the experts (expert_loads).
+  int expert_parallel = 1;
+  double capacity_factor = 0;
+  double routing_skew = 0;
+  uint64_t routing_seed = 1;
   bool uniform = true;
   int tensor_parallel = 1, pipeline_parallel = 1, data_parallel = 1;  // uniform plans
   std::vector<ReplicaPlan> replicas;
@@ -108,8 +118,19 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
 // else fp16 (V100, T4 and P100 train in fp16 with loss scaling).
 Precision default_precision(const std::vector<const config::GpuProfile*>& gpus);
 
-// The shape of one layer on a stage of `tensor_parallel` ranks under this plan.
+// The shape of one dense layer on a stage of `tensor_parallel` ranks under this plan.
 LayerShape stage_shape(const Plan& plan, int tensor_parallel);
+// The same shape as a MoE layer's whose most loaded expert-parallel rank takes `load` times an
+// even share (expert_loads).
+LayerShape moe_shape(LayerShape dense, const Plan& plan, double load);
+
+// Per layer, the tokens the most loaded expert-parallel rank's experts process over an even,
+// dropless share (1 for dense layers): EP x max over ranks of the sum over the rank's experts of
+// min(popularity, capacity_factor / experts). Uniform popularity gives 1, or capacity_factor
+// where that is below 1 (tokens dropped). The same in every expert-parallel group and
+// micro-batch (popularity is a property of the model and the data), so identical replicas stay
+// identical. Deterministic in routing_seed.
+std::vector<double> expert_loads(const ModelConfig& model, const Plan& plan);
 
 // A uniform plan built in code (used by the benchmark and tests).
 Plan uniform_plan(const ModelConfig& model, const platform::Cluster& cluster, int tp, int pp,

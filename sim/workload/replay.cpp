@@ -23,6 +23,8 @@ network::Op to_op(CommKind k) {
       return network::Op::allgather;
     case CommKind::reducescatter:
       return network::Op::reducescatter;
+    case CommKind::alltoall:
+      return network::Op::alltoall;
     case CommKind::none:
       break;
   }
@@ -192,6 +194,7 @@ class Replayer {
     Time wait_start;
     int tp_inflight = 0;
     uint32_t dp_issued = 0, dp_done = 0;
+    uint32_t ep_reached = 0;  // expert-parallel all-to-alls reached so far
     bool dp_busy = false;
     std::vector<uint8_t> arrived;  // [dir][chunk][mb]
     uint32_t mbs = 0;
@@ -214,6 +217,9 @@ class Replayer {
         break;
       case WaitReason::data_parallel:
         s.times.dp_wait += waited;
+        break;
+      case WaitReason::expert_parallel:
+        s.times.ep_wait += waited;
         break;
       case WaitReason::none:
         break;
@@ -327,6 +333,14 @@ class Replayer {
           }
           block(g, WaitReason::data_parallel);
           return;
+        case TaskKind::ep_comm:
+          if (opt_.free_communication) {
+            ++s.pc;
+            continue;
+          }
+          block(g, WaitReason::expert_parallel);
+          ep_offer(g, t.index);
+          return;
       }
     }
     s.times.finish = engine_.now();
@@ -342,8 +356,14 @@ class Replayer {
     if (opt_.free_communication) return;
     for (uint32_t g = 0; g < st_.size(); ++g) {
       const Group& grp = job_.groups[g];
-      for (uint32_t i = 0; i < grp.comms.size(); ++i)
-        if (!grp.comms[i].measured) tp_plan(g, i);
+      for (uint32_t i = 0; i < grp.comms.size(); ++i) {
+        if (grp.comms[i].measured) continue;
+        if (grp.comms[i].expert) {
+          ep_plan(g, i);
+        } else {
+          tp_plan(g, i);
+        }
+      }
       const uint32_t s = grp.stage, first = g - s, P = job_.stages_of(grp.replica);
       // Where send() can go: the next stage forward (the first, past the last: interleaved),
       // the previous one backward.
@@ -361,6 +381,9 @@ class Replayer {
     for (uint32_t k = 0; k < job_.dp_syncs.size(); ++k) {
       const auto [g, i] = job_.dp_syncs[k].members.front();
       if (job_.groups[g].dp[i].measured) continue;
+      // Folded, replica 0's collectives run for every copy: an expert sync among the other
+      // expert-parallel ranks' replicas is never launched (dp_plan runs it in replica 0's).
+      if (fold_ && job_.groups[g].replica != 0) continue;
       for (uint32_t j = 0; j < job_.dp_syncs[k].pieces; ++j) dp_plan(k, j);
     }
     sealed_ = true;
@@ -373,7 +396,10 @@ class Replayer {
       for (auto& p : *plans) add_plan(p);
     for (auto& [k, plans] : tied_plans_)
       for (auto& p : *plans) add_plan(p);
-    for (auto& [k, p] : dp_plans_) add_plan(*p);
+    for (auto& [k, plans] : dp_plans_)
+      for (auto& p : *plans) add_plan(p);
+    for (auto& [k, plans] : ep_plans_)
+      for (auto& p : *plans) add_plan(p);
     for (auto& [k, p] : paths_) lists.push_back(&p->links);
     const size_t links = c_.capacities().size();
     std::vector<uint32_t> start(links + 1, 0);
@@ -646,21 +672,102 @@ class Replayer {
     return *slot;
   }
 
+  // ---- expert parallel -------------------------------------------------------------------
+  // A MoE layer's all-to-all: stage s of the expert_parallel consecutive replicas of group q,
+  // one all-to-all per tensor-parallel rank j among the members' rank j. Folded, every group's
+  // copies move in lockstep with replica 0's: one plan over every group's links.
+  uint32_t ep_group_of(uint32_t g) const {
+    return job_.groups[g].replica / static_cast<uint32_t>(job_.plan->expert_parallel);
+  }
+
+  const Plans& ep_plan(uint32_t g, uint32_t index) {
+    const Group& grp = job_.groups[g];
+    const CommTemplate& ct = grp.comms[index];
+    const uint32_t q0 = ep_group_of(g), ep = static_cast<uint32_t>(job_.plan->expert_parallel);
+    auto& slot = ep_plans_[{q0, grp.stage, ct.bytes}];
+    if (slot) return *slot;
+    unsealed("expert-parallel");
+    slot = std::make_unique<Plans>();
+    const uint32_t groups = fold_ ? replicas_ / ep : 1;
+    for (size_t j = 0; j < grp.devices.size(); ++j) {
+      Plans copies;
+      for (uint32_t q = q0; q < q0 + groups; ++q) {
+        std::vector<platform::GpuId> ranks;
+        for (uint32_t i = 0; i < ep; ++i)
+          ranks.push_back(job_.group(q * ep + i, grp.stage).devices[j]);
+        copies.push_back(plan_for(ct.kind, ct.bytes, ranks));
+      }
+      if (copies.size() > 1) {
+        if (auto f = fold(copies)) copies = Plans{std::move(*f)};
+      }
+      for (auto& c : copies) slot->push_back(std::move(c));
+    }
+    return *slot;
+  }
+
+  // A group reaches its n-th all-to-all; the members' n-th run together when all are there
+  // (folded: replica 0's group stands for its whole group).
+  void ep_offer(uint32_t g, uint32_t index) {
+    const Group& grp = job_.groups[g];
+    const uint32_t n = st_[g].ep_reached++;
+    const uint32_t ep = static_cast<uint32_t>(job_.plan->expert_parallel);
+    std::vector<uint32_t> members;
+    if (fold_) {
+      members.push_back(g);
+    } else {
+      const uint32_t q = ep_group_of(g);
+      auto& ready = ep_ready_[{q, grp.stage, n}];
+      if (++ready < ep) return;
+      ep_ready_.erase({q, grp.stage, n});
+      for (uint32_t i = 0; i < ep; ++i) members.push_back(job_.first_group[q * ep + i] + grp.stage);
+    }
+    const Time start = engine_.now();
+    auto done = [this, members, start] {
+      for (uint32_t m : members) {
+        if (obs_) {
+          const Task& t = job_.groups[m].program[st_[m].pc];
+          for_copies(m, [&](uint32_t c) {
+            obs_->on_collective(job_, c, "ep", job_.groups[m].comms[t.index].name, t, start,
+                                engine_.now());
+          });
+        }
+        resume(m);
+      }
+    };
+    const CommTemplate& ct = grp.comms[index];
+    if (ct.measured) {
+      engine_.schedule_in(*ct.measured, std::move(done));
+      return;
+    }
+    launch(ep_plan(g, index), std::move(done));
+  }
+
   // ---- data parallel ---------------------------------------------------------------------
   // Shard j of a data-parallel collective (tensor-parallel rank j's part, where the members
   // share one degree): among the member ranks that hold it.
-  const network::CollectivePlan& dp_plan(uint32_t sync, uint32_t j) {
+  // Folded, a MoE plan's expert gradients (among the replicas of one expert-parallel rank) run
+  // in every rank's copy at once: replica 0's members, shifted by each rank.
+  const Plans& dp_plan(uint32_t sync, uint32_t j) {
     const DpSync& ds = job_.dp_syncs[sync];
     const DpCollective& dc = job_.groups[ds.members.front().first].dp[ds.members.front().second];
     auto& slot = dp_plans_[{ds.peers, j, static_cast<uint32_t>(dc.kind), ds.piece_bytes}];
     if (slot) return *slot;
     unsealed("data-parallel");
-    std::vector<platform::GpuId> ranks;
-    for (uint32_t g : job_.dp_peers[ds.peers]) {
-      const auto& d = job_.groups[g].devices;
-      ranks.push_back(d[ds.holder(j, d.size())]);
+    const uint32_t copies =
+        fold_ && dc.replicas > 0 ? static_cast<uint32_t>(job_.plan->expert_parallel) : 1;
+    Plans plans;
+    for (uint32_t c = 0; c < copies; ++c) {
+      std::vector<platform::GpuId> ranks;
+      for (uint32_t g : job_.dp_peers[ds.peers]) {
+        const auto& d = job_.groups[g + c * stages_].devices;
+        ranks.push_back(d[ds.holder(j, d.size())]);
+      }
+      plans.push_back(plan_for(dc.kind, ds.piece_bytes, ranks));
     }
-    slot = std::make_unique<network::CollectivePlan>(plan_for(dc.kind, ds.piece_bytes, ranks));
+    if (plans.size() > 1) {
+      if (auto f = fold(plans)) plans = Plans{std::move(*f)};
+    }
+    slot = std::make_unique<Plans>(std::move(plans));
     return *slot;
   }
 
@@ -731,10 +838,12 @@ class Replayer {
   // Plans by group, kind and bytes: every layer's collectives of one kind and size share one.
   std::map<std::tuple<uint32_t, uint32_t, double>, std::unique_ptr<Plans>> tp_plans_;
   // Plans by member set, tensor-parallel rank, kind and bytes: buckets of one size share one.
-  std::map<std::tuple<uint32_t, uint32_t, uint32_t, double>,
-           std::unique_ptr<network::CollectivePlan>>
-      dp_plans_;
-  std::map<uint32_t, uint32_t> dp_ready_;    // sync -> members that offered it
+  std::map<std::tuple<uint32_t, uint32_t, uint32_t, double>, std::unique_ptr<Plans>> dp_plans_;
+  std::map<uint32_t, uint32_t> dp_ready_;  // sync -> members that offered it
+  // Expert-parallel all-to-all plans by group, stage and bytes; members waiting by group, stage
+  // and the all-to-all's ordinal.
+  std::map<std::tuple<uint32_t, uint32_t, double>, std::unique_ptr<Plans>> ep_plans_;
+  std::map<std::tuple<uint32_t, uint32_t, uint32_t>, uint32_t> ep_ready_;
   std::map<uint32_t, uint32_t> tied_ready_;  // replica -> end stages waiting
   std::map<std::pair<uint32_t, uint32_t>, std::unique_ptr<Plans>> tied_plans_;
   std::list<std::unique_ptr<network::CollectiveRun>> runs_;

@@ -12,7 +12,7 @@
 
 namespace hetsim::workload {
 
-enum class WaitReason { none, tensor_parallel, pipeline, data_parallel };
+enum class WaitReason { none, tensor_parallel, pipeline, data_parallel, expert_parallel };
 
 // Observers attach tracing and statistics; the replay never tests for them.
 class ReplayObserver {
@@ -21,7 +21,7 @@ class ReplayObserver {
   // A compute segment ran on a group's compute stream.
   virtual void on_compute(const TrainingJob&, uint32_t /*group*/, const Task&, Time /*start*/,
                           Time /*end*/) {}
-  // A collective ran on a group's stream ("tp" or "dp"); `name` from the program.
+  // A collective ran on a group's stream ("tp", "ep" or "dp"); `name` from the program.
   virtual void on_collective(const TrainingJob&, uint32_t /*group*/, const char* /*stream*/,
                              const std::string& /*name*/, const Task&, Time /*start*/,
                              Time /*end*/) {}
@@ -33,6 +33,8 @@ class ReplayObserver {
 struct GroupTimes {
   Time compute;
   Time tp_wait, pp_wait, dp_wait;
+  Time ep_wait;  // in a MoE layer's all-to-alls (waiting for the expert-parallel group, and the
+                 // transfer itself)
   Time finish;
 };
 

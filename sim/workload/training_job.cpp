@@ -87,11 +87,13 @@ class GroupBuilder {
       if (st.comm != CommKind::none) {
         flush();
         Task t;
-        t.kind = TaskKind::tp_comm;
+        t.kind = st.expert ? TaskKind::ep_comm : TaskKind::tp_comm;
         t.index = static_cast<uint32_t>(g_.comms.size());
-        g_.comms.push_back(CommTemplate{st.comm, st.comm_bytes, st.async, st.op.name});
+        g_.comms.push_back(
+            CommTemplate{st.comm, st.comm_bytes, st.async && !st.expert, st.op.name});
+        g_.comms.back().expert = st.expert;
         tasks.push_back(t);
-        wait_after_next = st.async;
+        wait_after_next = st.async && !st.expert;
         continue;
       }
       const Time d = cost_.duration(st.op, *g_.gpu, p_.precision);
@@ -159,8 +161,9 @@ class GroupBuilder {
 
   // `key`: what the collective synchronises (the stage, or an asymmetric plan's layer segment);
   // the job pairs the groups' collectives of one key in order (build_training_job).
-  uint32_t dp_collective(CommKind kind, double bytes, const std::string& name, uint32_t key) {
-    g_.dp.push_back(DpCollective{kind, bytes, name, std::nullopt, key});
+  uint32_t dp_collective(CommKind kind, double bytes, const std::string& name, uint32_t key,
+                         uint32_t replicas = 0) {
+    g_.dp.push_back(DpCollective{kind, bytes, name, std::nullopt, key, replicas});
     emit_one(TaskKind::dp_comm, Pass::other, 0, 0, static_cast<uint32_t>(g_.dp.size() - 1));
     return static_cast<uint32_t>(g_.dp.size());  // collectives issued so far
   }
@@ -180,12 +183,33 @@ class GroupBuilder {
 
 }  // namespace
 
-double group_params(const ModelConfig& model, const StagePlan& st, int stage, int P) {
+namespace {
+
+// Parameters of the stage's layers (every chunk's) and of their routed experts.
+std::pair<double, double> stage_layer_params(const ModelConfig& model, const StagePlan& st) {
+  double all = 0, experts = 0;
+  const int chunks = st.chunk_layers.empty() ? 1 : static_cast<int>(st.chunk_layers.size());
+  for (int c = 0; c < chunks; ++c) {
+    all += static_cast<double>(model.layers_params(st.first_of(c), st.layers_of(c)));
+    experts += static_cast<double>(model.layers_expert_params(st.first_of(c), st.layers_of(c)));
+  }
+  return {all, experts};
+}
+
+}  // namespace
+
+double group_expert_params(const ModelConfig& model, const StagePlan& st, int ep) {
+  return stage_layer_params(model, st).second / st.tensor_parallel() / ep;
+}
+
+uint32_t expert_sync_key(uint32_t rank, uint32_t stage) { return 0x80000000u | rank << 16 | stage; }
+
+double group_params(const ModelConfig& model, const StagePlan& st, int stage, int P, int ep) {
   const int t = st.tensor_parallel();
-  double params =
-      (static_cast<double>(model.layer_params()) * st.layers +
-       (stage == 0 ? model.embedding_params() : 0) + (stage == P - 1 ? model.output_params() : 0)) /
-      t;
+  const auto [layers, experts] = stage_layer_params(model, st);
+  double params = (layers - experts + experts / ep + (stage == 0 ? model.embedding_params() : 0) +
+                   (stage == P - 1 ? model.output_params() : 0)) /
+                  t;
   if (stage == P - 1 && model.tied_embeddings && P > 1) {
     params += static_cast<double>(model.vocab) * model.hidden / t;  // the output copy
   }
@@ -212,7 +236,8 @@ TrainingJob skeleton_job(const ModelConfig& model, const Plan& plan,
       g.stage = static_cast<uint32_t>(s);
       g.devices = st.devices;
       g.gpu = cluster.gpu(st.devices.front()).profile;
-      g.params = group_params(model, st, s, P);
+      g.params = group_params(model, st, s, P, plan.expert_parallel);
+      g.expert_params = group_expert_params(model, st, plan.expert_parallel);
       job.groups.push_back(std::move(g));
     }
   }
@@ -263,12 +288,13 @@ void pair_dp_collectives(TrainingJob& job) {
   }
   std::map<std::vector<uint32_t>, uint32_t> sets;
   for (DpSync& sync : job.dp_syncs) {
-    if (sync.members.size() != job.plan->replicas.size()) {
-      const auto [g0, i0] = sync.members.front();
+    const auto [g0, i0] = sync.members.front();
+    const uint32_t among = job.groups[g0].dp[i0].replicas;
+    const size_t want = among > 0 ? among : job.plan->replicas.size();
+    if (sync.members.size() != want) {
       throw RunError(fmt::format(
           "job: data-parallel collective {} of replica {} stage {} has {} of {} replicas", i0,
-          job.groups[g0].replica, job.groups[g0].stage, sync.members.size(),
-          job.plan->replicas.size()));
+          job.groups[g0].replica, job.groups[g0].stage, sync.members.size(), want));
     }
     std::vector<uint32_t> groups;
     uint32_t pieces = 1;
@@ -276,7 +302,6 @@ void pair_dp_collectives(TrainingJob& job) {
       groups.push_back(g);
       pieces = std::lcm(pieces, static_cast<uint32_t>(job.groups[g].devices.size()));
     }
-    const auto [g0, i0] = sync.members.front();
     const DpCollective& first = job.groups[g0].dp[i0];
     sync.pieces = pieces;
     sync.piece_bytes = pieces == job.groups[g0].devices.size()
@@ -304,9 +329,20 @@ void measured_collectives(TrainingJob& job, const CostModel& cost) {
       return c.gpu(g).profile == c.gpu(ranks.front()).profile;
     });
   };
+  const uint32_t ep = static_cast<uint32_t>(job.plan->expert_parallel);
   for (Group& g : job.groups) {
     const int tp = static_cast<int>(g.devices.size());
+    // The expert-parallel group: tensor-parallel rank 0 of this stage in each replica of it.
+    std::vector<platform::GpuId> experts;
+    for (uint32_t r = g.replica - g.replica % ep; r < g.replica - g.replica % ep + ep; ++r)
+      experts.push_back(job.group(r, g.stage).devices.front());
     for (CommTemplate& ct : g.comms) {
+      if (ct.expert) {
+        if (one_type(experts))
+          ct.measured =
+              cost.collective_time(ct.kind, ct.bytes, static_cast<int>(ep), nodes(experts), *g.gpu);
+        continue;
+      }
       ct.measured = cost.collective_time(ct.kind, ct.bytes, tp, nodes(g.devices), *g.gpu);
     }
     for (DpCollective& dc : g.dp) {
@@ -365,6 +401,13 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
   const double grad_bytes = plan.fp32_main_grads ? 4 : e;
   job.activation_bytes_per_transfer =
       e * static_cast<double>(plan.micro_batch_size) * plan.sequence_length * model.hidden;
+  // Mixture of experts: each MoE layer's load (routing imbalance), and whether the experts'
+  // gradients are reduced apart from the rest, among the replicas of one expert-parallel rank.
+  const std::vector<double> loads = expert_loads(model, plan);
+  const int ep = plan.expert_parallel;
+  const bool split_experts = model.moe() && ep > 1;
+  const uint32_t edp = static_cast<uint32_t>(plan.replicas.size()) / static_cast<uint32_t>(ep);
+  const bool expert_sync = split_experts && edp > 1;
   std::map<std::string, std::string> type_source;  // GPU type -> where its costs come from
   std::map<std::string, std::map<std::string, std::set<std::string>>> coverage;  // -> how, shapes
   std::map<std::string, std::set<std::string>> classified;  // GPU type -> shapes seen
@@ -381,22 +424,63 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
       g.devices = st.devices;
       g.gpu = cluster.gpu(st.devices.front()).profile;
       const int t = st.tensor_parallel();
-      g.params = group_params(model, st, s, P);
+      g.params = group_params(model, st, s, P, ep);
+      g.expert_params = group_expert_params(model, st, ep);
       const LayerShape shape = stage_shape(plan, t);
       // Layers of each chunk: uniform plans interleave chunks over stages (Megatron).
       auto chunk_first = [&](int c) { return st.first_of(c); };
       const bool first_virtual_holder = s == 0;
       const bool last_virtual_holder = s == P - 1;
       GroupBuilder b(g, model, plan, cost, shape);
-      const auto& lf = b.piece("layer.fwd", layer_forward(model, shape));
-      const auto& lb = b.piece("layer.bwd", layer_backward(model, shape));
+      // The dense layers' programs first (a model of MoE layers only has none).
+      if (model.moe_layers_in(st.first_layer, st.layers) < st.layers || st.layers == 0) {
+        b.piece("layer.fwd", layer_forward(model, shape));
+        b.piece("layer.bwd", layer_backward(model, shape));
+      }
       const auto& ef = b.piece("embedding.fwd", embedding_forward(model, shape));
       const auto& eb = b.piece("embedding.bwd", embedding_backward(model, shape));
       const auto& hf = b.piece("head.fwd", head_forward(model, shape));
       const auto& hb = b.piece("head.bwd", head_backward(model, shape));
       const auto& ar = b.piece("attention.recompute", attention_recompute(model, shape));
-      const double layer_grad = grad_bytes * model.layer_params() / t;
-      const double layer_weights = e * model.layer_params() / t;
+      // Layer l's programs: a MoE layer's by its load (layers of one load share them).
+      std::map<double, std::pair<const std::vector<Task>*, const std::vector<Task>*>> moe_pieces;
+      auto pieces_of = [&](int l) {
+        if (!model.is_moe(l)) {
+          return std::make_pair(&b.piece("layer.fwd", layer_forward(model, shape)),
+                                &b.piece("layer.bwd", layer_backward(model, shape)));
+        }
+        const double load = loads[static_cast<size_t>(l)];
+        auto it = moe_pieces.find(load);
+        if (it == moe_pieces.end()) {
+          const LayerShape x = moe_shape(shape, plan, load);
+          const std::string key = fmt::format("{}", load);
+          it = moe_pieces
+                   .emplace(load,
+                            std::make_pair(&b.piece("moe.fwd/" + key, layer_forward(model, x)),
+                                           &b.piece("moe.bwd/" + key, layer_backward(model, x))))
+                   .first;
+        }
+        return it->second;
+      };
+      auto fwd_of = [&](int l) -> const std::vector<Task>& { return *pieces_of(l).first; };
+      auto bwd_of = [&](int l) -> const std::vector<Task>& { return *pieces_of(l).second; };
+      // Layer l's gradients reduced among every replica, and its routed experts' among the
+      // replicas of this expert-parallel rank (with them where expert parallelism is 1).
+      auto layer_grad_of = [&](int l) {
+        return grad_bytes *
+               static_cast<double>(model.layer_params(l) -
+                                   (split_experts ? model.expert_layer_params(l) : 0)) /
+               t;
+      };
+      auto expert_grad_of = [&](int l) {
+        return split_experts
+                   ? grad_bytes * static_cast<double>(model.expert_layer_params(l)) / t / ep
+                   : 0.0;
+      };
+      auto layer_weights_of = [&](int l) {
+        return e * static_cast<double>(model.layer_params(l)) / t;
+      };
+      const uint32_t ep_rank = static_cast<uint32_t>(r % static_cast<size_t>(ep));
       const auto order =
           stage_schedule(plan.schedule, s, P, rep.micro_batches, v, plan.microbatch_group);
       // The last backward of each chunk is where its gradients become final.
@@ -419,6 +503,29 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
             b.dp_collective(plan.zero_stage >= 1 ? CommKind::reducescatter : CommKind::allreduce,
                             bucket, "dp.grads", bucket_key);
         bucket = 0;
+      };
+      // The experts' gradients fill buckets of their own (Megatron-LM's expert-data-parallel
+      // buffers).
+      double expert_bucket = 0;
+      auto flush_experts = [&] {
+        if (!expert_sync || expert_bucket <= 0) return;
+        issued = b.dp_collective(
+            plan.zero_stage >= 1 ? CommKind::reducescatter : CommKind::allreduce, expert_bucket,
+            "dp.expert_grads", expert_sync_key(ep_rank, static_cast<uint32_t>(s)), edp);
+        expert_bucket = 0;
+      };
+      auto add_experts = [&](int l) {
+        if (!expert_sync) return;
+        expert_bucket += expert_grad_of(l);
+        if (expert_bucket >= plan.bucket_bytes) flush_experts();
+      };
+      // ZeRO-2: each micro-batch's gradients of layer l reduce-scattered as soon as they are.
+      auto scatter_layer = [&](int l, uint32_t key) {
+        issued = b.dp_collective(CommKind::reducescatter, layer_grad_of(l), "zero.grads", key);
+        if (expert_sync && model.is_moe(l)) {
+          issued = b.dp_collective(CommKind::reducescatter, expert_grad_of(l), "zero.expert_grads",
+                                   expert_sync_key(ep_rank, static_cast<uint32_t>(s)), edp);
+        }
       };
       // Gradients of layer l (or of the head, with l the last layer) join the bucket; a bucket
       // holds one segment's.
@@ -445,8 +552,8 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
         }
         for (int l = 0; l < st.layers; ++l) {
           if (gather)
-            b.dp_wait(b.dp_collective(CommKind::allgather, layer_weights, "zero3.params", s));
-          for (uint32_t mb = 0; mb < M; ++mb) b.emit(lf, Pass::forward, l, mb, 0);
+            b.dp_wait(b.dp_collective(CommKind::allgather, layer_weights_of(l), "zero3.params", s));
+          for (uint32_t mb = 0; mb < M; ++mb) b.emit(fwd_of(l), Pass::forward, l, mb, 0);
         }
         for (uint32_t mb = 0; mb < M; ++mb) {
           b.emit(hf, Pass::forward, -1, mb, 0);
@@ -455,16 +562,17 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
         }
         for (int l = st.layers - 1; l >= 0; --l) {
           if (gather)
-            b.dp_wait(b.dp_collective(CommKind::allgather, layer_weights, "zero3.params", s));
+            b.dp_wait(b.dp_collective(CommKind::allgather, layer_weights_of(l), "zero3.params", s));
           for (uint32_t mb = 0; mb < M; ++mb) {
-            if (plan.recompute == Recompute::full) b.emit(lf, Pass::recompute, l, mb, 0);
+            if (plan.recompute == Recompute::full) b.emit(fwd_of(l), Pass::recompute, l, mb, 0);
             if (plan.recompute == Recompute::selective) b.emit(ar, Pass::recompute, l, mb, 0);
-            b.emit(lb, Pass::backward, l, mb, 0);
+            b.emit(bwd_of(l), Pass::backward, l, mb, 0);
           }
           if (dp && plan.zero_stage >= 2) {
-            issued = b.dp_collective(CommKind::reducescatter, layer_grad, "zero.grads", s);
+            scatter_layer(l, static_cast<uint32_t>(s));
           } else if (overlapped) {
-            add(l, layer_grad);
+            add(l, layer_grad_of(l));
+            add_experts(l);
           }
         }
         for (uint32_t mb = 0; mb < M; ++mb) b.emit(eb, Pass::backward, -1, mb, 0);
@@ -479,9 +587,9 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
           if (vs == 0) b.emit(ef, Pass::forward, -1, it.micro_batch, it.chunk);
           for (int l = first; l < first + st.layers_of(it.chunk); ++l) {
             if (dp && plan.zero_stage == 3)
-              b.dp_wait(
-                  b.dp_collective(CommKind::allgather, layer_weights, "zero3.params", key_of(l)));
-            b.emit(lf, Pass::forward, l, it.micro_batch, it.chunk);
+              b.dp_wait(b.dp_collective(CommKind::allgather, layer_weights_of(l), "zero3.params",
+                                        key_of(l)));
+            b.emit(fwd_of(l), Pass::forward, l, it.micro_batch, it.chunk);
           }
           if (vs == V - 1) {
             b.emit(hf, Pass::forward, -1, it.micro_batch, it.chunk);
@@ -498,18 +606,18 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
             add(model.layers - 1, head_grad);
           for (int l = first + st.layers_of(it.chunk) - 1; l >= first; --l) {
             if (dp && plan.zero_stage == 3)
-              b.dp_wait(
-                  b.dp_collective(CommKind::allgather, layer_weights, "zero3.params", key_of(l)));
+              b.dp_wait(b.dp_collective(CommKind::allgather, layer_weights_of(l), "zero3.params",
+                                        key_of(l)));
             if (plan.recompute == Recompute::full)
-              b.emit(lf, Pass::recompute, l, it.micro_batch, it.chunk);
+              b.emit(fwd_of(l), Pass::recompute, l, it.micro_batch, it.chunk);
             if (plan.recompute == Recompute::selective)
               b.emit(ar, Pass::recompute, l, it.micro_batch, it.chunk);
-            b.emit(lb, Pass::backward, l, it.micro_batch, it.chunk);
+            b.emit(bwd_of(l), Pass::backward, l, it.micro_batch, it.chunk);
             if (dp && plan.zero_stage >= 2) {
-              issued =
-                  b.dp_collective(CommKind::reducescatter, layer_grad, "zero.grads", key_of(l));
+              scatter_layer(l, key_of(l));
             } else if (last && overlapped) {
-              add(l, layer_grad);
+              add(l, layer_grad_of(l));
+              add_experts(l);
             }
           }
           if (vs == 0) b.emit(eb, Pass::backward, -1, it.micro_batch, it.chunk);
@@ -528,7 +636,10 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
       if (!overlapped && dp && plan.zero_stage < 2) {
         if (asymmetric && last_virtual_holder) add(model.layers - 1, head_grad);
         for (int c = v - 1; c >= 0; --c) {
-          for (int l = st.layers_of(c) - 1; l >= 0; --l) add(st.first_of(c) + l, layer_grad);
+          for (int l = st.layers_of(c) - 1; l >= 0; --l) {
+            add(st.first_of(c) + l, layer_grad_of(st.first_of(c) + l));
+            add_experts(st.first_of(c) + l);
+          }
         }
       }
       // Embedding (and, with shared stages, head) gradients join the last bucket.
@@ -539,15 +650,28 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
                    (last_virtual_holder && !asymmetric ? model.output_params() : 0)) /
                   t;
         flush_bucket();
+        flush_experts();
       }
       if (issued > 0) b.dp_wait(issued);
       b.host(plan.framework.host_per_step, Pass::other, 0, 0);
-      const double shard = plan.zero_stage >= 1 && dp ? plan.sharded(g.params, r) : g.params;
+      // Sharded state: the experts' among the replicas that hold them (none beside this one
+      // where expert_parallel is the data-parallel degree).
+      const double dense_params = split_experts ? g.params - g.expert_params : g.params;
+      const double expert_params = split_experts ? g.expert_params : 0;
+      const double shard = plan.zero_stage >= 1 && dp
+                               ? plan.sharded(dense_params, r) + expert_params / edp
+                               : g.params;
       const auto& opt = b.piece("optimizer", {Step{optimizer_step(shard, plan.precision)}});
       b.emit(opt, Pass::other, -1, 0, 0);
       if (dp && (plan.zero_stage == 1 || plan.zero_stage == 2)) {
-        b.dp_wait(b.dp_collective(CommKind::allgather, e * g.params, "zero.params",
-                                  static_cast<uint32_t>(s)));
+        const uint32_t gathered = b.dp_collective(CommKind::allgather, e * dense_params,
+                                                  "zero.params", static_cast<uint32_t>(s));
+        const uint32_t experts =
+            expert_sync && expert_params > 0
+                ? b.dp_collective(CommKind::allgather, e * expert_params, "zero.expert_params",
+                                  expert_sync_key(ep_rank, static_cast<uint32_t>(s)), edp)
+                : gathered;
+        b.dp_wait(experts);
       }
       type_source[g.gpu->name] = cost.source(Op{}, *g.gpu);
       // Each distinct kernel shape of a GPU type is classified once: groups of one type share

@@ -26,6 +26,8 @@ enum class TaskKind : uint8_t {
   dp_comm,  // queue a data-parallel collective (gradient bucket, ZeRO gather)
   dp_wait,  // wait until `index` data-parallel collectives have completed
   tied,     // all-reduce the tied embedding's gradients with the replica's other end stage
+  ep_comm,  // a MoE layer's all-to-all over the expert-parallel group (the same stage of
+            // expert_parallel consecutive replicas, rank by rank); blocks until done
 };
 
 enum class Pass : uint8_t { forward, backward, recompute, other };
@@ -53,6 +55,7 @@ struct CommTemplate {
   // Calibration measured this collective on these GPUs (CostModel::collective_time): it takes
   // that long, and the network model is not asked.
   std::optional<Time> measured = std::nullopt;
+  bool expert = false;  // over the expert-parallel group (an ep_comm task), not the stage's ranks
 };
 
 // A data-parallel collective: one per tensor-parallel rank, over that rank's peers in the other
@@ -63,6 +66,9 @@ struct DpCollective {
   std::string name;
   std::optional<Time> measured = std::nullopt;  // as CommTemplate::measured
   uint32_t sync = 0;                            // TrainingJob::dp_syncs
+  // The replicas it runs among: 0 for all of them; else the expert-data-parallel group of a MoE
+  // plan's experts (replicas / expert_parallel: those with the same expert-parallel rank).
+  uint32_t replicas = 0;
 };
 
 // One data-parallel collective as the groups that run it together: each member's own
@@ -100,6 +106,7 @@ struct Group {
   // time; a compute segment's part past `from` takes `factor` times as long.
   std::vector<std::pair<Time, double>> slow_from;
   double params = 0;         // parameters held per device
+  double expert_params = 0;  // of which routed experts' (a MoE model's, over expert_parallel)
   double compute_flops = 0;  // executed FLOPs per device over the iteration
   double model_flops = 0;    // MFU numerator per device
 };
@@ -146,7 +153,13 @@ TrainingJob skeleton_job(const ModelConfig& model, const Plan& plan,
 double tied_pair_bytes(const TrainingJob& job, uint32_t replica);
 // Parameters one device of stage `stage` of a `stages`-stage pipeline holds (its layers, the
 // embedding on the first stage, the head and a tied output copy on the last), over its
-// tensor-parallel degree.
-double group_params(const ModelConfig& model, const StagePlan& st, int stage, int stages);
+// tensor-parallel degree; a MoE layer's routed experts also over expert_parallel.
+double group_params(const ModelConfig& model, const StagePlan& st, int stage, int stages,
+                    int expert_parallel = 1);
+// Of those, the routed experts' (0 for a dense model).
+double group_expert_params(const ModelConfig& model, const StagePlan& st, int expert_parallel);
+// The data-parallel key of a MoE plan's expert gradients on stage `stage` of the replicas of
+// expert-parallel rank `rank` (DpCollective::sync before pairing).
+uint32_t expert_sync_key(uint32_t rank, uint32_t stage);
 
 }  // namespace hetsim::workload

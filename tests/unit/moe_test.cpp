@@ -1,0 +1,304 @@
+// Mixture of experts: published parameter counts, FLOPs against Megatron-LM's counter, the
+// all-to-all bytes and grouped-GEMM shapes by hand, FLOP conservation over an expert-parallel
+// replay, the folded replay against the full one, routing imbalance and capacity, memory by
+// expert-parallel degree, and the plans hetsim refuses.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "sim/core/error.h"
+#include "sim/workload/memory.h"
+#include "sim/workload/replay.h"
+#include "tests/unit/fixtures.h"
+
+namespace hetsim::workload {
+namespace {
+
+const std::string kData = std::string(HETSIM_SOURCE_DIR) + "/tests/data/";
+
+// GPT-style, 4 layers of 8 experts (top 2), hidden 1024.
+ModelConfig small_moe(int experts = 8, int top = 2, const std::string& extra = "") {
+  return load_model_yaml_text(
+      "name: small-moe\nfamily: gpt\nlayers: 4\nhidden: 1024\nheads: 16\nvocab: 50304\n"
+      "sequence: 1024\nactivation: gelu\nnorm: layernorm\nposition: learned\n"
+      "tied_embeddings: true\ncausal: true\nbias: true\nexperts: " +
+          std::to_string(experts) + "\nexperts_per_token: " + std::to_string(top) + "\n" + extra,
+      "small-moe.yaml");
+}
+
+std::string plan_error(const std::string& text, const ModelConfig& m, const platform::Cluster& c) {
+  try {
+    load_plan_text(text, "p.yaml", m, c);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(Moe, ModelsHaveTheirPublishedParameterCounts) {
+  // Mixtral 8x7B: 46,702,792,704 parameters in the released checkpoint, from YAML and from its
+  // config.json alike.
+  const ModelConfig mixtral = load_model("mixtral-8x7b");
+  EXPECT_EQ(mixtral.params(), 46702792704);
+  EXPECT_EQ(load_model(kData + "hf/mixtral-8x7b.json").params(), 46702792704);
+  // Active per token (Mixtral paper: 12.9B): the model less the 6 experts a token skips.
+  const double skipped = 32.0 * 6 * mixtral.mlp_params(mixtral.expert_ffn_hidden);
+  EXPECT_NEAR((mixtral.params() - skipped) / 12.9e9, 1.0, 0.01);
+  // DeepSeekMoE 16B (16.4B) with its dense first layer and shared experts, from both sources.
+  const ModelConfig ds = load_model("deepseek-moe-16b");
+  EXPECT_NEAR(ds.params() / 16.4e9, 1.0, 0.01) << ds.params();
+  EXPECT_EQ(load_model(kData + "hf/deepseek-moe-16b.json").params(), ds.params());
+  EXPECT_FALSE(ds.is_moe(0));
+  EXPECT_TRUE(ds.is_moe(1));
+  // DeepSpeed-MoE's 1.3B+MoE-128: experts in every other layer, 52B.
+  const ModelConfig ds13 = load_model("gpt3-1.3b-moe128");
+  EXPECT_NEAR(ds13.params() / 52e9, 1.0, 0.02) << ds13.params();
+  EXPECT_TRUE(ds13.is_moe(0));
+  EXPECT_FALSE(ds13.is_moe(1));
+  EXPECT_EQ(ds13.moe_layers_in(0, 24), 12);
+  EXPECT_EQ(ds13.moe_layers_in(3, 4), 2);  // layers 4 and 6
+}
+
+TEST(Moe, ModelFlopsMatchMegatronCounter) {
+  // 12 B s l h^2 [(1 + G/H + s/h) q/h + (ffn/h) k g + V/(2 l h)] (formulas.md), g = 3/2 for
+  // SwiGLU: the router is not counted, as in Megatron-LM.
+  const ModelConfig m = load_model("mixtral-8x7b");
+  const double B = 256, s = 4096, l = m.layers, h = m.hidden, V = m.vocab;
+  const double gh = static_cast<double>(m.kv_heads) / m.heads, q = m.q_width();
+  const double f = m.expert_ffn_hidden, k = m.experts_per_token;
+  const double expected =
+      12 * B * s * l * h * h * ((1 + gh + s / h) * q / h + f / h * k * 1.5 + V / (2 * l * h));
+  EXPECT_NEAR(model_flops_per_iteration(m, 256, 4096) / expected, 1.0, 1e-12);
+}
+
+TEST(Moe, AllToAllBytesAndGroupedGemmsByHand) {
+  // TP 2 with sequence parallelism, EP 4, micro-batch 2 x 1024 tokens, top 2 of 8 experts: each
+  // rank dispatches its 1024 of the 2048 tokens twice, 2 bytes x 1024 wide: 4 MiB to all-to-all;
+  // the all-gather over the tensor-parallel pair makes each expert rank's 2 x 2048 rows
+  // (8 MiB), split over its 2 local experts: 2048 rows each.
+  const ModelConfig m = small_moe();
+  LayerShape s;
+  s.micro_batch = 2;
+  s.sequence = 1024;
+  s.tensor_parallel = 2;
+  s.sequence_parallel = true;
+  s.moe_layer = true;
+  s.expert_parallel = 4;
+  int alltoalls = 0, gathers = 0;
+  for (const auto& steps : {layer_forward(m, s), layer_backward(m, s)}) {
+    for (const Step& st : steps) {
+      if (st.expert) {
+        ++alltoalls;
+        EXPECT_EQ(st.comm, CommKind::alltoall);
+        EXPECT_EQ(st.comm_bytes, 2.0 * 1024 * 2 * 1024) << st.op.name;
+      }
+      if (st.comm == CommKind::allgather && st.comm_bytes > 2.0 * 2048 * 1024) {
+        ++gathers;
+        EXPECT_EQ(st.comm_bytes, 2.0 * 2048 * 2 * 1024);
+      }
+      if (st.op.name == "experts.fc1") {
+        EXPECT_EQ(st.op.batch, 2);
+        EXPECT_EQ(st.op.m, 2048);
+        EXPECT_EQ(st.op.n, 4096 / 2);
+        EXPECT_EQ(st.op.k, 1024);
+        EXPECT_EQ(st.op.flops, 2.0 * 2 * 2048 * 2048 * 1024);
+        EXPECT_EQ(st.op.model_flops, st.op.flops);
+      }
+    }
+  }
+  EXPECT_EQ(alltoalls, 4);  // dispatch and combine, forward and backward
+  EXPECT_EQ(gathers, 2);    // the expert ranks' gather forward, and backward
+  // Expert parallelism 1 dispatches within the rank: no all-to-all.
+  s.expert_parallel = 1;
+  for (const Step& st : layer_forward(m, s)) EXPECT_FALSE(st.expert) << st.op.name;
+}
+
+struct Replayed {
+  Plan plan;
+  TrainingJob job;
+  ReplayResult result;
+};
+
+Replayed run(const ModelConfig& m, const platform::Cluster& c, const std::string& text,
+             ReplayOptions o = {}) {
+  static const DatasheetCostModel cost;
+  Replayed r{load_plan_text(text, "p.yaml", m, c), {}, {}};
+  r.job = build_training_job(m, r.plan, c, cost);
+  r.result = replay(r.job, nullptr, o);
+  return r;
+}
+
+// TP 2, PP 2, DP 4 on 16 H100, ZeRO-1, expert parallel `ep`, and more keys.
+std::string plan_text(int ep, const std::string& extra = "", int zero = 1) {
+  return "tensor_parallel: 2\npipeline_parallel: 2\ndata_parallel: 4\nexpert_parallel: " +
+         std::to_string(ep) +
+         "\nsequence_parallel: true\nmicro_batch_size: 1\nglobal_batch_size: 16\n"
+         "sequence_length: 1024\nzero_stage: " +
+         std::to_string(zero) + "\n" + extra;
+}
+const std::string kEp4 = plan_text(4);
+
+TEST(Moe, ExpertParallelReplayCountsEveryExpertFlopOnce) {
+  // Over all devices, the replayed model FLOPs are the model's, whatever the expert split.
+  const ModelConfig m = small_moe();
+  const platform::Cluster c = test::cluster("dgx-h100", 2);
+  for (const std::string ep : {"1", "2", "4"}) {
+    const Replayed r = run(m, c,
+                           "tensor_parallel: 2\npipeline_parallel: 2\ndata_parallel: 4\n"
+                           "expert_parallel: " +
+                               ep +
+                               "\nsequence_parallel: true\nmicro_batch_size: 1\n"
+                               "global_batch_size: 16\nsequence_length: 1024\n");
+    double model = 0;
+    for (const Group& g : r.job.groups) model += g.model_flops * g.devices.size();
+    EXPECT_NEAR(model / model_flops_per_iteration(m, 16, 1024), 1.0, 1e-12) << "EP " << ep;
+  }
+}
+
+TEST(Moe, AllToAllsAreExposedAcrossNodesAndFreeWithoutCommunication) {
+  const ModelConfig m = small_moe();
+  const platform::Cluster c = test::cluster("dgx-h100", 2);
+  const Replayed ep4 = run(m, c, kEp4);
+  const Replayed ep1 = run(m, c, plan_text(1));
+  for (const GroupTimes& t : ep1.result.groups) EXPECT_EQ(t.ep_wait, Time());
+  for (const GroupTimes& t : ep4.result.groups) EXPECT_GT(t.ep_wait, Time());
+  ReplayOptions free;
+  free.free_communication = true;
+  for (const GroupTimes& t : run(m, c, kEp4, free).result.groups) EXPECT_EQ(t.ep_wait, Time());
+  // Replayed twice: the same to the picosecond.
+  EXPECT_EQ(run(m, c, kEp4).result.iteration, ep4.result.iteration);
+}
+
+TEST(Moe, FoldedReplicasReplayAsTheFullReplay) {
+  // EP 4 of 8 replicas (two expert-parallel groups), TP 1 and 2: replica 0 standing for all
+  // gives the full replay's iteration (rail-optimised fabric: symmetric traffic).
+  const ModelConfig m = small_moe();
+  const platform::Cluster c = test::cluster("dgx-h100", 2);
+  for (const char* tp : {"1", "2"}) {
+    const std::string text =
+        std::string("tensor_parallel: ") + tp +
+        "\npipeline_parallel: 2\ndata_parallel: " + (std::string(tp) == "1" ? "8" : "4") +
+        "\nexpert_parallel: 4\nsequence_parallel: true\n"
+        "micro_batch_size: 1\nglobal_batch_size: 32\n"
+        "sequence_length: 1024\nzero_stage: 1\n";
+    ReplayOptions exact;
+    exact.exact = true;
+    const Replayed folded = run(m, c, text);
+    const Replayed full = run(m, c, text, exact);
+    EXPECT_GT(folded.result.folded_replicas, 1u);
+    EXPECT_EQ(full.result.folded_replicas, 1u);
+    EXPECT_NEAR(folded.result.iteration.seconds() / full.result.iteration.seconds(), 1.0, 1e-9)
+        << "TP " << tp;
+  }
+}
+
+TEST(Moe, RoutingImbalanceAndCapacity) {
+  const ModelConfig m = small_moe();
+  const platform::Cluster c = test::cluster("dgx-h100", 2);
+  auto loads = [&](const std::string& extra) {
+    return expert_loads(m, load_plan_text(kEp4 + extra, "p.yaml", m, c));
+  };
+  for (double x : loads("")) EXPECT_EQ(x, 1.0);
+  // Capacity below an even share drops tokens even when routing is even.
+  for (double x : loads("capacity_factor: 0.5\n")) EXPECT_DOUBLE_EQ(x, 0.5);
+  const std::vector<double> skew = loads("routing: {zipf: 1.2, seed: 7}\n");
+  EXPECT_EQ(skew, loads("routing: {zipf: 1.2, seed: 7}\n"));
+  EXPECT_NE(skew, loads("routing: {zipf: 1.2, seed: 8}\n"));
+  for (double x : skew) {
+    EXPECT_GT(x, 1.0);
+    EXPECT_LE(x, 4.0);
+  }
+  // Capacity 1.25 caps every expert at 1.25 / 8 of the tokens: a rank of 2 at 2.5 / 8 of them.
+  for (double x : loads("routing: {zipf: 1.2, seed: 7}\ncapacity_factor: 1.25\n"))
+    EXPECT_LE(x, 1.25 + 1e-12);
+  // One rank holds every expert: whatever the routing, it takes all the tokens.
+  for (double x :
+       expert_loads(m, load_plan_text(plan_text(1, "routing: {zipf: 2}\n"), "p.yaml", m, c)))
+    EXPECT_DOUBLE_EQ(x, 1.0);
+  // The most loaded rank sets the pace: skewed is slower than even; capacity drops the tokens
+  // past it, and recovers part.
+  const Time even = run(m, c, kEp4).result.iteration;
+  const Time skewed = run(m, c, kEp4 + "routing: {zipf: 1.2, seed: 7}\n").result.iteration;
+  const Time capped =
+      run(m, c, kEp4 + "routing: {zipf: 1.2, seed: 7}\ncapacity_factor: 1.25\n").result.iteration;
+  EXPECT_GT(skewed, even);
+  EXPECT_LT(capped, skewed);
+}
+
+TEST(Moe, ExpertStateSplitsOverTheExpertParallelGroup) {
+  const ModelConfig m = small_moe();
+  const platform::Cluster c = test::cluster("dgx-h100", 2);
+  const Replayed ep1 = run(m, c, plan_text(1));
+  const Replayed ep4 = run(m, c, kEp4);
+  const std::vector<DeviceMemory> m1 = memory_per_group(ep1.job);
+  const std::vector<DeviceMemory> m4 = memory_per_group(ep4.job);
+  // Each layer's 8 experts of 2 x 1024 x 4096 weights (+ biases), over TP 2 and EP 4.
+  const double experts = 2.0 * 8 * m.mlp_params(4096) / 2;  // stage of 2 layers, per TP rank
+  for (size_t g = 0; g < ep4.job.groups.size(); ++g) {
+    EXPECT_DOUBLE_EQ(ep1.job.groups[g].expert_params, experts);
+    EXPECT_DOUBLE_EQ(ep4.job.groups[g].expert_params, experts / 4);
+    EXPECT_DOUBLE_EQ(ep1.job.groups[g].params - ep4.job.groups[g].params, experts * 3 / 4);
+    // bf16 weights; ZeRO-1 shards the optimizer: the rest over 4 replicas, the experts over the
+    // 4 / 4 = 1 replica that holds them.
+    EXPECT_DOUBLE_EQ(m4[g].weights, 2 * ep4.job.groups[g].params);
+    const double rest = ep4.job.groups[g].params - experts / 4;
+    EXPECT_NEAR(m4[g].optimizer, 12 * rest / 4 + 12 * experts / 4, 1e-6 * m4[g].optimizer);
+    EXPECT_LT(m4[g].peak, m1[g].peak);
+  }
+}
+
+TEST(Moe, ImpossiblePlansAreRefused) {
+  const platform::Cluster c = test::cluster("dgx-h100", 2);
+  const ModelConfig six = small_moe(6, 2);
+  EXPECT_EQ(plan_error(kEp4, six, c),
+            "p.yaml:4: expert_parallel: 4 does not divide the 6 experts of small-moe (each rank "
+            "of the expert-parallel group holds experts / expert_parallel of each MoE layer)");
+  const ModelConfig m = small_moe();
+  EXPECT_EQ(plan_error("tensor_parallel: 2\npipeline_parallel: 2\ndata_parallel: 4\n"
+                       "expert_parallel: 8\nsequence_parallel: true\nglobal_batch_size: 16\n",
+                       m, c),
+            "p.yaml:4: expert_parallel: 8 does not divide the 4 data-parallel replicas (the "
+            "expert-parallel groups are consecutive replicas, as in Megatron-LM)");
+  EXPECT_EQ(
+      plan_error("tensor_parallel: 2\npipeline_parallel: 2\ndata_parallel: 4\n"
+                 "expert_parallel: 4\nglobal_batch_size: 16\n",
+                 m, c),
+      "p.yaml:1: sequence_parallel: small-moe is a mixture of experts, and its layers' tokens "
+      "are dispatched from sequence-parallel shards: with tensor_parallel 2 it needs "
+      "sequence_parallel: true (Megatron-LM requires it)");
+  EXPECT_EQ(plan_error(kEp4 + "capacity_factor: 0\n", m, c),
+            "p.yaml:10: capacity_factor: expected a number above 0 and at most the expert count "
+            "(8), got 0 (leave it out for dropless routing)");
+  EXPECT_EQ(plan_error(kEp4 + "routing: {zipf: 1, sed: 3}\n", m, c),
+            "p.yaml:10: routing.sed: unknown key (did you mean \"seed\"?)");
+  EXPECT_EQ(plan_error(kEp4 + "routing: skewed\n", m, c),
+            "p.yaml:10: routing: expected uniform or a map {zipf: EXPONENT, seed: N}");
+  EXPECT_EQ(plan_error(plan_text(4, "", 3), m, c).substr(0, 60),
+            "p.yaml:4: expert_parallel: zero_stage 3 with expert parallel");
+  EXPECT_EQ(plan_error("expert_parallel: 2\ndata_parallel: 16\nglobal_batch_size: 16\n",
+                       test::small_gpt(), c),
+            "p.yaml:1: expert_parallel: small has no experts (a dense model; expert parallelism "
+            "and routing apply to a mixture of experts)");
+  // Models: a MoE key without experts, and more experts per token than experts.
+  auto model_error = [](const std::string& extra) {
+    try {
+      load_model_yaml_text(
+          "name: x\nfamily: gpt\nlayers: 2\nhidden: 64\nheads: 4\nvocab: 100\nsequence: 64\n"
+          "activation: gelu\nnorm: layernorm\nposition: learned\ntied_embeddings: true\n"
+          "causal: true\nbias: true\n" +
+              extra,
+          "x.yaml");
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(model_error("experts_per_token: 2\n"),
+            "x.yaml:14: experts_per_token: applies to a mixture of experts; give experts (the "
+            "routed experts per layer) too");
+  EXPECT_EQ(model_error("experts: 4\nexperts_per_token: 5\n"),
+            "x.yaml:15: experts_per_token: expected an integer from 1 to 4, got \"5\"");
+}
+
+}  // namespace
+}  // namespace hetsim::workload
