@@ -1,11 +1,50 @@
 // Megatron-LM: `torchrun ... pretrain_gpt.py` with the flags of megatron/training/arguments.py
 // (Megatron-Core, 2024-2025): degrees, batch, the interleaved schedule, the layer split, recompute,
 // sequence parallelism, the distributed optimizer (ZeRO-1), precision and gradient overlap.
+#include <fmt/format.h>
+
 #include <cmath>
 
 #include "sim/launch/launcher.h"
 
 namespace hetsim::launch {
+
+namespace {
+
+// Megatron-Core's MoE: experts, top-k, their FFN, the shared experts, which layers route
+// (--moe-layer-freq: an interval, or a 0/1 list where dense layers lead), expert parallelism
+// over the data-parallel ranks with the all-to-all dispatcher and grouped GEMMs (what hetsim
+// replays), and the capacity factor where the plan drops tokens.
+void add_moe_flags(const workload::ModelConfig& m, const workload::Plan& p,
+                   std::vector<std::string>& a) {
+  auto add = [&a](const char* flag, long value) {
+    a.emplace_back(flag);
+    a.push_back(std::to_string(value));
+  };
+  add("--num-experts", m.experts);
+  add("--moe-router-topk", m.experts_per_token);
+  add("--moe-ffn-hidden-size", m.expert_ffn_hidden);
+  if (m.shared_experts > 0) {
+    add("--moe-shared-expert-intermediate-size",
+        static_cast<long>(m.shared_experts) * m.expert_ffn_hidden);
+  }
+  if (m.dense_layers > 0) {
+    std::string pattern = "[";
+    for (int l = 0; l < m.layers; ++l) pattern += (l ? "," : "") + std::string(m.is_moe(l) ? "1" : "0");
+    a.emplace_back("--moe-layer-freq");
+    a.push_back(pattern + "]");
+  } else if (m.moe_every > 1) {
+    add("--moe-layer-freq", m.moe_every);
+  }
+  add("--expert-model-parallel-size", p.expert_parallel);
+  a.insert(a.end(), {"--moe-token-dispatcher-type", "alltoall", "--moe-grouped-gemm"});
+  if (p.capacity_factor > 0) {
+    a.emplace_back("--moe-expert-capacity-factor");
+    a.push_back(fmt::format("{}", p.capacity_factor));
+  }
+}
+
+}  // namespace
 
 void add_megatron_model_flags(const workload::ModelConfig& m, std::vector<std::string>& a) {
   auto add = [&a](const char* flag, long value) {
@@ -153,6 +192,7 @@ class MegatronLauncher final : public Launcher {
     add("--global-batch-size", lay.global_batch);
     add("--seq-length", p.sequence_length);
     add_megatron_model_flags(m, a);
+    if (m.moe()) add_moe_flags(m, p, a);
     if (p.recompute == workload::Recompute::selective) {
       a.insert(a.end(), {"--recompute-granularity", "selective"});
     } else if (p.recompute == workload::Recompute::full) {

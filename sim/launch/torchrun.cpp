@@ -22,6 +22,12 @@ class TorchrunLauncher final : public Launcher {
     l.framework = name();
     Layout lay = uniform_layout(t, "PyTorch DDP/FSDP");
     l.unsupported = lay.unsupported;
+    if (t.model->moe()) {
+      l.unsupported.push_back(
+          "mixture of experts (expert_parallel " + std::to_string(t.plan->expert_parallel) +
+          "): exported for Megatron-LM only (--framework megatron); here the experts are left "
+          "out of the launch");
+    }
     if (lay.tp > 1) {
       l.unsupported.push_back("tensor parallel " + std::to_string(lay.tp) +
                               ": plain DDP/FSDP has no tensor parallelism (use megatron or "
