@@ -43,9 +43,10 @@ double iteration_s(const std::vector<std::string>& args) {
   return j["iteration_time_s"].get<double>();
 }
 
-void export_small(const std::string& out, const std::vector<std::string>& plan_sets = {}) {
-  std::vector<std::string> args = {"export-chakra", "--model", "gpt3-125m", "--cluster",
-                                   "dgx-a100",      "--nodes", "1",         "--plan",
+void export_small(const std::string& out, const std::vector<std::string>& plan_sets = {},
+                  const std::string& model = "gpt3-125m") {
+  std::vector<std::string> args = {"export-chakra", "--model", model, "--cluster",
+                                   "dgx-a100",      "--nodes", "1",   "--plan",
                                    kPlan,           "--out",   out};
   args.insert(args.end(), plan_sets.begin(), plan_sets.end());
   const CommandResult r = run_hetsim(args);
@@ -58,16 +59,17 @@ void export_small(const std::string& out, const std::vector<std::string>& plan_s
 // here: each rank of a transfer or collective resumes when its own slice is done, not when its
 // group's last one is (the slices are alike), and byte counts rounded to whole bytes. Folded
 // replicas (simulate's default) move in lockstep, the same here as the replicas are symmetric.
-void expect_agreement(const std::string& name, const std::vector<std::string>& plan_sets) {
+void expect_agreement(const std::string& name, const std::vector<std::string>& plan_sets,
+                      const std::string& model = "gpt3-125m") {
   const TempDir dir("agree_" + name);
-  export_small(dir.str("et"), plan_sets);
+  export_small(dir.str("et"), plan_sets, model);
   for (int r = 0; r < 8; ++r)
     EXPECT_TRUE(fs::exists(dir.path / "et" / ("et." + std::to_string(r) + ".et")));
   EXPECT_TRUE(fs::exists(dir.path / "et" / "comm_group.json"));
   const double replayed = iteration_s(
       {"replay-chakra", dir.str("et"), "--cluster", "dgx-a100", "--nodes", "1", "--json"});
-  std::vector<std::string> sim = {"simulate", "--model", "gpt3-125m", "--cluster", "dgx-a100",
-                                  "--nodes",  "1",       "--plan",    kPlan,       "--json"};
+  std::vector<std::string> sim = {"simulate", "--model", model,    "--cluster", "dgx-a100",
+                                  "--nodes",  "1",       "--plan", kPlan,       "--json"};
   sim.insert(sim.end(), plan_sets.begin(), plan_sets.end());
   std::vector<std::string> exact = sim;
   exact.push_back("--exact");
@@ -95,6 +97,14 @@ TEST(ChakraCommand,
 TEST(ChakraCommand, ExportThenReplayGivesSimulatesIterationTimeOnTheInterleavedSchedule) {
   expect_agreement("interleaved",
                    {"--plan-set", "schedule=interleaved", "--plan-set", "interleave=3"});
+}
+
+TEST(ChakraCommand, ExportThenReplayGivesSimulatesIterationTimeWithExpertParallelAllToAlls) {
+  // A mixture of experts over the two replicas (expert parallel 2): each layer's all-to-alls
+  // become ALL_TO_ALL nodes over the pair of ranks that hold the experts.
+  expect_agreement("moe",
+                   {"--plan-set", "expert_parallel=2", "--plan-set", "sequence_parallel=true"},
+                   kSource + "/tests/data/gpt-moe-small.yaml");
 }
 
 TEST(ChakraCommand, ReplayPrintsTheIterationAndEachRank) {

@@ -39,6 +39,51 @@ TEST(Simulate, JsonHasTheDesignKeysAndConsistentFigures) {
               t, 1e-9);
 }
 
+TEST(Simulate, MixtureOfExpertsRunsEndToEndAndRefusesExpertDegreesThatDoNotFit) {
+  // Mixtral 8x7B on 64 H100 with its experts over 8 replicas (experiments/moe): the all-to-alls
+  // cross the NICs and are exposed; the folded replay gives the full one's time; it fits.
+  const std::string plan = std::string(HETSIM_SOURCE_DIR) + "/experiments/moe/mixtral-8x7b-64.yaml";
+  const std::vector<std::string> args = {
+      "simulate", "--model", "mixtral-8x7b", "--cluster", "dgx-h100",
+      "--nodes",  "8",       "--plan",       plan,        "--json"};
+  const CommandResult r = run_hetsim(args, Capture::stdout_only);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["oom"], false);
+  EXPECT_GT(j["breakdown_s"]["expert_parallel_exposed"].get<double>(), 0.0);
+  const auto& b = j["breakdown_s"];
+  EXPECT_NEAR(b["communication_exposed"].get<double>(),
+              b["tensor_parallel_exposed"].get<double>() +
+                  b["data_parallel_exposed"].get<double>() +
+                  b["expert_parallel_exposed"].get<double>(),
+              1e-9);
+  std::vector<std::string> exact = args;
+  exact.push_back("--exact");
+  const CommandResult e = run_hetsim(exact, Capture::stdout_only);
+  ASSERT_EQ(e.exit_code, 0) << e.output;
+  EXPECT_NEAR(nlohmann::json::parse(e.output)["iteration_time_s"].get<double>(),
+              j["iteration_time_s"].get<double>(), 1e-9 * j["iteration_time_s"].get<double>());
+  auto refused = [&](const std::string& set, const std::string& model) {
+    std::vector<std::string> a = {"simulate", "--model", model, "--cluster",  "dgx-h100", "--nodes",
+                                  "8",        "--plan",  plan,  "--plan-set", set};
+    const CommandResult x = run_hetsim(a);
+    EXPECT_EQ(x.exit_code, 2) << command_line(a) << "\n" << x.output;
+    return x.output;
+  };
+  EXPECT_EQ(refused("expert_parallel=3", "mixtral-8x7b"),
+            "hetsim: error: " + plan +
+                ": expert_parallel: 3 does not divide the 8 experts of mixtral-8x7b (each rank of "
+                "the expert-parallel group holds experts / expert_parallel of each MoE layer)\n");
+  EXPECT_EQ(refused("expert_parallel=16", "deepseek-moe-16b"),
+            "hetsim: error: " + plan +
+                ": expert_parallel: 16 does not divide the 8 data-parallel replicas (the "
+                "expert-parallel groups are consecutive replicas, as in Megatron-LM)\n");
+  EXPECT_EQ(refused("expert_parallel=2", "llama2-7b"),
+            "hetsim: error: " + plan +
+                ": expert_parallel: llama2-7b has no experts (a dense model; expert parallelism "
+                "and routing apply to a mixture of experts)\n");
+}
+
 TEST(Simulate, AsymmetricReplicasRunEachPipelineAndReduceGradientsBetweenThem) {
   // Two pipelines of different depths and splits (tests/data/plans/asymmetric.yaml): each
   // device is in its replica and stage; the batch is the replicas' shares; gradients cross
