@@ -41,7 +41,14 @@ std::string to_text(const Launch& l) {
     const std::string& a = l.command[i];
     const bool script = a.size() > 3 && a.compare(a.size() - 3, 3, ".py") == 0;
     if (i > 0) out += flags && a.rfind("--", 0) == 0 ? " \\\n    " : " ";
-    out += a;
+    // A word the shell would expand or split ("[0,1,1]" is a glob) goes in single quotes.
+    if (a.empty() || a.find_first_of(" \t\n[]*?{}()<>|&;$`'\"\\!#~") != std::string::npos) {
+      std::string q = "'";
+      for (char ch : a) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+      out += q + "'";
+    } else {
+      out += a;
+    }
     flags = flags || script;
   }
   out += "\n";

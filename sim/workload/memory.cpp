@@ -94,11 +94,14 @@ std::vector<DeviceMemory> memory_per_group(const TrainingJob& job) {
     double work = 0;
     if (p.recompute == Recompute::full) {
       double most = layer_activation_bytes(m, s, Recompute::none);
-      for (int l = st.first_layer; m.moe() && l < st.first_layer + st.layers; ++l) {
-        if (m.is_moe(l))
-          most = std::max(most,
-                          layer_activation_bytes(m, moe_shape(s, p, loads[static_cast<size_t>(l)]),
-                                                 Recompute::none));
+      for (size_t c = 0; m.moe() && c < chunk_act.size(); ++c) {
+        const int first = st.first_of(static_cast<int>(c));
+        for (int l = first; l < first + st.layers_of(static_cast<int>(c)); ++l) {
+          if (m.is_moe(l))
+            most = std::max(
+                most, layer_activation_bytes(m, moe_shape(s, p, loads[static_cast<size_t>(l)]),
+                                             Recompute::none));
+        }
       }
       work += most;
     }

@@ -44,22 +44,27 @@ int64_t ModelConfig::expert_layer_params(int layer) const {
 
 int ModelConfig::moe_layers_in(int first, int n) const {
   if (!moe() || n <= 0) return 0;
-  // MoE layers below `end`: dense_layers + i x moe_every for i from 0.
-  auto below = [&](int end) {
-    return end <= dense_layers ? 0 : (end - dense_layers + moe_every - 1) / moe_every;
-  };
+  // MoE layers below `end`: the multiples of moe_every from first_moe_layer() on.
+  const int from = first_moe_layer();
+  auto below = [&](int end) { return end <= from ? 0 : (end - from + moe_every - 1) / moe_every; };
   return below(first + n) - below(first);
+}
+
+int ModelConfig::first_moe_layer() const {
+  if (!moe()) return layers;
+  const int l = (dense_layers + moe_every - 1) / moe_every * moe_every;
+  return std::min(l, layers);
 }
 
 int64_t ModelConfig::layers_params(int first, int n) const {
   const int sparse = moe_layers_in(first, n);
   return static_cast<int64_t>(n - sparse) * layer_params() +
-         (sparse > 0 ? static_cast<int64_t>(sparse) * layer_params(dense_layers) : 0);
+         (sparse > 0 ? static_cast<int64_t>(sparse) * layer_params(first_moe_layer()) : 0);
 }
 
 int64_t ModelConfig::layers_expert_params(int first, int n) const {
   const int sparse = moe_layers_in(first, n);
-  return sparse > 0 ? static_cast<int64_t>(sparse) * expert_layer_params(dense_layers) : 0;
+  return sparse > 0 ? static_cast<int64_t>(sparse) * expert_layer_params(first_moe_layer()) : 0;
 }
 
 int64_t ModelConfig::embedding_params() const {
@@ -85,6 +90,11 @@ void validate(const ModelConfig& m, const std::string& file) {
   if (m.heads % m.kv_heads != 0) {
     throw bad("kv_heads", "expected a divisor of heads (" + std::to_string(m.heads) + "), got " +
                               std::to_string(m.kv_heads));
+  }
+  if (m.moe() && m.first_moe_layer() >= m.layers) {
+    throw bad("moe_every", "with dense_layers " + std::to_string(m.dense_layers) +
+                               " and moe_every " + std::to_string(m.moe_every) + ", none of the " +
+                               std::to_string(m.layers) + " layers is a MoE layer");
   }
   if (m.family != "gpt" && m.family != "llama" && m.family != "bert" && m.family != "gptneox") {
     throw bad("family",

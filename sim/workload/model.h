@@ -33,9 +33,9 @@ struct ModelConfig {
   // `experts` routed experts of `expert_ffn_hidden` each, of which every token visits
   // `experts_per_token` (top-k, chosen by a linear router over `experts` logits), beside
   // `shared_experts` that every token visits (DeepSeek). The first `dense_layers` layers keep the
-  // dense FFN of `ffn_hidden` (DeepSeek's first_k_dense_replace), and after them every
-  // `moe_every`-th layer is a MoE layer (DeepSpeed-MoE and Megatron-LM's moe_layer_freq: 2 puts
-  // experts in every other layer), the others dense.
+  // dense FFN of `ffn_hidden` (DeepSeek's first_k_dense_replace), and of the others, layer l is a
+  // MoE layer where l is a multiple of `moe_every` (Hugging Face's DeepSeek rule and Megatron-LM's
+  // moe_layer_freq: 2 puts experts in every other layer, from layer 0), the others dense.
   int experts = 0;
   int experts_per_token = 0;
   int expert_ffn_hidden = 0;
@@ -45,7 +45,7 @@ struct ModelConfig {
 
   bool moe() const { return experts > 0; }
   bool is_moe(int layer) const {
-    return experts > 0 && layer >= dense_layers && (layer - dense_layers) % moe_every == 0;
+    return experts > 0 && layer >= dense_layers && layer % moe_every == 0;
   }
   // Width of the query projection and of each of the key and value projections.
   int64_t q_width() const { return static_cast<int64_t>(heads) * head_dim; }
@@ -61,6 +61,8 @@ struct ModelConfig {
   int64_t layers_expert_params(int first, int n) const;
   // How many of layers [first, first + n) are MoE layers.
   int moe_layers_in(int first, int n) const;
+  // The first MoE layer (layers when there is none).
+  int first_moe_layer() const;
   // One FFN of width `ffn` (gelu: two matrices; swiglu: three), with its biases.
   int64_t mlp_params(int64_t ffn) const;
   int64_t embedding_params() const;  // token (+ learned positions)

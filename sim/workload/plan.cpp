@@ -146,8 +146,9 @@ void check_layered(const std::string& file, const YAML::Node& root, const Plan& 
 
 // expert_parallel, capacity_factor, routing: read; checked against the replicas in check_moe.
 void read_moe(const std::string& file, const YAML::Node& root, const ModelConfig& model, Plan& p) {
+  // At most 2^15: the expert gradients' keys hold the expert-parallel rank in 15 bits.
   p.expert_parallel =
-      static_cast<int>(get_int(file, root, "", "expert_parallel", 1, limits::kExperts, 1));
+      static_cast<int>(get_int(file, root, "", "expert_parallel", 1, limits::kExperts / 2, 1));
   if (!model.moe()) {
     for (const char* k : {"expert_parallel", "capacity_factor", "routing"}) {
       if (root[k] && !(std::string(k) == "expert_parallel" && p.expert_parallel == 1)) {
@@ -221,13 +222,16 @@ void check_moe(const std::string& file, const YAML::Node& root, const ModelConfi
                      "(Megatron-LM shards with its distributed optimizer, zero_stage 1); use "
                      "zero_stage 0 to 2");
   }
+  // Expert gradients are reduced stage by stage among the replicas of one expert-parallel rank
+  // in different groups: with several groups, every replica must split the layers alike.
+  const size_t lead = R > static_cast<size_t>(ep) ? 0 : R;
   for (size_t r = 0; r < R; ++r) {
     if (p.replicas[r].state_share > 0) {
       throw InputError(where(file, at) +
                        ": expert_parallel: state_share does not apply with expert parallelism "
                        "(the experts' state is sharded among fewer replicas than the rest)");
     }
-    const size_t first = r - r % static_cast<size_t>(ep);
+    const size_t first = lead < R ? lead : r - r % static_cast<size_t>(ep);
     const ReplicaPlan& a = p.replicas[first];
     const ReplicaPlan& b = p.replicas[r];
     bool same = a.micro_batches == b.micro_batches && a.stages.size() == b.stages.size();
@@ -235,6 +239,14 @@ void check_moe(const std::string& file, const YAML::Node& root, const ModelConfi
       same = a.stages[s].first_layer == b.stages[s].first_layer &&
              a.stages[s].layers == b.stages[s].layers &&
              a.stages[s].tensor_parallel() == b.stages[s].tensor_parallel();
+    }
+    if (!same && lead < R) {
+      throw InputError(fmt::format(
+          "{}: expert_parallel: replicas {} and {} differ in their stages or micro-batches; "
+          "with {} expert-parallel groups, each layer's experts are reduced among replicas of "
+          "different groups, and each all-to-all pairs the replicas of one group: every replica "
+          "needs the same stages (layers, tensor-parallel degree) and micro-batches",
+          where(file, at), first, r, R / static_cast<size_t>(ep)));
     }
     if (!same) {
       throw InputError(fmt::format(
@@ -290,6 +302,12 @@ void check_stage(const std::string& where_, const ModelConfig& model,
       throw InputError(where_ + ": tensor_parallel " + std::to_string(t) +
                        " does not divide ffn_hidden (" + std::to_string(model.ffn_hidden) + ")");
     }
+  }
+  if (model.moe() && model.expert_ffn_hidden % t != 0) {
+    throw InputError(where_ + ": tensor_parallel " + std::to_string(t) +
+                     " does not divide expert_ffn_hidden (" +
+                     std::to_string(model.expert_ffn_hidden) +
+                     "): each expert's FFN splits over the tensor-parallel ranks");
   }
   const std::string gpu = cluster.gpu(st.devices.front()).profile->name;
   for (platform::GpuId g : st.devices) {
@@ -771,6 +789,23 @@ std::vector<double> expert_loads(const ModelConfig& model, const Plan& plan) {
             std::pow(i + 1.0, -plan.routing_skew) / sum;
     } else {
       std::fill(pop.begin(), pop.end(), 1.0 / E);
+    }
+    // A token visits k distinct experts: none takes more than 1/k of the routed copies. The
+    // excess of those above goes to the rest in proportion to their popularity.
+    const double most_share = 1.0 / model.experts_per_token;
+    for (int pass = 0; pass < E; ++pass) {
+      double excess = 0, below = 0;
+      for (double& x : pop) {
+        if (x > most_share) {
+          excess += x - most_share;
+          x = most_share;
+        } else if (x < most_share) {
+          below += x;
+        }
+      }
+      if (excess <= 1e-15 || below <= 0) break;
+      for (double& x : pop)
+        if (x < most_share) x += excess * x / below;
     }
     double most = 0;
     for (int q = 0; q < ep; ++q) {

@@ -796,12 +796,19 @@ class Replayer {
         if (--*left > 0) return;
         const DpSync& d = job_.dp_syncs[sync];
         if (obs_) {
-          for (const auto& [g, index] : d.members) {
-            Task t;
-            t.kind = TaskKind::dp_comm;
-            t.index = index;
-            obs_->on_collective(job_, g, "dp", job_.groups[g].dp[index].name, t, start,
-                                engine_.now());
+          // Folded, an expert sync ran for every expert-parallel rank's copy (dp_plan).
+          const auto [g0, i0] = d.members.front();
+          const uint32_t copies = fold_ && job_.groups[g0].dp[i0].replicas > 0
+                                      ? static_cast<uint32_t>(job_.plan->expert_parallel)
+                                      : 1;
+          for (uint32_t c = 0; c < copies; ++c) {
+            for (const auto& [g, index] : d.members) {
+              Task t;
+              t.kind = TaskKind::dp_comm;
+              t.index = index;
+              obs_->on_collective(job_, g + c * stages_, "dp", job_.groups[g].dp[index].name, t,
+                                  start, engine_.now());
+            }
           }
         }
         // Folded, replica 0's group (the first member) stands for every copy.

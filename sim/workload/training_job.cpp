@@ -433,10 +433,17 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
       const bool last_virtual_holder = s == P - 1;
       GroupBuilder b(g, model, plan, cost, shape);
       // The dense layers' programs first (a model of MoE layers only has none).
-      if (model.moe_layers_in(st.first_layer, st.layers) < st.layers || st.layers == 0) {
-        b.piece("layer.fwd", layer_forward(model, shape));
-        b.piece("layer.bwd", layer_backward(model, shape));
-      }
+      const std::vector<Task>* dense_fwd = nullptr;
+      const std::vector<Task>* dense_bwd = nullptr;
+      auto dense_pieces = [&] {
+        if (!dense_fwd) {
+          dense_fwd = &b.piece("layer.fwd", layer_forward(model, shape));
+          dense_bwd = &b.piece("layer.bwd", layer_backward(model, shape));
+        }
+        return std::make_pair(dense_fwd, dense_bwd);
+      };
+      if (model.moe_layers_in(st.first_layer, st.layers) < st.layers || st.layers == 0)
+        dense_pieces();
       const auto& ef = b.piece("embedding.fwd", embedding_forward(model, shape));
       const auto& eb = b.piece("embedding.bwd", embedding_backward(model, shape));
       const auto& hf = b.piece("head.fwd", head_forward(model, shape));
@@ -445,10 +452,7 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
       // Layer l's programs: a MoE layer's by its load (layers of one load share them).
       std::map<double, std::pair<const std::vector<Task>*, const std::vector<Task>*>> moe_pieces;
       auto pieces_of = [&](int l) {
-        if (!model.is_moe(l)) {
-          return std::make_pair(&b.piece("layer.fwd", layer_forward(model, shape)),
-                                &b.piece("layer.bwd", layer_backward(model, shape)));
-        }
+        if (!model.is_moe(l)) return dense_pieces();
         const double load = loads[static_cast<size_t>(l)];
         auto it = moe_pieces.find(load);
         if (it == moe_pieces.end()) {

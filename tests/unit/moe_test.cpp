@@ -57,6 +57,16 @@ TEST(Moe, ModelsHaveTheirPublishedParameterCounts) {
   EXPECT_FALSE(ds13.is_moe(1));
   EXPECT_EQ(ds13.moe_layers_in(0, 24), 12);
   EXPECT_EQ(ds13.moe_layers_in(3, 4), 2);  // layers 4 and 6
+  // Hugging Face's and Megatron-LM's rule: layer l routes where l >= dense_layers and l is a
+  // multiple of moe_every (first_k_dense_replace 1, moe_layer_freq 2: layers 2, 4, ...).
+  const ModelConfig odd = small_moe(8, 2, "dense_layers: 1\nmoe_every: 2\n");
+  EXPECT_FALSE(odd.is_moe(0));
+  EXPECT_FALSE(odd.is_moe(1));
+  EXPECT_TRUE(odd.is_moe(2));
+  EXPECT_FALSE(odd.is_moe(3));
+  EXPECT_EQ(odd.first_moe_layer(), 2);
+  EXPECT_EQ(odd.moe_layers_in(0, 4), 1);
+  EXPECT_EQ(odd.params(), small_moe(8, 2, "dense_layers: 2\nmoe_every: 2\n").params());
 }
 
 TEST(Moe, ModelFlopsMatchMegatronCounter) {
@@ -211,6 +221,15 @@ TEST(Moe, RoutingImbalanceAndCapacity) {
   // Capacity 1.25 caps every expert at 1.25 / 8 of the tokens: a rank of 2 at 2.5 / 8 of them.
   for (double x : loads("routing: {zipf: 1.2, seed: 7}\ncapacity_factor: 1.25\n"))
     EXPECT_LE(x, 1.25 + 1e-12);
+  // A token visits k distinct experts, so no expert takes more than 1/k of the routed copies:
+  // with one expert per rank (EP 8, top 2), no rank more than 8 / 2 = 4 times an even share.
+  const platform::Cluster c8 = test::cluster("dgx-h100", 1);
+  const std::string ep8 =
+      "expert_parallel: 8\ndata_parallel: 8\nglobal_batch_size: 8\nrouting: {zipf: 4}\n";
+  for (double x : expert_loads(m, load_plan_text(ep8, "p.yaml", m, c8))) {
+    EXPECT_GT(x, 3.0);
+    EXPECT_LE(x, 4.0 + 1e-12);
+  }
   // One rank holds every expert: whatever the routing, it takes all the tokens.
   for (double x :
        expert_loads(m, load_plan_text(plan_text(1, "routing: {zipf: 2}\n"), "p.yaml", m, c)))
@@ -279,6 +298,24 @@ TEST(Moe, ImpossiblePlansAreRefused) {
                        test::small_gpt(), c),
             "p.yaml:1: expert_parallel: small has no experts (a dense model; expert parallelism "
             "and routing apply to a mixture of experts)");
+  // Several expert-parallel groups: every replica splits the layers alike.
+  EXPECT_EQ(plan_error("micro_batch_size: 1\nexpert_parallel: 2\nreplicas:\n"
+                       "  - {micro_batches: 2, stages: [{layers: 2, devices: [0]}, "
+                       "{layers: 2, devices: [1]}]}\n"
+                       "  - {micro_batches: 2, stages: [{layers: 2, devices: [2]}, "
+                       "{layers: 2, devices: [3]}]}\n"
+                       "  - {micro_batches: 2, stages: [{layers: 4, devices: [4]}]}\n"
+                       "  - {micro_batches: 2, stages: [{layers: 4, devices: [5]}]}\n",
+                       m, c),
+            "p.yaml:2: expert_parallel: replicas 0 and 2 differ in their stages or micro-batches; "
+            "with 2 expert-parallel groups, each layer's experts are reduced among replicas of "
+            "different groups, and each all-to-all pairs the replicas of one group: every replica "
+            "needs the same stages (layers, tensor-parallel degree) and micro-batches");
+  EXPECT_EQ(plan_error("tensor_parallel: 2\ndata_parallel: 8\nsequence_parallel: true\n"
+                       "global_batch_size: 8\n",
+                       small_moe(8, 2, "expert_ffn_hidden: 1001\n"), c),
+            "p.yaml: stage 0: tensor_parallel 2 does not divide expert_ffn_hidden (1001): each "
+            "expert's FFN splits over the tensor-parallel ranks");
   // Models: a MoE key without experts, and more experts per token than experts.
   auto model_error = [](const std::string& extra) {
     try {
@@ -296,6 +333,9 @@ TEST(Moe, ImpossiblePlansAreRefused) {
   EXPECT_EQ(model_error("experts_per_token: 2\n"),
             "x.yaml:14: experts_per_token: applies to a mixture of experts; give experts (the "
             "routed experts per layer) too");
+  EXPECT_EQ(model_error("experts: 4\nexperts_per_token: 2\ndense_layers: 1\nmoe_every: 2\n"),
+            "x.yaml: moe_every: with dense_layers 1 and moe_every 2, none of the 2 layers is a "
+            "MoE layer");
   EXPECT_EQ(model_error("experts: 4\nexperts_per_token: 5\n"),
             "x.yaml:15: experts_per_token: expected an integer from 1 to 4, got \"5\"");
 }
