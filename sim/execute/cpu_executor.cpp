@@ -52,6 +52,12 @@ void check_cpu_job(const workload::TrainingJob& job, int ranks) {
                      ": attention: the CPU backend has no fused (flash) attention kernel; "
                      "expected attention: standard");
   }
+  if (plan.context_parallel > 1) {
+    throw InputError(fmt::format(
+        "plan {}: context_parallel: the CPU backend does not run context parallelism yet (ring "
+        "attention spans replicas); expected context_parallel: 1, got {}",
+        plan.source, plan.context_parallel));
+  }
   if (plan.expert_parallel > 1) {
     throw InputError(fmt::format(
         "plan {}: expert_parallel: the CPU backend does not run expert parallelism yet (its "
@@ -364,8 +370,9 @@ class Rank {
           }
           break;
         }
-        case TaskKind::ep_comm:  // check_cpu_job refuses expert parallelism
-          throw RunError("execute: an expert-parallel all-to-all in a CPU job");
+        case TaskKind::ep_comm:  // check_cpu_job refuses expert and context parallelism
+        case TaskKind::cp_comm:
+          throw RunError("execute: an expert- or context-parallel collective in a CPU job");
         case TaskKind::tp_wait: {
           for (Async& a : tp_async_) {
             MPI_Wait(&a.request, MPI_STATUS_IGNORE);

@@ -68,7 +68,9 @@ nlohmann::ordered_json to_json(const Launch& l);
 // exact for uniform plans; for heterogeneous ones the closest uniform plan, with what it changes
 // in `unsupported`.
 struct Layout {
-  int tp = 1, pp = 1, dp = 1, interleave = 1;
+  // dp counts the replicas, context-parallel ranks included (tensor fastest, then context,
+  // then data: Megatron-LM's order); cp of them split each sequence.
+  int tp = 1, pp = 1, dp = 1, interleave = 1, cp = 1;
   int64_t micro_batch = 1, global_batch = 0;
   int micro_batches = 0;  // per replica
   // Layers per virtual stage; virtual stage c x pp + s is model chunk c of stage s.

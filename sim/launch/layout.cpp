@@ -75,7 +75,8 @@ Layout uniform_layout(const Target& t, const std::string& framework) {
   long total = 0;
   for (const auto& r : reps) total += r.micro_batches;
   l.micro_batches = std::max(1, static_cast<int>(std::lround(static_cast<double>(total) / l.dp)));
-  l.global_batch = l.micro_batches * l.micro_batch * l.dp;
+  l.cp = p.context_parallel;
+  l.global_batch = l.micro_batches * l.micro_batch * (l.dp / l.cp);
   for (int c = 0; c < l.interleave; ++c) {
     for (int s = 0; s < l.pp; ++s) l.stage_layers.push_back(r0.stages[s].layers_of(c));
   }

@@ -30,7 +30,8 @@ void add_moe_flags(const workload::ModelConfig& m, const workload::Plan& p,
   }
   if (m.dense_layers > 0) {
     std::string pattern = "[";
-    for (int l = 0; l < m.layers; ++l) pattern += (l ? "," : "") + std::string(m.is_moe(l) ? "1" : "0");
+    for (int l = 0; l < m.layers; ++l)
+      pattern += (l ? "," : "") + std::string(m.is_moe(l) ? "1" : "0");
     a.emplace_back("--moe-layer-freq");
     a.push_back(pattern + "]");
   } else if (m.moe_every > 1) {
@@ -168,6 +169,7 @@ class MegatronLauncher final : public Launcher {
          m.causal ? "pretrain_gpt.py" : "pretrain_bert.py"};
     add("--tensor-model-parallel-size", lay.tp);
     add("--pipeline-model-parallel-size", lay.pp);
+    if (lay.cp > 1) add("--context-parallel-size", lay.cp);
     check_megatron_shapes(m, lay.tp, "Megatron-LM", l.unsupported);
     if (p.schedule == workload::Schedule::gpipe) {
       l.unsupported.push_back(

@@ -105,7 +105,7 @@ void ChromeTrace::on_collective(const workload::TrainingJob&, uint32_t group, co
                                 const std::string& name, const workload::Task& t, Time start,
                                 Time end) {
   // Tensor- and expert-parallel collectives belong to a micro-batch; data-parallel ones do not.
-  const uint8_t kind = stream[0] == 't' ? 1 : stream[0] == 'e' ? 4 : 2;
+  const uint8_t kind = stream[0] == 't' ? 1 : stream[0] == 'e' || stream[0] == 'c' ? 4 : 2;
   if (kind != 2 && !keep_mb(t.micro_batch)) return;
   records_.push_back(Record{kind, group, 0, t, start, end, name});
 }
@@ -130,8 +130,9 @@ void ChromeTrace::write(std::ostream& out, const workload::TrainingJob& job) {
   // Names: a process per node, a thread per GPU stream.
   // A thread per stream: compute, tensor-parallel, data-parallel, and expert-parallel where
   // the plan has it (tid 4 x local GPU + stream; transfers start on the compute thread).
-  static const char* streams[] = {"compute", "tensor-parallel", "data-parallel", "expert-parallel"};
-  const int stream_count = job.plan->expert_parallel > 1 ? 4 : 3;
+  const char* streams[] = {"compute", "tensor-parallel", "data-parallel",
+                           job.plan->expert_parallel > 1 ? "expert-parallel" : "context-parallel"};
+  const int stream_count = job.plan->expert_parallel > 1 || job.plan->context_parallel > 1 ? 4 : 3;
   std::set<uint32_t> nodes;
   for (platform::GpuId d = 0; d < c.gpu_count(); ++d) {
     if (!keep_dev(d)) continue;

@@ -52,6 +52,7 @@ TrainingReport make_training_report(const workload::TrainingJob& job,
     r.tp_exposed_s += t.tp_wait.seconds() * n;
     r.dp_exposed_s += t.dp_wait.seconds() * n;
     r.ep_exposed_s += t.ep_wait.seconds() * n;
+    r.cp_exposed_s += t.cp_wait.seconds() * n;
     r.bubble_s += (t.pp_wait + (result.iteration - t.finish)).seconds() * n;
     for (platform::GpuId d : g.devices) {
       DeviceReport dr;
@@ -75,9 +76,11 @@ TrainingReport make_training_report(const workload::TrainingJob& job,
   r.tp_exposed_s /= devices;
   r.dp_exposed_s /= devices;
   r.ep_exposed_s /= devices;
+  r.cp_exposed_s /= devices;
   r.expert_parallel = p.expert_parallel;
+  r.context_parallel = p.context_parallel;
   r.bubble_s /= devices;
-  r.communication_exposed_s = r.tp_exposed_s + r.dp_exposed_s + r.ep_exposed_s;
+  r.communication_exposed_s = r.tp_exposed_s + r.dp_exposed_s + r.ep_exposed_s + r.cp_exposed_s;
   r.mfu = r.model_flops / (r.iteration_time_s * peak);
   if (unpriced.empty()) {
     // Every GPU is paid for the whole iteration, busy or waiting.
@@ -117,6 +120,7 @@ nlohmann::ordered_json to_json(const TrainingReport& r) {
                       {"tensor_parallel_exposed", r.tp_exposed_s},
                       {"data_parallel_exposed", r.dp_exposed_s}};
   if (r.expert_parallel > 1) j["breakdown_s"]["expert_parallel_exposed"] = r.ep_exposed_s;
+  if (r.context_parallel > 1) j["breakdown_s"]["context_parallel_exposed"] = r.cp_exposed_s;
   // Null, not absent, when a GPU type has no price: the reader learns which ones.
   if (r.cost_per_iteration_usd >= 0) {
     j["cost_per_iteration_usd"] = r.cost_per_iteration_usd;
@@ -357,7 +361,8 @@ std::string to_text(const TrainingReport& r) {
       format_time(r.compute_s), 100 * r.compute_s / it, format_time(r.communication_exposed_s),
       100 * r.communication_exposed_s / it, format_time(r.tp_exposed_s),
       format_time(r.dp_exposed_s),
-      r.expert_parallel > 1 ? ", expert all-to-all " + format_time(r.ep_exposed_s) : "",
+      (r.expert_parallel > 1 ? ", expert all-to-all " + format_time(r.ep_exposed_s) : "") +
+          (r.context_parallel > 1 ? ", ring attention " + format_time(r.cp_exposed_s) : ""),
       format_time(r.bubble_s), 100 * r.bubble_s / it);
   s += "  op costs from  ";
   for (size_t i = 0; i < r.cost_sources.size(); ++i) s += (i ? "; " : "") + r.cost_sources[i];

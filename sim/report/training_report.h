@@ -32,7 +32,10 @@ struct TrainingReport {
   double compute_s = 0, communication_exposed_s = 0, bubble_s = 0;
   double tp_exposed_s = 0, dp_exposed_s = 0;
   double ep_exposed_s = 0;  // MoE layers' all-to-alls (expert parallelism)
-  int expert_parallel = 1;
+  // Ring attention's gradient exchange (context parallelism; its key/value exchange overlaps the
+  // attention kernel, and what that leaves exposed is in tp_exposed_s)
+  double cp_exposed_s = 0;
+  int expert_parallel = 1, context_parallel = 1;
   double cost_per_iteration_usd = -1;      // when every GPU type has a price
   std::vector<std::string> unpriced_gpus;  // GPU types without price_per_hour, sorted
   double price_per_hour_usd = -1;          // every GPU's price_per_hour, summed

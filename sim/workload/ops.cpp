@@ -86,7 +86,9 @@ struct Builder {
     Op op;
     op.name = forward ? "attention" : "attention.bwd";
     op.kind = forward ? OpKind::attention_forward : OpKind::attention_backward;
-    op.batch = s.micro_batch;
+    // Context parallel: the rank's queries against each of the cp blocks of keys and values, as
+    // cp blocks of the local length (causal work balanced: 1/cp of the whole on every rank).
+    op.batch = s.micro_batch * s.context_parallel;
     op.heads = heads;
     op.seq = s.sequence;
     op.head_dim = m.head_dim;
@@ -95,16 +97,16 @@ struct Builder {
     // Q K^T and P V: 4 b s^2 d per head; backward 2x (dQ, dK, dV, dP), counted in full for the
     // MFU numerator as Narayanan et al. do; causal kernels skip half of it.
     const double fwd =
-        attention_flops(s.micro_batch, heads, s.sequence, m.head_dim, false, false, false);
+        attention_flops(op.batch, heads, s.sequence, m.head_dim, false, false, false);
     op.model_flops = forward ? fwd : 2 * fwd;
     // Standard attention computes the whole s x s score matrix, masks it, and stores it for the
     // backward; flash attention does neither (attention_flops).
-    op.flops = attention_flops(s.micro_batch, heads, s.sequence, m.head_dim, m.causal,
-                               s.flash_attention, !forward);
+    op.flops = attention_flops(op.batch, heads, s.sequence, m.head_dim, m.causal, s.flash_attention,
+                               !forward);
     const double kv_local = std::max<int64_t>(1, m.kv_heads / s.tensor_parallel);
     const double qkvo = e * tokens() * m.head_dim * (2.0 * heads + 2.0 * kv_local);
     const double scores =
-        s.flash_attention ? 0 : e * s.micro_batch * heads * double(s.sequence) * s.sequence;
+        s.flash_attention ? 0 : e * op.batch * heads * double(s.sequence) * s.sequence;
     // Standard attention moves the scores about 6 times forward (write S, fused scale-mask-
     // softmax read and write, dropout read and write plus its mask, read by P V) and 9 times
     // backward; flash attention keeps them on chip.
@@ -120,6 +122,19 @@ struct Builder {
     st.comm = k;
     st.comm_bytes = bytes;
     st.async = async;
+    steps.push_back(st);
+  }
+  // Ring attention's exchange over the context-parallel group: every rank's keys and values
+  // (all-gather of the result's `bytes`) or their gradients (reduce-scatter).
+  void context_comm(CommKind k, bool async) {
+    if (s.context_parallel == 1) return;
+    const double kv = std::max<int64_t>(1, m.kv_heads / s.tensor_parallel);
+    Step st;
+    st.op.name = k == CommKind::allgather ? "cp.kv" : "cp.dkv";
+    st.comm = k;
+    st.comm_bytes = e * tokens() * s.context_parallel * m.head_dim * kv * 2;
+    st.async = async;
+    st.context = true;
     steps.push_back(st);
   }
   // An all-to-all over the expert-parallel group: `bytes` per rank, 1/EP of it to each peer.
@@ -285,6 +300,7 @@ std::vector<Step> layer_forward(const ModelConfig& m, const LayerShape& s) {
   b.enter_tp_fwd();
   b.linear_fwd("qkv", h, qkv);
   if (m.position == Position::rotary) b.memory("rotary", b.e * b.tokens() * qkv * 2);
+  b.context_comm(CommKind::allgather, true);
   b.attention(true);
   b.linear_fwd("proj", m.q_width() / t, h);
   b.leave_tp_fwd();
@@ -332,7 +348,9 @@ std::vector<Step> layer_backward(const ModelConfig& m, const LayerShape& s) {
   b.enter_tp_fwd();
   b.linear_dgrad("proj", m.q_width() / t, h);
   b.linear_wgrad("proj", m.q_width() / t, h);
+  b.context_comm(CommKind::allgather, true);
   b.attention(false);
+  b.context_comm(CommKind::reducescatter, false);
   if (m.position == Position::rotary) b.memory("rotary.bwd", b.e * b.tokens() * qkv * 2);
   b.linear_dgrad("qkv", h, qkv);
   b.comm(s.sequence_parallel ? CommKind::reducescatter : CommKind::allreduce, b.boundary_bytes(),
@@ -385,7 +403,10 @@ std::vector<Step> head_backward(const ModelConfig& m, const LayerShape& s) {
 
 std::vector<Step> attention_recompute(const ModelConfig& m, const LayerShape& s) {
   Builder b(m, s);
-  if (!s.flash_attention) b.attention(true);
+  if (!s.flash_attention) {
+    b.context_comm(CommKind::allgather, true);
+    b.attention(true);
+  }
   return b.steps;
 }
 

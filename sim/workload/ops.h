@@ -49,6 +49,9 @@ struct Step {
   double comm_bytes = 0;  // nccl-tests size of the collective (per rank; total for AG / RS)
   bool async = false;
   bool expert = false;
+  // Over the context-parallel group (ring attention's key/value exchange); `async` ones overlap
+  // the attention kernel after them.
+  bool context = false;
 };
 
 struct LayerShape {
@@ -67,6 +70,11 @@ struct LayerShape {
   bool moe_layer = false;
   int expert_parallel = 1;
   double expert_load = 1;
+  // Context parallelism (ring attention, Megatron-LM's context_parallel_size): `sequence` is this
+  // rank's share of the whole sequence of sequence x context_parallel tokens; attention runs the
+  // rank's queries against every rank's keys and values, passed around the group while it
+  // computes, with the causal work balanced over the ranks (two chunks each).
+  int context_parallel = 1;
 };
 
 // The programs of one transformer layer (a MoE layer where shape.moe_layer), and of the embedding

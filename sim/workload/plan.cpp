@@ -369,6 +369,7 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
                       "gradient_reduction",
                       "gradient_accumulation",
                       "expert_parallel",
+                      "context_parallel",
                       "capacity_factor",
                       "routing",
                       "perturbations"});
@@ -444,8 +445,8 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
   if (root["replicas"]) {
     // Heterogeneous: replicas and stages spelled out.
     p.uniform = false;
-    for (const char* k :
-         {"tensor_parallel", "pipeline_parallel", "data_parallel", "devices", "stage_layers"}) {
+    for (const char* k : {"tensor_parallel", "pipeline_parallel", "data_parallel", "devices",
+                          "stage_layers", "context_parallel"}) {
       if (root[k]) {
         throw InputError(where(file, root[k]) + ": " + k +
                          ": give either uniform degrees or replicas, not both");
@@ -610,14 +611,36 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
     devices.resize(cluster.gpu_count());
     std::iota(devices.begin(), devices.end(), 0);
   }
-  const long dp_default = static_cast<long>(devices.size()) / (tp * pp);
+  const int cp = static_cast<int>(get_int(file, root, "", "context_parallel", 1, limits::kGpus, 1));
+  p.context_parallel = cp;
+  if (cp > 1) {
+    // Megatron-LM splits each sequence into 2 cp chunks, two per rank (the first and the last
+    // of the causal mask's rows), so that every rank's share of the causal work is the same.
+    const long chunks = model.causal ? 2L * cp : cp;
+    if (p.sequence_length % chunks != 0) {
+      throw InputError(fmt::format(
+          "{}: context_parallel: {} does not split sequence_length {} into {} equal chunks "
+          "({} per rank, for the causal mask's balance); use a degree whose {} divides the "
+          "sequence",
+          where(file, root["context_parallel"]), cp, p.sequence_length, chunks,
+          model.causal ? 2 : 1, model.causal ? "double" : "value"));
+    }
+    if (p.expert_parallel > 1) {
+      throw InputError(where(file, root["context_parallel"]) +
+                       ": context_parallel: with expert_parallel is not modelled yet (the expert "
+                       "groups would fold over the context-parallel ranks); use one of them");
+    }
+  }
+  const long dp_default = static_cast<long>(devices.size()) / (static_cast<long>(tp) * pp * cp);
   const int dp = static_cast<int>(
       get_int(file, root, "", "data_parallel", 1, limits::kGpus, std::max(1L, dp_default)));
-  if (static_cast<size_t>(tp) * pp * dp != devices.size()) {
+  if (static_cast<size_t>(tp) * pp * dp * cp != devices.size()) {
+    const std::string with_cp = cp > 1 ? " x context_parallel" : "";
+    const std::string cp_n = cp > 1 ? " x " + std::to_string(cp) : "";
     throw InputError(
-        file + ": tensor_parallel x pipeline_parallel x data_parallel = " + std::to_string(tp) +
-        " x " + std::to_string(pp) + " x " + std::to_string(dp) + " = " +
-        std::to_string(static_cast<long>(tp) * pp * dp) + ", but the plan has " +
+        file + ": tensor_parallel x pipeline_parallel x data_parallel" + with_cp + " = " +
+        std::to_string(tp) + " x " + std::to_string(pp) + " x " + std::to_string(dp) + cp_n +
+        " = " + std::to_string(static_cast<long>(tp) * pp * dp * cp) + ", but the plan has " +
         std::to_string(devices.size()) + " GPUs" +
         (root["devices"] ? " (devices)" : " (the whole cluster; set devices to use fewer)"));
   }
@@ -659,7 +682,7 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
   }
   // The work is known before the replicas are laid out: tp x dp ranks each run m micro-batches
   // over the whole model's layers, a pipeline stage's share of them each.
-  check_work(file, static_cast<long>(tp) * dp * m * model.layers);
+  check_work(file, static_cast<long>(tp) * dp * cp * m * model.layers);
   // Layers per virtual stage (model chunk c of stage s is virtual stage c x pp + s; without
   // interleaving, the stages): equal, or when they do not divide, one more on the middle ones,
   // so the first and last (which also hold the embedding and the head) get fewer: Llama 3
@@ -699,7 +722,9 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
     }
   }
   for (int k = 1; k < vstages; ++k) vfirst[k] = vfirst[k - 1] + vlayers[k - 1];
-  for (int r = 0; r < dp; ++r) {
+  // Replica r = data-parallel rank x cp + context-parallel rank (tensor fastest, then context).
+  const int replicas = dp * cp;
+  for (int r = 0; r < replicas; ++r) {
     ReplicaPlan rep;
     rep.micro_batches = m;
     for (int s = 0; s < pp; ++s) {
@@ -712,7 +737,7 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
           st.chunk_first.push_back(vfirst[c * pp + s]);
         }
       }
-      for (int t = 0; t < tp; ++t) st.devices.push_back(devices[t + tp * (r + dp * s)]);
+      for (int t = 0; t < tp; ++t) st.devices.push_back(devices[t + tp * (r + replicas * s)]);
       check_stage(file + ": stage " + std::to_string(s), model, cluster, st);
       rep.stages.push_back(std::move(st));
     }
@@ -747,7 +772,8 @@ std::vector<int> layer_segments(const Plan& plan, int layers) {
 LayerShape stage_shape(const Plan& plan, int tensor_parallel) {
   LayerShape shape;
   shape.micro_batch = plan.micro_batch_size;
-  shape.sequence = plan.sequence_length;
+  shape.sequence = plan.sequence_length / plan.context_parallel;
+  shape.context_parallel = plan.context_parallel;
   shape.tensor_parallel = tensor_parallel;
   shape.sequence_parallel = plan.sequence_parallel && tensor_parallel > 1;
   shape.flash_attention = plan.flash_attention;

@@ -76,6 +76,11 @@ struct Plan {
   // even share; `routing_skew` > 0 draws each layer's expert popularity from a Zipf law of that
   // exponent over a seeded permutation of the experts (expert_loads).
   int expert_parallel = 1;
+  // Context parallelism (uniform plans): each replica's sequences split over context_parallel
+  // consecutive replicas (Megatron-LM's order: tensor, context, data, pipeline), which run ring
+  // attention among them; replicas = data_parallel x context_parallel, gradients reduced over
+  // all of them.
+  int context_parallel = 1;
   double capacity_factor = 0;
   double routing_skew = 0;
   uint64_t routing_seed = 1;

@@ -194,7 +194,7 @@ class Replayer {
     Time wait_start;
     int tp_inflight = 0;
     uint32_t dp_issued = 0, dp_done = 0;
-    uint32_t ep_reached = 0;  // expert-parallel all-to-alls reached so far
+    uint32_t ep_reached = 0, cp_reached = 0;  // expert- and context-parallel collectives so far
     bool dp_busy = false;
     std::vector<uint8_t> arrived;  // [dir][chunk][mb]
     uint32_t mbs = 0;
@@ -220,6 +220,9 @@ class Replayer {
         break;
       case WaitReason::expert_parallel:
         s.times.ep_wait += waited;
+        break;
+      case WaitReason::context_parallel:
+        s.times.cp_wait += waited;
         break;
       case WaitReason::none:
         break;
@@ -334,12 +337,19 @@ class Replayer {
           block(g, WaitReason::data_parallel);
           return;
         case TaskKind::ep_comm:
+        case TaskKind::cp_comm:
           if (opt_.free_communication) {
             ++s.pc;
             continue;
           }
-          block(g, WaitReason::expert_parallel);
-          ep_offer(g, t.index);
+          if (grp.comms[t.index].async) {
+            group_offer(g, t.index, s.pc);
+            ++s.pc;
+            continue;
+          }
+          block(g, t.kind == TaskKind::ep_comm ? WaitReason::expert_parallel
+                                               : WaitReason::context_parallel);
+          group_offer(g, t.index, s.pc);
           return;
       }
     }
@@ -358,8 +368,8 @@ class Replayer {
       const Group& grp = job_.groups[g];
       for (uint32_t i = 0; i < grp.comms.size(); ++i) {
         if (grp.comms[i].measured) continue;
-        if (grp.comms[i].expert) {
-          ep_plan(g, i);
+        if (grp.comms[i].expert || grp.comms[i].context) {
+          group_plan(g, i);
         } else {
           tp_plan(g, i);
         }
@@ -398,7 +408,7 @@ class Replayer {
       for (auto& p : *plans) add_plan(p);
     for (auto& [k, plans] : dp_plans_)
       for (auto& p : *plans) add_plan(p);
-    for (auto& [k, plans] : ep_plans_)
+    for (auto& [k, plans] : group_plans_)
       for (auto& p : *plans) add_plan(p);
     for (auto& [k, p] : paths_) lists.push_back(&p->links);
     const size_t links = c_.capacities().size();
@@ -672,29 +682,32 @@ class Replayer {
     return *slot;
   }
 
-  // ---- expert parallel -------------------------------------------------------------------
-  // A MoE layer's all-to-all: stage s of the expert_parallel consecutive replicas of group q,
-  // one all-to-all per tensor-parallel rank j among the members' rank j. Folded, every group's
-  // copies move in lockstep with replica 0's: one plan over every group's links.
-  uint32_t ep_group_of(uint32_t g) const {
-    return job_.groups[g].replica / static_cast<uint32_t>(job_.plan->expert_parallel);
+  // ---- expert and context parallel ----------------------------------------------------------
+  // A collective among the same stage of `size` consecutive replicas, one per tensor-parallel
+  // rank j among the members' rank j: a MoE layer's all-to-all over the expert-parallel group,
+  // or ring attention's exchange over the context-parallel group. Folded, every group's copies
+  // move in lockstep with replica 0's: one plan over every group's links.
+  uint32_t group_size(const CommTemplate& ct) const {
+    return static_cast<uint32_t>(ct.context ? job_.plan->context_parallel
+                                            : job_.plan->expert_parallel);
   }
 
-  const Plans& ep_plan(uint32_t g, uint32_t index) {
+  const Plans& group_plan(uint32_t g, uint32_t index) {
     const Group& grp = job_.groups[g];
     const CommTemplate& ct = grp.comms[index];
-    const uint32_t q0 = ep_group_of(g), ep = static_cast<uint32_t>(job_.plan->expert_parallel);
-    auto& slot = ep_plans_[{q0, grp.stage, ct.bytes}];
+    const uint32_t size = group_size(ct), q0 = grp.replica / size;
+    auto& slot =
+        group_plans_[{q0, grp.stage, ct.context, static_cast<uint32_t>(ct.kind), ct.bytes}];
     if (slot) return *slot;
-    unsealed("expert-parallel");
+    unsealed(ct.context ? "context-parallel" : "expert-parallel");
     slot = std::make_unique<Plans>();
-    const uint32_t groups = fold_ ? replicas_ / ep : 1;
+    const uint32_t groups = fold_ ? replicas_ / size : 1;
     for (size_t j = 0; j < grp.devices.size(); ++j) {
       Plans copies;
       for (uint32_t q = q0; q < q0 + groups; ++q) {
         std::vector<platform::GpuId> ranks;
-        for (uint32_t i = 0; i < ep; ++i)
-          ranks.push_back(job_.group(q * ep + i, grp.stage).devices[j]);
+        for (uint32_t i = 0; i < size; ++i)
+          ranks.push_back(job_.group(q * size + i, grp.stage).devices[j]);
         copies.push_back(plan_for(ct.kind, ct.bytes, ranks));
       }
       if (copies.size() > 1) {
@@ -705,41 +718,52 @@ class Replayer {
     return *slot;
   }
 
-  // A group reaches its n-th all-to-all; the members' n-th run together when all are there
-  // (folded: replica 0's group stands for its whole group).
-  void ep_offer(uint32_t g, uint32_t index) {
+  // A group reaches its n-th such collective (task `pc`); the members' n-th run together when
+  // all are there (folded: replica 0's group stands for its whole group). A blocking one resumes
+  // each member when done; an async one (ring attention's key/value exchange) counts among the
+  // member's collectives in flight, which its next tp_wait waits for.
+  void group_offer(uint32_t g, uint32_t index, size_t pc) {
     const Group& grp = job_.groups[g];
-    const uint32_t n = st_[g].ep_reached++;
-    const uint32_t ep = static_cast<uint32_t>(job_.plan->expert_parallel);
-    std::vector<uint32_t> members;
+    const CommTemplate& ct = grp.comms[index];
+    State& s = st_[g];
+    const uint32_t n = ct.context ? s.cp_reached++ : s.ep_reached++;
+    if (ct.async) ++s.tp_inflight;
+    std::vector<std::pair<uint32_t, size_t>> members;
     if (fold_) {
-      members.push_back(g);
+      members.emplace_back(g, pc);
     } else {
-      const uint32_t q = ep_group_of(g);
-      auto& ready = ep_ready_[{q, grp.stage, n}];
-      if (++ready < ep) return;
-      ep_ready_.erase({q, grp.stage, n});
-      for (uint32_t i = 0; i < ep; ++i) members.push_back(job_.first_group[q * ep + i] + grp.stage);
+      const uint32_t size = group_size(ct), q = grp.replica / size;
+      auto& ready = group_ready_[{q, grp.stage, ct.context, n}];
+      ready.emplace_back(g, pc);
+      if (ready.size() < size) return;
+      members = std::move(ready);
+      group_ready_.erase({q, grp.stage, ct.context, n});
     }
     const Time start = engine_.now();
-    auto done = [this, members, start] {
-      for (uint32_t m : members) {
+    const bool async = ct.async;
+    const char* stream = ct.context ? "cp" : "ep";
+    auto done = [this, members, start, async, stream] {
+      for (const auto& [m, at] : members) {
         if (obs_) {
-          const Task& t = job_.groups[m].program[st_[m].pc];
+          const Task& t = job_.groups[m].program[at];
           for_copies(m, [&](uint32_t c) {
-            obs_->on_collective(job_, c, "ep", job_.groups[m].comms[t.index].name, t, start,
+            obs_->on_collective(job_, c, stream, job_.groups[m].comms[t.index].name, t, start,
                                 engine_.now());
           });
         }
-        resume(m);
+        State& st = st_[m];
+        if (!async) {
+          resume(m);
+        } else if (--st.tp_inflight == 0 && st.blocked == WaitReason::tensor_parallel) {
+          resume(m);
+        }
       }
     };
-    const CommTemplate& ct = grp.comms[index];
     if (ct.measured) {
       engine_.schedule_in(*ct.measured, std::move(done));
       return;
     }
-    launch(ep_plan(g, index), std::move(done));
+    launch(group_plan(g, index), std::move(done));
   }
 
   // ---- data parallel ---------------------------------------------------------------------
@@ -847,10 +871,12 @@ class Replayer {
   // Plans by member set, tensor-parallel rank, kind and bytes: buckets of one size share one.
   std::map<std::tuple<uint32_t, uint32_t, uint32_t, double>, std::unique_ptr<Plans>> dp_plans_;
   std::map<uint32_t, uint32_t> dp_ready_;  // sync -> members that offered it
-  // Expert-parallel all-to-all plans by group, stage and bytes; members waiting by group, stage
-  // and the all-to-all's ordinal.
-  std::map<std::tuple<uint32_t, uint32_t, double>, std::unique_ptr<Plans>> ep_plans_;
-  std::map<std::tuple<uint32_t, uint32_t, uint32_t>, uint32_t> ep_ready_;
+  // Expert- and context-parallel plans by group, stage, which, kind and bytes; the members
+  // waiting (group, task) by group, stage, which and the collective's ordinal.
+  std::map<std::tuple<uint32_t, uint32_t, bool, uint32_t, double>, std::unique_ptr<Plans>>
+      group_plans_;
+  std::map<std::tuple<uint32_t, uint32_t, bool, uint32_t>, std::vector<std::pair<uint32_t, size_t>>>
+      group_ready_;
   std::map<uint32_t, uint32_t> tied_ready_;  // replica -> end stages waiting
   std::map<std::pair<uint32_t, uint32_t>, std::unique_ptr<Plans>> tied_plans_;
   std::list<std::unique_ptr<network::CollectiveRun>> runs_;

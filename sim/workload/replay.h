@@ -12,7 +12,14 @@
 
 namespace hetsim::workload {
 
-enum class WaitReason { none, tensor_parallel, pipeline, data_parallel, expert_parallel };
+enum class WaitReason {
+  none,
+  tensor_parallel,
+  pipeline,
+  data_parallel,
+  expert_parallel,
+  context_parallel
+};
 
 // Observers attach tracing and statistics; the replay never tests for them.
 class ReplayObserver {
@@ -35,6 +42,8 @@ struct GroupTimes {
   Time tp_wait, pp_wait, dp_wait;
   Time ep_wait;  // in a MoE layer's all-to-alls (waiting for the expert-parallel group, and the
                  // transfer itself)
+  Time cp_wait;  // in ring attention's gradient exchange (its key/value exchange overlaps the
+                 // attention kernel; what it leaves exposed is in tp_wait)
   Time finish;
 };
 

@@ -87,11 +87,12 @@ class GroupBuilder {
       if (st.comm != CommKind::none) {
         flush();
         Task t;
-        t.kind = st.expert ? TaskKind::ep_comm : TaskKind::tp_comm;
+        t.kind = st.expert ? TaskKind::ep_comm : st.context ? TaskKind::cp_comm : TaskKind::tp_comm;
         t.index = static_cast<uint32_t>(g_.comms.size());
         g_.comms.push_back(
             CommTemplate{st.comm, st.comm_bytes, st.async && !st.expert, st.op.name});
         g_.comms.back().expert = st.expert;
+        g_.comms.back().context = st.context;
         tasks.push_back(t);
         wait_after_next = st.async && !st.expert;
         continue;
@@ -225,7 +226,7 @@ TrainingJob skeleton_job(const ModelConfig& model, const Plan& plan,
   job.chunks = plan.interleave;
   job.activation_bytes_per_transfer = element_bytes(plan.precision) *
                                       static_cast<double>(plan.micro_batch_size) *
-                                      plan.sequence_length * model.hidden;
+                                      (plan.sequence_length / plan.context_parallel) * model.hidden;
   for (size_t r = 0; r < plan.replicas.size(); ++r) {
     job.first_group.push_back(static_cast<uint32_t>(job.groups.size()));
     const int P = plan.stages(r);
@@ -336,11 +337,16 @@ void measured_collectives(TrainingJob& job, const CostModel& cost) {
     std::vector<platform::GpuId> experts;
     for (uint32_t r = g.replica - g.replica % ep; r < g.replica - g.replica % ep + ep; ++r)
       experts.push_back(job.group(r, g.stage).devices.front());
+    const uint32_t cp = static_cast<uint32_t>(job.plan->context_parallel);
+    std::vector<platform::GpuId> contexts;
+    for (uint32_t r = g.replica - g.replica % cp; r < g.replica - g.replica % cp + cp; ++r)
+      contexts.push_back(job.group(r, g.stage).devices.front());
     for (CommTemplate& ct : g.comms) {
-      if (ct.expert) {
-        if (one_type(experts))
-          ct.measured =
-              cost.collective_time(ct.kind, ct.bytes, static_cast<int>(ep), nodes(experts), *g.gpu);
+      if (ct.expert || ct.context) {
+        const auto& peers = ct.expert ? experts : contexts;
+        if (one_type(peers))
+          ct.measured = cost.collective_time(ct.kind, ct.bytes, static_cast<int>(peers.size()),
+                                             nodes(peers), *g.gpu);
         continue;
       }
       ct.measured = cost.collective_time(ct.kind, ct.bytes, tp, nodes(g.devices), *g.gpu);
@@ -399,8 +405,8 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
   }
   const double e = element_bytes(plan.precision);
   const double grad_bytes = plan.fp32_main_grads ? 4 : e;
-  job.activation_bytes_per_transfer =
-      e * static_cast<double>(plan.micro_batch_size) * plan.sequence_length * model.hidden;
+  job.activation_bytes_per_transfer = e * static_cast<double>(plan.micro_batch_size) *
+                                      (plan.sequence_length / plan.context_parallel) * model.hidden;
   // Mixture of experts: each MoE layer's load (routing imbalance), and whether the experts'
   // gradients are reduced apart from the rest, among the replicas of one expert-parallel rank.
   const std::vector<double> loads = expert_loads(model, plan);

@@ -28,6 +28,8 @@ enum class TaskKind : uint8_t {
   tied,     // all-reduce the tied embedding's gradients with the replica's other end stage
   ep_comm,  // a MoE layer's all-to-all over the expert-parallel group (the same stage of
             // expert_parallel consecutive replicas, rank by rank); blocks until done
+  cp_comm,  // ring attention's exchange over the context-parallel group (the same stage of
+            // context_parallel consecutive replicas); an async one is waited for by tp_wait
 };
 
 enum class Pass : uint8_t { forward, backward, recompute, other };
@@ -55,7 +57,8 @@ struct CommTemplate {
   // Calibration measured this collective on these GPUs (CostModel::collective_time): it takes
   // that long, and the network model is not asked.
   std::optional<Time> measured = std::nullopt;
-  bool expert = false;  // over the expert-parallel group (an ep_comm task), not the stage's ranks
+  bool expert = false;   // over the expert-parallel group (an ep_comm task), not the stage's ranks
+  bool context = false;  // over the context-parallel group (a cp_comm task)
 };
 
 // A data-parallel collective: one per tensor-parallel rank, over that rank's peers in the other
