@@ -24,17 +24,7 @@ class DeepSpeedLauncher final : public Launcher {
     l.config_file = "ds_config.json";
     const Layout lay = uniform_layout(t, "DeepSpeed");
     l.unsupported = lay.unsupported;
-    if (t.plan->context_parallel > 1) {
-      l.unsupported.push_back("context parallel " + std::to_string(t.plan->context_parallel) +
-                              ": exported for Megatron-LM only (--framework megatron); here "
-                              "the context-parallel ranks run as data-parallel ones");
-    }
-    if (t.model->moe()) {
-      l.unsupported.push_back(
-          "mixture of experts (expert_parallel " + std::to_string(t.plan->expert_parallel) +
-          "): exported for Megatron-LM only (--framework megatron); here the experts are left "
-          "out of the launch");
-    }
+    add_megatron_only(t, l.unsupported);
     const auto [nodes, per_node] = place_ranks(t, lay, "deepspeed", l);
     std::vector<std::string>& a = l.command;
     auto add = [&a](const char* flag, long value) {

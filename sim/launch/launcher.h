@@ -82,6 +82,9 @@ struct Layout {
 };
 // `framework` names the framework in the lines ("Megatron-LM needs one pipeline degree").
 Layout uniform_layout(const Target& t, const std::string& framework);
+// What only the Megatron-LM export carries (context parallelism, a mixture of experts), as
+// lines of `unsupported` for the other frameworks.
+void add_megatron_only(const Target& t, std::vector<std::string>& unsupported);
 
 // Processes per node and the node order for `ranks` (torchrun starts the same number on each
 // node, ranks node by node). Sets l.hosts (when not the default order) and l.env, and adds to

@@ -23,6 +23,20 @@ std::string split_text(const std::vector<int>& layers) {
   return s;
 }
 
+void add_megatron_only(const Target& t, std::vector<std::string>& unsupported) {
+  if (t.plan->context_parallel > 1) {
+    unsupported.push_back("context parallel " + std::to_string(t.plan->context_parallel) +
+                          ": exported for Megatron-LM only (--framework megatron); here the "
+                          "context-parallel ranks run as data-parallel ones");
+  }
+  if (t.model->moe()) {
+    unsupported.push_back("mixture of experts (expert_parallel " +
+                          std::to_string(t.plan->expert_parallel) +
+                          "): exported for Megatron-LM only (--framework megatron); here the "
+                          "experts are left out of the launch");
+  }
+}
+
 Layout uniform_layout(const Target& t, const std::string& framework) {
   const workload::Plan& p = *t.plan;
   const auto& reps = p.replicas;

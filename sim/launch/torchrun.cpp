@@ -22,17 +22,7 @@ class TorchrunLauncher final : public Launcher {
     l.framework = name();
     Layout lay = uniform_layout(t, "PyTorch DDP/FSDP");
     l.unsupported = lay.unsupported;
-    if (t.plan->context_parallel > 1) {
-      l.unsupported.push_back("context parallel " + std::to_string(t.plan->context_parallel) +
-                              ": exported for Megatron-LM only (--framework megatron); here "
-                              "the context-parallel ranks run as data-parallel ones");
-    }
-    if (t.model->moe()) {
-      l.unsupported.push_back(
-          "mixture of experts (expert_parallel " + std::to_string(t.plan->expert_parallel) +
-          "): exported for Megatron-LM only (--framework megatron); here the experts are left "
-          "out of the launch");
-    }
+    add_megatron_only(t, l.unsupported);
     if (lay.tp > 1) {
       l.unsupported.push_back("tensor parallel " + std::to_string(lay.tp) +
                               ": plain DDP/FSDP has no tensor parallelism (use megatron or "

@@ -148,25 +148,24 @@ struct Builder {
     steps.push_back(st);
   }
   // `count` GEMMs of (mm x kk) . (kk x nn) in one launch (a MoE layer's grouped GEMM over its
-  // local experts, as a batched GEMM); the MFU numerator counts `model_mm` rows each.
+  // local experts, as a batched GEMM); the MFU numerator counts `model_rows` token rows where
+  // the shape has `rows` (the most loaded rank's): mm forward and dgrad, kk for wgrad.
+  void grouped(const std::string& name, int64_t count, int64_t mm, int64_t nn, int64_t kk,
+               double rows, double model_rows) {
+    gemm(name, mm, nn, kk);
+    Op& op = steps.back().op;
+    op.batch = count;
+    op.flops *= static_cast<double>(count);
+    op.bytes *= static_cast<double>(count);
+    op.model_flops = op.flops * model_rows / rows;
+  }
   void grouped_gemm(const std::string& name, int64_t count, int64_t mm, int64_t nn, int64_t kk,
                     double model_mm) {
-    gemm(name, mm, nn, kk);
-    Op& op = steps.back().op;
-    op.batch = count;
-    op.flops *= static_cast<double>(count);
-    op.bytes *= static_cast<double>(count);
-    op.model_flops = 2.0 * model_mm * nn * kk * count;
+    grouped(name, count, mm, nn, kk, static_cast<double>(mm), model_mm);
   }
-  // The weight gradients of a grouped GEMM: `count` of (mm x kk) . (kk x nn), kk the rows.
   void grouped_wgrad(const std::string& name, int64_t count, int64_t mm, int64_t nn, int64_t kk,
                      double model_kk) {
-    gemm(name, mm, nn, kk);
-    Op& op = steps.back().op;
-    op.batch = count;
-    op.flops *= static_cast<double>(count);
-    op.bytes *= static_cast<double>(count);
-    op.model_flops = 2.0 * mm * nn * model_kk * count;
+    grouped(name, count, mm, nn, kk, static_cast<double>(kk), model_kk);
   }
   // The activation of one layer boundary (tokens x hidden), whole.
   double boundary_bytes() const { return e * tokens() * m.hidden; }

@@ -3,8 +3,10 @@
 
 #include <string>
 
+#include "sim/core/error.h"
 #include "sim/platform/cluster.h"
 #include "sim/workload/model.h"
+#include "sim/workload/plan.h"
 
 namespace hetsim::test {
 
@@ -21,6 +23,17 @@ inline workload::ModelConfig small_gpt(int layers = 8) {
           "\nhidden: 1024\nheads: 16\nvocab: 50304\nsequence: 1024\nactivation: gelu\n"
           "norm: layernorm\nposition: learned\ntied_embeddings: true\ncausal: true\nbias: true\n",
       "small.yaml");
+}
+
+// What loading a plan's text (as "p.yaml") says: its InputError's message, or "no error".
+inline std::string plan_error(const std::string& text, const workload::ModelConfig& m,
+                              const platform::Cluster& c) {
+  try {
+    workload::load_plan_text(text, "p.yaml", m, c);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "no error";
 }
 
 }  // namespace hetsim::test

@@ -26,14 +26,7 @@ ModelConfig small_moe(int experts = 8, int top = 2, const std::string& extra = "
       "small-moe.yaml");
 }
 
-std::string plan_error(const std::string& text, const ModelConfig& m, const platform::Cluster& c) {
-  try {
-    load_plan_text(text, "p.yaml", m, c);
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using test::plan_error;
 
 TEST(Moe, ModelsHaveTheirPublishedParameterCounts) {
   // Mixtral 8x7B: 46,702,792,704 parameters in the released checkpoint, from YAML and from its

@@ -12,6 +12,7 @@
 #include "sim/report/training_report.h"
 #include "sim/workload/memory.h"
 #include "sim/workload/replay.h"
+#include "tests/unit/fixtures.h"
 
 namespace hetsim::workload {
 namespace {
@@ -31,15 +32,7 @@ ModelConfig small_gpt(int layers = 8, int vocab = 50304) {
       "small.yaml");
 }
 
-// What loading a plan's text says: its InputError's message, or "no error".
-std::string plan_error(const std::string& text, const ModelConfig& m, const platform::Cluster& c) {
-  try {
-    load_plan_text(text, "p.yaml", m, c);
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using test::plan_error;
 
 struct Replayed {
   TrainingJob job;
