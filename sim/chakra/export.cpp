@@ -163,12 +163,9 @@ class Exporter {
           // Over rank k of this stage in every replica of the expert- or context-parallel
           // group; an async one (ring attention's key/value exchange) joins the next wait.
           const workload::CommTemplate& ct = grp.comms[t.index];
-          const uint32_t size = static_cast<uint32_t>(ct.context ? job_.plan->context_parallel
-                                                                 : job_.plan->expert_parallel);
-          const uint32_t first = grp.replica - grp.replica % size;
           std::vector<platform::GpuId> peers;
-          for (uint32_t r = first; r < first + size; ++r)
-            peers.push_back(job_.group(r, grp.stage).devices[k]);
+          for (uint32_t m : job_.peer_groups(g, job_.group_size(ct)))
+            peers.push_back(job_.groups[m].devices[k]);
           const uint64_t id = add(c, collective(fmt::format("{} mb{}", ct.name, t.micro_batch),
                                                 ct.kind, ct.bytes, group(peers)));
           if (ct.async) {

@@ -40,7 +40,7 @@ std::vector<DeviceMemory> memory_per_group(const TrainingJob& job) {
   const Plan& p = *job.plan;
   const ModelConfig& m = *job.model;
   const double e = element_bytes(p.precision);
-  const std::vector<double> loads = expert_loads(m, p);
+  const std::vector<double> loads = m.moe() ? expert_loads(m, p) : std::vector<double>{};
   std::vector<DeviceMemory> out;
   for (const Group& g : job.groups) {
     DeviceMemory mem;
@@ -68,12 +68,12 @@ std::vector<DeviceMemory> memory_per_group(const TrainingJob& job) {
     // Each chunk's stored activations: dense layers alike, MoE layers by their load.
     std::vector<double> chunk_act(static_cast<size_t>(std::max(1, job.chunks)), 0.0);
     for (size_t c = 0; c < chunk_act.size(); ++c) {
-      const int first = st.first_of(static_cast<int>(c));
-      for (int l = first; l < first + st.layers_of(static_cast<int>(c)); ++l) {
-        chunk_act[c] += m.is_moe(l)
-                            ? layer_activation_bytes(
-                                  m, moe_shape(s, p, loads[static_cast<size_t>(l)]), p.recompute)
-                            : per_layer;
+      const int first = st.first_of(static_cast<int>(c)), n = st.layers_of(static_cast<int>(c));
+      chunk_act[c] = per_layer * (n - m.moe_layers_in(first, n));
+      for (int l = first; m.moe() && l < first + n; ++l) {
+        if (m.is_moe(l))
+          chunk_act[c] += layer_activation_bytes(m, moe_shape(s, p, loads[static_cast<size_t>(l)]),
+                                                 p.recompute);
       }
     }
     // Walk the schedule: a forward pass stores its chunk's activations until its backward.

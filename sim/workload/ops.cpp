@@ -429,18 +429,20 @@ double model_flops_per_iteration(const ModelConfig& m, int64_t batch, int64_t se
   auto add = [&](const std::vector<Step>& steps) {
     for (const Step& st : steps) f += st.op.model_flops;
   };
-  add(layer_forward(m, s));
-  add(layer_backward(m, s));
-  const int moe = m.moe_layers_in(0, m.layers);
-  f *= m.layers - moe;
-  if (moe > 0) {
-    const double dense = f;
-    LayerShape x = s;
-    x.moe_layer = true;
+  // One layer of each kind, forward and backward, times its count.
+  auto layers = [&](const LayerShape& x, int count) {
+    const double before = f;
     f = 0;
     add(layer_forward(m, x));
     add(layer_backward(m, x));
-    f = dense + f * moe;
+    f = before + f * count;
+  };
+  const int moe = m.moe_layers_in(0, m.layers);
+  layers(s, m.layers - moe);
+  if (moe > 0) {
+    LayerShape x = s;
+    x.moe_layer = true;
+    layers(x, moe);
   }
   add(head_forward(m, s));
   add(head_backward(m, s));

@@ -223,15 +223,16 @@ void check_moe(const std::string& file, const YAML::Node& root, const ModelConfi
                      "zero_stage 0 to 2");
   }
   // Expert gradients are reduced stage by stage among the replicas of one expert-parallel rank
-  // in different groups: with several groups, every replica must split the layers alike.
-  const size_t lead = R > static_cast<size_t>(ep) ? 0 : R;
+  // in different groups: with several groups, every replica must split the layers as replica 0;
+  // with one, as the others of its group.
+  const bool several = R > static_cast<size_t>(ep);
   for (size_t r = 0; r < R; ++r) {
     if (p.replicas[r].state_share > 0) {
       throw InputError(where(file, at) +
                        ": expert_parallel: state_share does not apply with expert parallelism "
                        "(the experts' state is sharded among fewer replicas than the rest)");
     }
-    const size_t first = lead < R ? lead : r - r % static_cast<size_t>(ep);
+    const size_t first = several ? 0 : r - r % static_cast<size_t>(ep);
     const ReplicaPlan& a = p.replicas[first];
     const ReplicaPlan& b = p.replicas[r];
     bool same = a.micro_batches == b.micro_batches && a.stages.size() == b.stages.size();
@@ -240,7 +241,7 @@ void check_moe(const std::string& file, const YAML::Node& root, const ModelConfi
              a.stages[s].layers == b.stages[s].layers &&
              a.stages[s].tensor_parallel() == b.stages[s].tensor_parallel();
     }
-    if (!same && lead < R) {
+    if (!same && several) {
       throw InputError(fmt::format(
           "{}: expert_parallel: replicas {} and {} differ in their stages or micro-batches; "
           "with {} expert-parallel groups, each layer's experts are reduced among replicas of "

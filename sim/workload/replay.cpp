@@ -687,15 +687,10 @@ class Replayer {
   // rank j among the members' rank j: a MoE layer's all-to-all over the expert-parallel group,
   // or ring attention's exchange over the context-parallel group. Folded, every group's copies
   // move in lockstep with replica 0's: one plan over every group's links.
-  uint32_t group_size(const CommTemplate& ct) const {
-    return static_cast<uint32_t>(ct.context ? job_.plan->context_parallel
-                                            : job_.plan->expert_parallel);
-  }
-
   const Plans& group_plan(uint32_t g, uint32_t index) {
     const Group& grp = job_.groups[g];
     const CommTemplate& ct = grp.comms[index];
-    const uint32_t size = group_size(ct), q0 = grp.replica / size;
+    const uint32_t size = job_.group_size(ct), q0 = grp.replica / size;
     auto& slot =
         group_plans_[{q0, grp.stage, ct.context, static_cast<uint32_t>(ct.kind), ct.bytes}];
     if (slot) return *slot;
@@ -706,8 +701,8 @@ class Replayer {
       Plans copies;
       for (uint32_t q = q0; q < q0 + groups; ++q) {
         std::vector<platform::GpuId> ranks;
-        for (uint32_t i = 0; i < size; ++i)
-          ranks.push_back(job_.group(q * size + i, grp.stage).devices[j]);
+        for (uint32_t m : job_.peer_groups(job_.first_group[q * size] + grp.stage, size))
+          ranks.push_back(job_.groups[m].devices[j]);
         copies.push_back(plan_for(ct.kind, ct.bytes, ranks));
       }
       if (copies.size() > 1) {
@@ -732,7 +727,7 @@ class Replayer {
     if (fold_) {
       members.emplace_back(g, pc);
     } else {
-      const uint32_t size = group_size(ct), q = grp.replica / size;
+      const uint32_t size = job_.group_size(ct), q = grp.replica / size;
       auto& ready = group_ready_[{q, grp.stage, ct.context, n}];
       ready.emplace_back(g, pc);
       if (ready.size() < size) return;
@@ -769,16 +764,20 @@ class Replayer {
   // ---- data parallel ---------------------------------------------------------------------
   // Shard j of a data-parallel collective (tensor-parallel rank j's part, where the members
   // share one degree): among the member ranks that hold it.
-  // Folded, a MoE plan's expert gradients (among the replicas of one expert-parallel rank) run
-  // in every rank's copy at once: replica 0's members, shifted by each rank.
+  // Folded, a sync among some of the replicas (a MoE plan's expert gradients, among those of
+  // one expert-parallel rank) stands for the copies among the others: replica 0's members, each
+  // shifted by c replicas, for c below replicas / members. 1 for a sync of every replica.
+  uint32_t sync_copies(const DpSync& ds) const {
+    return fold_ ? replicas_ / static_cast<uint32_t>(job_.dp_peers[ds.peers].size()) : 1;
+  }
+
   const Plans& dp_plan(uint32_t sync, uint32_t j) {
     const DpSync& ds = job_.dp_syncs[sync];
     const DpCollective& dc = job_.groups[ds.members.front().first].dp[ds.members.front().second];
     auto& slot = dp_plans_[{ds.peers, j, static_cast<uint32_t>(dc.kind), ds.piece_bytes}];
     if (slot) return *slot;
     unsealed("data-parallel");
-    const uint32_t copies =
-        fold_ && dc.replicas > 0 ? static_cast<uint32_t>(job_.plan->expert_parallel) : 1;
+    const uint32_t copies = sync_copies(ds);
     Plans plans;
     for (uint32_t c = 0; c < copies; ++c) {
       std::vector<platform::GpuId> ranks;
@@ -820,11 +819,8 @@ class Replayer {
         if (--*left > 0) return;
         const DpSync& d = job_.dp_syncs[sync];
         if (obs_) {
-          // Folded, an expert sync ran for every expert-parallel rank's copy (dp_plan).
-          const auto [g0, i0] = d.members.front();
-          const uint32_t copies = fold_ && job_.groups[g0].dp[i0].replicas > 0
-                                      ? static_cast<uint32_t>(job_.plan->expert_parallel)
-                                      : 1;
+          // Folded, a sync among some of the replicas ran for every copy (dp_plan).
+          const uint32_t copies = sync_copies(d);
           for (uint32_t c = 0; c < copies; ++c) {
             for (const auto& [g, index] : d.members) {
               Task t;

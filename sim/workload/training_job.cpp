@@ -330,20 +330,15 @@ void measured_collectives(TrainingJob& job, const CostModel& cost) {
       return c.gpu(g).profile == c.gpu(ranks.front()).profile;
     });
   };
-  const uint32_t ep = static_cast<uint32_t>(job.plan->expert_parallel);
-  for (Group& g : job.groups) {
+  for (uint32_t gi = 0; gi < job.groups.size(); ++gi) {
+    Group& g = job.groups[gi];
     const int tp = static_cast<int>(g.devices.size());
-    // The expert-parallel group: tensor-parallel rank 0 of this stage in each replica of it.
-    std::vector<platform::GpuId> experts;
-    for (uint32_t r = g.replica - g.replica % ep; r < g.replica - g.replica % ep + ep; ++r)
-      experts.push_back(job.group(r, g.stage).devices.front());
-    const uint32_t cp = static_cast<uint32_t>(job.plan->context_parallel);
-    std::vector<platform::GpuId> contexts;
-    for (uint32_t r = g.replica - g.replica % cp; r < g.replica - g.replica % cp + cp; ++r)
-      contexts.push_back(job.group(r, g.stage).devices.front());
     for (CommTemplate& ct : g.comms) {
       if (ct.expert || ct.context) {
-        const auto& peers = ct.expert ? experts : contexts;
+        // Tensor-parallel rank 0 of this stage in each replica of the group.
+        std::vector<platform::GpuId> peers;
+        for (uint32_t m : job.peer_groups(gi, job.group_size(ct)))
+          peers.push_back(job.groups[m].devices.front());
         if (one_type(peers))
           ct.measured = cost.collective_time(ct.kind, ct.bytes, static_cast<int>(peers.size()),
                                              nodes(peers), *g.gpu);
@@ -409,7 +404,7 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
                                       (plan.sequence_length / plan.context_parallel) * model.hidden;
   // Mixture of experts: each MoE layer's load (routing imbalance), and whether the experts'
   // gradients are reduced apart from the rest, among the replicas of one expert-parallel rank.
-  const std::vector<double> loads = expert_loads(model, plan);
+  const std::vector<double> loads = model.moe() ? expert_loads(model, plan) : std::vector<double>{};
   const int ep = plan.expert_parallel;
   const bool split_experts = model.moe() && ep > 1;
   const uint32_t edp = static_cast<uint32_t>(plan.replicas.size()) / static_cast<uint32_t>(ep);

@@ -129,6 +129,20 @@ struct TrainingJob {
   const Group& group(uint32_t replica, uint32_t stage) const {
     return groups[first_group[replica] + stage];
   }
+  // The replicas a cross-replica collective runs among: expert_parallel of them for a MoE
+  // layer's all-to-all, context_parallel for ring attention's exchange.
+  uint32_t group_size(const CommTemplate& ct) const {
+    return static_cast<uint32_t>(ct.context ? plan->context_parallel : plan->expert_parallel);
+  }
+  // The groups of `group`'s stage in the `size` consecutive replicas that hold its replica (its
+  // expert- or context-parallel group), in replica order.
+  std::vector<uint32_t> peer_groups(uint32_t group, uint32_t size) const {
+    const Group& g = groups[group];
+    std::vector<uint32_t> out;
+    for (uint32_t r = g.replica - g.replica % size; r < g.replica - g.replica % size + size; ++r)
+      out.push_back(first_group[r] + g.stage);
+    return out;
+  }
   uint32_t stages_of(uint32_t replica) const {
     return first_group[replica + 1] - first_group[replica];
   }
