@@ -474,6 +474,8 @@ Time MeasuredCostModel::duration(const Op& op, const config::GpuProfile& gpu,
     case OpKind::memory:
       s = predict_size("memory", memory_kernel_of(op.name), SizePoint{op.bytes, 1, {}});
       break;
+    case OpKind::conv:  // no convolution table yet: the datasheet's implicit GEMM
+      break;
   }
   if (!s) return ds;
   // A CPU's kernel is a function call: its measured time is all there is.
@@ -553,6 +555,8 @@ std::string MeasuredCostModel::coverage(const Op& op, const config::GpuProfile& 
       for (const SizePoint& s : it->second) lo = std::min(lo, s.bytes), hi = std::max(hi, s.bytes);
       return op.bytes >= lo && op.bytes <= hi ? measured : beyond;
     }
+    case OpKind::conv:
+      return "datasheet (no convolution table)";
   }
   return source(op, gpu);
 }

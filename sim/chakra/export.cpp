@@ -31,6 +31,7 @@ CommType comm_type(CommKind k) {
     case CommKind::alltoall:
       return CommType::all_to_all;
     case CommKind::allreduce:
+    case CommKind::halo:  // convolutional networks are refused before an export
     case CommKind::none:
       break;
   }

@@ -129,7 +129,7 @@ class Kernels {
       } else if (op.kind == OpKind::memory) {
         mem = std::max(
             mem, calibrate::cpu::elements_for(calibrate::memory_kernel_of(op.name), op.bytes));
-      } else {
+      } else if (op.kind != OpKind::conv) {
         auto key = std::make_tuple(op.batch, op.heads, op.seq, op.head_dim, op.causal);
         if (!attention_.count(key)) {
           attention_[key] = std::make_unique<calibrate::cpu::Attention>(op.batch, op.heads, op.seq,
@@ -164,6 +164,8 @@ class Kernels {
                             k, ma_, mb_, mc_, calibrate::cpu::elements_for(k, op.bytes));
         break;
       }
+      case OpKind::conv:  // convolutional networks are refused before a run (execute_command)
+        break;
     }
   }
 
@@ -537,6 +539,7 @@ class Rank {
           MPI_Alltoall(data, part, MPI_FLOAT, data + need, part, MPI_FLOAT, comm);
         }
         break;
+      case CommKind::halo:  // convolutional networks are refused before a run
       case CommKind::none:
         break;
     }

@@ -27,6 +27,8 @@ const char* kind_name(OpKind k) {
       return "attention_backward";
     case OpKind::memory:
       return "memory";
+    case OpKind::conv:
+      return "conv";
   }
   return "memory";
 }

@@ -19,12 +19,12 @@ using platform::GpuId;
 
 std::string to_string(Op op) {
   static const char* names[] = {"allreduce", "allgather", "reducescatter",
-                                "alltoall",  "broadcast", "sendrecv"};
+                                "alltoall",  "broadcast", "sendrecv", "halo"};
   return names[static_cast<int>(op)];
 }
 
 std::optional<Op> parse_op(const std::string& s) {
-  for (int i = 0; i <= static_cast<int>(Op::sendrecv); ++i) {
+  for (int i = 0; i <= static_cast<int>(Op::halo); ++i) {
     if (to_string(static_cast<Op>(i)) == s) return static_cast<Op>(i);
   }
   return std::nullopt;
@@ -56,6 +56,8 @@ double busbw_factor(Op op, size_t n) {
     case Op::reducescatter:
     case Op::alltoall:
       return (dn - 1) / dn;
+    case Op::halo:
+      return n > 2 ? 2 : 1;
     default:
       return 1;
   }
@@ -167,12 +169,15 @@ class Builder {
         add_hierarchical(wire);
         break;
       case Algorithm::direct: {
-        if (r_.op != Op::alltoall && r_.op != Op::sendrecv) {
-          throw InputError("--algorithm direct applies to alltoall and sendrecv only");
+        if (r_.op != Op::alltoall && r_.op != Op::sendrecv && r_.op != Op::halo) {
+          throw InputError("--algorithm direct applies to alltoall, sendrecv and halo only");
         }
         const auto& ranks = r_.ranks;
         for (size_t i = 0; i < n; ++i) {
-          if (r_.op == Op::sendrecv) {
+          if (r_.op == Op::halo) {
+            if (i > 0) add_p2p(ranks[i], ranks[i - 1], wire);
+            if (i + 1 < n) add_p2p(ranks[i], ranks[i + 1], wire);
+          } else if (r_.op == Op::sendrecv) {
             add_p2p(ranks[i], ranks[(i + 1) % n], wire);
           } else {
             for (size_t k = 1; k < n; ++k) add_p2p(ranks[i], ranks[(i + k) % n], wire / n);
@@ -563,7 +568,7 @@ CollectivePlan plan_collective(const Cluster& c, const CollectiveRequest& r) {
   std::vector<Algorithm> algorithms;
   if (r.algorithm) {
     algorithms = {*r.algorithm};
-  } else if (r.op == Op::alltoall || r.op == Op::sendrecv) {
+  } else if (r.op == Op::alltoall || r.op == Op::sendrecv || r.op == Op::halo) {
     algorithms = {Algorithm::direct};
   } else if (r.op == Op::allreduce) {
     algorithms = {Algorithm::ring, Algorithm::tree};

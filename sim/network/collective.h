@@ -12,7 +12,9 @@
 
 namespace hetsim::network {
 
-enum class Op { allreduce, allgather, reducescatter, alltoall, broadcast, sendrecv };
+// halo: every rank sends `bytes` to each of its neighbours in rank order (the first and the last
+// have one): the halo exchange of a spatially split (domain-parallel) convolution.
+enum class Op { allreduce, allgather, reducescatter, alltoall, broadcast, sendrecv, halo };
 std::string to_string(Op op);
 std::optional<Op> parse_op(const std::string& s);
 std::optional<Algorithm> parse_algorithm(const std::string& s);
@@ -29,7 +31,8 @@ enum class Expansion { steady, stepwise };
 struct CollectiveRequest {
   Op op = Op::allreduce;
   // nccl-tests' size: the buffer of one rank for all-reduce, broadcast, send/recv and
-  // all-to-all; the total (count x ranks) for all-gather and reduce-scatter.
+  // all-to-all; the total (count x ranks) for all-gather and reduce-scatter; for a halo
+  // exchange, what one rank sends to one neighbour.
   double bytes = 0;
   std::vector<platform::GpuId> ranks;
   std::optional<Algorithm> algorithm;  // nullopt: choose
@@ -73,7 +76,7 @@ bool ll128_by_default(const platform::Cluster& c, const std::vector<platform::Gp
 double estimate_seconds(const platform::Cluster& c, const CollectivePlan& p);
 
 // nccl-tests' bus bandwidth factor: 2(n-1)/n for all-reduce, (n-1)/n for all-gather,
-// reduce-scatter and all-to-all, 1 otherwise.
+// reduce-scatter and all-to-all, 2 for a halo exchange (an inner rank's two sends), 1 otherwise.
 double busbw_factor(Op op, size_t ranks);
 
 }  // namespace hetsim::network

@@ -92,7 +92,8 @@ DatasheetEfficiency load_datasheet_efficiency(const std::string& path) {
   const YAML::Node root = load_yaml(text, file);
   check_keys(
       file, root, "",
-      {"gemm", "attention", "memory", "kernel_overhead", "host_per_kernel", "architectures"});
+      {"gemm", "attention", "memory", "conv", "kernel_overhead", "host_per_kernel",
+       "architectures"});
   DatasheetEfficiency e;
   const YAML::Node g = require(file, root, "", "gemm");
   check_keys(file, g, "gemm", {"max_efficiency", "tile", "k_half"});
@@ -106,11 +107,15 @@ DatasheetEfficiency load_datasheet_efficiency(const std::string& path) {
   const YAML::Node m = require(file, root, "", "memory");
   check_keys(file, m, "memory", {"efficiency"});
   e.memory = get_number(file, m, "memory", "efficiency");
+  if (const YAML::Node c = root["conv"]) {
+    check_keys(file, c, "conv", {"relative_to_gemm"});
+    e.conv = get_number(file, c, "conv", "relative_to_gemm");
+  }
   e.kernel_overhead =
       Time::from_seconds(get_quantity(file, root, "", "kernel_overhead", Dimension::time));
   e.host_per_kernel =
       Time::from_seconds(get_quantity(file, root, "", "host_per_kernel", Dimension::time, 0.0));
-  for (double v : {e.gemm_max, e.attention_forward, e.attention_backward, e.memory}) {
+  for (double v : {e.gemm_max, e.attention_forward, e.attention_backward, e.memory, e.conv}) {
     if (!(v > 0 && v <= 1)) throw InputError(file + ": efficiencies must lie in (0, 1]");
   }
   if (const YAML::Node arch = root["architectures"]) {
@@ -168,6 +173,15 @@ Time DatasheetCostModel::duration(const Op& op, const config::GpuProfile& gpu, P
     case OpKind::memory:
       seconds = op.bytes / bw;
       break;
+    case OpKind::conv: {
+      // cuDNN runs a convolution as an implicit GEMM of Op::m x n x k: the GEMM's quantisation
+      // and reduction-length terms apply to that shape, times what implicit GEMM keeps of an
+      // explicit one (the im2col gather inside the kernel).
+      const double compute = op.flops / (peak_flops(gpu, p) * e_.gemm_max * e_.conv *
+                                         gemm_shape_efficiency(op, gpu) * throttle);
+      seconds = std::max(compute, op.bytes / bw);
+      break;
+    }
   }
   return Time::from_seconds_ceil(seconds) + e_.kernel_overhead;
 }

@@ -48,6 +48,7 @@ struct DatasheetEfficiency {
   double attention_forward = 0.55;
   double attention_backward = 0.45;
   double memory = 0.8;
+  double conv = 0.8;  // an implicit-GEMM convolution's share of a GEMM of the same shape
   Time kernel_overhead = Time::us(3);
   Time host_per_kernel;  // host issue time per kernel (eager PyTorch dispatch + launch)
   // Per GPU architecture ("turing", ...): the share of memory bandwidth its memory-bound kernels

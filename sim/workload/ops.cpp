@@ -449,4 +449,30 @@ double model_flops_per_iteration(const ModelConfig& m, int64_t batch, int64_t se
   return f;
 }
 
+Op conv_op(const std::string& name, const ConvShape& c, int element_bytes) {
+  Op op;
+  op.name = name;
+  op.kind = OpKind::conv;
+  op.conv = c;
+  const int64_t p = c.p(), q = c.q();
+  switch (c.pass) {
+    case ConvPass::forward:
+      op.m = c.n * p * q, op.n = c.k, op.k = c.c * c.r * c.s;
+      break;
+    case ConvPass::data_grad:
+      op.m = c.n * c.h * c.w, op.n = c.c, op.k = c.k * c.r * c.s;
+      break;
+    case ConvPass::weight_grad:
+      op.m = c.k, op.n = c.c * c.r * c.s, op.k = c.n * p * q;
+      break;
+  }
+  op.flops = 2 * c.macs();
+  op.model_flops = op.flops;
+  const double input = static_cast<double>(c.n) * c.c * c.h * c.w;
+  const double filters = static_cast<double>(c.k) * c.c * c.r * c.s;
+  const double output = static_cast<double>(c.n) * c.k * p * q;
+  op.bytes = element_bytes * (input + filters + output);
+  return op;
+}
+
 }  // namespace hetsim::workload

@@ -15,7 +15,23 @@ std::string to_string(Precision p);
 // Bytes of one activation or weight element.
 int element_bytes(Precision p);
 
-enum class OpKind { gemm, attention_forward, attention_backward, memory };
+enum class OpKind { gemm, attention_forward, attention_backward, memory, conv };
+
+// A 2-D convolution (NCHW, cross-correlation as cuDNN computes it): n images of c channels of
+// h x w, k filters of r x s, one stride and padding per axis. Its three kernels (forward, the
+// data gradient, the weight gradient) run as implicit GEMMs; Op::m, n, k hold that GEMM's shape.
+enum class ConvPass : uint8_t { forward, data_grad, weight_grad };
+struct ConvShape {
+  int64_t n = 0, c = 0, h = 0, w = 0;  // input
+  int64_t k = 0, r = 0, s = 0;         // filters
+  int64_t stride = 1, pad_h = 0, pad_w = 0;
+  ConvPass pass = ConvPass::forward;
+  int64_t p() const { return (h + 2 * pad_h - r) / stride + 1; }  // output height
+  int64_t q() const { return (w + 2 * pad_w - s) / stride + 1; }  // output width
+  double macs() const {
+    return static_cast<double>(n) * k * c * r * s * static_cast<double>(p()) * q();
+  }
+};
 
 // FLOPs one attention kernel executes over `heads` heads: Q K^T and P V, 4 b s^2 d per head
 // forward. A fused (flash) kernel skips the masked half of causal attention and recomputes the
@@ -36,9 +52,17 @@ struct Op {
   double flops = 0;        // executed floating-point operations
   double model_flops = 0;  // the MFU numerator's count (Narayanan et al.: GEMMs and attention)
   double bytes = 0;        // bytes moved to and from device memory
+  ConvShape conv;          // conv: the convolution (kind conv only)
 };
 
-enum class CommKind { none, allreduce, allgather, reducescatter, alltoall };
+// The convolution kernel of this shape and pass: FLOPs 2 n k c r s p q for each pass, the bytes
+// of its input, filters and output at e bytes an element, and the implicit GEMM's shape
+// (forward: n p q x k x c r s; data gradient: n h w x c x k r s; weight gradient:
+// k x c r s x n p q).
+Op conv_op(const std::string& name, const ConvShape& shape, int element_bytes);
+
+// halo: each rank sends comm_bytes to each neighbour in rank order (network::Op::halo).
+enum class CommKind { none, allreduce, allgather, reducescatter, alltoall, halo };
 
 // One step of a layer's program: a kernel, or a collective over the tensor-parallel group (or,
 // `expert`, over the expert-parallel group: a MoE layer's token dispatch and combine). A

@@ -25,6 +25,8 @@ network::Op to_op(CommKind k) {
       return network::Op::reducescatter;
     case CommKind::alltoall:
       return network::Op::alltoall;
+    case CommKind::halo:
+      return network::Op::halo;
     case CommKind::none:
       break;
   }
