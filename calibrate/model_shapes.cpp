@@ -33,6 +33,7 @@ ModelShapes model_shapes(const std::vector<std::string>& models,
   ModelShapes out;
   for (const std::string& name : models) {
     const workload::ModelConfig m = workload::load_model(name);
+    if (m.convolutional()) continue;  // convolutions are measured on their own grid
     for (int64_t tp : tensor_parallel) {
       // KV heads fewer than the degree are replicated (Megatron); otherwise they split evenly.
       const int64_t kv = std::max(1, m.kv_heads);

@@ -324,6 +324,14 @@ class Exporter {
 
 }  // namespace
 
-Exported export_job(const TrainingJob& job) { return Exporter(job).run(); }
+Exported export_job(const TrainingJob& job) {
+  if (job.model->convolutional()) {
+    throw InputError(fmt::format(
+        "{}: is a convolutional network; {} handles transformers only (hetsim simulate replays it "
+        "on a grid plan: grid: {{rows, columns}}, split: gholami)",
+        job.model->name, "export-chakra"));
+  }
+  return Exporter(job).run();
+}
 
 }  // namespace hetsim::chakra

@@ -43,6 +43,11 @@ void add_export_command(CLI::App& app, Action& action) {
     action = [o] {
       const launch::Launcher& launcher = launch::find_launcher(o->framework);
       const workload::ModelConfig model = workload::load_model(o->model);
+      if (model.convolutional()) {
+        throw InputError(o->model +
+                         ": is a convolutional network; export writes transformer launches "
+                         "(Megatron-LM, DeepSpeed, torchrun) only");
+      }
       const platform::Cluster cluster(
           config::load_cluster(o->cluster.cluster, o->cluster.options()));
       workload::PlanOptions popt;

@@ -41,6 +41,12 @@ MpiSession::~MpiSession() {
 
 void check_cpu_job(const workload::TrainingJob& job, int ranks) {
   const workload::Plan& plan = *job.plan;
+  if (job.model->convolutional()) {
+    throw InputError(fmt::format(
+        "{}: is a convolutional network; {} handles transformers only (hetsim simulate replays it "
+        "on a grid plan: grid: {{rows, columns}}, split: gholami)",
+        job.model->name, "execute"));
+  }
   if (plan.precision != workload::Precision::fp32) {
     throw InputError("plan " + plan.source +
                      ": precision: the CPU backend runs fp32 kernels "

@@ -62,6 +62,12 @@ std::vector<std::string> split(const std::string& line) {
 }  // namespace
 
 void check_cuda_job(const workload::TrainingJob& job) {
+  if (job.model->convolutional()) {
+    throw InputError(fmt::format(
+        "{}: is a convolutional network; {} handles transformers only (hetsim simulate replays it "
+        "on a grid plan: grid: {{rows, columns}}, split: gholami)",
+        job.model->name, "execute"));
+  }
   size_t devices = 0;
   for (const workload::Group& g : job.groups) devices += g.devices.size();
   if (devices != 1) {

@@ -18,8 +18,8 @@ using platform::Cluster;
 using platform::GpuId;
 
 std::string to_string(Op op) {
-  static const char* names[] = {"allreduce", "allgather", "reducescatter",
-                                "alltoall",  "broadcast", "sendrecv", "halo"};
+  static const char* names[] = {"allreduce", "allgather", "reducescatter", "alltoall",
+                                "broadcast", "sendrecv",  "halo"};
   return names[static_cast<int>(op)];
 }
 

@@ -19,6 +19,13 @@ namespace hetsim::policy {
 Search search(const Request& r, const std::vector<const Policy*>& policies,
               const workload::CostModel& cost, const SearchOptions& options,
               const std::function<void(const SearchProgress&)>& progress) {
+  if (r.model->convolutional()) {
+    throw InputError(fmt::format(
+        "{}: is a convolutional network; the planner's policies split transformers. Replay a "
+        "grid plan (grid: {{rows: R, columns: C}}, split: gholami picks each layer's split as "
+        "Gholami et al. do) with hetsim simulate",
+        r.model->name));
+  }
   if (r.model->moe()) {
     // The policies' cost models and the estimator know dense layers only; a plan they would
     // propose for a MoE model (no expert parallelism, experts costed as a dense FFN) would rank

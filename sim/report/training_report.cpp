@@ -10,9 +10,57 @@
 
 #include "sim/config/units.h"
 #include "sim/config/yaml_util.h"
+#include "sim/workload/cnn.h"
 #include "sim/workload/cost_model.h"
 
 namespace hetsim::report {
+
+namespace {
+
+// What one rank of group g sends in one iteration: over its own group's (or expert-, context-
+// parallel group's) ranks, and among the replicas.
+std::pair<double, double> sent_bytes(const workload::TrainingJob& job, uint32_t gi) {
+  using workload::CommKind;
+  using workload::TaskKind;
+  auto sent = [](CommKind k, double bytes, double p) {
+    if (p <= 1) return 0.0;
+    switch (k) {
+      case CommKind::allreduce:
+        return 2 * bytes * (p - 1) / p;
+      case CommKind::allgather:
+      case CommKind::reducescatter:
+      case CommKind::alltoall:
+        return bytes * (p - 1) / p;
+      case CommKind::halo:
+        return p > 2 ? 2 * bytes : bytes;  // an inner rank's two neighbours
+      case CommKind::none:
+        break;
+    }
+    return 0.0;
+  };
+  const workload::Group& g = job.groups[gi];
+  double group = 0, replicas = 0;
+  for (const workload::Task& t : g.program) {
+    if (t.kind == TaskKind::tp_comm || t.kind == TaskKind::ep_comm || t.kind == TaskKind::cp_comm) {
+      const workload::CommTemplate& ct = g.comms[t.index];
+      const double p =
+          ct.expert || ct.context ? job.group_size(ct) : static_cast<double>(g.devices.size());
+      group += sent(ct.kind, ct.bytes, p);
+    } else if (t.kind == TaskKind::dp_comm) {
+      const workload::DpCollective& dc = g.dp[t.index];
+      const workload::DpSync& sync = job.dp_syncs[dc.sync];
+      double p = static_cast<double>(sync.members.size());
+      if (dc.grid) {
+        p = 0;
+        for (const auto& [m, i] : sync.members) p += job.groups[m].devices.size();
+      }
+      replicas += sent(dc.kind, dc.bytes, p);
+    }
+  }
+  return {group, replicas};
+}
+
+}  // namespace
 
 TrainingReport make_training_report(const workload::TrainingJob& job,
                                     const workload::ReplayResult& result,
@@ -77,6 +125,21 @@ TrainingReport make_training_report(const workload::TrainingJob& job,
   r.dp_exposed_s /= devices;
   r.ep_exposed_s /= devices;
   r.cp_exposed_s /= devices;
+  for (size_t i = 0; i < job.groups.size(); ++i) {
+    const auto [group, replicas] = sent_bytes(job, static_cast<uint32_t>(i));
+    const double n = static_cast<double>(job.groups[i].devices.size());
+    r.sent_group_bytes += group * n / devices;
+    r.sent_replicas_bytes += replicas * n / devices;
+  }
+  if (job.model->convolutional()) {
+    r.grid_rows = p.tensor_parallel;
+    r.grid_columns = p.data_parallel;
+    for (size_t l = 0; l < job.model->cnn.size(); ++l) {
+      const workload::CnnLayer& layer = job.model->cnn[l];
+      if (layer.kind == workload::CnnKind::pool) continue;
+      r.layer_splits.emplace_back(layer.name, workload::to_string(p.layer_splits[l]));
+    }
+  }
   r.expert_parallel = p.expert_parallel;
   r.context_parallel = p.context_parallel;
   r.bubble_s /= devices;
@@ -113,6 +176,14 @@ nlohmann::ordered_json to_json(const TrainingReport& r) {
   j["throughput_samples_per_s"] = r.samples_per_s;
   j["mfu"] = r.mfu;
   j["model_flops"] = r.model_flops;
+  j["sent_bytes_per_device"] = {{"group", r.sent_group_bytes},
+                                {"replicas", r.sent_replicas_bytes},
+                                {"total", r.sent_group_bytes + r.sent_replicas_bytes}};
+  if (r.grid_rows > 0) {
+    nlohmann::ordered_json splits = nlohmann::ordered_json::object();
+    for (const auto& [layer, split] : r.layer_splits) splits[layer] = split;
+    j["grid"] = {{"rows", r.grid_rows}, {"columns", r.grid_columns}, {"splits", splits}};
+  }
   j["oom"] = r.oom;
   j["breakdown_s"] = {{"compute", r.compute_s},
                       {"communication_exposed", r.communication_exposed_s},
@@ -339,6 +410,23 @@ std::string to_text(const TrainingReport& r) {
   s += fmt::format("  throughput     {:.0f} tokens/s, {:.2f} samples/s\n", r.tokens_per_s,
                    r.samples_per_s);
   s += fmt::format("  MFU            {:.1f}%\n", 100 * r.mfu);
+  if (r.grid_rows > 0) {
+    std::map<std::string, int> count;
+    for (const auto& [layer, split] : r.layer_splits) ++count[split];
+    std::string splits;
+    for (const auto& [split, n] : count)
+      splits += fmt::format("{}{} {}", splits.empty() ? "" : ", ", n, split);
+    s += fmt::format("  grid           {} rows x {} columns (layers: {})\n", r.grid_rows,
+                     r.grid_columns, splits);
+  }
+  if (r.sent_group_bytes + r.sent_replicas_bytes > 0) {
+    s += fmt::format("  sent           {} per device per iteration ({} within {}, {} among {})\n",
+                     config::format_bytes(r.sent_group_bytes + r.sent_replicas_bytes),
+                     config::format_bytes(r.sent_group_bytes),
+                     r.grid_rows > 0 ? "columns" : "tensor-parallel groups",
+                     config::format_bytes(r.sent_replicas_bytes),
+                     r.grid_rows > 0 ? "the grid" : "replicas");
+  }
   if (r.cost_per_iteration_usd >= 0) {
     s += fmt::format(
         "  cost           ${:.4f} per iteration, ${:.4f} per million tokens (on-demand prices, "

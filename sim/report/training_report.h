@@ -35,6 +35,16 @@ struct TrainingReport {
   // Ring attention's gradient exchange (context parallelism; its key/value exchange overlaps the
   // attention kernel, and what that leaves exposed is in tp_exposed_s)
   double cp_exposed_s = 0;
+  // Bytes one device sends per iteration (the mean over devices), by what the collectives span:
+  // its stage's or column's ranks (tensor parallel, a grid's rows: halos and activations; with
+  // the expert- and context-parallel exchanges) and the replicas (data parallel: gradients and
+  // sharded weights). Bandwidth-optimal collectives: an all-reduce of n bytes over p ranks sends
+  // 2 n (p-1)/p, an all-gather or reduce-scatter of n in all n (p-1)/p, a halo exchange n to
+  // each neighbour (Gholami et al.'s accounting, their beta terms).
+  double sent_group_bytes = 0, sent_replicas_bytes = 0;
+  // A convolutional network's grid, rows x columns, and each layer's split (empty otherwise).
+  int grid_rows = 0, grid_columns = 0;
+  std::vector<std::pair<std::string, std::string>> layer_splits;
   int expert_parallel = 1, context_parallel = 1;
   double cost_per_iteration_usd = -1;      // when every GPU type has a price
   std::vector<std::string> unpriced_gpus;  // GPU types without price_per_hour, sorted

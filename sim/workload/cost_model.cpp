@@ -90,10 +90,9 @@ DatasheetEfficiency load_datasheet_efficiency(const std::string& path) {
     text = read_text_file(path);
   }
   const YAML::Node root = load_yaml(text, file);
-  check_keys(
-      file, root, "",
-      {"gemm", "attention", "memory", "conv", "kernel_overhead", "host_per_kernel",
-       "architectures"});
+  check_keys(file, root, "",
+             {"gemm", "attention", "memory", "conv", "kernel_overhead", "host_per_kernel",
+              "architectures"});
   DatasheetEfficiency e;
   const YAML::Node g = require(file, root, "", "gemm");
   check_keys(file, g, "gemm", {"max_efficiency", "tile", "k_half"});
@@ -108,8 +107,10 @@ DatasheetEfficiency load_datasheet_efficiency(const std::string& path) {
   check_keys(file, m, "memory", {"efficiency"});
   e.memory = get_number(file, m, "memory", "efficiency");
   if (const YAML::Node c = root["conv"]) {
-    check_keys(file, c, "conv", {"relative_to_gemm"});
+    check_keys(file, c, "conv", {"relative_to_gemm", "k_half"});
     e.conv = get_number(file, c, "conv", "relative_to_gemm");
+    e.conv_k_half = get_number(file, c, "conv", "k_half", e.conv_k_half);
+    if (!(e.conv_k_half >= 0)) throw InputError(file + ": conv.k_half: expected 0 or more");
   }
   e.kernel_overhead =
       Time::from_seconds(get_quantity(file, root, "", "kernel_overhead", Dimension::time));
@@ -147,6 +148,24 @@ double DatasheetCostModel::gemm_shape_efficiency(const Op& op,
   return wave_eff * tile_eff * k_eff;
 }
 
+double DatasheetCostModel::conv_shape_efficiency(const Op& op,
+                                                 const config::GpuProfile& gpu) const {
+  const double t = e_.tile;
+  const double tiles_m = std::ceil(op.m / t), tiles_n = std::ceil(op.n / t);
+  const double sms = std::max(1, gpu.sms);
+  // Split-K: as many slices of the reduction as fill the SMs, each at least 8 tiles long.
+  const double tiles0 = tiles_m * tiles_n;
+  const double split =
+      tiles0 >= sms ? 1.0
+                    : std::max(1.0, std::min(std::floor(sms / tiles0), std::floor(op.k / (8 * t))));
+  const double tiles = tiles0 * split;
+  const double waves = std::ceil(tiles / sms);
+  const double wave_eff = tiles / (waves * sms);
+  const double tile_eff = (double(op.m) * op.n) / (tiles_m * t * tiles_n * t);
+  const double k = op.k / split;
+  return wave_eff * tile_eff * k / (k + e_.conv_k_half);
+}
+
 Time DatasheetCostModel::duration(const Op& op, const config::GpuProfile& gpu, Precision p) const {
   const double bw = gpu.memory_bandwidth_Bps * e_.memory_for(gpu.architecture);
   // A power- or clock-capped board lowers its SM clock under sustained matmul load: GEMMs and
@@ -178,7 +197,7 @@ Time DatasheetCostModel::duration(const Op& op, const config::GpuProfile& gpu, P
       // and reduction-length terms apply to that shape, times what implicit GEMM keeps of an
       // explicit one (the im2col gather inside the kernel).
       const double compute = op.flops / (peak_flops(gpu, p) * e_.gemm_max * e_.conv *
-                                         gemm_shape_efficiency(op, gpu) * throttle);
+                                         conv_shape_efficiency(op, gpu) * throttle);
       seconds = std::max(compute, op.bytes / bw);
       break;
     }

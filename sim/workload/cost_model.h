@@ -48,7 +48,8 @@ struct DatasheetEfficiency {
   double attention_forward = 0.55;
   double attention_backward = 0.45;
   double memory = 0.8;
-  double conv = 0.8;  // an implicit-GEMM convolution's share of a GEMM of the same shape
+  double conv = 0.8;        // an implicit-GEMM convolution's share of a GEMM of the same shape
+  double conv_k_half = 64;  // its reduction-length term, k / (k + conv_k_half)
   Time kernel_overhead = Time::us(3);
   Time host_per_kernel;  // host issue time per kernel (eager PyTorch dispatch + launch)
   // Per GPU architecture ("turing", ...): the share of memory bandwidth its memory-bound kernels
@@ -73,6 +74,10 @@ class DatasheetCostModel : public CostModel {
   // The share of peak a GEMM of this shape keeps after tile and wave quantisation and its
   // reduction length: measured tables interpolate in units of it, so the steps stay.
   double gemm_shape_efficiency(const Op& op, const config::GpuProfile& gpu) const;
+  // The same for a convolution's implicit GEMM, whose kernels split a long reduction over
+  // several tiles' worth of SMs when the output has too few tiles to fill the GPU (the weight
+  // gradient: k x c r s outputs, n p q long).
+  double conv_shape_efficiency(const Op& op, const config::GpuProfile& gpu) const;
 
  private:
   DatasheetEfficiency e_;

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "sim/workload/cnn.h"
+
 namespace hetsim::workload {
 
 double layer_activation_bytes(const ModelConfig& m, const LayerShape& s, Recompute r) {
@@ -36,7 +38,38 @@ double layer_activation_bytes(const ModelConfig& m, const LayerShape& s, Recompu
   return outside_bytes * outside + inside + scores;
 }
 
+namespace {
+
+// A convolutional network on a grid, trained as PyTorch trains it (automatic mixed precision):
+// fp32 weights, gradients and SGD momentum for the parameters a rank holds; the activations
+// each layer keeps for its backward, one micro-batch at a time; the gradient buckets and the
+// framework's own.
+std::vector<DeviceMemory> grid_memory(const TrainingJob& job) {
+  const Plan& p = *job.plan;
+  const std::vector<CnnLayerProgram> programs = cnn_programs(
+      *job.model, p.layer_splits, p.tensor_parallel, p.micro_batch_size, p.precision, p.source);
+  double activations = 0;
+  for (const CnnLayerProgram& l : programs) activations += l.activations;
+  std::vector<DeviceMemory> out;
+  for (const Group& g : job.groups) {
+    DeviceMemory mem;
+    mem.capacity = g.gpu->memory_bytes;
+    const double grad = p.fp32_main_grads ? 4 : element_bytes(p.precision);
+    mem.weights = 4 * g.params;
+    mem.gradients = grad * g.params;
+    mem.optimizer = 4 * g.params;  // momentum
+    mem.activations = activations;
+    mem.workspace = 2 * std::min(p.bucket_bytes, mem.gradients) + p.framework.reserved_memory;
+    mem.peak = mem.weights + mem.gradients + mem.optimizer + mem.activations + mem.workspace;
+    out.push_back(mem);
+  }
+  return out;
+}
+
+}  // namespace
+
 std::vector<DeviceMemory> memory_per_group(const TrainingJob& job) {
+  if (job.model->convolutional()) return grid_memory(job);
   const Plan& p = *job.plan;
   const ModelConfig& m = *job.model;
   const double e = element_bytes(p.precision);

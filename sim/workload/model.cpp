@@ -14,6 +14,7 @@
 #include "sim/config/limits.h"
 #include "sim/config/yaml_util.h"
 #include "sim/core/error.h"
+#include "sim/workload/cnn.h"
 
 namespace hetsim::workload {
 
@@ -32,6 +33,7 @@ int64_t ModelConfig::layer_params() const {
 }
 
 int64_t ModelConfig::layer_params(int layer) const {
+  if (convolutional()) return cnn[static_cast<size_t>(layer)].params();
   if (!is_moe(layer)) return layer_params();
   const int64_t router = static_cast<int64_t>(hidden) * experts;
   return layer_params() - mlp_params(ffn_hidden) + router +
@@ -57,6 +59,11 @@ int ModelConfig::first_moe_layer() const {
 }
 
 int64_t ModelConfig::layers_params(int first, int n) const {
+  if (convolutional()) {
+    int64_t s = 0;
+    for (int l = first; l < first + n; ++l) s += layer_params(l);
+    return s;
+  }
   const int sparse = moe_layers_in(first, n);
   return static_cast<int64_t>(n - sparse) * layer_params() +
          (sparse > 0 ? static_cast<int64_t>(sparse) * layer_params(first_moe_layer()) : 0);
@@ -68,11 +75,13 @@ int64_t ModelConfig::layers_expert_params(int first, int n) const {
 }
 
 int64_t ModelConfig::embedding_params() const {
+  if (convolutional()) return 0;
   return static_cast<int64_t>(vocab) * hidden +
          (position == Position::learned ? static_cast<int64_t>(sequence) * hidden : 0);
 }
 
 int64_t ModelConfig::output_params() const {
+  if (convolutional()) return 0;
   const int64_t final_norm = norm == Norm::layernorm ? 2 * int64_t{hidden} : int64_t{hidden};
   return final_norm + (tied_embeddings ? 0 : static_cast<int64_t>(vocab) * hidden);
 }
@@ -98,7 +107,7 @@ void validate(const ModelConfig& m, const std::string& file) {
   }
   if (m.family != "gpt" && m.family != "llama" && m.family != "bert" && m.family != "gptneox") {
     throw bad("family",
-              "unknown value \"" + m.family + "\" (expected gpt, llama, bert or gptneox)");
+              "unknown value \"" + m.family + "\" (expected gpt, llama, bert, gptneox or cnn)");
   }
 }
 
@@ -107,6 +116,10 @@ void validate(const ModelConfig& m, const std::string& file) {
 ModelConfig load_model_yaml_text(const std::string& text, const std::string& file) {
   using namespace config;
   const YAML::Node root = load_yaml(text, file);
+  if (root.IsMap() && root["family"] && root["family"].IsScalar() &&
+      root["family"].as<std::string>() == "cnn") {
+    return load_cnn_yaml(root, file);
+  }
   check_keys(file, root, "",
              {"name",
               "family",

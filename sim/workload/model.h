@@ -4,12 +4,44 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace hetsim::workload {
 
 enum class Activation { gelu, swiglu };
 enum class Norm { layernorm, rmsnorm };
 enum class Position { learned, rotary };
+
+// One layer of a convolutional network (family cnn): a convolution, a pooling or a fully
+// connected layer, with the batch norm, ReLU and dropout that follow it, on one image of
+// in_c x in_h x in_w (a fully connected layer's input flattened: in_c x in_h x in_w features).
+enum class CnnKind : uint8_t { conv, pool, fc };
+// How a layer is split over the P_r ranks of a process grid's column (sim/workload/cnn.h).
+// batch: not at all (P_r = 1, pure batch parallelism); model: a fully connected layer's output
+// rows, or a convolution's filters; domain: a convolution's or a pooling layer's activations, by
+// image columns.
+enum class LayerSplit : uint8_t { batch, model, domain };
+enum class PoolKind : uint8_t { max, avg };
+struct CnnLayer {
+  std::string name;  // "conv1", "layer2.0.conv2", "fc6"
+  CnnKind kind = CnnKind::conv;
+  int64_t in_c = 0, in_h = 0, in_w = 0;
+  int64_t out_c = 0, out_h = 0, out_w = 0;
+  int kernel = 1, stride = 1, pad = 0;  // conv and pool (square)
+  PoolKind pool = PoolKind::max;
+  bool bias = false, batchnorm = false, relu = false;
+  double dropout = 0;
+  // Residual networks: the layer whose output this one reads (-1: the one before it), for a
+  // block's shortcut convolution; and the source of the identity this layer's output adds
+  // before its ReLU (-2: none; -1: the network input; else that layer's output).
+  int input_from = -1;
+  int residual_from = -2;
+  int64_t weights() const;  // filters or matrix, without the bias
+  int64_t params() const;   // with bias and batch-norm scale and shift
+  double macs() const;      // per image (conv, fc)
+  int64_t in_elems() const { return in_c * in_h * in_w; }
+  int64_t out_elems() const { return out_c * out_h * out_w; }
+};
 
 struct ModelConfig {
   std::string name;
@@ -42,6 +74,14 @@ struct ModelConfig {
   int shared_experts = 0;
   int dense_layers = 0;
   int moe_every = 1;
+
+  // A convolutional network (family cnn): its layers in execution order (layers = cnn.size()),
+  // on images of input_c x input_h x input_w; the transformer fields above are unused.
+  std::vector<CnnLayer> cnn;
+  int64_t input_c = 0, input_h = 0, input_w = 0;
+  bool convolutional() const { return !cnn.empty(); }
+  // Multiply-accumulates of one image's forward pass.
+  double cnn_macs() const;
 
   bool moe() const { return experts > 0; }
   bool is_moe(int layer) const {

@@ -18,6 +18,8 @@
 #include "sim/config/yaml_util.h"
 #include "sim/core/error.h"
 #include "sim/core/hash.h"
+#include "sim/policy/gholami.h"
+#include "sim/workload/cnn.h"
 #include "sim/workload/cost_model.h"
 
 namespace hetsim::workload {
@@ -319,6 +321,174 @@ void check_stage(const std::string& where_, const ModelConfig& model,
   }
 }
 
+// A convolutional network's plan: a process grid (Gholami et al.), see Plan::layer_splits.
+Plan load_grid_plan(const YAML::Node& root, const std::string& file, const ModelConfig& model,
+                    const platform::Cluster& cluster) {
+  config::check_keys(
+      file, root, "",
+      {"grid", "devices", "global_batch_size", "micro_batch_size", "split", "precision",
+       "framework", "main_grads", "gradient_reduction", "perturbations"});
+  Plan p;
+  p.source = file;
+  if (const YAML::Node w = root["perturbations"]) {
+    if (!w.IsMap()) {
+      throw InputError(config::where(file, w) +
+                       ": perturbations: expected a map of slow, link and stragglers");
+    }
+    read_perturbations(file, w, "perturbations", {}, p.perturbations);
+  }
+  std::vector<platform::GpuId> devices;
+  if (root["devices"]) {
+    devices = device_list(file, root["devices"], "devices", cluster.gpu_count());
+  } else {
+    devices.resize(cluster.gpu_count());
+    std::iota(devices.begin(), devices.end(), 0);
+  }
+  const long n = static_cast<long>(devices.size());
+  long rows = 1, columns = n;
+  if (const YAML::Node g = root["grid"]) {
+    config::check_keys(file, g, "grid", {"rows", "columns"});
+    rows = get_int(file, g, "grid", "rows", 1, limits::kGpus, 1);
+    columns = get_int(file, g, "grid", "columns", 1, limits::kGpus, std::max(1L, n / rows));
+  }
+  if (rows * columns != n) {
+    throw InputError(fmt::format(
+        "{}: grid: rows x columns = {} x {} = {}, but the plan has {} GPUs{}", file, rows, columns,
+        rows * columns, n,
+        root["devices"] ? " (devices)" : " (the whole cluster; set devices to use fewer)"));
+  }
+  p.global_batch_size = get_int(file, root, "", "global_batch_size", 1, limits::kBatch);
+  if (p.global_batch_size % columns != 0) {
+    throw InputError(fmt::format(
+        "{}: global_batch_size: {} images do not split over the grid's {} columns (batch "
+        "parallel): use a multiple of {}",
+        where(file, root["global_batch_size"]), p.global_batch_size, columns, columns));
+  }
+  p.micro_batch_size =
+      get_int(file, root, "", "micro_batch_size", 1, limits::kBatch, p.global_batch_size / columns);
+  if (p.global_batch_size % (p.micro_batch_size * columns) != 0) {
+    throw InputError(fmt::format(
+        "{}: micro_batch_size: {} does not divide the {} images of each column",
+        where(file, root["micro_batch_size"]), p.micro_batch_size, p.global_batch_size / columns));
+  }
+  p.sequence_length = 1;
+  if (root["precision"]) {
+    p.precision = static_cast<Precision>(
+        config::get_choice(file, root, "", "precision", {"fp32", "fp16", "bf16", "fp8"}));
+  }
+  p.fp32_main_grads =
+      config::get_choice(file, root, "", "main_grads", {"fp32", "same"}, "fp32") == 0;
+  const std::string framework = get_string(file, root, "", "framework", "pytorch-ddp");
+  try {
+    p.framework = load_framework(framework);
+  } catch (const InputError& e) {
+    throw InputError(where(file, root["framework"]) + ": framework: " + e.what());
+  }
+  p.gradient_reduction = static_cast<GradReduction>(
+      config::get_choice(file, root, "", "gradient_reduction", {"overlapped", "after_backward"},
+                         to_string(p.framework.gradient_reduction)));
+  p.uniform = true;
+  p.tensor_parallel = static_cast<int>(rows);
+  p.pipeline_parallel = 1;
+  p.data_parallel = static_cast<int>(columns);
+  const int m = static_cast<int>(p.global_batch_size / (p.micro_batch_size * columns));
+  check_work(file, n * m * model.layers);
+  // Column c is the replica of ranks devices[rows c .. rows c + rows - 1]: a column's rows on
+  // neighbouring GPUs (the same node where it fits), as the grid's frequent halo and activation
+  // traffic wants.
+  for (long c = 0; c < columns; ++c) {
+    ReplicaPlan rep;
+    rep.micro_batches = m;
+    StagePlan st;
+    st.layers = model.layers;
+    for (long r = 0; r < rows; ++r)
+      st.devices.push_back(devices[static_cast<size_t>(r + rows * c)]);
+    const config::GpuProfile* gpu = cluster.gpu(st.devices.front()).profile;
+    for (platform::GpuId d : st.devices) {
+      if (cluster.gpu(d).profile != gpu) {
+        throw InputError(
+            fmt::format("{}: grid column {} mixes GPU types ({} and {}); a column's "
+                        "ranks split every layer evenly and must be alike",
+                        file, c, gpu->name, cluster.gpu(d).profile->name));
+      }
+    }
+    rep.stages.push_back(std::move(st));
+    p.replicas.push_back(std::move(rep));
+  }
+  resolve_precision(file, root, cluster, p);
+  // The layers' splits over the rows.
+  const YAML::Node split = root["split"];
+  const size_t layers = model.cnn.size();
+  auto every = [&](LayerSplit conv, LayerSplit fc) {
+    std::vector<LayerSplit> out;
+    for (const CnnLayer& l : model.cnn) out.push_back(l.kind == CnnKind::fc ? fc : conv);
+    return out;
+  };
+  if (rows == 1) {
+    if (split && !(split.IsScalar() && split.as<std::string>() == "batch")) {
+      throw InputError(where(file, split) +
+                       ": split: a grid of one row is pure batch parallelism; give split: batch or "
+                       "none, or more rows");
+    }
+    p.layer_splits.assign(layers, LayerSplit::batch);
+    p.split_policy = "batch";
+  } else if (!split || split.IsScalar()) {
+    const size_t choice =
+        config::get_choice(file, root, "", "split", {"gholami", "model", "domain"}, "gholami");
+    if (choice == 1) {
+      p.layer_splits = every(LayerSplit::model, LayerSplit::model);
+      p.split_policy = "model";
+    } else if (choice == 2) {
+      p.layer_splits = every(LayerSplit::domain, LayerSplit::model);
+      p.split_policy = "domain";
+    } else {
+      // The paper's choice on alpha and beta fitted to this grid's own collectives.
+      const std::vector<platform::GpuId>& row = p.replicas.front().stages.front().devices;
+      std::vector<platform::GpuId> column, all;
+      for (const ReplicaPlan& r : p.replicas) {
+        column.push_back(r.stages.front().devices.front());
+        for (platform::GpuId d : r.stages.front().devices) all.push_back(d);
+      }
+      const double e = element_bytes(p.precision), g = p.fp32_main_grads ? 4 : e;
+      p.layer_splits = policy::gholami_splits(
+          model, static_cast<int>(rows), static_cast<int>(columns), p.micro_batch_size, e, g,
+          policy::fit_alpha_beta(cluster, row), policy::fit_alpha_beta(cluster, column),
+          policy::fit_alpha_beta(cluster, all));
+      p.split_policy = "gholami";
+    }
+  } else {
+    // One entry per convolution and fully connected layer, in order (pools follow their input).
+    size_t weighted = 0;
+    for (const CnnLayer& l : model.cnn) weighted += l.kind == CnnKind::pool ? 0 : 1;
+    if (!split.IsSequence() || split.size() != weighted) {
+      throw InputError(fmt::format(
+          "{}: split: expected gholami, model, domain, or a list of {} entries (model or domain), "
+          "one per convolution and fully connected layer of {}",
+          where(file, split), weighted, model.name));
+    }
+    size_t k = 0;
+    for (const CnnLayer& l : model.cnn) {
+      if (l.kind == CnnKind::pool) {
+        p.layer_splits.push_back(LayerSplit::batch);
+        continue;
+      }
+      const YAML::Node v = split[k];
+      const std::string s = v.IsScalar() ? v.as<std::string>() : "";
+      if (s != "model" && s != "domain") {
+        throw InputError(
+            fmt::format("{}: split[{}] ({}): expected model or domain", where(file, v), k, l.name));
+      }
+      p.layer_splits.push_back(s == "model" ? LayerSplit::model : LayerSplit::domain);
+      ++k;
+    }
+    p.split_policy = "listed";
+  }
+  // Every layer's split checked now (the width and kernel it needs): an error names the layer.
+  cnn_programs(model, p.layer_splits, static_cast<int>(rows), p.micro_batch_size, p.precision,
+               file);
+  return p;
+}
+
 }  // namespace
 
 Plan uniform_plan(const ModelConfig& model, const platform::Cluster& cluster, int tp, int pp,
@@ -345,6 +515,14 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
     } catch (const InputError& e) {
       throw InputError(file + ": " + e.what());
     }
+  }
+  if (model.convolutional()) return load_grid_plan(root, file, model, cluster);
+  if (root["grid"] || root["split"]) {
+    throw InputError(where(file, root["grid"] ? root["grid"] : root["split"]) + ": " +
+                     (root["grid"] ? "grid" : "split") + ": applies to convolutional networks (" +
+                     model.name +
+                     " is a transformer: use tensor_parallel, pipeline_parallel, "
+                     "data_parallel)");
   }
   config::check_keys(file, root, "",
                      {"tensor_parallel",

@@ -86,6 +86,11 @@ struct Plan {
   uint64_t routing_seed = 1;
   bool uniform = true;
   int tensor_parallel = 1, pipeline_parallel = 1, data_parallel = 1;  // uniform plans
+  // A convolutional network's process grid (`grid: {rows, columns}`, Gholami et al.): the
+  // columns are the replicas (data_parallel), each a one-stage group of `rows` ranks
+  // (tensor_parallel) over which every layer is split as layer_splits says (one per layer).
+  std::vector<LayerSplit> layer_splits;
+  std::string split_policy;  // how they were chosen: "gholami", "model", "domain", "listed"
   std::vector<ReplicaPlan> replicas;
 
   // Replica r's pipeline stages. Replicas may differ in their stages (asymmetric pipelines:

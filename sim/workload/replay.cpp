@@ -776,7 +776,9 @@ class Replayer {
   const Plans& dp_plan(uint32_t sync, uint32_t j) {
     const DpSync& ds = job_.dp_syncs[sync];
     const DpCollective& dc = job_.groups[ds.members.front().first].dp[ds.members.front().second];
-    auto& slot = dp_plans_[{ds.peers, j, static_cast<uint32_t>(dc.kind), ds.piece_bytes}];
+    // A grid collective (over every member rank) shares no plan with a shard's among them.
+    const uint32_t shard = dc.grid ? 0x80000000u | j : j;
+    auto& slot = dp_plans_[{ds.peers, shard, static_cast<uint32_t>(dc.kind), ds.piece_bytes}];
     if (slot) return *slot;
     unsealed("data-parallel");
     const uint32_t copies = sync_copies(ds);
@@ -785,7 +787,11 @@ class Replayer {
       std::vector<platform::GpuId> ranks;
       for (uint32_t g : job_.dp_peers[ds.peers]) {
         const auto& d = job_.groups[g + c * stages_].devices;
-        ranks.push_back(d[ds.holder(j, d.size())]);
+        if (dc.grid) {
+          ranks.insert(ranks.end(), d.begin(), d.end());
+        } else {
+          ranks.push_back(d[ds.holder(j, d.size())]);
+        }
       }
       plans.push_back(plan_for(dc.kind, ds.piece_bytes, ranks));
     }

@@ -10,6 +10,7 @@
 #include <set>
 
 #include "sim/core/error.h"
+#include "sim/workload/cnn.h"
 
 namespace hetsim::workload {
 
@@ -304,6 +305,7 @@ void pair_dp_collectives(TrainingJob& job) {
       pieces = std::lcm(pieces, static_cast<uint32_t>(job.groups[g].devices.size()));
     }
     const DpCollective& first = job.groups[g0].dp[i0];
+    if (first.grid) pieces = 1;  // one collective over every member's devices
     sync.pieces = pieces;
     sync.piece_bytes = pieces == job.groups[g0].devices.size()
                            ? first.bytes
@@ -347,6 +349,7 @@ void measured_collectives(TrainingJob& job, const CostModel& cost) {
       ct.measured = cost.collective_time(ct.kind, ct.bytes, tp, nodes(g.devices), *g.gpu);
     }
     for (DpCollective& dc : g.dp) {
+      if (dc.grid) continue;  // over every rank: a table of tensor-parallel rank 0's says nothing
       const DpSync& sync = job.dp_syncs[dc.sync];
       // Shards over mixed tensor-parallel degrees: a table of one group size says nothing.
       const auto& members = job.dp_peers[sync.peers];
@@ -370,10 +373,118 @@ void measured_collectives(TrainingJob& job, const CostModel& cost) {
   }
 }
 
+// "a100-sxm4-80gb: measured (a100.h5) (14 kernel shapes measured, 2 beyond the table ...)":
+// the tally only when it says more than the source.
+void tally_sources(TrainingJob& job, const CostModel& cost) {
+  std::map<std::string, std::string> type_source;  // GPU type -> where its costs come from
+  std::map<std::string, std::map<std::string, std::set<std::string>>> coverage;  // -> how, shapes
+  std::map<std::string, std::set<std::string>> classified;  // GPU type -> shapes seen
+  for (const Group& g : job.groups) {
+    type_source[g.gpu->name] = cost.source(Op{}, *g.gpu);
+    // Each distinct kernel shape of a GPU type is classified once: groups of one type share
+    // most of their kernels, and the lookup scans the tables.
+    for (const Op& op : g.ops) {
+      const ConvShape& c = op.conv;
+      const std::string shape =
+          fmt::format("{}/{}/{}x{}x{}x{}/{}x{}x{}x{}/{}/{}x{}x{}x{}x{}x{}x{}x{}x{}x{}x{}", op.name,
+                      static_cast<int>(op.kind), op.m, op.n, op.k, op.batch, op.heads, op.seq,
+                      op.head_dim, op.causal, op.bytes, c.n, c.c, c.h, c.w, c.k, c.r, c.s, c.stride,
+                      c.pad_h, c.pad_w, static_cast<int>(c.pass));
+      if (classified[g.gpu->name].insert(shape).second)
+        coverage[g.gpu->name][cost.coverage(op, *g.gpu, job.plan->precision)].insert(shape);
+    }
+  }
+  for (const auto& [gpu, source] : type_source) {
+    std::string line = gpu + ": " + source;
+    const auto& by = coverage[gpu];
+    if (!(by.size() == 1 && by.begin()->first == source)) {
+      // Measured first, then beyond the table, then the rest.
+      std::vector<std::pair<std::string, size_t>> ordered;
+      for (const auto& [label, shapes] : by) ordered.emplace_back(label, shapes.size());
+      auto rank = [](const std::string& label) {
+        return label.rfind("measured", 0) == 0 ? 0 : label.rfind("beyond", 0) == 0 ? 1 : 2;
+      };
+      std::stable_sort(ordered.begin(), ordered.end(),
+                       [&](const auto& a, const auto& b) { return rank(a.first) < rank(b.first); });
+      std::string parts;
+      for (const auto& [label, count] : ordered)
+        parts += fmt::format("{}{} {}", parts.empty() ? "" : ", ", count, label);
+      line += " (kernel shapes: " + parts + ")";
+    }
+    job.op_sources.push_back(line);
+  }
+}
+
+// A convolutional network on a process grid (Plan::layer_splits): one group per column, every
+// micro-batch through the layers forward and back, each layer's gradients reduced when its last
+// backward is done (PyTorch DDP reduces in buckets; one a layer is the paper's accounting), the
+// SGD step.
+TrainingJob build_grid_job(const ModelConfig& model, const Plan& plan,
+                           const platform::Cluster& cluster, const CostModel& cost) {
+  TrainingJob job;
+  job.model = &model;
+  job.plan = &plan;
+  job.cluster = &cluster;
+  const int rows = plan.tensor_parallel;
+  const std::vector<CnnLayerProgram> programs = cnn_programs(
+      model, plan.layer_splits, rows, plan.micro_batch_size, plan.precision, plan.source);
+  const size_t L = model.cnn.size();
+  const double grad_bytes = plan.fp32_main_grads ? 4 : element_bytes(plan.precision);
+  const bool columns = plan.replicas.size() > 1;
+  const bool overlapped = plan.gradient_reduction == GradReduction::overlapped;
+  for (size_t r = 0; r < plan.replicas.size(); ++r) {
+    const ReplicaPlan& rep = plan.replicas[r];
+    job.first_group.push_back(static_cast<uint32_t>(job.groups.size()));
+    Group g;
+    g.replica = static_cast<uint32_t>(r);
+    g.devices = rep.stages.front().devices;
+    g.gpu = cluster.gpu(g.devices.front()).profile;
+    GroupBuilder b(g, model, plan, cost, stage_shape(plan, rows));
+    std::vector<const std::vector<Task>*> fwd, bwd;
+    for (size_t l = 0; l <= L; ++l) {
+      const std::string name = l < L ? model.cnn[l].name : std::string("loss");
+      fwd.push_back(&b.piece(name + ".fwd", programs[l].forward));
+      bwd.push_back(&b.piece(name + ".bwd", programs[l].backward));
+      g.params += programs[l].params;
+    }
+    uint32_t issued = 0;
+    auto reduce = [&](size_t l) {
+      const CnnLayerProgram& p = programs[l];
+      if (p.params <= 0 || !(columns || p.grid_gradients)) return;
+      issued = b.dp_collective(CommKind::allreduce, grad_bytes * p.params,
+                               model.cnn[l].name + ".grads", static_cast<uint32_t>(l));
+      g.dp.back().grid = p.grid_gradients;
+    };
+    const uint32_t M = static_cast<uint32_t>(rep.micro_batches);
+    for (uint32_t mb = 0; mb < M; ++mb) {
+      b.host(plan.framework.host_per_pass, Pass::forward, mb, 0);
+      for (size_t l = 0; l <= L; ++l)
+        b.emit(*fwd[l], Pass::forward, l < L ? static_cast<int>(l) : -1, mb, 0);
+      b.host(plan.framework.host_per_pass, Pass::backward, mb, 0);
+      for (size_t l = L + 1; l-- > 0;) {
+        b.emit(*bwd[l], Pass::backward, l < L ? static_cast<int>(l) : -1, mb, 0);
+        if (l < L && mb + 1 == M && overlapped) reduce(l);
+      }
+    }
+    if (!overlapped) {
+      for (size_t l = L; l-- > 0;) reduce(l);
+    }
+    if (issued > 0) b.dp_wait(issued);
+    b.host(plan.framework.host_per_step, Pass::other, 0, 0);
+    b.emit(b.piece("optimizer", {Step{sgd_step(g.params)}}), Pass::other, -1, 0, 0);
+    job.groups.push_back(std::move(g));
+  }
+  job.first_group.push_back(static_cast<uint32_t>(job.groups.size()));
+  pair_dp_collectives(job);
+  measured_collectives(job, cost);
+  tally_sources(job, cost);
+  return job;
+}
 }  // namespace
 
 TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
                                const platform::Cluster& cluster, const CostModel& cost) {
+  if (model.convolutional()) return build_grid_job(model, plan, cluster, cost);
   TrainingJob job;
   job.model = &model;
   job.plan = &plan;
@@ -409,9 +520,6 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
   const bool split_experts = model.moe() && ep > 1;
   const uint32_t edp = static_cast<uint32_t>(plan.replicas.size()) / static_cast<uint32_t>(ep);
   const bool expert_sync = split_experts && edp > 1;
-  std::map<std::string, std::string> type_source;  // GPU type -> where its costs come from
-  std::map<std::string, std::map<std::string, std::set<std::string>>> coverage;  // -> how, shapes
-  std::map<std::string, std::set<std::string>> classified;  // GPU type -> shapes seen
   for (size_t r = 0; r < plan.replicas.size(); ++r) {
     const ReplicaPlan& rep = plan.replicas[r];
     const int P = plan.stages(r);
@@ -678,43 +786,13 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
                 : gathered;
         b.dp_wait(experts);
       }
-      type_source[g.gpu->name] = cost.source(Op{}, *g.gpu);
-      // Each distinct kernel shape of a GPU type is classified once: groups of one type share
-      // most of their kernels, and the lookup scans the tables.
-      for (const Op& op : g.ops) {
-        const std::string shape = fmt::format("{}/{}/{}x{}x{}x{}/{}x{}x{}x{}/{}", op.name,
-                                              static_cast<int>(op.kind), op.m, op.n, op.k, op.batch,
-                                              op.heads, op.seq, op.head_dim, op.causal, op.bytes);
-        if (classified[g.gpu->name].insert(shape).second)
-          coverage[g.gpu->name][cost.coverage(op, *g.gpu, plan.precision)].insert(shape);
-      }
       job.groups.push_back(std::move(g));
     }
   }
   job.first_group.push_back(static_cast<uint32_t>(job.groups.size()));
   pair_dp_collectives(job);
   measured_collectives(job, cost);
-  // "a100-sxm4-80gb: measured (a100.h5) (14 kernel shapes measured, 2 beyond the table ...)":
-  // the tally only when it says more than the source.
-  for (const auto& [gpu, source] : type_source) {
-    std::string line = gpu + ": " + source;
-    const auto& by = coverage[gpu];
-    if (!(by.size() == 1 && by.begin()->first == source)) {
-      // Measured first, then beyond the table, then the rest.
-      std::vector<std::pair<std::string, size_t>> ordered;
-      for (const auto& [label, shapes] : by) ordered.emplace_back(label, shapes.size());
-      auto rank = [](const std::string& label) {
-        return label.rfind("measured", 0) == 0 ? 0 : label.rfind("beyond", 0) == 0 ? 1 : 2;
-      };
-      std::stable_sort(ordered.begin(), ordered.end(),
-                       [&](const auto& a, const auto& b) { return rank(a.first) < rank(b.first); });
-      std::string parts;
-      for (const auto& [label, count] : ordered)
-        parts += fmt::format("{}{} {}", parts.empty() ? "" : ", ", count, label);
-      line += " (kernel shapes: " + parts + ")";
-    }
-    job.op_sources.push_back(line);
-  }
+  tally_sources(job, cost);
   return job;
 }
 

@@ -72,6 +72,9 @@ struct DpCollective {
   // The replicas it runs among: 0 for all of them; else the expert-data-parallel group of a MoE
   // plan's experts (replicas / expert_parallel: those with the same expert-parallel rank).
   uint32_t replicas = 0;
+  // Over every device of every member group in one collective, not shard by shard among the
+  // members' ranks: a domain-parallel layer's gradients, which every rank of a grid holds whole.
+  bool grid = false;
 };
 
 // One data-parallel collective as the groups that run it together: each member's own

@@ -1,0 +1,113 @@
+// The Gholami et al. per-layer choice; see gholami.h.
+#include "sim/policy/gholami.h"
+
+#include <cmath>
+
+#include "sim/network/collective.h"
+#include "sim/workload/cnn.h"
+
+namespace hetsim::policy {
+
+using workload::CnnKind;
+using workload::CnnLayer;
+using workload::LayerSplit;
+
+namespace {
+
+double log_steps(int p) { return p > 1 ? std::ceil(std::log2(static_cast<double>(p))) : 0.0; }
+
+double allgather(const AlphaBeta& ab, int p, double bytes) {
+  if (p <= 1) return 0;
+  return ab.alpha * log_steps(p) + ab.beta * (p - 1.0) / p * bytes;
+}
+
+double allreduce(const AlphaBeta& ab, int p, double bytes) {
+  if (p <= 1) return 0;
+  return 2 * ab.alpha * log_steps(p) + 2 * ab.beta * (p - 1.0) / p * bytes;
+}
+
+// Whether the layer's image columns split over `rows` ranks as cnn_programs allows.
+bool domain_fits(const CnnLayer& l, int rows) {
+  if (l.kind == CnnKind::fc) return false;
+  const int64_t halo = workload::halo_columns_forward(l);
+  return l.out_w >= rows && l.in_w / rows >= (halo + 1) / 2 && l.in_w / rows >= 1;
+}
+
+}  // namespace
+
+AlphaBeta fit_alpha_beta(const platform::Cluster& c, const std::vector<platform::GpuId>& ranks) {
+  const int p = static_cast<int>(ranks.size());
+  if (p <= 1) return {};
+  auto seconds = [&](double bytes) {
+    network::CollectiveRequest r;
+    r.op = network::Op::allreduce;
+    r.bytes = bytes;
+    r.ranks = ranks;
+    r.host_launch = false;
+    return network::estimate_seconds(c, network::plan_collective(c, r));
+  };
+  const double n1 = 4096, n2 = 256.0 * (1 << 20);
+  const double t1 = seconds(n1), t2 = seconds(n2);
+  const double f = 2.0 * (p - 1) / p;
+  AlphaBeta ab;
+  ab.beta = std::max(0.0, (t2 - t1) / (f * (n2 - n1)));
+  ab.alpha = std::max(0.0, (t1 - ab.beta * f * n1) / (2 * log_steps(p)));
+  return ab;
+}
+
+double layer_comm_seconds(const CnnLayer& l, bool first, LayerSplit split, int rows, int columns,
+                          int64_t batch, double e, double g, const AlphaBeta& row,
+                          const AlphaBeta& column, const AlphaBeta& grid) {
+  const double b = static_cast<double>(batch);
+  const double weights = static_cast<double>(l.params());
+  switch (split) {
+    case LayerSplit::batch:
+      return allreduce(column, columns, g * weights);
+    case LayerSplit::model:
+      return allgather(row, rows, e * b * static_cast<double>(l.out_elems())) +
+             (first ? 0.0 : allreduce(row, rows, e * b * static_cast<double>(l.in_elems()))) +
+             allreduce(column, columns, g * weights / rows);
+    case LayerSplit::domain: {
+      if (rows <= 1) return allreduce(grid, columns, g * weights);
+      // Each rank sends half the halo to each of its two neighbours, alpha + beta x size each.
+      const double forward = e * b * static_cast<double>(l.in_c * l.in_h) *
+                             static_cast<double>(workload::halo_columns_forward(l)) / 2;
+      const double backward = e * b * static_cast<double>(l.out_c * l.out_h) *
+                              static_cast<double>(workload::halo_columns_backward(l)) / 2;
+      double t = 0;
+      if (forward > 0) t += 2 * (row.alpha + row.beta * forward);
+      if (!first && backward > 0) t += 2 * (row.alpha + row.beta * backward);
+      return t + allreduce(grid, rows * columns, g * weights);
+    }
+  }
+  return 0;
+}
+
+std::vector<LayerSplit> gholami_splits(const workload::ModelConfig& model, int rows, int columns,
+                                       int64_t batch, double e, double g, const AlphaBeta& row,
+                                       const AlphaBeta& column, const AlphaBeta& grid) {
+  std::vector<LayerSplit> out;
+  for (size_t i = 0; i < model.cnn.size(); ++i) {
+    const CnnLayer& l = model.cnn[i];
+    if (rows <= 1) {
+      out.push_back(LayerSplit::batch);
+      continue;
+    }
+    if (l.kind == CnnKind::pool) {
+      out.push_back(LayerSplit::batch);  // a pool follows its input's layout
+      continue;
+    }
+    const bool first = i == 0;
+    LayerSplit best = LayerSplit::model;
+    if (domain_fits(l, rows) &&
+        layer_comm_seconds(l, first, LayerSplit::domain, rows, columns, batch, e, g, row, column,
+                           grid) < layer_comm_seconds(l, first, LayerSplit::model, rows, columns,
+                                                      batch, e, g, row, column, grid)) {
+      best = LayerSplit::domain;
+    }
+    out.push_back(best);
+  }
+  return out;
+}
+
+}  // namespace hetsim::policy

@@ -1,0 +1,49 @@
+// Gholami, Azad, Jin, Keutzer and Buluc, "Integrated Model, Batch and Domain Parallelism in
+// Training Neural Networks" (SPAA'18, arXiv 1712.04432): a P_r x P_c process grid, the batch
+// split over the P_c columns, each layer split over the P_r rows by model (a fully connected
+// layer's rows, a convolution's filters) or by domain (the image's columns, with a halo
+// exchange). The paper chooses per layer with an alpha-beta model of the communication; so does
+// this policy, with alpha and beta fitted to hetsim's own collectives on the plan's ranks.
+//
+// Where hetsim differs from the paper: the choice is per layer on the layer's own traffic (the
+// paper's formulas), while the replay also prices the layout changes between layers that the
+// choice implies (an all-to-all from channels to columns), and the batch norm statistics a
+// spatial split must all-reduce; the paper's networks (AlexNet) have neither.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "sim/platform/cluster.h"
+#include "sim/workload/model.h"
+#include "sim/workload/ops.h"
+
+namespace hetsim::policy {
+
+// t(n) = alpha x steps + beta x n: the paper's model of one collective over p ranks, with
+// steps = ceil(log2 p) (all-gather) or 2 ceil(log2 p) (all-reduce).
+struct AlphaBeta {
+  double alpha = 0;  // seconds per step
+  double beta = 0;   // seconds per byte
+};
+// Fitted to hetsim's estimate of an all-reduce over `ranks` at 4 KiB and 256 MiB.
+AlphaBeta fit_alpha_beta(const platform::Cluster& c, const std::vector<platform::GpuId>& ranks);
+
+// The paper's per-layer communication time (seconds) of layer l under `split`, for `batch`
+// images per column on a rows x columns grid, e bytes per activation and g per gradient:
+// model: all-gather of the output (over the rows), all-reduce of the input gradient (not for
+// the first layer), all-reduce of its rows' gradients over the columns; domain: the halo
+// exchange forward and backward (alpha + beta x size per neighbour), the whole gradient
+// all-reduced over the grid; batch (rows 1): the gradient all-reduced over the columns.
+double layer_comm_seconds(const workload::CnnLayer& l, bool first, workload::LayerSplit split,
+                          int rows, int columns, int64_t batch, double e, double g,
+                          const AlphaBeta& row, const AlphaBeta& column, const AlphaBeta& grid);
+
+// Per layer, the split of least layer_comm_seconds (model for fully connected layers, whose
+// images have no columns to split; domain where the split fits the layer's width and kernel).
+std::vector<workload::LayerSplit> gholami_splits(const workload::ModelConfig& model, int rows,
+                                                 int columns, int64_t batch, double e, double g,
+                                                 const AlphaBeta& row, const AlphaBeta& column,
+                                                 const AlphaBeta& grid);
+
+}  // namespace hetsim::policy

@@ -1,0 +1,612 @@
+// Convolutional networks: model files, and layer programs on a process grid; see cnn.h.
+#include "sim/workload/cnn.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+
+#include "sim/config/limits.h"
+#include "sim/config/yaml_util.h"
+#include "sim/core/error.h"
+
+namespace hetsim::workload {
+
+std::string to_string(LayerSplit s) {
+  switch (s) {
+    case LayerSplit::batch:
+      return "batch";
+    case LayerSplit::model:
+      return "model";
+    case LayerSplit::domain:
+      return "domain";
+  }
+  return "?";
+}
+
+int64_t CnnLayer::weights() const {
+  switch (kind) {
+    case CnnKind::conv:
+      return out_c * in_c * kernel * kernel;
+    case CnnKind::fc:
+      return out_c * in_elems();
+    case CnnKind::pool:
+      break;
+  }
+  return 0;
+}
+
+int64_t CnnLayer::params() const {
+  if (kind == CnnKind::pool) return 0;
+  return weights() + (bias ? out_c : 0) + (batchnorm ? 2 * out_c : 0);
+}
+
+double CnnLayer::macs() const {
+  switch (kind) {
+    case CnnKind::conv:
+      return static_cast<double>(out_c) * in_c * kernel * kernel * static_cast<double>(out_h) *
+             out_w;
+    case CnnKind::fc:
+      return static_cast<double>(out_c) * static_cast<double>(in_elems());
+    case CnnKind::pool:
+      break;
+  }
+  return 0;
+}
+
+double ModelConfig::cnn_macs() const {
+  double s = 0;
+  for (const CnnLayer& l : cnn) s += l.macs();
+  return s;
+}
+
+int64_t halo_columns_forward(const CnnLayer& l) {
+  return std::max<int64_t>(0, l.kernel - l.stride);
+}
+
+int64_t halo_columns_backward(const CnnLayer& l) {
+  const int64_t f = halo_columns_forward(l);
+  return (f + l.stride - 1) / l.stride;
+}
+
+Op sgd_step(double params) {
+  Op op;
+  op.name = "optimizer.sgd";
+  op.kind = OpKind::memory;
+  op.bytes = params * 20;  // gradient 4, weights 4 + 4, momentum 4 + 4
+  op.flops = params * 4;
+  return op;
+}
+
+// ---- model files --------------------------------------------------------------------------
+
+namespace {
+
+struct Shape {
+  int64_t c = 0, h = 0, w = 0;
+};
+
+bool flag(const std::string& file, const YAML::Node& n, const std::string& path, const char* key,
+          bool fallback) {
+  const YAML::Node v = n[key];
+  if (!v) return fallback;
+  try {
+    return v.as<bool>();
+  } catch (const YAML::Exception&) {
+    throw InputError(config::where(file, v) + ": " + path + "." + key + ": expected true or false");
+  }
+}
+
+class NetworkReader {
+ public:
+  NetworkReader(const std::string& file, ModelConfig& m) : file_(file), m_(m) {}
+
+  void read(const YAML::Node& list) {
+    if (!list || !list.IsSequence() || list.size() == 0) {
+      throw InputError(config::where(file_, list ? list : YAML::Node()) +
+                       ": network: expected a non-empty list of layers ({conv: ...}, {pool: ...}, "
+                       "{fc: ...}, {bottleneck: ...})");
+    }
+    cur_ = Shape{m_.input_c, m_.input_h, m_.input_w};
+    for (size_t i = 0; i < list.size(); ++i) entry(list[i], fmt::format("network[{}]", i));
+    if (m_.cnn.back().kind != CnnKind::fc) {
+      throw InputError(config::where(file_, list[list.size() - 1]) + ": network[" +
+                       std::to_string(list.size() - 1) +
+                       "]: the last layer must be fully connected (the classifier the loss reads)");
+    }
+  }
+
+ private:
+  void entry(const YAML::Node& n, const std::string& path) {
+    if (!n.IsMap()) throw InputError(config::where(file_, n) + ": " + path + ": expected a map");
+    int kinds = 0;
+    for (const char* k : {"conv", "pool", "fc", "bottleneck"}) kinds += n[k] ? 1 : 0;
+    if (kinds != 1) {
+      throw InputError(config::where(file_, n) + ": " + path +
+                       ": expected exactly one of conv, pool, fc or bottleneck");
+    }
+    if (n["conv"]) {
+      config::check_keys(file_, n, path,
+                         {"conv", "kernel", "stride", "pad", "bias", "batchnorm", "relu", "name"});
+      const bool bn = flag(file_, n, path, "batchnorm", false);
+      conv(n, path, config::get_int(file_, n, path, "conv", 1, config::limits::kHidden),
+           static_cast<int>(config::get_int(file_, n, path, "kernel", 1, 1024)),
+           static_cast<int>(config::get_int(file_, n, path, "stride", 1, 1024, 1)),
+           static_cast<int>(config::get_int(file_, n, path, "pad", 0, 1024, 0)),
+           flag(file_, n, path, "bias", !bn), bn, flag(file_, n, path, "relu", true),
+           name(n, path, "conv"));
+    } else if (n["pool"]) {
+      config::check_keys(file_, n, path, {"pool", "kernel", "stride", "pad", "global", "name"});
+      CnnLayer l = begin(CnnKind::pool, name(n, path, "pool"));
+      l.pool = static_cast<PoolKind>(config::get_choice(file_, n, path, "pool", {"max", "avg"}));
+      if (flag(file_, n, path, "global", false)) {
+        for (const char* k : {"kernel", "stride", "pad"}) {
+          if (n[k]) {
+            throw InputError(config::where(file_, n[k]) + ": " + path + "." + k +
+                             ": a global pool covers the whole image; give no " + k);
+          }
+        }
+        if (cur_.h != cur_.w) {
+          throw InputError(config::where(file_, n) + ": " + path +
+                           ": a global pool needs a square input, got " + std::to_string(cur_.h) +
+                           " x " + std::to_string(cur_.w));
+        }
+        l.kernel = static_cast<int>(cur_.h);
+        l.stride = l.kernel;
+      } else {
+        l.kernel = static_cast<int>(config::get_int(file_, n, path, "kernel", 1, 1024));
+        l.stride = static_cast<int>(config::get_int(file_, n, path, "stride", 1, 1024, l.kernel));
+        l.pad = static_cast<int>(config::get_int(file_, n, path, "pad", 0, l.kernel / 2, 0));
+      }
+      l.out_c = cur_.c;
+      finish(l, n, path);
+    } else if (n["fc"]) {
+      config::check_keys(file_, n, path, {"fc", "relu", "dropout", "bias", "name"});
+      CnnLayer l = begin(CnnKind::fc, name(n, path, "fc"));
+      l.out_c = config::get_int(file_, n, path, "fc", 1, config::limits::kFfn);
+      l.relu = flag(file_, n, path, "relu", true);
+      l.bias = flag(file_, n, path, "bias", true);
+      l.dropout = config::get_number(file_, n, path, "dropout", 0.0);
+      if (!(l.dropout >= 0 && l.dropout < 1)) {
+        throw InputError(config::where(file_, n["dropout"]) + ": " + path +
+                         ".dropout: expected a probability in [0, 1)");
+      }
+      l.out_h = l.out_w = 1;
+      push(l);
+      cur_ = Shape{l.out_c, 1, 1};
+    } else {
+      bottleneck(n, path);
+    }
+  }
+
+  std::string name(const YAML::Node& n, const std::string& path, const char* kind) {
+    const int k = ++count_[kind];
+    return config::get_string(file_, n, path, "name", fmt::format("{}{}", kind, k));
+  }
+
+  CnnLayer begin(CnnKind kind, std::string name) const {
+    CnnLayer l;
+    l.name = std::move(name);
+    l.kind = kind;
+    l.in_c = cur_.c;
+    l.in_h = cur_.h;
+    l.in_w = cur_.w;
+    return l;
+  }
+
+  void push(const CnnLayer& l) {
+    if (static_cast<long>(m_.cnn.size()) >= config::limits::kLayers) {
+      throw InputError(file_ + ": network: more than " + std::to_string(config::limits::kLayers) +
+                       " layers");
+    }
+    m_.cnn.push_back(l);
+  }
+
+  // Output size of a window over the input: (in + 2 pad - kernel) / stride + 1 (PyTorch's
+  // floor mode); an error when the window does not fit.
+  void finish(CnnLayer& l, const YAML::Node& n, const std::string& path) {
+    auto out = [&](int64_t in) {
+      if (in + 2 * l.pad < l.kernel) {
+        throw InputError(config::where(file_, n) + ": " + path + " (" + l.name + "): kernel " +
+                         std::to_string(l.kernel) + " is larger than its " + std::to_string(in) +
+                         "-pixel input (padded by " + std::to_string(l.pad) + ")");
+      }
+      return (in + 2 * l.pad - l.kernel) / l.stride + 1;
+    };
+    l.out_h = out(l.in_h);
+    l.out_w = out(l.in_w);
+    push(l);
+    cur_ = Shape{l.out_c, l.out_h, l.out_w};
+  }
+
+  void conv(const YAML::Node& n, const std::string& path, int64_t filters, int kernel, int stride,
+            int pad, bool bias, bool bn, bool relu, std::string name) {
+    CnnLayer l = begin(CnnKind::conv, std::move(name));
+    l.out_c = filters;
+    l.kernel = kernel;
+    l.stride = stride;
+    l.pad = pad;
+    l.bias = bias;
+    l.batchnorm = bn;
+    l.relu = relu;
+    finish(l, n, path);
+  }
+
+  // ResNet v1.5 bottleneck blocks (He et al. 2016; torchvision's resnet50): 1x1 to the width,
+  // 3x3 (the block's stride on the first), 1x1 to 4 x the width, each with batch norm; the
+  // first block's shortcut a strided 1x1 with batch norm where the shape changes, the identity
+  // otherwise; the ReLU after the sum.
+  void bottleneck(const YAML::Node& n, const std::string& path) {
+    config::check_keys(file_, n, path, {"bottleneck", "blocks", "stride", "name"});
+    const int64_t width = config::get_int(file_, n, path, "bottleneck", 1, config::limits::kHidden);
+    const long blocks = config::get_int(file_, n, path, "blocks", 1, 1024);
+    const int stride = static_cast<int>(config::get_int(file_, n, path, "stride", 1, 16, 1));
+    const std::string group = name(n, path, "layer");
+    for (long b = 0; b < blocks; ++b) {
+      const std::string prefix = fmt::format("{}.{}", group, b);
+      const int s = b == 0 ? stride : 1;
+      const int input = static_cast<int>(m_.cnn.size()) - 1;  // the block's input (-1: images)
+      const Shape in = cur_;
+      int shortcut = input;
+      if (s != 1 || in.c != 4 * width) {
+        conv(n, path, 4 * width, 1, s, 0, false, true, false, prefix + ".downsample");
+        m_.cnn.back().input_from = input;
+        shortcut = static_cast<int>(m_.cnn.size()) - 1;
+        cur_ = in;
+      }
+      conv(n, path, width, 1, 1, 0, false, true, true, prefix + ".conv1");
+      m_.cnn.back().input_from = input;
+      conv(n, path, width, 3, s, 1, false, true, true, prefix + ".conv2");
+      conv(n, path, 4 * width, 1, 1, 0, false, true, true, prefix + ".conv3");
+      m_.cnn.back().residual_from = shortcut;
+    }
+  }
+
+  const std::string& file_;
+  ModelConfig& m_;
+  Shape cur_;
+  std::map<std::string, int> count_;
+};
+
+}  // namespace
+
+ModelConfig load_cnn_yaml(const YAML::Node& root, const std::string& file) {
+  using namespace config;
+  check_keys(file, root, "", {"name", "family", "input", "network"});
+  ModelConfig m;
+  m.source = file;
+  m.name = get_string(file, root, "", "name");
+  m.family = "cnn";
+  const YAML::Node in = require(file, root, "", "input");
+  check_keys(file, in, "input", {"channels", "height", "width"});
+  m.input_c = get_int(file, in, "input", "channels", 1, limits::kHidden);
+  m.input_h = get_int(file, in, "input", "height", 1, 1L << 16);
+  m.input_w = get_int(file, in, "input", "width", 1, 1L << 16);
+  NetworkReader(file, m).read(root["network"]);
+  m.layers = static_cast<int>(m.cnn.size());
+  m.sequence = 1;  // one image is one sample
+  m.vocab = static_cast<int>(m.cnn.back().out_c);
+  m.tied_embeddings = false;
+  m.causal = false;
+  return m;
+}
+
+// ---- layer programs -----------------------------------------------------------------------
+
+namespace {
+
+// Where a layer's output lives on the ranks of a column: whole on every rank, split by
+// channels (a model-split layer's), or split by image columns (a domain-split layer's).
+enum class Layout { full, channels, spatial };
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+class ProgramBuilder {
+ public:
+  ProgramBuilder(const ModelConfig& m, const std::vector<LayerSplit>& splits, int rows,
+                 int64_t batch, Precision p, const std::string& where)
+      : m_(m),
+        splits_(splits),
+        rows_(rows),
+        b_(batch),
+        e_(element_bytes(p)),
+        where_(where),
+        layout_(m.cnn.size(), Layout::full),
+        gathered_(m.cnn.size(), false) {}
+
+  std::vector<CnnLayerProgram> build() {
+    std::vector<CnnLayerProgram> out;
+    for (size_t l = 0; l < m_.cnn.size(); ++l) out.push_back(layer(static_cast<int>(l)));
+    out.push_back(loss());
+    return out;
+  }
+
+ private:
+  double elems(int64_t n) const { return static_cast<double>(b_) * static_cast<double>(n); }
+
+  // The layer whose output layer l reads (-1: the images).
+  int source(int l) const {
+    const int from = m_.cnn[static_cast<size_t>(l)].input_from;
+    return from == -1 ? l - 1 : from;
+  }
+  Layout layout_of(int src) const {
+    return src < 0 ? Layout::full : layout_[static_cast<size_t>(src)];
+  }
+  bool whole(int src) const {
+    return src < 0 || layout_[static_cast<size_t>(src)] == Layout::full ||
+           gathered_[static_cast<size_t>(src)];
+  }
+
+  static Step comm(const std::string& name, CommKind kind, double bytes) {
+    Step s;
+    s.op.name = name;
+    s.comm = kind;
+    s.comm_bytes = bytes;
+    return s;
+  }
+  void memory(std::vector<Step>& steps, const std::string& name, double bytes) const {
+    Op op;
+    op.name = name;
+    op.kind = OpKind::memory;
+    op.bytes = bytes;
+    steps.push_back(Step{op});
+  }
+  void gemm(std::vector<Step>& steps, const std::string& name, int64_t m, int64_t n,
+            int64_t k) const {
+    Op op;
+    op.name = name;
+    op.kind = OpKind::gemm;
+    op.m = m, op.n = n, op.k = k;
+    op.flops = 2.0 * m * n * k;
+    op.model_flops = op.flops;
+    op.bytes =
+        e_ * (static_cast<double>(m) * k + static_cast<double>(k) * n + static_cast<double>(m) * n);
+    steps.push_back(Step{op});
+  }
+
+  [[noreturn]] void refuse(const CnnLayer& l, const std::string& why) const {
+    throw InputError(
+        fmt::format("{}: layer {} ({}): {}", where_, l.name, to_string(split_of(l)), why));
+  }
+  LayerSplit split_of(const CnnLayer& l) const {
+    const size_t i = static_cast<size_t>(&l - m_.cnn.data());
+    return i < splits_.size() ? splits_[i] : LayerSplit::batch;
+  }
+
+  // The activations that follow a layer's main kernel: batch norm (its statistics all-reduced
+  // over the column when the layer is split by image columns, as a synchronised batch norm
+  // must), the residual sum, ReLU, dropout; `n` local output elements.
+  void epilogue(const CnnLayer& l, double n, bool spatial, std::vector<Step>& fwd,
+                std::vector<Step>& bwd) {
+    const double bytes = e_ * n;
+    // Kept for the backward: the batch norm's input, the ReLU's output, the dropout mask.
+    stored_ += (l.batchnorm ? bytes : 0) + (l.relu ? bytes : 0) + (l.dropout > 0 ? n : 0);
+    std::vector<Step> back;  // in forward order, reversed into bwd at the end
+    if (l.batchnorm) {
+      memory(fwd, l.name + ".norm.bn", 3 * bytes);
+      if (spatial)
+        fwd.push_back(comm(l.name + ".bn.stats", CommKind::allreduce, 4.0 * 2 * l.out_c));
+      if (spatial)
+        back.push_back(comm(l.name + ".bn.stats.bwd", CommKind::allreduce, 4.0 * 2 * l.out_c));
+      memory(back, l.name + ".norm.bn.bwd", 5 * bytes);
+    }
+    if (l.residual_from != -2) {
+      memory(fwd, l.name + ".residual_add", 3 * bytes);
+      memory(back, l.name + ".residual_add.bwd", 3 * bytes);
+    }
+    if (l.relu) {
+      memory(fwd, l.name + ".relu", 2 * bytes);
+      memory(back, l.name + ".relu.bwd", 3 * bytes);
+    }
+    if (l.dropout > 0) {
+      memory(fwd, l.name + ".dropout", 2 * bytes + n);
+      memory(back, l.name + ".dropout.bwd", 2 * bytes + n);
+    }
+    for (auto it = back.rbegin(); it != back.rend(); ++it) bwd.push_back(*it);
+  }
+
+  // A residual sum in this layer's layout, of a shortcut held in another: converted by an
+  // all-to-all (forward, and its gradient back), unless a whole copy is at hand.
+  void shortcut(const CnnLayer& l, Layout mine, std::vector<Step>& fwd, std::vector<Step>& bwd) {
+    if (l.residual_from < -1) return;
+    const int src = l.residual_from;
+    if (whole(src) || layout_of(src) == mine) return;
+    const double per_rank = e_ * elems(l.out_elems()) / rows_;
+    fwd.push_back(comm(l.name + ".shortcut", CommKind::alltoall, per_rank));
+    bwd.push_back(comm(l.name + ".shortcut.bwd", CommKind::alltoall, per_rank));
+  }
+
+  CnnLayerProgram layer(int i) {
+    const CnnLayer& l = m_.cnn[static_cast<size_t>(i)];
+    CnnLayerProgram prog;
+    const int src = source(i);
+    const bool first = src < 0;  // reads the images: no input gradient to compute
+    std::vector<Step> fwd, bwd_main, bwd_epi, bwd_in;
+    LayerSplit split = rows_ == 1 ? LayerSplit::batch : split_of(l);
+    if (l.kind == CnnKind::pool) {
+      // A pooling layer keeps its input's layout; split by image columns where its output has
+      // fewer columns than the rows (or its halo more than a rank's own), it gathers its input
+      // and pools it whole.
+      const Layout in = layout_of(src);
+      const bool global = l.out_w == 1 && l.kernel == l.in_w;
+      const bool fits = global || (l.out_w >= rows_ && l.in_w / rows_ >= 1 &&
+                                   l.in_w / rows_ >= ceil_div(halo_columns_forward(l), 2));
+      split = rows_ == 1                              ? LayerSplit::batch
+              : in == Layout::spatial && fits         ? LayerSplit::domain
+              : in == Layout::channels && !whole(src) ? LayerSplit::model
+                                                      : LayerSplit::batch;
+      if (rows_ > 1 && split == LayerSplit::batch && !whole(src)) {
+        fwd.push_back(comm(l.name + ".gather", CommKind::allgather, e_ * elems(l.in_elems())));
+        gathered_[static_cast<size_t>(src)] = true;
+      }
+    } else if (rows_ > 1 && split == LayerSplit::batch) {
+      refuse(l, fmt::format("every layer of a grid with {} rows is split over them; give it model "
+                            "or domain (batch is the grid with rows: 1)",
+                            rows_));
+    }
+    prog.split = split;
+    stored_ = 0;
+    const double in_bytes = e_ * elems(l.in_elems());
+    Layout out = Layout::full;
+    switch (split) {
+      case LayerSplit::batch:
+        kernels(l, l.out_c, l.in_w, l.out_w, l.pad, fwd, bwd_main, first);
+        epilogue(l, elems(l.out_elems()), false, fwd, bwd_epi);
+        stored_ += in_bytes;
+        prog.params = static_cast<double>(l.params());
+        break;
+      case LayerSplit::model: {
+        if (l.kind != CnnKind::pool && l.out_c < rows_) {
+          refuse(l, fmt::format("{} {} split over {} rows: fewer than one per rank", l.out_c,
+                                l.kind == CnnKind::fc ? "outputs" : "filters", rows_));
+        }
+        // The input whole on every rank: gathered from the ranks' channels or image columns.
+        if (l.kind != CnnKind::pool && !whole(src)) {
+          fwd.push_back(comm(l.name + ".gather", CommKind::allgather, in_bytes));
+          gathered_[static_cast<size_t>(src)] = true;
+        }
+        const int64_t local = ceil_div(l.out_c, rows_);
+        kernels(l, local, l.in_w, l.out_w, l.pad, fwd, bwd_main, first);
+        stored_ += l.kind == CnnKind::pool ? in_bytes / rows_ : in_bytes;
+        epilogue(l, elems(local * l.out_h * l.out_w), false, fwd, bwd_epi);
+        // The input gradient: each rank's filters' share of every input element, summed.
+        if (l.kind != CnnKind::pool && !first)
+          bwd_in.push_back(comm(l.name + ".dgrad.sum", CommKind::allreduce, in_bytes));
+        out = Layout::channels;
+        prog.params = l.kind == CnnKind::pool
+                          ? 0.0
+                          : static_cast<double>(l.params()) / rows_;  // rows of W (and b)
+        break;
+      }
+      case LayerSplit::domain: {
+        if (l.kind == CnnKind::fc) {
+          refuse(l, "a fully connected layer has no image to split; split it by model");
+        }
+        // A global pool reduces each rank's columns to partial sums.
+        const bool global = l.kind == CnnKind::pool && l.out_w == 1 && l.kernel == l.in_w;
+        if (!global && l.out_w < rows_) {
+          refuse(l, fmt::format("its {} output columns split over {} rows: a spatial split finer "
+                                "than one column",
+                                l.out_w, rows_));
+        }
+        const int64_t halo_f = global ? 0 : halo_columns_forward(l);
+        const int64_t halo_b = global ? 0 : halo_columns_backward(l);
+        const int64_t slab = l.in_w / rows_;
+        if (slab < ceil_div(halo_f, 2) || slab < 1) {
+          refuse(l, fmt::format("its {}-column input split over {} rows leaves {} columns a rank, "
+                                "fewer than the {} its {}x{} kernel reads beyond them: a spatial "
+                                "split finer than the kernel",
+                                l.in_w, rows_, slab, ceil_div(halo_f, 2), l.kernel, l.kernel));
+        }
+        // Channels to image columns: every rank's channels of its columns (an all-to-all), and
+        // the gradient back the same way; from a whole input each rank takes its columns.
+        if (!whole(src) && layout_of(src) == Layout::channels) {
+          fwd.push_back(comm(l.name + ".scatter", CommKind::alltoall, in_bytes / rows_));
+          bwd_in.push_back(comm(l.name + ".scatter.bwd", CommKind::alltoall, in_bytes / rows_));
+        }
+        if (halo_f > 0) {
+          fwd.push_back(comm(l.name + ".halo", CommKind::halo,
+                             e_ * elems(l.in_c * l.in_h) * static_cast<double>(halo_f) / 2));
+        }
+        const int64_t cols = global ? 1 : ceil_div(l.out_w, rows_);
+        // The rank's output columns from its input columns and the halo: no padding across the
+        // cut (the outer ranks' padding is within the kernel's reach of the halo).
+        const int64_t in_cols = global ? ceil_div(l.in_w, rows_) : (cols - 1) * l.stride + l.kernel;
+        if (!first && halo_b > 0) {
+          bwd_main.push_back(comm(l.name + ".halo.bwd", CommKind::halo,
+                                  e_ * elems(l.out_c * l.out_h) * static_cast<double>(halo_b) / 2));
+        }
+        kernels(l, l.out_c, in_cols, cols, 0, fwd, bwd_main, first);
+        stored_ += e_ * elems(l.in_c * l.in_h * in_cols);
+        if (global) {
+          // A global pool of image columns: each rank's partial sums, summed.
+          fwd.push_back(comm(l.name + ".sum", CommKind::allreduce, e_ * elems(l.out_c)));
+          out = Layout::full;
+        } else {
+          out = Layout::spatial;
+        }
+        epilogue(l, elems(l.out_c * l.out_h * cols), true, fwd, bwd_epi);
+        prog.params = static_cast<double>(l.params());
+        prog.grid_gradients = l.kind != CnnKind::pool;
+        break;
+      }
+    }
+    layout_[static_cast<size_t>(i)] = out;
+    prog.activations = stored_;
+    shortcut(l, out, fwd, bwd_epi);
+    prog.forward = std::move(fwd);
+    // Backward: the epilogue's gradients, the kernels' (halo first), the input's collective.
+    for (auto* part : {&bwd_epi, &bwd_main, &bwd_in})
+      prog.backward.insert(prog.backward.end(), part->begin(), part->end());
+    return prog;
+  }
+
+  // The layer's kernels on this rank: `k` output channels (filters, outputs) over `out_w`
+  // output columns from `in_w` input columns.
+  void kernels(const CnnLayer& l, int64_t k, int64_t in_w, int64_t out_w, int pad_w,
+               std::vector<Step>& fwd, std::vector<Step>& bwd, bool first) const {
+    switch (l.kind) {
+      case CnnKind::conv: {
+        ConvShape c;
+        c.n = b_, c.c = l.in_c, c.h = l.in_h, c.w = in_w;
+        c.k = k, c.r = c.s = l.kernel;
+        c.stride = l.stride, c.pad_h = l.pad, c.pad_w = pad_w;
+        fwd.push_back(Step{conv_op(l.name, c, e_)});
+        c.pass = ConvPass::weight_grad;
+        bwd.push_back(Step{conv_op(l.name + ".wgrad", c, e_)});
+        if (!first) {
+          c.pass = ConvPass::data_grad;
+          bwd.push_back(Step{conv_op(l.name + ".dgrad", c, e_)});
+        }
+        break;
+      }
+      case CnnKind::fc:
+        gemm(fwd, l.name, b_, k, l.in_elems());
+        gemm(bwd, l.name + ".wgrad", l.in_elems(), k, b_);
+        if (!first) gemm(bwd, l.name + ".dgrad", b_, l.in_elems(), k);
+        break;
+      case CnnKind::pool: {
+        // A channel split pools its own channels; an image-column split its columns.
+        const double in = elems(l.in_h * in_w) * k;  // a pool keeps its channels
+        const double o = elems(l.out_h * out_w) * k;
+        memory(fwd, l.name, e_ * (in + o) + (l.pool == PoolKind::max ? o : 0));
+        memory(bwd, l.name + ".bwd", e_ * (in + o) + (l.pool == PoolKind::max ? o : 0));
+        break;
+      }
+    }
+  }
+
+  // Softmax cross-entropy over the classifier's outputs, gathered whole first when they are
+  // split (their gradient is then every rank's own share: nothing to send back).
+  CnnLayerProgram loss() {
+    CnnLayerProgram prog;
+    const int last = static_cast<int>(m_.cnn.size()) - 1;
+    const double classes = elems(m_.cnn.back().out_c);
+    if (!whole(last))
+      prog.forward.push_back(comm("logits.gather", CommKind::allgather, e_ * classes));
+    memory(prog.forward, "cross_entropy", 4.0 * classes * 2);
+    memory(prog.backward, "cross_entropy.bwd", 4.0 * classes * 2);
+    return prog;
+  }
+
+  const ModelConfig& m_;
+  const std::vector<LayerSplit>& splits_;
+  int rows_;
+  int64_t b_;
+  int e_;
+  const std::string& where_;
+  std::vector<Layout> layout_;
+  std::vector<bool> gathered_;
+  double stored_ = 0;  // the layer being built keeps this much for its backward
+};
+
+}  // namespace
+
+std::vector<CnnLayerProgram> cnn_programs(const ModelConfig& model,
+                                          const std::vector<LayerSplit>& splits, int rows,
+                                          int64_t batch, Precision precision,
+                                          const std::string& where) {
+  return ProgramBuilder(model, splits, rows, batch, precision, where).build();
+}
+
+}  // namespace hetsim::workload

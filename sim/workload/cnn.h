@@ -1,0 +1,64 @@
+// Convolutional networks (AlexNet, VGG, ResNet) on a P_r x P_c process grid (Gholami, Azad, Jin,
+// Keutzer and Buluc, "Integrated Model, Batch and Domain Parallelism in Training Neural
+// Networks", SPAA'18): the images split over the P_c columns (batch parallel); along the P_r
+// rows of each column, each layer either model parallel (a fully connected layer's rows, a
+// convolution's filters) or domain parallel (the activations split along the image width, with
+// a halo exchange between neighbours in the forward and the backward pass).
+//
+// The layer programs here are what each rank of a column runs: its kernels at their local
+// shapes, and the communication over the column's P_r ranks that its split and its neighbours'
+// splits imply. The weight gradients' reduction over the grid is the job's (training_job.cpp).
+#pragma once
+
+#include <yaml-cpp/yaml.h>
+
+#include <string>
+#include <vector>
+
+#include "sim/workload/model.h"
+#include "sim/workload/ops.h"
+
+namespace hetsim::workload {
+
+std::string to_string(LayerSplit s);
+
+// A convolutional network from a model file whose family is cnn: `input: {channels, height,
+// width}` and `network:`, a list of {conv: K, kernel, stride, pad, bias, batchnorm, relu},
+// {pool: max|avg, kernel, stride, pad} or {pool: avg, global: true}, {fc: N, relu, dropout,
+// bias}, and {bottleneck: W, blocks: N, stride: S} (ResNet v1.5 bottleneck blocks of width W,
+// 4 W out, the stride on the 3x3). Shapes are propagated from the input; errors name the entry.
+ModelConfig load_cnn_yaml(const YAML::Node& root, const std::string& file);
+
+// The columns of the halo a rank of a domain-split layer needs from its neighbours, in all (the
+// two sides together), to compute its slab of output columns: forward, input columns
+// (kernel - stride, at least 0); backward, output-gradient columns (that over the stride,
+// rounded up).
+int64_t halo_columns_forward(const CnnLayer& l);
+int64_t halo_columns_backward(const CnnLayer& l);
+
+// One layer's programs on one rank of a column of `rows` ranks, for `batch` images.
+struct CnnLayerProgram {
+  std::vector<Step> forward, backward;
+  LayerSplit split = LayerSplit::batch;
+  double params = 0;  // the layer's parameters this rank holds (and updates)
+  // Its weight gradients are reduced over every rank of the grid (domain: every row holds the
+  // whole layer), not over the column's peers in the same row.
+  bool grid_gradients = false;
+  double activations = 0;  // bytes it keeps from its forward for its backward (one micro-batch)
+};
+
+// Every layer's programs, and the loss (softmax cross-entropy over the last layer's output)
+// last. `splits` holds one entry per layer (pooling layers follow their input's layout, their
+// entry is ignored). Throws InputError (naming the layer) for a split the layer cannot take: a
+// domain split of a fully connected layer, a spatial split finer than the kernel or than one
+// output column, a model split over more ranks than filters or outputs.
+std::vector<CnnLayerProgram> cnn_programs(const ModelConfig& model,
+                                          const std::vector<LayerSplit>& splits, int rows,
+                                          int64_t batch, Precision precision,
+                                          const std::string& where);
+
+// SGD with momentum over `params` local parameters (PyTorch's, the optimizer these networks
+// train with): reads the gradient, reads and writes the fp32 weights and the momentum.
+Op sgd_step(double params);
+
+}  // namespace hetsim::workload

@@ -1,0 +1,265 @@
+// Convolutional networks on a process grid (Gholami et al.): the shipped networks' parameters
+// and multiply-accumulates, halo sizes by hand, the paper's communication volumes as an oracle
+// for pure batch, pure model and the integrated grid, one GPU as its kernels back to back, the
+// folded replay against the full one, the policy's per-layer choice, and the splits refused.
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "sim/core/error.h"
+#include "sim/policy/gholami.h"
+#include "sim/report/training_report.h"
+#include "sim/workload/cnn.h"
+#include "sim/workload/memory.h"
+#include "sim/workload/replay.h"
+#include "tests/unit/fixtures.h"
+
+namespace hetsim::workload {
+namespace {
+
+struct Run {
+  Plan plan;
+  TrainingJob job;
+  ReplayResult result;
+  report::TrainingReport report;
+};
+
+std::unique_ptr<Run> run(const ModelConfig& m, const platform::Cluster& c, const std::string& text,
+                         ReplayOptions o = {}) {
+  static const DatasheetCostModel cost;
+  auto r = std::make_unique<Run>();
+  r->plan = load_plan_text(text, "p.yaml", m, c);
+  r->job = build_training_job(m, r->plan, c, cost);
+  r->result = replay(r->job, nullptr, o);
+  r->report = report::make_training_report(r->job, r->result, memory_per_group(r->job));
+  return r;
+}
+
+std::string grid(int rows, int columns, int64_t batch, const std::string& split = "") {
+  return "grid: {rows: " + std::to_string(rows) + ", columns: " + std::to_string(columns) +
+         "}\nglobal_batch_size: " + std::to_string(batch) + "\n" +
+         (split.empty() ? "" : "split: " + split + "\n");
+}
+
+TEST(Cnn, ShippedNetworksHaveTheirPublishedSizes) {
+  // torchvision's parameter counts, exactly; multiply-accumulates per 224 x 224 image as
+  // torchvision's model cards give them (GFLOPS there are multiply-accumulates).
+  struct Case {
+    const char* name;
+    int64_t params;
+    double gmacs;
+  };
+  for (const Case& c : {Case{"alexnet", 61100840, 0.71}, Case{"vgg16", 138357544, 15.47},
+                        Case{"resnet50", 25557032, 4.09}}) {
+    const ModelConfig m = load_model(c.name);
+    EXPECT_TRUE(m.convolutional()) << c.name;
+    EXPECT_EQ(m.params(), c.params) << c.name;
+    EXPECT_NEAR(m.cnn_macs() / 1e9 / c.gmacs, 1.0, 0.01) << c.name << ": " << m.cnn_macs();
+  }
+  const ModelConfig r = load_model("resnet50");
+  // conv1, maxpool, 16 blocks of three convolutions, 4 shortcuts, the global pool, fc.
+  EXPECT_EQ(r.cnn.size(), 2u + 16 * 3 + 4 + 2);
+  EXPECT_EQ(r.cnn.back().in_c, 2048);
+  EXPECT_EQ(r.cnn[r.cnn.size() - 2].in_h, 7);
+}
+
+TEST(Cnn, HaloOfAThreeByThreeConvolutionIsOneColumnEachSide) {
+  // 3x3, stride 1: one input column from each neighbour forward, one output-gradient column
+  // backward; 11x11 stride 4 (AlexNet's first): 7 input columns, 2 gradient columns.
+  CnnLayer l;
+  l.kind = CnnKind::conv;
+  l.kernel = 3;
+  EXPECT_EQ(halo_columns_forward(l), 2);
+  EXPECT_EQ(halo_columns_backward(l), 2);
+  l.kernel = 11, l.stride = 4;
+  EXPECT_EQ(halo_columns_forward(l), 7);
+  EXPECT_EQ(halo_columns_backward(l), 2);
+  l.kernel = 1, l.stride = 1;
+  EXPECT_EQ(halo_columns_forward(l), 0);
+  // VGG-16's third convolution (128 x 112 x 112 in) split by 4: each neighbour gets
+  // 2 bytes x 32 images x 64 channels x 112 rows x 1 column.
+  const ModelConfig v = load_model("vgg16");
+  std::vector<LayerSplit> splits(v.cnn.size(), LayerSplit::domain);
+  splits[v.cnn.size() - 1] = splits[v.cnn.size() - 2] = splits[v.cnn.size() - 3] =
+      LayerSplit::model;
+  const auto programs = cnn_programs(v, splits, 4, 32, Precision::bf16, "p.yaml");
+  ASSERT_EQ(v.cnn[3].name, "conv3");
+  double halo = 0;
+  for (const Step& s : programs[3].forward)
+    if (s.comm == CommKind::halo) halo = s.comm_bytes;
+  EXPECT_DOUBLE_EQ(halo, 2.0 * 32 * 64 * 112 * 1);
+  // Its kernel computes 28 of the 112 output columns from 30 input columns.
+  for (const Step& s : programs[3].forward) {
+    if (s.op.kind != OpKind::conv) continue;
+    EXPECT_EQ(s.op.conv.w, 30);
+    EXPECT_EQ(s.op.conv.q(), 28);
+    EXPECT_DOUBLE_EQ(s.op.flops, 2.0 * 32 * 128 * 64 * 9 * 112 * 28);
+  }
+}
+
+// A network of fully connected layers only, as the paper's analysis writes it (no biases):
+// d_0 = 1024 inputs, then 2048, 4096 and 512.
+ModelConfig mlp() {
+  return load_model_yaml_text(
+      "name: mlp\nfamily: cnn\ninput: {channels: 1024, height: 1, width: 1}\nnetwork:\n"
+      "  - {fc: 2048, bias: false}\n  - {fc: 4096, bias: false}\n"
+      "  - {fc: 512, bias: false, relu: false}\n",
+      "mlp.yaml");
+}
+
+TEST(Cnn, SentBytesAreThePapersBetaTermsForBatchModelAndTheGrid) {
+  // Gholami et al. section 4 (shared/reference/policies.md), bandwidth terms in bytes: e = 2 for
+  // activations, g = 4 for gradients, B = 2048, P = 16.
+  const ModelConfig m = mlp();
+  const platform::Cluster c = test::cluster("dgx-a100", 2);
+  const double d[] = {1024, 2048, 4096, 512};
+  const double B = 2048, e = 2, g = 4;
+  auto oracle = [&](double pr, double pc) {
+    double t = 0;
+    for (int i = 1; i <= 3; ++i) {
+      t += (pr - 1) / pr * e * (B / pc) * d[i];                      // forward all-gather of X_i
+      if (i >= 2) t += 2 * (pr - 1) / pr * e * (B / pc) * d[i - 1];  // backward ΔX_{i-1}
+      t += 2 * (pc - 1) / pc * g * d[i] * d[i - 1] / pr;             // ΔW_i over the columns
+    }
+    return t;
+  };
+  for (const auto& [rows, columns] :
+       {std::pair{1, 16}, std::pair{16, 1}, std::pair{4, 4}, std::pair{2, 8}}) {
+    const auto r = run(m, c, grid(rows, columns, 2048, rows > 1 ? "model" : ""));
+    const double sent = r->report.sent_group_bytes + r->report.sent_replicas_bytes;
+    EXPECT_NEAR(sent / oracle(rows, columns), 1.0, 1e-12) << rows << " x " << columns;
+  }
+  // The grid sends less than either pure scheme here (33 MB against 94 and 73), as the paper
+  // finds: neither pure model nor pure batch parallelism is best.
+  auto sent = [&](int rows, int columns) {
+    const auto r = run(m, c, grid(rows, columns, 2048, rows > 1 ? "model" : ""));
+    return r->report.sent_group_bytes + r->report.sent_replicas_bytes;
+  };
+  EXPECT_LT(sent(4, 4), sent(1, 16));
+  EXPECT_LT(sent(4, 4), sent(16, 1));
+}
+
+TEST(Cnn, OneGpuRunsItsKernelsBackToBack) {
+  // ResNet-50 on one A100: no communication; the iteration is its kernels and host time.
+  const ModelConfig m = load_model("resnet50");
+  const platform::Cluster c = test::cluster("dgx-a100", 1);
+  const auto r = run(m, c, "devices: [0]\nglobal_batch_size: 64\nprecision: bf16\n");
+  EXPECT_EQ(r->job.groups.size(), 1u);
+  EXPECT_EQ(r->result.groups[0].compute, r->result.iteration);
+  EXPECT_EQ(r->report.sent_group_bytes + r->report.sent_replicas_bytes, 0);
+  // The MFU numerator is three passes of the network's multiply-accumulates, less the first
+  // layer's input gradient (never computed): 2 x 3 x MACs x images, to within conv1's share.
+  const double macs = m.cnn_macs() * 64;
+  EXPECT_LT(r->report.model_flops, 6 * macs);
+  EXPECT_GT(r->report.model_flops, 6 * macs - 2 * m.cnn.front().macs() * 64 - 1);
+  EXPECT_FALSE(r->report.oom);
+}
+
+TEST(Cnn, FoldedColumnsGiveTheFullReplay) {
+  const ModelConfig m = load_model("alexnet");
+  const platform::Cluster c = test::cluster("dgx-a100", 4);
+  for (const char* split : {"gholami", "domain", "model"}) {
+    const std::string text = grid(4, 8, 256, split);
+    ReplayOptions exact;
+    exact.exact = true;
+    const auto folded = run(m, c, text), full = run(m, c, text, exact);
+    EXPECT_GT(folded->result.folded_replicas, 1u);
+    EXPECT_NEAR(folded->result.iteration.seconds() / full->result.iteration.seconds(), 1.0, 1e-9)
+        << split;
+    // Same inputs, same outputs.
+    EXPECT_EQ(run(m, c, text)->result.iteration, folded->result.iteration);
+  }
+}
+
+TEST(Cnn, GholamiSplitsEarlyConvolutionsByDomainAndFullyConnectedLayersByModel) {
+  // AlexNet on 8 x 4: the first convolutions' activations are large and their weights small
+  // (a halo is cheaper than gathering them); the fully connected layers' weights are most of
+  // the model (model parallelism keeps 1/rows of them in the gradient all-reduce).
+  const ModelConfig m = load_model("alexnet");
+  const platform::Cluster c = test::cluster("dgx-a100", 4);
+  const auto r = run(m, c, grid(8, 4, 512, "gholami"));
+  ASSERT_EQ(r->plan.split_policy, "gholami");
+  EXPECT_EQ(r->plan.layer_splits[0], LayerSplit::domain);  // conv1
+  const size_t n = m.cnn.size();
+  for (size_t l = n - 3; l < n; ++l) EXPECT_EQ(r->plan.layer_splits[l], LayerSplit::model);
+  // Its choice sends no more than the all-model and the all-domain (conv) splits.
+  auto sent = [&](const std::string& split) {
+    const auto x = run(m, c, grid(8, 4, 512, split));
+    return x->report.sent_group_bytes + x->report.sent_replicas_bytes;
+  };
+  EXPECT_LE(sent("gholami"), sent("model"));
+  EXPECT_LE(sent("gholami"), sent("domain") * (1 + 1e-12));
+}
+
+TEST(Cnn, SplitsThatDoNotFitAreRefusedNamingTheLayer) {
+  const ModelConfig a = load_model("alexnet");
+  const platform::Cluster c = test::cluster("dgx-a100", 8);
+  // AlexNet's last convolutions see 13 columns: 64 rows would leave less than one column.
+  EXPECT_NE(test::plan_error(grid(64, 1, 64, "domain"), a, c).find("finer than one column"),
+            std::string::npos);
+  // A fully connected layer split by domain.
+  const std::string listed = "[domain, domain, domain, domain, domain, domain, model, model]";
+  EXPECT_NE(test::plan_error(grid(4, 16, 64, listed), a, c).find("fc6"), std::string::npos);
+  EXPECT_NE(test::plan_error(grid(4, 16, 64, listed), a, c).find("no image to split"),
+            std::string::npos);
+  // A split finer than the kernel: conv2's 5x5 reads 2 columns beyond each side of a rank's
+  // own, but its 27-column input over 16 rows leaves 1 a rank.
+  const std::string second_domain = "[model, domain, model, model, model, model, model, model]";
+  const std::string e =
+      test::plan_error(grid(16, 1, 16, second_domain), a, test::cluster("dgx-a100", 2));
+  EXPECT_NE(e.find("finer than the kernel"), std::string::npos) << e;
+  EXPECT_NE(e.find("conv2"), std::string::npos) << e;
+  // The grid must cover the GPUs, and the batch split over the columns.
+  EXPECT_NE(test::plan_error(grid(4, 4, 64), a, c).find("rows x columns"), std::string::npos);
+  EXPECT_NE(test::plan_error(grid(4, 16, 24), a, c).find("global_batch_size"), std::string::npos);
+  EXPECT_NE(test::plan_error(grid(4, 16, 64, "[model]"), a, c).find("8 entries"),
+            std::string::npos);
+  // Model parallelism over more ranks than fc8's 1000 outputs.
+  EXPECT_NE(test::plan_error(grid(1024, 1, 1024, "model"), a, test::cluster("dgx-a100", 128))
+                .find("fewer than one per rank"),
+            std::string::npos);
+  // Transformer keys on a network, and grid keys on a transformer.
+  EXPECT_NE(
+      test::plan_error("tensor_parallel: 2\nglobal_batch_size: 64\n", a, c).find("unknown key"),
+      std::string::npos);
+  EXPECT_NE(test::plan_error(grid(4, 16, 64), test::small_gpt(), c).find("convolutional"),
+            std::string::npos);
+}
+
+TEST(Cnn, ModelFilesWithMistakesNameTheEntry) {
+  auto error = [](const std::string& network) {
+    try {
+      load_model_yaml_text(
+          "name: x\nfamily: cnn\ninput: {channels: 3, height: 32, width: 32}\n"
+          "network:\n" +
+              network,
+          "x.yaml");
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error("  - {conv: 8, kernel: 64}\n  - {fc: 10}\n").find("larger than"),
+            std::string::npos);
+  EXPECT_NE(error("  - {conv: 8, kernel: 3}\n").find("fully connected"), std::string::npos);
+  EXPECT_NE(error("  - {conv: 8, kernel: 3, pool: max}\n  - {fc: 10}\n").find("exactly one"),
+            std::string::npos);
+  EXPECT_NE(error("  - {conv: 8, kernl: 3}\n  - {fc: 10}\n").find("kernl"), std::string::npos);
+  EXPECT_EQ(error("  - {conv: 8, kernel: 3, pad: 1}\n  - {pool: max, kernel: 2}\n"
+                  "  - {fc: 10}\n"),
+            "no error");
+}
+
+TEST(Cnn, AlphaBetaFitReproducesTheEstimatesItWasFittedOn) {
+  const platform::Cluster c = test::cluster("dgx-a100", 2);
+  std::vector<platform::GpuId> ranks;
+  for (platform::GpuId g = 0; g < 16; ++g) ranks.push_back(g);
+  const policy::AlphaBeta ab = policy::fit_alpha_beta(c, ranks);
+  EXPECT_GT(ab.alpha, 0);
+  // Across two nodes the ring runs at the NICs' pace: beta near 1 / (8 x 25 GB/s) per byte.
+  EXPECT_GT(1 / ab.beta, 100e9);
+  EXPECT_LT(1 / ab.beta, 250e9);
+}
+
+}  // namespace
+}  // namespace hetsim::workload
