@@ -407,8 +407,12 @@ std::string to_text(const TrainingReport& r) {
   for (const std::string& p : r.perturbations) s += "  what-if        " + p + "\n";
   s += fmt::format("  precision      {}\n", r.precision);
   s += fmt::format("  iteration      {}\n", format_time(r.iteration_time_s));
-  s += fmt::format("  throughput     {:.0f} tokens/s, {:.2f} samples/s\n", r.tokens_per_s,
-                   r.samples_per_s);
+  if (r.grid_rows > 0) {
+    s += fmt::format("  throughput     {:.1f} images/s\n", r.samples_per_s);
+  } else {
+    s += fmt::format("  throughput     {:.0f} tokens/s, {:.2f} samples/s\n", r.tokens_per_s,
+                     r.samples_per_s);
+  }
   s += fmt::format("  MFU            {:.1f}%\n", 100 * r.mfu);
   if (r.grid_rows > 0) {
     std::map<std::string, int> count;

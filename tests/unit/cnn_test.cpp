@@ -155,6 +155,29 @@ TEST(Cnn, OneGpuRunsItsKernelsBackToBack) {
   EXPECT_FALSE(r->report.oom);
 }
 
+TEST(Cnn, ResNet50TrainsAtNvidiasPublishedRates) {
+  // NVIDIA DeepLearningExamples, PyTorch ResNet-50 v1.5, pytorch-21.03 container, mixed
+  // precision, 256 images a GPU (PyTorch/Classification/ConvNets/resnet50v1.5/README.md,
+  // "Training performance results"): DGX A100 80GB 2470 img/s on one GPU, 16621 on eight;
+  // DGX-1 V100 16GB 1200 on one. The datasheet model was not fitted on these (conv
+  // relative_to_gemm 0.8 and k_half 64 are set by hand); hetsim gives 2621 (+6%), 20963 (+26%:
+  // NVIDIA's eight GPUs scale 6.7x, hetsim's 8.0x, its gradient all-reduce hidden under the
+  // backward pass; NCCL's kernels taking SMs from the convolutions and the input pipeline are
+  // not modelled) and 1156 (-4%). Its fp32 rows are further off (A100 TF32 938 published, 1350
+  // replayed; V100 FP32 367, 230), not held here.
+  const ModelConfig m = load_model("resnet50");
+  auto rate = [&](const char* cluster, int gpus) {
+    const platform::Cluster c = test::cluster(cluster, 1);
+    const std::string devices = gpus == 1 ? "devices: [0]\n" : "";
+    return run(m, c, devices + "global_batch_size: " + std::to_string(256 * gpus) +
+                         "\nprecision: fp16\n")
+        ->report.samples_per_s;
+  };
+  EXPECT_NEAR(rate("dgx-a100", 1) / 2470, 1.0, 0.10);
+  EXPECT_NEAR(rate("dgx1-v100", 1) / 1200, 1.0, 0.10);
+  EXPECT_NEAR(rate("dgx-a100", 8) / 16621, 1.0, 0.30);
+}
+
 TEST(Cnn, FoldedColumnsGiveTheFullReplay) {
   const ModelConfig m = load_model("alexnet");
   const platform::Cluster c = test::cluster("dgx-a100", 4);
