@@ -28,7 +28,27 @@ size_t Database::size() const {
   for (const auto& [_, v] : memory) n += v.size();
   for (const auto& [_, v] : collective) n += v.size();
   for (const auto& [_, v] : copy) n += v.size();
+  for (const auto& [_, v] : conv) n += v.size();
   return n;
+}
+
+const char* conv_pass_name(workload::ConvPass p) {
+  switch (p) {
+    case workload::ConvPass::forward:
+      return "forward";
+    case workload::ConvPass::data_grad:
+      return "data_grad";
+    case workload::ConvPass::weight_grad:
+      return "weight_grad";
+  }
+  return "forward";
+}
+
+std::optional<workload::ConvPass> conv_pass_from_name(const std::string& name) {
+  for (auto p : {workload::ConvPass::forward, workload::ConvPass::data_grad,
+                 workload::ConvPass::weight_grad})
+    if (name == conv_pass_name(p)) return p;
+  return std::nullopt;
 }
 
 namespace {
@@ -59,6 +79,7 @@ std::vector<TableSpread> table_spreads(const Database& db) {
   for (const auto& [name, pts] : db.memory) add_spread(out, "memory/" + name, pts);
   for (const auto& [name, pts] : db.collective) add_spread(out, "collective/" + name, pts);
   for (const auto& [name, pts] : db.copy) add_spread(out, "copy/" + name, pts);
+  for (const auto& [dtype, pts] : db.conv) add_spread(out, "conv/" + dtype, pts);
   return out;
 }
 
@@ -254,6 +275,29 @@ std::string read_string_attr(hid_t obj, const char* name) {
   return out;
 }
 
+// The datasets of a /conv/<dtype> group besides the timings, in ConvShape's order.
+constexpr const char* kConvColumns[11] = {"n", "c",      "h",     "w",     "k",   "r",
+                                          "s", "stride", "pad_h", "pad_w", "pass"};
+
+// A convolution point from its 11 columns into `out`; returns what is wrong with them, or "".
+std::string conv_point(const int64_t v[11], const Timing& t, ConvPoint& out) {
+  workload::ConvShape c;
+  c.n = v[0], c.c = v[1], c.h = v[2], c.w = v[3], c.k = v[4], c.r = v[5], c.s = v[6];
+  c.stride = v[7], c.pad_h = v[8], c.pad_w = v[9];
+  for (int j = 0; j < 8; ++j)
+    if (v[j] < 1) return fmt::format("{}: expected at least 1, got {}", kConvColumns[j], v[j]);
+  if (c.pad_h < 0 || c.pad_w < 0) return "pad_h, pad_w: expected 0 or more";
+  if (v[10] < 0 || v[10] > 2)
+    return fmt::format("pass: expected 0 (forward), 1 (data_grad) or 2 (weight_grad), got {}",
+                       v[10]);
+  c.pass = static_cast<workload::ConvPass>(v[10]);
+  if (c.p() < 1 || c.q() < 1)
+    return fmt::format("a {}x{} filter does not fit the padded {}x{} input", c.r, c.s,
+                       c.h + 2 * c.pad_h, c.w + 2 * c.pad_w);
+  out = ConvPoint{c, t};
+  return "";
+}
+
 }  // namespace
 
 Database read_database(const std::string& path) {
@@ -342,8 +386,25 @@ Database read_database(const std::string& path) {
   sizes("/memory", db.memory, false);
   sizes("/collective", db.collective, true);
   sizes("/copy", db.copy, false);
+  r.each_subgroup(file.id, "/conv", [&](const std::string& dtype, hid_t g, const std::string& gp) {
+    std::vector<std::vector<int64_t>> cols;
+    for (const char* name : kConvColumns) cols.push_back(r.dataset<int64_t>(g, gp, name));
+    const size_t n = cols[0].size();
+    for (const auto& c : cols)
+      if (c.size() != n) r.fail(gp, "datasets of different lengths");
+    const auto t = r.timings(g, gp, n);
+    auto& out = db.conv[dtype];
+    for (size_t i = 0; i < n; ++i) {
+      int64_t v[11];
+      for (size_t j = 0; j < 11; ++j) v[j] = cols[j][i];
+      ConvPoint point;
+      if (const std::string e = conv_point(v, t[i], point); !e.empty())
+        r.fail(gp, fmt::format("entry {}: {}", i, e));
+      out.push_back(point);
+    }
+  });
   if (db.size() == 0)
-    r.fail("/", "no measurements (no gemm, attention, memory, collective or copy group)");
+    r.fail("/", "no measurements (no gemm, attention, memory, collective, copy or conv group)");
   return db;
 }
 
@@ -399,36 +460,72 @@ void write_database(const std::string& path, const Database& db) {
     sizes("memory", db.memory, false);
     sizes("collective", db.collective, true);
     sizes("copy", db.copy, false);
+    for (const auto& [dtype, pts] : db.conv) {
+      Id g(make_group(file.id, "conv/" + dtype), H5Gclose);
+      std::vector<std::vector<int64_t>> cols(11);
+      std::vector<Timing> t;
+      for (const ConvPoint& p : pts) {
+        const workload::ConvShape& c = p.shape;
+        const int64_t v[11] = {c.n,
+                               c.c,
+                               c.h,
+                               c.w,
+                               c.k,
+                               c.r,
+                               c.s,
+                               c.stride,
+                               c.pad_h,
+                               c.pad_w,
+                               static_cast<int64_t>(c.pass)};
+        for (size_t j = 0; j < 11; ++j) cols[j].push_back(v[j]);
+        t.push_back(p.t);
+      }
+      for (size_t j = 0; j < 11; ++j) write_dataset(g.id, kConvColumns[j], cols[j]);
+      write_timings(g.id, t);
+    }
   }
   std::filesystem::rename(tmp, path);
 }
 
 std::string csv_header() {
   return "kind,dtype,name,m,n,k,batch,heads,seq,head_dim,causal,backward,bytes,ranks,nodes,"
+         "conv_n,conv_c,conv_h,conv_w,conv_k,conv_r,conv_s,conv_stride,conv_pad_h,conv_pad_w,"
          "median_s,p10_s,p90_s,repetitions";
 }
 
 namespace {
-// The header before the `nodes` column (every collective inside one node); still read.
+// The header before the conv_* columns (no convolutions), and the one before `nodes` (every
+// collective inside one node): still read.
+const char* const kCsvHeaderWithoutConv =
+    "kind,dtype,name,m,n,k,batch,heads,seq,head_dim,causal,backward,bytes,ranks,nodes,median_s,"
+    "p10_s,p90_s,repetitions";
 const char* const kCsvHeaderWithoutNodes =
     "kind,dtype,name,m,n,k,batch,heads,seq,head_dim,causal,backward,bytes,ranks,median_s,p10_s,"
     "p90_s,repetitions";
 }  // namespace
 
 std::string csv_line(const std::string& kind, const std::string& name, const GemmPoint* g,
-                     const AttentionPoint* a, const SizePoint* s) {
-  const Timing& t = g ? g->t : a ? a->t : s->t;
-  const bool typed = kind == "gemm" || kind == "attention";
-  // Attention rows name their implementation.
-  const std::string label = a ? (a->fused ? "cudnn" : "unfused") : typed ? "" : name;
-  return fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{:.0f},{},{},{:.9g},{:.9g},{:.9g},{}",
-                     kind, typed ? name : "", label, g ? g->m : 0, g ? g->n : 0, g ? g->k : 0,
-                     g   ? g->batch
-                     : a ? a->batch
-                         : 0,
-                     a ? a->heads : 0, a ? a->seq : 0, a ? a->head_dim : 0, a ? int(a->causal) : 0,
-                     a ? int(a->backward) : 0, s ? s->bytes : 0, s ? s->ranks : 0, s ? s->nodes : 0,
-                     t.median_s, t.p10_s, t.p90_s, t.repetitions);
+                     const AttentionPoint* a, const SizePoint* s, const ConvPoint* c) {
+  const Timing& t = g ? g->t : a ? a->t : s ? s->t : c->t;
+  const bool typed = kind == "gemm" || kind == "attention" || kind == "conv";
+  // Attention rows name their implementation, convolution rows their pass.
+  const std::string label = a       ? (a->fused ? "cudnn" : "unfused")
+                            : c     ? conv_pass_name(c->shape.pass)
+                            : typed ? ""
+                                    : name;
+  const workload::ConvShape none{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, workload::ConvPass::forward};
+  const workload::ConvShape& v = c ? c->shape : none;
+  return fmt::format(
+      "{},{},{},{},{},{},{},{},{},{},{},{},{:.0f},{},{},{},{},{},{},{},{},{},{},{},{},{:.9g},{:.9g}"
+      ","
+      "{:.9g},{}",
+      kind, typed ? name : "", label, g ? g->m : 0, g ? g->n : 0, g ? g->k : 0,
+      g   ? g->batch
+      : a ? a->batch
+          : 0,
+      a ? a->heads : 0, a ? a->seq : 0, a ? a->head_dim : 0, a ? int(a->causal) : 0,
+      a ? int(a->backward) : 0, s ? s->bytes : 0, s ? s->ranks : 0, s ? s->nodes : 0, v.n, v.c, v.h,
+      v.w, v.k, v.r, v.s, v.stride, v.pad_h, v.pad_w, t.median_s, t.p10_s, t.p90_s, t.repetitions);
 }
 
 Database read_csv(const std::string& path) {
@@ -439,7 +536,7 @@ Database read_csv(const std::string& path) {
   std::string line;
   int lineno = 0;
   bool header = false;
-  size_t fields = 19;  // 18 in files written before the `nodes` column
+  size_t fields = 29;  // 19 before the conv_* columns, 18 before `nodes`
   while (std::getline(in, line)) {
     ++lineno;
     if (line.empty()) continue;
@@ -452,11 +549,11 @@ Database read_csv(const std::string& path) {
       continue;
     }
     if (!header) {
-      if (line != csv_header() && line != kCsvHeaderWithoutNodes) {
+      if (line != csv_header() && line != kCsvHeaderWithoutConv && line != kCsvHeaderWithoutNodes) {
         throw InputError(path + ":" + std::to_string(lineno) + ": expected the header \"" +
                          csv_header() + "\"");
       }
-      fields = line == csv_header() ? 19 : 18;
+      fields = line == csv_header() ? 29 : line == kCsvHeaderWithoutConv ? 19 : 18;
       header = true;
       continue;
     }
@@ -464,17 +561,21 @@ Database read_csv(const std::string& path) {
     std::stringstream ss(line);
     std::string cell;
     while (std::getline(ss, cell, ',')) f.push_back(cell);
-    if (f.size() != fields) {
+    // Under the current header a row of another kind may still be in the 19 fields before the
+    // conv_* columns (written by hand or by an older tool): read as such.
+    const bool short_row = fields == 29 && f.size() == 19 && f[0] != "conv";
+    if (f.size() != fields && !short_row) {
       // A line cut short by an interrupted run: everything before it is kept.
       if (in.peek() == EOF) break;
       throw InputError(path + ":" + std::to_string(lineno) + ": expected " +
                        std::to_string(fields) + " fields, got " + std::to_string(f.size()));
     }
-    if (fields == 18) f.insert(f.begin() + 14, "1");  // one node
+    if (fields == 18) f.insert(f.begin() + 14, "1");                   // one node
+    if (fields <= 19 || short_row) f.insert(f.begin() + 15, 10, "0");  // no convolution
     try {
       auto i64 = [&](int i) { return static_cast<int64_t>(std::stoll(f[i])); };
       auto dbl = [&](int i) { return std::stod(f[i]); };
-      const Timing t{dbl(15), dbl(16), dbl(17), i64(18)};
+      const Timing t{dbl(25), dbl(26), dbl(27), i64(28)};
       if (!(t.median_s > 0)) throw std::invalid_argument("median");
       if (f[0] == "gemm") {
         db.gemm[f[1]].push_back(GemmPoint{i64(3), i64(4), i64(5), std::max<int64_t>(1, i64(6)), t});
@@ -496,6 +597,21 @@ Database read_csv(const std::string& path) {
         db.collective[f[2]].push_back(SizePoint{dbl(12), ranks, t, nodes});
       } else if (f[0] == "copy") {
         db.copy[f[2]].push_back(SizePoint{dbl(12), 1, t});
+      } else if (f[0] == "conv") {
+        const auto pass = conv_pass_from_name(f[2]);
+        if (!pass) {
+          throw InputError(path + ":" + std::to_string(lineno) +
+                           ": name: expected forward, data_grad or weight_grad for a conv row, "
+                           "got \"" +
+                           f[2] + "\"");
+        }
+        int64_t v[11];
+        for (int j = 0; j < 10; ++j) v[j] = i64(15 + j);
+        v[10] = static_cast<int64_t>(*pass);
+        ConvPoint point;
+        if (const std::string e = conv_point(v, t, point); !e.empty())
+          throw InputError(path + ":" + std::to_string(lineno) + ": " + e);
+        db.conv[f[1]].push_back(point);
       } else {
         throw InputError(path + ":" + std::to_string(lineno) + ": unknown kind \"" + f[0] + "\"");
       }

@@ -5,8 +5,11 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "sim/workload/ops.h"
 
 namespace hetsim::calibrate {
 
@@ -38,6 +41,17 @@ struct SizePoint {
   int64_t nodes = 1;
 };
 
+// A convolution (NCHW; cuDNN's cross-correlation) of one shape and pass.
+struct ConvPoint {
+  workload::ConvShape shape;
+  Timing t;
+};
+// The pass's name in the CSV's name column ("forward", "data_grad", "weight_grad") and its code
+// in the HDF5 `pass` dataset (0, 1, 2: the order of workload::ConvPass).
+const char* conv_pass_name(workload::ConvPass p);
+// nullopt for another name.
+std::optional<workload::ConvPass> conv_pass_from_name(const std::string& name);
+
 struct Database {
   std::string source;                                  // file it was read from
   std::map<std::string, std::string> attrs;            // provenance: backend, device_type, ...
@@ -46,6 +60,7 @@ struct Database {
   std::map<std::string, std::vector<SizePoint>> memory;          // by kernel
   std::map<std::string, std::vector<SizePoint>> collective;      // by op
   std::map<std::string, std::vector<SizePoint>> copy;            // by direction
+  std::map<std::string, std::vector<ConvPoint>> conv;            // by dtype
   std::string device_type() const;
   size_t size() const;  // number of measurements
 };
@@ -79,10 +94,13 @@ std::vector<TableSpread> table_spreads(const Database& db);
 // One sentence per table over kMaxMedianSpread, naming the table, the figure and the threshold.
 std::vector<std::string> spread_warnings(const Database& db);
 
-// CSV interchange: header, "# key=value" provenance lines, one measurement per line.
+// CSV interchange: header, "# key=value" provenance lines, one measurement per line. Files with
+// the earlier headers (before the conv_* columns, before `nodes`) are still read.
 Database read_csv(const std::string& path);
 std::string csv_header();
+// The columns before the timings: what identifies a measurement (a run's resume key).
+constexpr size_t kCsvKeyColumns = 25;
 std::string csv_line(const std::string& kind, const std::string& dtype_or_name, const GemmPoint* g,
-                     const AttentionPoint* a, const SizePoint* s);
+                     const AttentionPoint* a, const SizePoint* s, const ConvPoint* c = nullptr);
 
 }  // namespace hetsim::calibrate

@@ -108,6 +108,35 @@ std::string gemm_dtype(const Database& db, workload::Precision p) {
   return "bf16";
 }
 
+// The convolution table for a precision: the first of its types the database has (fp32 as TF32
+// where measured so), else the first's name for the report.
+std::string conv_dtype(const Database& db, workload::Precision p) {
+  std::vector<const char*> order;
+  switch (p) {
+    case workload::Precision::fp32:
+      order = {"tf32", "fp32"};
+      break;
+    case workload::Precision::fp16:
+      order = {"fp16", "bf16"};
+      break;
+    case workload::Precision::bf16:
+      order = {"bf16", "fp16"};
+      break;
+    case workload::Precision::fp8:
+      order = {"fp8", "bf16", "fp16"};
+      break;
+  }
+  for (const char* d : order)
+    if (db.conv.count(d)) return d;
+  return order.front();
+}
+
+bool same_conv(const workload::ConvShape& a, const workload::ConvShape& b) {
+  return a.n == b.n && a.c == b.c && a.h == b.h && a.w == b.w && a.k == b.k && a.r == b.r &&
+         a.s == b.s && a.stride == b.stride && a.pad_h == b.pad_h && a.pad_w == b.pad_w &&
+         a.pass == b.pass;
+}
+
 }  // namespace
 
 struct MeasuredCostModel::Tables {
@@ -441,6 +470,45 @@ std::optional<double> MeasuredCostModel::predict_attention(const std::string& dt
   return attention_reference(q, gpu) / std::exp(y);
 }
 
+double MeasuredCostModel::conv_reference(const workload::ConvShape& c,
+                                         const config::GpuProfile& gpu,
+                                         const std::string& dtype) const {
+  const Op op = workload::conv_op("", c, static_cast<int>(dtype_bytes(dtype)));
+  // A CPU's im2col and BLAS have no tiles or waves: its points scale by FLOPs.
+  if (gpu.architecture == "cpu") return op.flops;
+  return datasheet_.duration(op, gpu, dtype_precision(dtype)).seconds() -
+         datasheet_.efficiency().kernel_overhead.seconds();
+}
+
+std::optional<double> MeasuredCostModel::predict_conv(const std::string& dtype,
+                                                      const workload::ConvShape& q,
+                                                      const config::GpuProfile& gpu) const {
+  auto it = db_.conv.find(dtype);
+  if (it == db_.conv.end()) return std::nullopt;
+  const auto& all = it->second;
+  auto same_filter = [&](const workload::ConvShape& c) {
+    return c.pass == q.pass && c.r == q.r && c.s == q.s && c.stride == q.stride;
+  };
+  const bool have_filter =
+      std::any_of(all.begin(), all.end(), [&](const ConvPoint& p) { return same_filter(p.shape); });
+  auto sq_log = [](double a, double b) { return std::pow(std::log(a / b), 2); };
+  const ConvPoint* nearest = nullptr;
+  double best = 1e300;
+  for (const ConvPoint& p : all) {
+    const workload::ConvShape& c = p.shape;
+    if (c.pass != q.pass || (have_filter && !same_filter(c))) continue;
+    if (same_conv(c, q)) return p.t.median_s;
+    const double d = sq_log(c.n, q.n) + sq_log(c.c, q.c) + sq_log(c.h, q.h) + sq_log(c.w, q.w) +
+                     sq_log(c.k, q.k) + sq_log(1.0 + c.pad_h, 1.0 + q.pad_h) +
+                     sq_log(1.0 + c.pad_w, 1.0 + q.pad_w) + sq_log(c.r, q.r) + sq_log(c.s, q.s) +
+                     sq_log(c.stride, q.stride);
+    if (d < best) best = d, nearest = &p;  // the first of equals: the table's order decides
+  }
+  if (!nearest) return std::nullopt;
+  return nearest->t.median_s * conv_reference(q, gpu, dtype) /
+         conv_reference(nearest->shape, gpu, dtype);
+}
+
 Time MeasuredCostModel::duration(const Op& op, const config::GpuProfile& gpu,
                                  workload::Precision p) const {
   const Time ds = datasheet_.duration(op, gpu, p);
@@ -474,7 +542,8 @@ Time MeasuredCostModel::duration(const Op& op, const config::GpuProfile& gpu,
     case OpKind::memory:
       s = predict_size("memory", memory_kernel_of(op.name), SizePoint{op.bytes, 1, {}});
       break;
-    case OpKind::conv:  // no convolution table yet: the datasheet's implicit GEMM
+    case OpKind::conv:
+      s = predict_conv(conv_dtype(db_, p), op.conv, gpu);
       break;
   }
   if (!s) return ds;
@@ -555,8 +624,20 @@ std::string MeasuredCostModel::coverage(const Op& op, const config::GpuProfile& 
       for (const SizePoint& s : it->second) lo = std::min(lo, s.bytes), hi = std::max(hi, s.bytes);
       return op.bytes >= lo && op.bytes <= hi ? measured : beyond;
     }
-    case OpKind::conv:
-      return "datasheet (no convolution table)";
+    case OpKind::conv: {
+      const std::string dtype = conv_dtype(db_, p);
+      auto it = db_.conv.find(dtype);
+      if (it == db_.conv.end() || it->second.empty())
+        return "datasheet (no " + dtype + " convolution table)";
+      bool any = false;
+      for (const ConvPoint& c : it->second) {
+        if (c.shape.pass != op.conv.pass) continue;
+        if (same_conv(c.shape, op.conv)) return measured;
+        any = true;
+      }
+      if (any) return beyond;
+      return "datasheet (no " + dtype + " " + conv_pass_name(op.conv.pass) + " convolution table)";
+    }
   }
   return source(op, gpu);
 }
@@ -595,6 +676,13 @@ std::string point_label(const AttentionPoint& p) {
                      p.fused ? " fused" : "");
 }
 
+template <>
+std::string point_label(const ConvPoint& p) {
+  const workload::ConvShape& c = p.shape;
+  return fmt::format("n={} c={} h={} w={} k={} r={} s={} stride={} pad={}x{} {}", c.n, c.c, c.h,
+                     c.w, c.k, c.r, c.s, c.stride, c.pad_h, c.pad_w, conv_pass_name(c.pass));
+}
+
 std::vector<CheckRow> MeasuredCostModel::compare_datasheet(const config::GpuProfile& gpu) const {
   const double gap = datasheet_.efficiency().kernel_overhead.seconds();
   std::vector<CheckRow> rows;
@@ -616,6 +704,17 @@ std::vector<CheckRow> MeasuredCostModel::compare_datasheet(const config::GpuProf
       row.points.push_back(check_point(
           point_label(p), p.t,
           datasheet_.duration(attention_op(p), gpu, dtype_precision(dtype)).seconds() - gap));
+    }
+    rows.push_back(std::move(row));
+  }
+  for (const auto& [dtype, points] : db_.conv) {
+    CheckRow row;
+    row.table = "conv/" + dtype;
+    for (const ConvPoint& p : points) {
+      const Op op = workload::conv_op("", p.shape, static_cast<int>(dtype_bytes(dtype)));
+      row.points.push_back(
+          check_point(point_label(p), p.t,
+                      datasheet_.duration(op, gpu, dtype_precision(dtype)).seconds() - gap));
     }
     rows.push_back(std::move(row));
   }
@@ -688,6 +787,15 @@ std::vector<CheckRow> check_database(const Database& db, const config::GpuProfil
           return m.predict_attention(dtype, p, gpu);
         },
         point_label<AttentionPoint>, rows);
+  }
+  for (const auto& [dtype, pts] : db.conv) {
+    hold_out<ConvPoint>(
+        "conv/" + dtype, pts, db, datasheet,
+        [&](Database& r, std::vector<ConvPoint> kept) { r.conv[dtype] = std::move(kept); },
+        [&](const MeasuredCostModel& m, const ConvPoint& p) {
+          return m.predict_conv(dtype, p.shape, gpu);
+        },
+        point_label<ConvPoint>, rows);
   }
   using SizeTables = std::map<std::string, std::vector<SizePoint>> Database::*;
   for (const auto& [kind, member] :

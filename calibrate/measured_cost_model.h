@@ -49,6 +49,12 @@ class MeasuredCostModel : public workload::CostModel {
                                      const SizePoint& q) const;
   std::optional<double> predict_attention(const std::string& dtype, const AttentionPoint& q,
                                           const config::GpuProfile& gpu) const;
+  // A convolution: the measured time of that shape and pass; else the nearest measured point of
+  // the pass (of the same filter size and stride where the table has any; nearest in log n, c,
+  // h, w, k and padding) scaled by the ratio of the two shapes' references (below): "measured
+  // edge, datasheet-scaled", as GEMMs beyond their table.
+  std::optional<double> predict_conv(const std::string& dtype, const workload::ConvShape& q,
+                                     const config::GpuProfile& gpu) const;
   const Database& database() const { return db_; }
 
   // Every measured kernel (GEMM, attention, memory-bound) against the datasheet model's kernel
@@ -65,6 +71,10 @@ class MeasuredCostModel : public workload::CostModel {
                         const std::string& dtype) const;
   // The same for an attention point (its FLOPs on a CPU, its datasheet kernel time on a GPU).
   double attention_reference(const AttentionPoint& a, const config::GpuProfile& gpu) const;
+  // The same for a convolution (its FLOPs on a CPU, its datasheet implicit-GEMM kernel time on a
+  // GPU), in the table's element type.
+  double conv_reference(const workload::ConvShape& c, const config::GpuProfile& gpu,
+                        const std::string& dtype) const;
   Database db_;
   workload::DatasheetCostModel datasheet_;
   std::unique_ptr<Tables> tables_;
@@ -98,5 +108,8 @@ template <>
 std::string point_label(const GemmPoint& p);
 template <>
 std::string point_label(const AttentionPoint& p);
+// "n=.. c=.. h=.. w=.. k=.. r=.. s=.. stride=.. pad=..x.. <pass>" for a convolution point.
+template <>
+std::string point_label(const ConvPoint& p);
 
 }  // namespace hetsim::calibrate

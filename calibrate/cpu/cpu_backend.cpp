@@ -92,11 +92,40 @@ std::string now_iso() {
 std::string key_of(const std::string& csv) {
   // Everything before the timings identifies a measurement.
   size_t commas = 0, i = 0;
-  for (; i < csv.size() && commas < 15; ++i) commas += csv[i] == ',';
+  for (; i < csv.size() && commas < kCsvKeyColumns; ++i) commas += csv[i] == ',';
   return csv.substr(0, i);
 }
 
 }  // namespace
+
+std::vector<workload::ConvShape> conv_grid(bool quick) {
+  // (c, h = w, k, r = s, stride, pad): ResNet-50's bottleneck convolutions, one per stage (the
+  // 3x3 of each and the 1x1 reductions and expansions of the first and last; torchvision's v1.5,
+  // stride in the 3x3), its strided 3x3 and 1x1 projection, and the large-kernel first layers of
+  // ResNet (7x7/2) and AlexNet (11x11/4) on 224x224 images.
+  struct Layer {
+    int64_t c, hw, k, rs, stride, pad;
+  };
+  const std::vector<Layer> full = {
+      {64, 56, 64, 3, 1, 1},    {128, 28, 128, 3, 1, 1}, {256, 14, 256, 3, 1, 1},
+      {512, 7, 512, 3, 1, 1},   {64, 56, 256, 1, 1, 0},  {256, 56, 64, 1, 1, 0},
+      {1024, 14, 256, 1, 1, 0}, {512, 7, 2048, 1, 1, 0}, {2048, 7, 512, 1, 1, 0},
+      {128, 56, 128, 3, 2, 1},  {256, 56, 512, 1, 2, 0}, {3, 224, 64, 7, 2, 3},
+      {3, 224, 64, 11, 4, 2}};
+  const std::vector<Layer> small = {
+      {128, 28, 128, 3, 1, 1}, {256, 56, 64, 1, 1, 0}, {3, 224, 64, 7, 2, 3}};
+  // Batches of 1 to 4 images: a CPU rank's micro-batch; the time of a larger one scales (the
+  // cost model carries a measured point out by the datasheet ratio).
+  const std::vector<int64_t> batches = quick ? std::vector<int64_t>{1} : std::vector<int64_t>{1, 4};
+  std::vector<workload::ConvShape> out;
+  for (const Layer& l : quick ? small : full)
+    for (int64_t n : batches)
+      for (auto pass : {workload::ConvPass::forward, workload::ConvPass::data_grad,
+                        workload::ConvPass::weight_grad})
+        out.push_back(
+            workload::ConvShape{n, l.c, l.hw, l.hw, l.k, l.rs, l.rs, l.stride, l.pad, l.pad, pass});
+  return out;
+}
 
 int run(const Options& o) {
   int rank = 0, size = 1, inited = 0;
@@ -109,9 +138,10 @@ int run(const Options& o) {
     return o.ops.empty() || std::find(o.ops.begin(), o.ops.end(), op) != o.ops.end();
   };
   for (const std::string& op : o.ops) {
-    if (op != "gemm" && op != "attention" && op != "memory" && op != "collective") {
-      throw InputError("--ops: unknown kind \"" + op +
-                       "\" for the CPU backend (expected gemm, attention, memory, collective)");
+    if (op != "gemm" && op != "attention" && op != "memory" && op != "collective" && op != "conv") {
+      throw InputError(
+          "--ops: unknown kind \"" + op +
+          "\" for the CPU backend (expected gemm, attention, memory, collective, conv)");
     }
   }
   const std::string journal = o.out + ".journal.csv";
@@ -238,6 +268,21 @@ int run(const Options& o) {
               return csv_line("memory", kernel, nullptr, nullptr, &s);
             }});
       }
+    }
+  }
+  if (wants("conv")) {
+    for (const workload::ConvShape& shape : conv_grid(o.quick)) {
+      ConvPoint c{shape, {}};
+      const std::string label =
+          fmt::format("conv {}x{}x{}x{} k{} {}x{}/{} {}", shape.n, shape.c, shape.h, shape.w,
+                      shape.k, shape.r, shape.s, shape.stride, conv_pass_name(shape.pass));
+      items.push_back(Item{csv_line("conv", "fp32", nullptr, nullptr, nullptr, &c), label, false,
+                           [=, &o]() mutable {
+                             Conv conv(c.shape);
+                             volatile double sink = 0;
+                             c.t = measure([&] { sink = sink + conv.run(); }, o.quick);
+                             return csv_line("conv", "fp32", nullptr, nullptr, nullptr, &c);
+                           }});
     }
   }
   // Nodes the ranks span: one shared-memory communicator per node.

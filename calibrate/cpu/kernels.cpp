@@ -1,4 +1,4 @@
-// Memory-bound kernels for the CPU backend; see kernels.h.
+// The CPU backend's kernels; see kernels.h.
 #include "calibrate/cpu/kernels.h"
 
 #include <cblas.h>
@@ -150,6 +150,125 @@ double Attention::backward() {
                 q_.data() + h * hd, d_, 0.0f, dk_.data() + h * hd, d_);
   }
   return double(dq_[dq_.size() / 3]) + double(dk_[dk_.size() / 2]);
+}
+
+namespace {
+
+using workload::ConvShape;
+
+bool conv_is_pointwise(const ConvShape& c) {
+  return c.r == 1 && c.s == 1 && c.stride == 1 && c.pad_h == 0 && c.pad_w == 0;
+}
+
+// col[(ci r + y) s + x][oh q + ow] = x[ci][oh stride - pad_h + y][ow stride - pad_w + x], 0 in
+// the padding.
+void im2col(const ConvShape& c, const float* x, float* col) {
+  const int64_t p = c.p(), q = c.q();
+  for (int64_t ci = 0; ci < c.c; ++ci) {
+    const float* plane = x + ci * c.h * c.w;
+    for (int64_t fy = 0; fy < c.r; ++fy) {
+      for (int64_t fx = 0; fx < c.s; ++fx) {
+        float* row = col + ((ci * c.r + fy) * c.s + fx) * p * q;
+        for (int64_t oh = 0; oh < p; ++oh) {
+          const int64_t ih = oh * c.stride - c.pad_h + fy;
+          float* out = row + oh * q;
+          if (ih < 0 || ih >= c.h) {
+            std::fill(out, out + q, 0.0f);
+            continue;
+          }
+          for (int64_t ow = 0; ow < q; ++ow) {
+            const int64_t iw = ow * c.stride - c.pad_w + fx;
+            out[ow] = iw < 0 || iw >= c.w ? 0.0f : plane[ih * c.w + iw];
+          }
+        }
+      }
+    }
+  }
+}
+
+// The adjoint of im2col: dx (zeroed here) gathers every column entry that read it.
+void col2im(const ConvShape& c, const float* col, float* dx) {
+  const int64_t p = c.p(), q = c.q();
+  std::fill(dx, dx + c.c * c.h * c.w, 0.0f);
+  for (int64_t ci = 0; ci < c.c; ++ci) {
+    float* plane = dx + ci * c.h * c.w;
+    for (int64_t fy = 0; fy < c.r; ++fy) {
+      for (int64_t fx = 0; fx < c.s; ++fx) {
+        const float* row = col + ((ci * c.r + fy) * c.s + fx) * p * q;
+        for (int64_t oh = 0; oh < p; ++oh) {
+          const int64_t ih = oh * c.stride - c.pad_h + fy;
+          if (ih < 0 || ih >= c.h) continue;
+          for (int64_t ow = 0; ow < q; ++ow) {
+            const int64_t iw = ow * c.stride - c.pad_w + fx;
+            if (iw >= 0 && iw < c.w) plane[ih * c.w + iw] += row[oh * q + ow];
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+size_t conv_col_elements(const ConvShape& c) {
+  return static_cast<size_t>(c.c * c.r * c.s * c.p() * c.q());
+}
+
+void conv_forward(const ConvShape& c, const float* x, const float* w, float* y, float* col) {
+  const int64_t pq = c.p() * c.q(), crs = c.c * c.r * c.s;
+  for (int64_t i = 0; i < c.n; ++i) {
+    const float* xi = x + i * c.c * c.h * c.w;
+    const float* cols = xi;
+    if (!conv_is_pointwise(c)) im2col(c, xi, col), cols = col;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, c.k, pq, crs, 1.0f, w, crs, cols, pq,
+                0.0f, y + i * c.k * pq, pq);
+  }
+}
+
+void conv_data_grad(const ConvShape& c, const float* dy, const float* w, float* dx, float* col) {
+  const int64_t pq = c.p() * c.q(), crs = c.c * c.r * c.s;
+  for (int64_t i = 0; i < c.n; ++i) {
+    float* dxi = dx + i * c.c * c.h * c.w;
+    // A pointwise filter's column matrix is dX_i itself.
+    float* cols = conv_is_pointwise(c) ? dxi : col;
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, crs, pq, c.k, 1.0f, w, crs,
+                dy + i * c.k * pq, pq, 0.0f, cols, pq);
+    if (!conv_is_pointwise(c)) col2im(c, col, dxi);
+  }
+}
+
+void conv_weight_grad(const ConvShape& c, const float* x, const float* dy, float* dw, float* col) {
+  const int64_t pq = c.p() * c.q(), crs = c.c * c.r * c.s;
+  for (int64_t i = 0; i < c.n; ++i) {
+    const float* xi = x + i * c.c * c.h * c.w;
+    const float* cols = xi;
+    if (!conv_is_pointwise(c)) im2col(c, xi, col), cols = col;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, c.k, crs, pq, 1.0f, dy + i * c.k * pq, pq,
+                cols, pq, i == 0 ? 0.0f : 1.0f, dw, crs);
+  }
+}
+
+Conv::Conv(const ConvShape& shape) : shape_(shape) {
+  const ConvShape& c = shape_;
+  x_.assign(static_cast<size_t>(c.n * c.c * c.h * c.w), 0.5f);
+  w_.assign(static_cast<size_t>(c.k * c.c * c.r * c.s), 0.01f);
+  y_.assign(static_cast<size_t>(c.n * c.k * c.p() * c.q()), 0.25f);
+  col_.assign(conv_col_elements(c), 0.0f);
+}
+
+double Conv::run() {
+  switch (shape_.pass) {
+    case workload::ConvPass::forward:
+      conv_forward(shape_, x_.data(), w_.data(), y_.data(), col_.data());
+      return double(y_[y_.size() / 2]);
+    case workload::ConvPass::data_grad:
+      conv_data_grad(shape_, y_.data(), w_.data(), x_.data(), col_.data());
+      return double(x_[x_.size() / 2]);
+    case workload::ConvPass::weight_grad:
+      conv_weight_grad(shape_, x_.data(), y_.data(), w_.data(), col_.data());
+      return double(w_[w_.size() / 2]);
+  }
+  return 0;
 }
 
 }  // namespace hetsim::calibrate::cpu

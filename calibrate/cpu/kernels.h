@@ -1,11 +1,14 @@
-// The memory-bound kernels of a training step, in plain C++ over float buffers, for the CPU
-// calibration backend: each moves a known number of bytes.
+// The kernels of a training step for the CPU calibration backend, in plain C++ over float
+// buffers: the memory-bound ones (each moves a known number of bytes), and OpenBLAS GEMMs,
+// unfused attention and convolutions (im2col).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "sim/workload/ops.h"
 
 namespace hetsim::calibrate::cpu {
 
@@ -39,6 +42,30 @@ class Attention {
   int64_t heads_, s_, d_;
   bool causal_;
   std::vector<float> q_, k_, v_, o_, do_, dq_, dk_, dv_, p_, dp_;
+};
+
+// A 2-D convolution in fp32, NCHW, cross-correlation (as cuDNN computes it), image by image
+// through im2col and OpenBLAS: forward Y_i (k x pq) = W (k x crs) . col(X_i) (crs x pq);
+// data gradient col = W^T . dY_i, then col2im adds it into dX_i; weight gradient
+// dW += dY_i . col(X_i)^T over the images. A 1x1 filter of stride 1 without padding reads X_i as
+// its own column matrix (no im2col). `col` holds conv_col_elements(shape) floats.
+size_t conv_col_elements(const workload::ConvShape& shape);
+void conv_forward(const workload::ConvShape& shape, const float* x, const float* w, float* y,
+                  float* col);
+void conv_data_grad(const workload::ConvShape& shape, const float* dy, const float* w, float* dx,
+                    float* col);
+void conv_weight_grad(const workload::ConvShape& shape, const float* x, const float* dy, float* dw,
+                      float* col);
+
+// The buffers of one convolution (synthetic contents) and its pass, run repeatedly.
+class Conv {
+ public:
+  explicit Conv(const workload::ConvShape& shape);
+  double run();  // the shape's pass; returns a checksum
+
+ private:
+  workload::ConvShape shape_;
+  std::vector<float> x_, w_, y_, col_;  // input (or its gradient), filters (or theirs), output
 };
 
 }  // namespace hetsim::calibrate::cpu

@@ -31,6 +31,8 @@ using BenchFactory = std::unique_ptr<Bench> (*)(const BenchContext&, const std::
 
 std::unique_ptr<Bench> make_gemm_bench(const BenchContext&, const std::vector<PlanItem>&);
 std::unique_ptr<Bench> make_attention_bench(const BenchContext&, const std::vector<PlanItem>&);
+// conv_bench.cu, built with cuDNN only.
+std::unique_ptr<Bench> make_conv_bench(const BenchContext&, const std::vector<PlanItem>&);
 std::unique_ptr<Bench> make_memory_bench(const BenchContext&, const std::vector<PlanItem>&);
 std::unique_ptr<Bench> make_collective_bench(const BenchContext&, const std::vector<PlanItem>&);
 std::unique_ptr<Bench> make_copy_bench(const BenchContext&, const std::vector<PlanItem>&);

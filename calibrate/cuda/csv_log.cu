@@ -8,8 +8,9 @@
 namespace hetsim::calibrate::cuda {
 
 namespace {
-constexpr int kKeyColumns = 15;
-constexpr int kColumns = 19;
+constexpr int kKeyColumns = 25;
+constexpr int kColumns = 29;
+constexpr int kColumnsWithoutConv = 19;  // kCsvHeaderWithoutConv's
 
 std::string key_prefix(const std::string& line) {
   std::size_t pos = 0;
@@ -36,6 +37,33 @@ int column_count(const std::string& line) {
   for (char c : line) count += c == ',';
   return count;
 }
+
+// A CSV of an earlier run under kCsvHeaderWithoutConv in the current layout: its header
+// replaced, ten zero conv_* columns after each row's 15th. Other lines as they are.
+std::string upgrade_without_conv(const std::string& path, const std::string& text) {
+  std::istringstream lines(text);
+  std::string line, out;
+  bool header_seen = false;
+  int line_no = 0;
+  while (std::getline(lines, line)) {
+    ++line_no;
+    if (!line.empty() && line[0] != '#') {
+      if (!header_seen) {
+        header_seen = true;
+        line = kCsvHeader;
+      } else {
+        if (column_count(line) != kColumnsWithoutConv)
+          throw std::runtime_error(path + ":" + std::to_string(line_no) + ": expected " +
+                                   std::to_string(kColumnsWithoutConv) + " columns");
+        std::size_t pos = 0;
+        for (int commas = 0; commas < 15; ++commas) pos = line.find(',', pos) + 1;
+        line.insert(pos, "0,0,0,0,0,0,0,0,0,0,");
+      }
+    }
+    out += line + "\n";
+  }
+  return out;
+}
 }  // namespace
 
 CsvLog::CsvLog(const std::string& path,
@@ -61,6 +89,15 @@ CsvLog::CsvLog(const std::string& path,
   std::string device_name;
   for (const auto& [key, value] : provenance)
     if (key == "device_name") device_name = value;
+
+  // An earlier run's file, before the conv_* columns: rewritten in the current layout.
+  if (text.find(std::string("\n") + kCsvHeaderWithoutConv + "\n") != std::string::npos ||
+      text.rfind(std::string(kCsvHeaderWithoutConv) + "\n", 0) == 0) {
+    text = upgrade_without_conv(path, text);
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out << text;
+    if (!out) throw std::runtime_error(path + ": cannot rewrite in the current CSV layout");
+  }
 
   if (!text.empty()) {
     std::istringstream lines(text);

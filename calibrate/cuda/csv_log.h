@@ -1,7 +1,8 @@
 // The CSV the program writes (calibrate/README.md "CSV interchange"): provenance lines, the
 // header, then one line per measurement, flushed as it is taken so an interrupted run keeps its
 // data. Opening an existing file resumes it: its measured keys are skipped (an attention key
-// whatever its name column, the implementation that measured it).
+// whatever its name column, the implementation that measured it). A file of an earlier run,
+// before the conv_* columns, is first rewritten in the current layout.
 #pragma once
 
 #include <cstdio>

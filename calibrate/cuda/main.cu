@@ -38,6 +38,11 @@ const KindEntry kKindTable[] = {
     {"collective", &plan_collective, nullptr, 0.0},  // plans nothing without NCCL
 #endif
     {"attention", &plan_attention, &make_attention_bench, 0.5},
+#ifdef HETSIM_CALIBRATE_CUDNN
+    {"conv", &plan_conv, &make_conv_bench, 0.5},
+#else
+    {"conv", &plan_conv, nullptr, 0.0},  // plans nothing without cuDNN
+#endif
     {"gemm", &plan_gemm, &make_gemm_bench, 1.0},
 };
 
@@ -113,9 +118,14 @@ void print_build_limits(const Options& options) {
   std::fprintf(stderr,
                "*** built WITHOUT cuDNN (not found at configure time): attention is measured "
                "UNFUSED only ***\n");
+  std::fprintf(stderr,
+               "*** built WITHOUT cuDNN (not found at configure time): convolutions are NOT "
+               "measured ***\n");
 #else
-  if (options.no_cudnn)
+  if (options.no_cudnn) {
     std::fprintf(stderr, "*** --no-cudnn: attention is measured UNFUSED only ***\n");
+    std::fprintf(stderr, "*** --no-cudnn: convolutions are NOT measured ***\n");
+  }
 #endif
   (void)options;
 }
@@ -200,6 +210,9 @@ int run(const Options& options) {
     std::fprintf(stderr, "resuming: %zu measurements already in %s are skipped\n",
                  log.resumed_count(), options.out.c_str());
   for (const std::string& kind : options.ops) {
+    if (kind == "conv" && !config.cudnn)
+      std::fprintf(stderr, "*** conv: SKIPPED, %s ***\n",
+                   options.no_cudnn ? "--no-cudnn" : "built without cuDNN");
     if (kind != "collective") continue;
     if (!config.nccl)
       std::fprintf(stderr, "*** collective: SKIPPED, built without NCCL ***\n");
@@ -253,8 +266,8 @@ int run(const Options& options) {
           ++measured;
         } else {
           ++unsupported;
-          std::fprintf(stderr, "skipped %s: cuBLASLt has no algorithm for it\n",
-                       item.key.label().c_str());
+          std::fprintf(stderr, "skipped %s: %s has no algorithm for it\n",
+                       item.key.label().c_str(), item.key.kind == "conv" ? "cuDNN" : "cuBLASLt");
         }
         progress.advance(planned, item.key.label());
       }

@@ -11,7 +11,9 @@ std::string Key::csv() const {
   std::ostringstream s;
   s << kind << ',' << dtype << ',' << name << ',' << m << ',' << n << ',' << k << ',' << batch
     << ',' << heads << ',' << seq << ',' << head_dim << ',' << causal << ',' << backward << ','
-    << bytes << ',' << ranks << ',' << nodes;
+    << bytes << ',' << ranks << ',' << nodes << ',' << conv_n << ',' << conv_c << ',' << conv_h
+    << ',' << conv_w << ',' << conv_k << ',' << conv_r << ',' << conv_s << ',' << conv_stride
+    << ',' << conv_pad_h << ',' << conv_pad_w;
   return s.str();
 }
 
@@ -24,6 +26,9 @@ std::string Key::label() const {
   } else if (kind == "attention") {
     s << " b" << batch << " h" << heads << " s" << seq << " d" << head_dim
       << (causal ? " causal" : "") << (backward ? " bwd" : " fwd");
+  } else if (kind == "conv") {
+    s << " n" << conv_n << " c" << conv_c << ' ' << conv_h << 'x' << conv_w << " k" << conv_k
+      << ' ' << conv_r << 'x' << conv_s << '/' << conv_stride;
   } else {
     s << ' ' << bytes << " B";
     if (ranks > 0) s << ' ' << ranks << " ranks";

@@ -10,12 +10,12 @@ namespace hetsim::calibrate::cuda {
 
 const char* usage() {
   return "usage: hetsim-calibrate-cuda --out FILE.csv [--quick] [--ops "
-         "gemm,attention,memory,collective,copy]\n"
+         "gemm,attention,conv,memory,collective,copy]\n"
          "                             [--shapes FILE.csv] [--device N] [--budget-s SECONDS] "
          "[--dry-run]\n"
          "                             [--no-cudnn] [--print-device-type]\n"
-         "Measures GEMMs (cuBLASLt), attention, memory-bound kernels, NCCL collectives and "
-         "host-device\n"
+         "Measures GEMMs (cuBLASLt), attention, convolutions (cuDNN), memory-bound kernels, NCCL "
+         "collectives and host-device\n"
          "copies on this node and appends one CSV line per measurement to FILE.csv (resuming it if "
          "it\n"
          "exists). --shapes adds the exact GEMM and attention shapes of models "
@@ -24,8 +24,8 @@ const char* usage() {
          "8 H200\n"
          "without touching a GPU; with --out it also writes the planned points, times being the\n"
          "planner's estimates (marked \"# dry_run=\": hetsim refuses to import them). --no-cudnn\n"
-         "measures attention on the unfused path only (run_gpu.sh's rerun after a crash in "
-         "cuDNN).\n";
+         "measures attention on the unfused path only and no convolutions (run_gpu.sh's rerun "
+         "after a crash in cuDNN).\n";
 }
 
 namespace {
@@ -71,7 +71,8 @@ Options parse_options(int argc, char** argv, bool* help) {
       for (const std::string& op : ops)
         if (std::find(kKinds.begin(), kKinds.end(), op) == kKinds.end())
           throw std::invalid_argument("--ops: unknown kind \"" + op +
-                                      "\" (expected copy, memory, gemm, attention, collective)");
+                                      "\" (expected copy, memory, gemm, attention, conv, "
+                                      "collective)");
     } else if (arg == "--device") {
       const std::string v = value();
       const auto d =

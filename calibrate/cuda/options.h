@@ -20,9 +20,10 @@ struct Options {
 
 // The kinds in the order they run, the most valuable data first: the short copy and memory
 // kinds, then the GEMMs (what the cost model needs most), then attention (cuDNN, the likeliest
-// to fail on a new machine), then collectives. Each kind runs until its share of the budget.
-inline const std::vector<std::string> kKinds = {"copy", "memory", "gemm", "attention",
-                                                "collective"};
+// to fail on a new machine), convolutions (cuDNN), then collectives. Each kind runs until its
+// share of the budget.
+inline const std::vector<std::string> kKinds = {"copy",      "memory", "gemm",
+                                                "attention", "conv",   "collective"};
 
 // Throws std::invalid_argument with a message for the user; `help` is set for -h/--help.
 Options parse_options(int argc, char** argv, bool* help);

@@ -297,6 +297,51 @@ std::vector<PlanItem> plan_memory(const PlanConfig& c) {
   return out;
 }
 
+std::vector<PlanItem> plan_conv(const PlanConfig& c) {
+  std::vector<PlanItem> out;
+  if (!c.cudnn) return out;
+  // (c, h = w, k, r = s, stride, pad): the CPU backend's layers (calibrate/cpu/cpu_backend.cpp
+  // conv_grid): ResNet-50's bottleneck convolutions per stage, its strided 3x3 and 1x1
+  // projection, the 7x7/2 and 11x11/4 first layers of ResNet and AlexNet on 224x224 images.
+  struct Layer {
+    std::int64_t c, hw, k, rs, stride, pad;
+  };
+  const Layer layers[] = {{64, 56, 64, 3, 1, 1},    {128, 28, 128, 3, 1, 1},
+                          {256, 14, 256, 3, 1, 1},  {512, 7, 512, 3, 1, 1},
+                          {64, 56, 256, 1, 1, 0},   {256, 56, 64, 1, 1, 0},
+                          {1024, 14, 256, 1, 1, 0}, {512, 7, 2048, 1, 1, 0},
+                          {2048, 7, 512, 1, 1, 0},  {128, 56, 128, 3, 2, 1},
+                          {256, 56, 512, 1, 2, 0},  {3, 224, 64, 7, 2, 3},
+                          {3, 224, 64, 11, 4, 2}};
+  // Per-GPU batches of ResNet training; --quick one.
+  const std::vector<std::int64_t> batches =
+      c.quick ? std::vector<std::int64_t>{64} : std::vector<std::int64_t>{32, 64, 128, 256};
+  for (const Layer& l : layers)
+    for (std::int64_t n : batches)
+      for (const char* pass : {"forward", "data_grad", "weight_grad"}) {
+        PlanItem item;
+        item.key.kind = "conv";
+        item.key.dtype = "bf16";
+        item.key.name = pass;
+        item.key.conv_n = n;
+        item.key.conv_c = l.c;
+        item.key.conv_h = item.key.conv_w = l.hw;
+        item.key.conv_k = l.k;
+        item.key.conv_r = item.key.conv_s = l.rs;
+        item.key.conv_stride = l.stride;
+        item.key.conv_pad_h = item.key.conv_pad_w = l.pad;
+        const double p = static_cast<double>((l.hw + 2 * l.pad - l.rs) / l.stride + 1);
+        const double flops = 2.0 * n * l.k * l.c * l.rs * l.rs * p * p;
+        const double bytes = 2.0 * (n * l.c * l.hw * l.hw + l.k * l.c * l.rs * l.rs + n * l.k * p * p);
+        // Implicit GEMMs reach about half the dense GEMM rate (channel counts of 3 far less).
+        item.estimate_s = 10e-6 + std::max(flops / (0.5 * c.rates.bf16_flops), bytes / c.rates.memory_Bps);
+        // cudnnFind tries every algorithm (about 8 per pass) once, untimed by the harness.
+        item.setup_s = 2e-3 + 8 * (item.estimate_s + 50e-6);
+        out.push_back(item);
+      }
+  return out;
+}
+
 std::vector<PlanItem> plan_collective(const PlanConfig& c) {
   std::vector<PlanItem> out;
   if (c.gpus < 2 || !c.nccl) return out;

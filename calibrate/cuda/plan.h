@@ -34,8 +34,8 @@ struct PlanConfig {
   int gpus = 1;  // GPUs in the node (collectives need 2 or more)
   RateGuess rates = RateGuess::for_compute_capability(9, 0);
   std::vector<ModelShape> model_shapes;  // measured in bf16 besides the grids (--shapes)
-  bool cudnn = false;                    // attention runs cuDNN's fused kernels (plans to build)
-  bool nccl = false;                     // built with NCCL: collectives can be measured
+  bool cudnn = false;  // cuDNN usable: attention's fused kernels (plans to build), convolutions
+  bool nccl = false;   // built with NCCL: collectives can be measured
 
   bool has_fp8() const { return cc_major * 10 + cc_minor >= 89; }
 };
@@ -43,6 +43,9 @@ struct PlanConfig {
 std::vector<PlanItem> plan_gemm(const PlanConfig& config);
 std::vector<PlanItem> plan_attention(const PlanConfig& config);
 std::vector<PlanItem> plan_memory(const PlanConfig& config);
+// Convolutions through cuDNN (nothing without it): ResNet-50's and the first layers' shapes,
+// each in its three passes, bf16 NHWC.
+std::vector<PlanItem> plan_conv(const PlanConfig& config);
 std::vector<PlanItem> plan_collective(const PlanConfig& config);
 std::vector<PlanItem> plan_copy(const PlanConfig& config);
 

@@ -6,15 +6,22 @@ a repeated key keeps the last measurement.
 """
 import sys
 
+CONV_COLUMNS = ["conv_n", "conv_c", "conv_h", "conv_w", "conv_k", "conv_r", "conv_s", "conv_stride",
+                "conv_pad_h", "conv_pad_w"]
 COLUMNS = ["kind", "dtype", "name", "m", "n", "k", "batch", "heads", "seq", "head_dim",
-           "causal", "backward", "bytes", "ranks", "nodes", "median_s", "p10_s", "p90_s", "repetitions"]
+           "causal", "backward", "bytes", "ranks", "nodes"] + CONV_COLUMNS + [
+           "median_s", "p10_s", "p90_s", "repetitions"]
+# The header before the conv_* columns (no convolutions): still read, conv_* = 0.
+COLUMNS_WITHOUT_CONV = [c for c in COLUMNS if c not in CONV_COLUMNS]
 # The header before the `nodes` column (every collective inside one node): still read, nodes = 1.
-COLUMNS_WITHOUT_NODES = [c for c in COLUMNS if c != "nodes"]
-KEY_COLUMNS = COLUMNS[:15]
+COLUMNS_WITHOUT_NODES = [c for c in COLUMNS_WITHOUT_CONV if c != "nodes"]
+KEY_COLUMNS = COLUMNS[:25]
 INT_COLUMNS = {"m", "n", "k", "batch", "heads", "seq", "head_dim", "causal", "backward", "ranks",
-               "nodes", "repetitions"}
+               "nodes", "repetitions"} | set(CONV_COLUMNS)
 FLOAT_COLUMNS = {"bytes", "median_s", "p10_s", "p90_s"}
-KINDS = ("gemm", "attention", "memory", "collective", "copy")
+KINDS = ("gemm", "attention", "memory", "collective", "copy", "conv")
+# A conv row's name column: its pass, stored in HDF5 as this code.
+CONV_PASSES = {"forward": 0, "data_grad": 1, "weight_grad": 2}
 
 
 class CsvError(Exception):
@@ -59,21 +66,31 @@ def parse(path):
             provenance[key.strip()] = value
             continue
         if not header_seen:
-            if line.split(",") not in (COLUMNS, COLUMNS_WITHOUT_NODES):
+            if line.split(",") not in (COLUMNS, COLUMNS_WITHOUT_CONV, COLUMNS_WITHOUT_NODES):
                 raise CsvError(f"{path}:{line_no}: expected the header {','.join(COLUMNS)}")
             columns = line.split(",")
             header_seen = True
             continue
         fields = line.split(",")
-        if len(fields) != len(columns):
+        row_columns = columns
+        # Under the current header a row of another kind may still have the 19 fields before the
+        # conv_* columns (as calibrate/database.cpp reads it).
+        if columns == COLUMNS and len(fields) == len(COLUMNS_WITHOUT_CONV) and fields[0] != "conv":
+            row_columns = COLUMNS_WITHOUT_CONV
+        if len(fields) != len(row_columns):
             if line_no == truncated:
                 print(f"{path}:{line_no}: warning: dropping a truncated last line", file=sys.stderr)
                 continue
             raise CsvError(f"{path}:{line_no}: expected {len(columns)} columns, found {len(fields)}")
-        row = {c: _convert(path, line_no, c, v) for c, v in zip(columns, fields)}
+        row = {c: _convert(path, line_no, c, v) for c, v in zip(row_columns, fields)}
         row.setdefault("nodes", 1 if row["kind"] == "collective" else 0)
+        for c in CONV_COLUMNS:
+            row.setdefault(c, 0)
         if row["kind"] not in KINDS:
             raise CsvError(f"{path}:{line_no}: kind: unknown \"{row['kind']}\" (expected one of {', '.join(KINDS)})")
+        if row["kind"] == "conv" and row["name"] not in CONV_PASSES:
+            raise CsvError(f"{path}:{line_no}: name: expected forward, data_grad or weight_grad for a conv row, "
+                           f"got \"{row['name']}\"")
         key = tuple(row[c] for c in KEY_COLUMNS)
         if key in by_key:
             print(f"{path}:{line_no}: warning: repeated measurement, keeping this one", file=sys.stderr)
@@ -84,7 +101,8 @@ def parse(path):
 
 
 def group_name(row):
-    """The HDF5 group of a row: /gemm/<dtype>, /attention/<dtype>, /<kind>/<name> otherwise."""
+    """The HDF5 group of a row: /gemm/<dtype>, /attention/<dtype>, /conv/<dtype>, /<kind>/<name>
+    otherwise."""
     kind = row["kind"]
-    sub = row["dtype"] if kind in ("gemm", "attention") else row["name"]
+    sub = row["dtype"] if kind in ("gemm", "attention", "conv") else row["name"]
     return f"/{kind}/{sub}"

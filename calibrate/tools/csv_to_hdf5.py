@@ -26,6 +26,11 @@ DATASETS = {
     "memory": [("bytes", "float64")],
     "collective": [("bytes", "float64"), ("ranks", "int64"), ("nodes", "int64")],
     "copy": [("bytes", "float64")],
+    # The CSV's conv_* columns under the names of calibrate/README.md's /conv group; `pass` from
+    # the name column (calibration_csv.CONV_PASSES).
+    "conv": [("n", "int64"), ("c", "int64"), ("h", "int64"), ("w", "int64"), ("k", "int64"),
+             ("r", "int64"), ("s", "int64"), ("stride", "int64"), ("pad_h", "int64"),
+             ("pad_w", "int64"), ("pass", "int64")],
 }
 
 
@@ -78,8 +83,14 @@ def write_hdf5(calibration, out_path):
             group = f.require_group(path)
             for row in rows:  # attention rows name their implementation: cudnn (fused) or unfused
                 row["fused"] = 1 if row["name"] == "cudnn" else 0
+            def value(row, column):
+                if kind != "conv" or column in dict(TIMINGS):
+                    return row[column]
+                if column == "pass":
+                    return calibration_csv.CONV_PASSES[row["name"]]
+                return row["conv_" + column]
             for column, dtype in DATASETS[kind] + TIMINGS:
-                group.create_dataset(column, data=np.array([r[column] for r in rows], dtype=dtype))
+                group.create_dataset(column, data=np.array([value(r, column) for r in rows], dtype=dtype))
     os.replace(tmp_path, out_path)
     return groups
 

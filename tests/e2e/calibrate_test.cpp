@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "calibrate/database.h"
 #include "tests/e2e/run_command.h"
@@ -71,6 +72,43 @@ TEST_F(CalibrateCpu, CalibrateCheckAndSimulateWithTheDatabase) {
       << s.output;
   EXPECT_NE(s.output.find(" datasheet (no fp32 causal forward attention table)"), std::string::npos)
       << s.output;
+}
+
+TEST_F(CalibrateCpu, ConvolutionsAloneMeasureTheConvTableInItsThreePasses) {
+  const std::string db = fresh("cpu-conv.h5");
+  const CommandResult c =
+      run_hetsim({"calibrate", "--backend", "cpu", "--out", db, "--quick", "--ops", "conv"});
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  const calibrate::Database d = calibrate::read_database(db);
+  EXPECT_TRUE(d.gemm.empty());
+  EXPECT_TRUE(d.memory.empty());
+  ASSERT_EQ(d.conv.count("fp32"), 1u);
+  const auto& points = d.conv.at("fp32");
+  ASSERT_EQ(points.size(), 9u);  // the quick grid: 3 layers at batch 1, three passes each
+  std::map<workload::ConvPass, int> passes;
+  for (const auto& p : points) {
+    ++passes[p.shape.pass];
+    EXPECT_EQ(p.shape.n, 1);
+    EXPECT_GE(p.t.p90_s, p.t.median_s);
+    EXPECT_LE(p.t.p10_s, p.t.median_s);
+    EXPECT_GE(p.t.repetitions, 3);
+  }
+  EXPECT_EQ(passes[workload::ConvPass::forward], 3);
+  EXPECT_EQ(passes[workload::ConvPass::data_grad], 3);
+  EXPECT_EQ(passes[workload::ConvPass::weight_grad], 3);
+  const CommandResult k = run_hetsim({"calibrate", "check", db, "--points"});
+  ASSERT_EQ(k.exit_code, 0) << k.output;
+  EXPECT_NE(k.output.find("  conv/fp32 "), std::string::npos) << k.output;
+  EXPECT_NE(k.output.find("    n=1 c=128 h=28 w=28 k=128 r=3 s=3 stride=1 pad=1x1 weight_grad "),
+            std::string::npos)
+      << k.output;
+  const CommandResult bad =
+      run_hetsim({"calibrate", "--backend", "cpu", "--out", db, "--ops", "conv,convolution"});
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("--ops: unknown kind \"convolution\" for the CPU backend (expected "
+                            "gemm, attention, memory, collective, conv)"),
+            std::string::npos)
+      << bad.output;
 }
 
 TEST_F(CalibrateCpu, MpiCollectivesBetweenTwoProcesses) {
