@@ -39,6 +39,56 @@ TEST(Simulate, JsonHasTheDesignKeysAndConsistentFigures) {
               t, 1e-9);
 }
 
+TEST(Simulate, AConvolutionalNetworkRunsOnAGridAndSplitsThatDoNotFitExitTwo) {
+  // AlexNet as an 8 x 8 grid on 64 A100 (experiments/gholami): the gholami policy splits the
+  // convolutions by domain and the fully connected layers by model; it fits; folded = full.
+  const std::string plan = std::string(HETSIM_SOURCE_DIR) + "/experiments/gholami/alexnet-64.yaml";
+  const std::vector<std::string> args = {"simulate", "--model", "alexnet", "--cluster", "dgx-a100",
+                                         "--nodes",  "8",       "--plan",  plan,        "--json"};
+  const CommandResult r = run_hetsim(args, Capture::stdout_only);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["oom"], false);
+  EXPECT_EQ(j["grid"]["rows"], 8);
+  EXPECT_EQ(j["grid"]["splits"]["conv1"], "domain");
+  EXPECT_EQ(j["grid"]["splits"]["fc8"], "model");
+  EXPECT_GT(j["sent_bytes_per_device"]["group"].get<double>(), 0.0);
+  std::vector<std::string> exact = args;
+  exact.push_back("--exact");
+  const CommandResult e = run_hetsim(exact, Capture::stdout_only);
+  ASSERT_EQ(e.exit_code, 0) << e.output;
+  EXPECT_NEAR(nlohmann::json::parse(e.output)["iteration_time_s"].get<double>(),
+              j["iteration_time_s"].get<double>(), 1e-9 * j["iteration_time_s"].get<double>());
+  // A split finer than the kernel, named by layer; the planner and the exports refuse networks.
+  std::vector<std::string> bad = {
+      "simulate",
+      "--model",
+      "alexnet",
+      "--cluster",
+      "dgx-a100",
+      "--nodes",
+      "2",
+      "--plan",
+      plan,
+      "--plan-set",
+      "grid.rows=16",
+      "--plan-set",
+      "grid.columns=1",
+      "--plan-set",
+      "split=[model, domain, model, model, model, model, model, model]"};
+  const CommandResult x = run_hetsim(bad);
+  EXPECT_EQ(x.exit_code, 2) << x.output;
+  EXPECT_NE(x.output.find("layer conv2 (domain)"), std::string::npos) << x.output;
+  EXPECT_NE(x.output.find("finer than the kernel"), std::string::npos) << x.output;
+  const CommandResult p = run_hetsim(
+      {"plan", "--model", "alexnet", "--cluster", "dgx-a100", "--global-batch-size", "512"});
+  EXPECT_EQ(p.exit_code, 2) << p.output;
+  EXPECT_NE(p.output.find("convolutional network"), std::string::npos) << p.output;
+  const CommandResult ex = run_hetsim({"export", "--model", "alexnet", "--cluster", "dgx-a100",
+                                       "--plan", plan, "--framework", "megatron"});
+  EXPECT_EQ(ex.exit_code, 2) << ex.output;
+}
+
 TEST(Simulate, MixtureOfExpertsRunsEndToEndAndRefusesExpertDegreesThatDoNotFit) {
   // Mixtral 8x7B on 64 H100 with its experts over 8 replicas (experiments/moe): the all-to-alls
   // cross the NICs and are exposed; the folded replay gives the full one's time; it fits.

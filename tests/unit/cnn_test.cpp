@@ -169,8 +169,8 @@ TEST(Cnn, ResNet50TrainsAtNvidiasPublishedRates) {
   auto rate = [&](const char* cluster, int gpus) {
     const platform::Cluster c = test::cluster(cluster, 1);
     const std::string devices = gpus == 1 ? "devices: [0]\n" : "";
-    return run(m, c, devices + "global_batch_size: " + std::to_string(256 * gpus) +
-                         "\nprecision: fp16\n")
+    return run(m, c,
+               devices + "global_batch_size: " + std::to_string(256 * gpus) + "\nprecision: fp16\n")
         ->report.samples_per_s;
   };
   EXPECT_NEAR(rate("dgx-a100", 1) / 2470, 1.0, 0.10);
