@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 
 #include "sim/config/yaml_util.h"
 #include "sim/core/error.h"
@@ -21,7 +22,10 @@ std::vector<std::string> builtin_model_names() {
   std::vector<std::string> names;
   for (const config::EmbeddedFile& f : config::embedded_files()) {
     const std::filesystem::path p(f.path);
-    if (p.parent_path() == "models" && p.extension() == ".yaml") names.push_back(p.stem().string());
+    // Convolutional networks are measured on the conv grid (cpu_backend's conv_grid), not here.
+    const bool cnn = std::string_view(f.text).find("\nfamily: cnn") != std::string_view::npos;
+    if (p.parent_path() == "models" && p.extension() == ".yaml" && !cnn)
+      names.push_back(p.stem().string());
   }
   std::sort(names.begin(), names.end());
   return names;

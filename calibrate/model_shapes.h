@@ -25,7 +25,7 @@ ModelShapes model_shapes(const std::vector<std::string>& models,
                          const std::vector<int64_t>& tensor_parallel,
                          const std::vector<int64_t>& micro_batches);
 
-// The built-in model names (models/*.yaml), sorted.
+// The built-in transformer models (models/*.yaml without the convolutional networks), sorted.
 std::vector<std::string> builtin_model_names();
 
 // CSV: header "kind,m,n,k,batch,heads,seq,head_dim,causal", then one line per shape (gemm rows

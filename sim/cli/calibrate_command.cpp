@@ -140,8 +140,8 @@ void add_calibrate_command(CLI::App& app, Action& action) {
   cmd->add_option("--out", o->out, "Database file to write (.h5)");
   cmd->add_flag("--quick", o->quick, "A small grid (for tests)");
   cmd->add_option("--ops", o->ops,
-                  "Kinds to measure: gemm,attention,memory,collective (cpu); gemm,attention,memory,"
-                  "collective,copy (cuda); default all");
+                  "Kinds to measure: gemm,attention,memory,conv,collective (cpu); gemm,attention,"
+                  "memory,conv,collective,copy (cuda); default all");
   cmd->add_option("--shapes", o->shapes_file,
                   "GEMM and attention shapes to measure besides the grid (hetsim calibrate shapes "
                   "writes them for a model; default: none on the CPU, every built-in model's on "

@@ -81,11 +81,18 @@ std::vector<fs::path> files_in(const fs::path& dir, const std::string& ext) {
 std::vector<Target> targets(const fs::path& src) {
   std::vector<Target> t;
   const std::string cpu_plan = (src / "tests/data/plans/cpu.yaml").string();
-  // Models and HF configs: one CPU host (2 devices), data parallel 2, sequence 256.
-  for (const auto& f : files_in(src / "models", ".yaml"))
+  // Models and HF configs: one CPU host (2 devices), data parallel 2, sequence 256; the
+  // convolutional networks as a 2 x 1 grid.
+  const std::string grid_plan = (src / "tests/fuzz/grid_plan.yaml").string();
+  for (const auto& f : files_in(src / "models", ".yaml")) {
+    std::ifstream in(f);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const bool cnn = text.find("family: cnn") != std::string::npos;
     t.push_back({Kind::model,
                  f,
-                 {"simulate", "--model", "@", "--cluster", "cpu-host", "--plan", cpu_plan}});
+                 {"simulate", "--model", "@", "--cluster", "cpu-host", "--plan",
+                  cnn ? grid_plan : cpu_plan}});
+  }
   // The HF configs that load (missing_field.json and unknown_arch.json are bad-input cases).
   for (const auto& f : files_in(src / "tests/data/hf", ".json"))
     if (f.stem() != "missing_field" && f.stem() != "unknown_arch")
@@ -116,6 +123,10 @@ std::vector<Target> targets(const fs::path& src) {
                  ex / "korthikanti" / p,
                  {"simulate", "--model", "korthikanti-22b", "--cluster", "dgx-a100", "--nodes", "1",
                   "--plan", "@"}});
+  t.push_back(
+      {Kind::plan,
+       ex / "gholami/alexnet-64.yaml",
+       {"simulate", "--model", "alexnet", "--cluster", "dgx-a100", "--nodes", "8", "--plan", "@"}});
   t.push_back({Kind::plan,
                src / "tests/data/plans/cpu.yaml",
                {"simulate", "--model", "gpt3-125m", "--cluster", "cpu-host", "--plan", "@"}});
