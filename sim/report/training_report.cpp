@@ -427,7 +427,7 @@ std::string to_text(const TrainingReport& r) {
     s += fmt::format("  sent           {} per device per iteration ({} within {}, {} among {})\n",
                      config::format_bytes(r.sent_group_bytes + r.sent_replicas_bytes),
                      config::format_bytes(r.sent_group_bytes),
-                     r.grid_rows > 0 ? "columns" : "tensor-parallel groups",
+                     r.grid_rows > 0 ? "columns" : "stages (tensor, expert, context parallel)",
                      config::format_bytes(r.sent_replicas_bytes),
                      r.grid_rows > 0 ? "the grid" : "replicas");
   }

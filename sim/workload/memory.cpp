@@ -21,7 +21,12 @@ double layer_activation_bytes(const ModelConfig& m, const LayerShape& s, Recompu
   const double glu = m.activation == Activation::swiglu ? 2.0 : 1.0;
   const double ffn = s.moe_layer ? static_cast<double>(m.shared_experts) * m.expert_ffn_hidden
                                  : static_cast<double>(m.ffn_hidden);
-  double inside = sb * e * (m.q_width() + 2.0 * m.kv_width() + m.q_width() + (glu + 1) * ffn) / t;
+  // Q, K, V and the projection's input; with MLA also the latents (on every rank in full).
+  const double attention =
+      m.mla() ? static_cast<double>(m.heads) * (2.0 * m.head_dim + 2.0 * m.v_head_dim)
+              : m.q_width() + 2.0 * m.kv_width() + m.q_width();
+  const double latents = m.mla() ? sb * e * (m.q_lora_rank + m.kv_lora_rank + m.rope_head_dim) : 0;
+  double inside = sb * e * (attention + (glu + 1) * ffn) / t + latents;
   if (s.moe_layer) {
     // The routed experts: the tokens this rank's experts took (T k load, gathered over the
     // tensor-parallel ranks) at their fc1 input (h), activation input(s) and fc2 input (over t),

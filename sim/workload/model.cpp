@@ -24,12 +24,25 @@ int64_t ModelConfig::mlp_params(int64_t ffn) const {
                                           : 2 * h * ffn + (bias ? ffn + h : 0);
 }
 
+int64_t ModelConfig::attention_params() const {
+  const int64_t h = hidden;
+  if (mla()) {
+    const int64_t heads64 = heads;
+    const int64_t q =
+        q_lora_rank > 0 ? h * q_lora_rank + q_lora_rank + int64_t{q_lora_rank} * heads64 * head_dim
+                        : h * heads64 * head_dim;
+    const int64_t kv = h * (kv_lora_rank + rope_head_dim) + kv_lora_rank +
+                       int64_t{kv_lora_rank} * heads64 * (head_dim - rope_head_dim + v_head_dim);
+    return q + kv + heads64 * v_head_dim * h;
+  }
+  return h * q_width() + 2 * h * kv_width() + q_width() * h +
+         (bias ? q_width() + 2 * kv_width() + h : 0);
+}
+
 int64_t ModelConfig::layer_params() const {
   const int64_t h = hidden;
-  const int64_t attn = h * q_width() + 2 * h * kv_width() + q_width() * h +
-                       (bias ? q_width() + 2 * kv_width() + h : 0);
   const int64_t norms = 2 * (norm == Norm::layernorm ? 2 * h : h);
-  return attn + mlp_params(ffn_hidden) + norms;
+  return attention_params() + mlp_params(ffn_hidden) + norms;
 }
 
 int64_t ModelConfig::layer_params(int layer) const {
@@ -100,6 +113,19 @@ void validate(const ModelConfig& m, const std::string& file) {
     throw bad("kv_heads", "expected a divisor of heads (" + std::to_string(m.heads) + "), got " +
                               std::to_string(m.kv_heads));
   }
+  if (m.mla()) {
+    if (m.rope_head_dim >= m.head_dim) {
+      throw bad("qk_rope_head_dim", "expected less than head_dim (" + std::to_string(m.head_dim) +
+                                        ", the rotary and non-rotary parts together), got " +
+                                        std::to_string(m.rope_head_dim));
+    }
+    if (m.kv_heads != m.heads) {
+      throw bad("kv_heads",
+                "multi-head latent attention up-projects keys and values for every "
+                "head: expected kv_heads = heads (" +
+                    std::to_string(m.heads) + ")");
+    }
+  }
   if (m.moe() && m.first_moe_layer() >= m.layers) {
     throw bad("moe_every", "with dense_layers " + std::to_string(m.dense_layers) +
                                " and moe_every " + std::to_string(m.moe_every) + ", none of the " +
@@ -142,7 +168,11 @@ ModelConfig load_model_yaml_text(const std::string& text, const std::string& fil
               "expert_ffn_hidden",
               "shared_experts",
               "dense_layers",
-              "moe_every"});
+              "moe_every",
+              "q_lora_rank",
+              "kv_lora_rank",
+              "qk_rope_head_dim",
+              "v_head_dim"});
   ModelConfig m;
   m.source = file;
   m.name = get_string(file, root, "", "name");
@@ -193,6 +223,22 @@ ModelConfig load_model_yaml_text(const std::string& text, const std::string& fil
         throw InputError(where(file, root[k]) + ": " + k +
                          ": applies to a mixture of experts; give experts (the routed experts "
                          "per layer) too");
+      }
+    }
+  }
+  m.kv_lora_rank = static_cast<int>(get_int(file, root, "", "kv_lora_rank", 0, limits::kHidden, 0));
+  if (m.mla()) {
+    m.q_lora_rank = static_cast<int>(get_int(file, root, "", "q_lora_rank", 0, limits::kHidden, 0));
+    m.rope_head_dim =
+        static_cast<int>(get_int(file, root, "", "qk_rope_head_dim", 1, limits::kHidden));
+    m.v_head_dim = static_cast<int>(
+        get_int(file, root, "", "v_head_dim", 1, limits::kHidden, m.head_dim - m.rope_head_dim));
+  } else {
+    for (const char* k : {"q_lora_rank", "qk_rope_head_dim", "v_head_dim"}) {
+      if (root[k]) {
+        throw InputError(where(file, root[k]) + ": " + k +
+                         ": applies to multi-head latent attention; give kv_lora_rank (the "
+                         "keys' and values' latent width) too");
       }
     }
   }
@@ -275,7 +321,7 @@ ModelConfig load_model_hf_text(const std::string& text, const std::string& file)
        true,
        true},
       {{"LlamaForCausalLM", "LlamaModel", "MistralForCausalLM", "MixtralForCausalLM",
-        "DeepseekForCausalLM"},
+        "DeepseekForCausalLM", "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM"},
        "llama",
        "num_hidden_layers",
        "hidden_size",
@@ -318,12 +364,6 @@ ModelConfig load_model_hf_text(const std::string& text, const std::string& file)
        false,
        true},
   };
-  if (arch == "DeepseekV2ForCausalLM" || arch == "DeepseekV3ForCausalLM") {
-    throw InputError(file + ": architectures: " + arch +
-                     " uses multi-head latent attention (kv_lora_rank), which hetsim does not "
-                     "model yet; DeepseekForCausalLM (DeepSeekMoE: shared and routed experts "
-                     "with standard attention) and MixtralForCausalLM are read");
-  }
   const Arch* a = nullptr;
   for (const Arch& x : archs) {
     if (std::find(x.names.begin(), x.names.end(), arch) != x.names.end()) a = &x;
@@ -331,6 +371,7 @@ ModelConfig load_model_hf_text(const std::string& text, const std::string& file)
   if (!a) {
     throw InputError(file + ": architectures: unsupported architecture \"" + arch +
                      "\" (expected GPT2LMHeadModel, LlamaForCausalLM, MixtralForCausalLM, "
+                     "DeepseekForCausalLM, DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, "
                      "GPTNeoXForCausalLM or BertModel)");
   }
   ModelConfig m;
@@ -372,7 +413,19 @@ ModelConfig load_model_hf_text(const std::string& text, const std::string& file)
     m.experts_per_token = get({"num_experts_per_tok"}, m.experts);
     m.expert_ffn_hidden = m.ffn_hidden;
   }
-  if (arch == "DeepseekForCausalLM" && integer("n_routed_experts", 0, limits::kExperts)) {
+  const bool deepseek = arch == "DeepseekForCausalLM" || arch == "DeepseekV2ForCausalLM" ||
+                        arch == "DeepseekV3ForCausalLM";
+  if (arch != "DeepseekForCausalLM" && deepseek) {
+    // Multi-head latent attention: queries and keys of qk_nope_head_dim + qk_rope_head_dim,
+    // values of v_head_dim, from latents of q_lora_rank (null: none) and kv_lora_rank. V3's
+    // multi-token prediction module (num_nextn_predict_layers) is not modelled.
+    m.kv_lora_rank = get({"kv_lora_rank"}, limits::kHidden);
+    m.q_lora_rank = get_or("q_lora_rank", 0, limits::kHidden, 0);
+    m.rope_head_dim = get({"qk_rope_head_dim"}, limits::kHidden);
+    m.head_dim = get({"qk_nope_head_dim"}, limits::kHidden) + m.rope_head_dim;
+    m.v_head_dim = get({"v_head_dim"}, limits::kHidden);
+  }
+  if (deepseek && integer("n_routed_experts", 0, limits::kExperts)) {
     // DeepSeekMoE: first_k_dense_replace dense layers of intermediate_size, then every
     // moe_layer_freq-th layer routes each token to num_experts_per_tok of n_routed_experts
     // experts of moe_intermediate_size, beside n_shared_experts of that size.

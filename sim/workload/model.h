@@ -74,6 +74,22 @@ struct ModelConfig {
   int shared_experts = 0;
   int dense_layers = 0;
   int moe_every = 1;
+  // Multi-head latent attention (DeepSeek-V2/V3; kv_lora_rank 0: standard attention): keys and
+  // values come from a kv_lora_rank-wide latent (a down-projection from the hidden state, normed,
+  // then up-projected per head to the keys' non-rotary part and the values), queries from a
+  // q_lora_rank-wide latent the same way (0: projected directly), and a rope_head_dim-wide
+  // rotary key shared by the heads. head_dim is the query/key head size (non-rotary + rotary
+  // parts), v_head_dim the value head size; kv_heads equals heads.
+  int q_lora_rank = 0;
+  int kv_lora_rank = 0;
+  int rope_head_dim = 0;
+  int v_head_dim = 0;
+  bool mla() const { return kv_lora_rank > 0; }
+  // The head size attention's FLOPs and bytes follow: the mean of the query/key and the value
+  // head sizes (Q K^T runs over head_dim, P V over v_head_dim), head_dim without MLA.
+  int64_t attention_head_dim() const { return mla() ? (head_dim + v_head_dim) / 2 : head_dim; }
+  // The attention block's parameters (projections, their biases, MLA's latent norms).
+  int64_t attention_params() const;
 
   // A convolutional network (family cnn): its layers in execution order (layers = cnn.size()),
   // on images of input_c x input_h x input_w; the transformer fields above are unused.

@@ -91,20 +91,20 @@ struct Builder {
     op.batch = s.micro_batch * s.context_parallel;
     op.heads = heads;
     op.seq = s.sequence;
-    op.head_dim = m.head_dim;
+    op.head_dim = m.attention_head_dim();
     op.causal = m.causal;
     op.fused = s.flash_attention;
     // Q K^T and P V: 4 b s^2 d per head; backward 2x (dQ, dK, dV, dP), counted in full for the
     // MFU numerator as Narayanan et al. do; causal kernels skip half of it.
     const double fwd =
-        attention_flops(op.batch, heads, s.sequence, m.head_dim, false, false, false);
+        attention_flops(op.batch, heads, s.sequence, m.attention_head_dim(), false, false, false);
     op.model_flops = forward ? fwd : 2 * fwd;
     // Standard attention computes the whole s x s score matrix, masks it, and stores it for the
     // backward; flash attention does neither (attention_flops).
-    op.flops = attention_flops(op.batch, heads, s.sequence, m.head_dim, m.causal, s.flash_attention,
-                               !forward);
+    op.flops = attention_flops(op.batch, heads, s.sequence, m.attention_head_dim(), m.causal,
+                               s.flash_attention, !forward);
     const double kv_local = std::max<int64_t>(1, m.kv_heads / s.tensor_parallel);
-    const double qkvo = e * tokens() * m.head_dim * (2.0 * heads + 2.0 * kv_local);
+    const double qkvo = e * tokens() * m.attention_head_dim() * (2.0 * heads + 2.0 * kv_local);
     const double scores =
         s.flash_attention ? 0 : e * op.batch * heads * double(s.sequence) * s.sequence;
     // Standard attention moves the scores about 6 times forward (write S, fused scale-mask-
@@ -132,7 +132,7 @@ struct Builder {
     Step st;
     st.op.name = k == CommKind::allgather ? "cp.kv" : "cp.dkv";
     st.comm = k;
-    st.comm_bytes = e * tokens() * s.context_parallel * m.head_dim * kv * 2;
+    st.comm_bytes = e * tokens() * s.context_parallel * m.attention_head_dim() * kv * 2;
     st.async = async;
     st.context = true;
     steps.push_back(st);
@@ -187,6 +187,68 @@ struct Builder {
 }  // namespace
 
 namespace {
+
+// Multi-head latent attention (DeepSeek-V2/V3, as Megatron-Core's MLA runs it): the down-
+// projections to the query and key/value latents on every tensor-parallel rank in full (they are
+// narrow), their norms, the per-head up-projections split over the ranks like the heads, the
+// rotary parts, attention over head_dim (queries, keys) and v_head_dim (values), the output
+// projection row-parallel.
+void mla_forward(Builder& b) {
+  const ModelConfig& m = b.m;
+  const int t = b.s.tensor_parallel;
+  const int64_t h = m.hidden, heads = m.heads / t;
+  const int64_t tokens = b.tokens();
+  b.enter_tp_fwd();
+  if (m.q_lora_rank > 0) {
+    b.gemm("q_down", tokens, m.q_lora_rank, h);
+    b.memory("norm_q", b.e * tokens * m.q_lora_rank * 2);
+    b.linear_fwd("q_up", m.q_lora_rank, heads * m.head_dim);
+  } else {
+    b.linear_fwd("q", h, heads * m.head_dim);
+  }
+  b.gemm("kv_down", tokens, m.kv_lora_rank + m.rope_head_dim, h);
+  b.memory("norm_kv", b.e * tokens * m.kv_lora_rank * 2);
+  b.linear_fwd("kv_up", m.kv_lora_rank, heads * (m.head_dim - m.rope_head_dim + m.v_head_dim));
+  b.memory("rotary", b.e * tokens * (heads + 1) * m.rope_head_dim * 2);
+  b.context_comm(CommKind::allgather, true);
+  b.attention(true);
+  b.linear_fwd("proj", heads * m.v_head_dim, h);
+  b.leave_tp_fwd();
+}
+
+void mla_backward(Builder& b) {
+  const ModelConfig& m = b.m;
+  const int t = b.s.tensor_parallel;
+  const int64_t h = m.hidden, heads = m.heads / t;
+  const int64_t tokens = b.tokens();
+  const int64_t kv_up = heads * (m.head_dim - m.rope_head_dim + m.v_head_dim);
+  b.enter_tp_fwd();
+  b.linear_dgrad("proj", heads * m.v_head_dim, h);
+  b.linear_wgrad("proj", heads * m.v_head_dim, h);
+  b.context_comm(CommKind::allgather, true);
+  b.attention(false);
+  b.context_comm(CommKind::reducescatter, false);
+  b.memory("rotary.bwd", b.e * tokens * (heads + 1) * m.rope_head_dim * 2);
+  b.linear_dgrad("kv_up", m.kv_lora_rank, kv_up);
+  b.linear_wgrad("kv_up", m.kv_lora_rank, kv_up);
+  b.memory("norm_kv.bwd", b.e * tokens * m.kv_lora_rank * 3);
+  b.gemm("kv_down.dgrad", tokens, h, m.kv_lora_rank + m.rope_head_dim);
+  b.gemm("kv_down.wgrad", h, m.kv_lora_rank + m.rope_head_dim, tokens);
+  if (m.q_lora_rank > 0) {
+    b.linear_dgrad("q_up", m.q_lora_rank, heads * m.head_dim);
+    b.linear_wgrad("q_up", m.q_lora_rank, heads * m.head_dim);
+    b.memory("norm_q.bwd", b.e * tokens * m.q_lora_rank * 3);
+    b.gemm("q_down.dgrad", tokens, h, m.q_lora_rank);
+    b.comm(b.s.sequence_parallel ? CommKind::reducescatter : CommKind::allreduce,
+           b.boundary_bytes(), true);
+    b.gemm("q_down.wgrad", h, m.q_lora_rank, tokens);
+  } else {
+    b.linear_dgrad("q", h, heads * m.head_dim);
+    b.comm(b.s.sequence_parallel ? CommKind::reducescatter : CommKind::allreduce,
+           b.boundary_bytes(), true);
+    b.linear_wgrad("q", h, heads * m.head_dim);
+  }
+}
 
 // The mixture of experts in place of the FFN (Megatron-LM's MoE layer with the all-to-all token
 // dispatcher): the router scores each rank's tokens, the tokens are permuted by expert and sent
@@ -296,13 +358,17 @@ std::vector<Step> layer_forward(const ModelConfig& m, const LayerShape& s) {
   const int64_t h = m.hidden;
   const int64_t qkv = (m.q_width() + 2 * m.kv_width()) / t;
   b.memory("norm1", b.norm_bytes());
-  b.enter_tp_fwd();
-  b.linear_fwd("qkv", h, qkv);
-  if (m.position == Position::rotary) b.memory("rotary", b.e * b.tokens() * qkv * 2);
-  b.context_comm(CommKind::allgather, true);
-  b.attention(true);
-  b.linear_fwd("proj", m.q_width() / t, h);
-  b.leave_tp_fwd();
+  if (m.mla()) {
+    mla_forward(b);
+  } else {
+    b.enter_tp_fwd();
+    b.linear_fwd("qkv", h, qkv);
+    if (m.position == Position::rotary) b.memory("rotary", b.e * b.tokens() * qkv * 2);
+    b.context_comm(CommKind::allgather, true);
+    b.attention(true);
+    b.linear_fwd("proj", m.q_width() / t, h);
+    b.leave_tp_fwd();
+  }
   b.memory("dropout_residual1", b.e * b.local_tokens() * h * 3);
   b.memory("norm2", b.norm_bytes());
   if (s.moe_layer) {
@@ -344,17 +410,21 @@ std::vector<Step> layer_backward(const ModelConfig& m, const LayerShape& s) {
   b.memory("norm2.bwd", b.norm_bytes() * 1.5);
   // Attention block.
   b.memory("dropout_residual1.bwd", b.e * b.local_tokens() * h * 3);
-  b.enter_tp_fwd();
-  b.linear_dgrad("proj", m.q_width() / t, h);
-  b.linear_wgrad("proj", m.q_width() / t, h);
-  b.context_comm(CommKind::allgather, true);
-  b.attention(false);
-  b.context_comm(CommKind::reducescatter, false);
-  if (m.position == Position::rotary) b.memory("rotary.bwd", b.e * b.tokens() * qkv * 2);
-  b.linear_dgrad("qkv", h, qkv);
-  b.comm(s.sequence_parallel ? CommKind::reducescatter : CommKind::allreduce, b.boundary_bytes(),
-         true);
-  b.linear_wgrad("qkv", h, qkv);
+  if (m.mla()) {
+    mla_backward(b);
+  } else {
+    b.enter_tp_fwd();
+    b.linear_dgrad("proj", m.q_width() / t, h);
+    b.linear_wgrad("proj", m.q_width() / t, h);
+    b.context_comm(CommKind::allgather, true);
+    b.attention(false);
+    b.context_comm(CommKind::reducescatter, false);
+    if (m.position == Position::rotary) b.memory("rotary.bwd", b.e * b.tokens() * qkv * 2);
+    b.linear_dgrad("qkv", h, qkv);
+    b.comm(s.sequence_parallel ? CommKind::reducescatter : CommKind::allreduce, b.boundary_bytes(),
+           true);
+    b.linear_wgrad("qkv", h, qkv);
+  }
   b.memory("norm1.bwd", b.norm_bytes() * 1.5);
   return b.steps;
 }

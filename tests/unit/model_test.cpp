@@ -71,14 +71,16 @@ TEST(Models, BadConfigsNameTheFileAndField) {
             kData +
                 "hf/unknown_arch.json: architectures: unsupported architecture "
                 "\"T5ForConditionalGeneration\" (expected GPT2LMHeadModel, LlamaForCausalLM, "
-                "MixtralForCausalLM, GPTNeoXForCausalLM or BertModel)");
+                "MixtralForCausalLM, DeepseekForCausalLM, DeepseekV2ForCausalLM, "
+                "DeepseekV3ForCausalLM, GPTNeoXForCausalLM or BertModel)");
   EXPECT_EQ(err(kData + "hf/missing_field.json"),
             kData +
                 "hf/missing_field.json: num_hidden_layers: missing required field (an integer) "
                 "for LlamaForCausalLM");
   EXPECT_EQ(err("gpt3-175c"),
             "gpt3-175c: no such model file, nor a built-in model (built-in: alexnet, bert-large, "
-            "deepseek-moe-16b, gpt3-1.3b-moe128, gpt3-1.3b, gpt3-125m, gpt3-13b, gpt3-175b, "
+            "deepseek-moe-16b, deepseek-v2-lite, deepseek-v3, gpt3-1.3b-moe128, gpt3-1.3b, "
+            "gpt3-125m, gpt3-13b, gpt3-175b, "
             "gpt3-2.7b, gpt3-350m, gpt3-6.7b, gpt3-760m, korthikanti-175b, korthikanti-1t, "
             "korthikanti-22b, korthikanti-530b, llama2-13b, llama2-70b, llama2-7b, llama3-405b, "
             "llama3-70b, llama3-8b, mixtral-8x7b, resnet50, vgg16) (did you mean \"gpt3-175b\"?)");

@@ -62,6 +62,63 @@ TEST(Moe, ModelsHaveTheirPublishedParameterCounts) {
   EXPECT_EQ(odd.params(), small_moe(8, 2, "dense_layers: 2\nmoe_every: 2\n").params());
 }
 
+TEST(Moe, LatentAttentionModelsHaveTheirPublishedSizesFromYamlAndConfigJson) {
+  // DeepSeek-V3: 671B without its multi-token prediction module, 37B active per token;
+  // DeepSeek-V2-Lite: 15.7B, 2.4B active. config.json gives the YAML's model exactly.
+  const ModelConfig v3 = load_model("deepseek-v3");
+  EXPECT_TRUE(v3.mla());
+  EXPECT_NEAR(v3.params() / 671e9, 1.0, 0.002) << v3.params();
+  EXPECT_EQ(load_model(kData + "hf/deepseek-v3.json").params(), v3.params());
+  const double v3_skipped = 58.0 * (256 - 8) * v3.mlp_params(v3.expert_ffn_hidden);
+  EXPECT_NEAR((v3.params() - v3_skipped) / 37e9, 1.0, 0.02);
+  const ModelConfig lite = load_model("deepseek-v2-lite");
+  EXPECT_NEAR(lite.params() / 15.7e9, 1.0, 0.005) << lite.params();
+  EXPECT_EQ(load_model(kData + "hf/deepseek-v2-lite.json").params(), lite.params());
+  EXPECT_EQ(load_model(kData + "hf/deepseek-v2-lite.json").q_lora_rank, 0);
+  // Its attention by hand: q 2048 x 16 x 192, kv_down 2048 x (512 + 64), its norm 512,
+  // kv_up 512 x 16 x (128 + 128), proj 16 x 128 x 2048.
+  EXPECT_EQ(lite.attention_params(),
+            2048 * 16 * 192 + 2048 * 576 + 512 + 512 * 16 * 256 + 16 * 128 * 2048);
+}
+
+TEST(Moe, LatentAttentionKernelsByHand) {
+  // DeepSeek-V3's attention block on one rank and split over 8: the down-projections run in
+  // full on every rank, the up-projections and the output projection split by heads; attention
+  // costs Q K^T over 192 and P V over 128 (4 b s^2 heads x 160 forward, causal and fused: half).
+  const ModelConfig m = load_model("deepseek-v3");
+  LayerShape one;
+  one.micro_batch = 1;
+  one.sequence = 4096;
+  const double T = 4096, h = 7168, H = 128;
+  auto flops = [](const std::vector<Step>& steps, OpKind kind) {
+    double f = 0;
+    for (const Step& s : steps)
+      if (s.comm == CommKind::none && s.op.kind == kind) f += s.op.flops;
+    return f;
+  };
+  const std::vector<Step> fwd = layer_forward(m, one);
+  const double attention_gemms =
+      2 * T * (h * 1536 + 1536 * H * 192 + h * 576 + 512 * H * 256 + H * 128 * h);
+  const double ffn = 2 * T * 3 * h * 18432;  // layer 0 is dense
+  EXPECT_NEAR(flops(fwd, OpKind::gemm) / (attention_gemms + ffn), 1.0, 1e-12);
+  EXPECT_NEAR(flops(fwd, OpKind::attention_forward) / (0.5 * 4 * T * T * H * 160), 1.0, 1e-12);
+  LayerShape eight = one;
+  eight.tensor_parallel = 8;
+  eight.sequence_parallel = true;
+  const double down = 2 * T * (h * 1536 + h * 576);
+  EXPECT_NEAR(
+      flops(layer_forward(m, eight), OpKind::gemm) / ((attention_gemms - down + ffn) / 8 + down),
+      1.0, 1e-12);
+  // The sequence-parallel boundary collectives are the hidden state's, as for any layer.
+  int gathers = 0;
+  for (const Step& s : layer_forward(m, eight))
+    if (s.comm == CommKind::allgather) {
+      EXPECT_DOUBLE_EQ(s.comm_bytes, 2 * T * h);
+      ++gathers;
+    }
+  EXPECT_EQ(gathers, 2);
+}
+
 TEST(Moe, ModelFlopsMatchMegatronCounter) {
   // 12 B s l h^2 [(1 + G/H + s/h) q/h + (ffn/h) k g + V/(2 l h)] (formulas.md), g = 3/2 for
   // SwiGLU: the router is not counted, as in Megatron-LM.
