@@ -175,9 +175,9 @@ std::vector<PlanItem> plan_gemm(const PlanConfig& c) {
   std::vector<PlanItem> out;
   GemmAdder adder{c, out, {}};
   // The models' exact shapes first (in bf16, their training type): the cost model answers them
-  // exactly. Kernels past ~20 ms sit on the plateau the grid measures; --quick takes a sample.
+  // exactly. Kernels past ~15 ms sit on the plateau the grid measures; --quick takes a sample.
   {
-    const double cap_s = c.quick ? 5e-3 : 20e-3;
+    const double cap_s = c.quick ? 5e-3 : 15e-3;
     std::size_t index = 0;
     for (const ModelShape& s : c.model_shapes) {
       if (s.attention || gemm_kernel_seconds(c, "bf16", s.m, s.n, s.k, s.batch) > cap_s) continue;
