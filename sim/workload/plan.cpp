@@ -321,6 +321,35 @@ void check_stage(const std::string& where_, const ModelConfig& model,
   }
 }
 
+// The keys every plan reads alike: its what-ifs, its precision, its gradients' precision, its
+// framework (whose defaults the plan's own keys then override) and its gradient reduction.
+void read_common(const std::string& file, const YAML::Node& root,
+                 const std::string& framework_default, Plan& p) {
+  if (const YAML::Node w = root["perturbations"]) {
+    if (!w.IsMap()) {
+      throw InputError(config::where(file, w) +
+                       ": perturbations: expected a map of slow, link and stragglers (e.g. "
+                       "\"perturbations: {slow: {gpu: 3, factor: 2}}\")");
+    }
+    read_perturbations(file, w, "perturbations", {}, p.perturbations);
+  }
+  if (root["precision"]) {
+    p.precision = static_cast<Precision>(
+        config::get_choice(file, root, "", "precision", {"fp32", "fp16", "bf16", "fp8"}));
+  }
+  p.fp32_main_grads =
+      config::get_choice(file, root, "", "main_grads", {"fp32", "same"}, "fp32") == 0;
+  const std::string framework = get_string(file, root, "", "framework", framework_default);
+  try {
+    p.framework = load_framework(framework);
+  } catch (const InputError& e) {
+    throw InputError(where(file, root["framework"]) + ": framework: " + e.what());
+  }
+  p.gradient_reduction = static_cast<GradReduction>(
+      config::get_choice(file, root, "", "gradient_reduction", {"overlapped", "after_backward"},
+                         to_string(p.framework.gradient_reduction)));
+}
+
 // A convolutional network's plan: a process grid (Gholami et al.), see Plan::layer_splits.
 Plan load_grid_plan(const YAML::Node& root, const std::string& file, const ModelConfig& model,
                     const platform::Cluster& cluster) {
@@ -330,13 +359,7 @@ Plan load_grid_plan(const YAML::Node& root, const std::string& file, const Model
        "framework", "main_grads", "gradient_reduction", "perturbations"});
   Plan p;
   p.source = file;
-  if (const YAML::Node w = root["perturbations"]) {
-    if (!w.IsMap()) {
-      throw InputError(config::where(file, w) +
-                       ": perturbations: expected a map of slow, link and stragglers");
-    }
-    read_perturbations(file, w, "perturbations", {}, p.perturbations);
-  }
+  read_common(file, root, "pytorch-ddp", p);
   std::vector<platform::GpuId> devices;
   if (root["devices"]) {
     devices = device_list(file, root["devices"], "devices", cluster.gpu_count());
@@ -372,21 +395,6 @@ Plan load_grid_plan(const YAML::Node& root, const std::string& file, const Model
         where(file, root["micro_batch_size"]), p.micro_batch_size, p.global_batch_size / columns));
   }
   p.sequence_length = 1;
-  if (root["precision"]) {
-    p.precision = static_cast<Precision>(
-        config::get_choice(file, root, "", "precision", {"fp32", "fp16", "bf16", "fp8"}));
-  }
-  p.fp32_main_grads =
-      config::get_choice(file, root, "", "main_grads", {"fp32", "same"}, "fp32") == 0;
-  const std::string framework = get_string(file, root, "", "framework", "pytorch-ddp");
-  try {
-    p.framework = load_framework(framework);
-  } catch (const InputError& e) {
-    throw InputError(where(file, root["framework"]) + ": framework: " + e.what());
-  }
-  p.gradient_reduction = static_cast<GradReduction>(
-      config::get_choice(file, root, "", "gradient_reduction", {"overlapped", "after_backward"},
-                         to_string(p.framework.gradient_reduction)));
   p.uniform = true;
   p.tensor_parallel = static_cast<int>(rows);
   p.pipeline_parallel = 1;
@@ -554,14 +562,9 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
                       "perturbations"});
   Plan p;
   p.source = file;
-  if (const YAML::Node w = root["perturbations"]) {
-    if (!w.IsMap()) {
-      throw InputError(config::where(file, w) +
-                       ": perturbations: expected a map of slow, link and stragglers (e.g. "
-                       "\"perturbations: {slow: {gpu: 3, factor: 2}}\")");
-    }
-    read_perturbations(file, w, "perturbations", {}, p.perturbations);
-  }
+  // The framework first: its defaults (bucket, ZeRO stage, gradient reduction) yield to the
+  // plan's own keys.
+  read_common(file, root, "megatron", p);
   p.micro_batch_size = get_int(file, root, "", "micro_batch_size", 1, limits::kBatch, 1);
   p.sequence_length =
       get_int(file, root, "", "sequence_length", 1, limits::kSequence, model.sequence);
@@ -586,25 +589,8 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
   }
   p.recompute = static_cast<Recompute>(
       config::get_choice(file, root, "", "recompute", {"none", "selective", "full"}, "none"));
-  if (root["precision"]) {
-    p.precision = static_cast<Precision>(
-        config::get_choice(file, root, "", "precision", {"fp32", "fp16", "bf16", "fp8"}));
-  }
   p.flash_attention =
       config::get_choice(file, root, "", "attention", {"flash", "standard"}, "flash") == 0;
-  p.fp32_main_grads =
-      config::get_choice(file, root, "", "main_grads", {"fp32", "same"}, "fp32") == 0;
-  // The framework first: its defaults (bucket, ZeRO stage, gradient reduction) yield to the
-  // plan's own keys.
-  const std::string framework = get_string(file, root, "", "framework", "megatron");
-  try {
-    p.framework = load_framework(framework);
-  } catch (const InputError& e) {
-    throw InputError(where(file, root["framework"]) + ": framework: " + e.what());
-  }
-  p.gradient_reduction = static_cast<GradReduction>(
-      config::get_choice(file, root, "", "gradient_reduction", {"overlapped", "after_backward"},
-                         to_string(p.framework.gradient_reduction)));
   p.bucket_bytes = config::get_quantity(file, root, "", "bucket_size", config::Dimension::bytes,
                                         p.framework.bucket_bytes.value_or(p.bucket_bytes));
   if (root["sequence_parallel"]) {

@@ -415,6 +415,15 @@ void tally_sources(TrainingJob& job, const CostModel& cost) {
   }
 }
 
+// The job's groups built: close the replica list, pair the data-parallel collectives, take the
+// measured ones, and tally where the kernels' costs come from.
+void finish_job(TrainingJob& job, const CostModel& cost) {
+  job.first_group.push_back(static_cast<uint32_t>(job.groups.size()));
+  pair_dp_collectives(job);
+  measured_collectives(job, cost);
+  tally_sources(job, cost);
+}
+
 // A convolutional network on a process grid (Plan::layer_splits): one group per column, every
 // micro-batch through the layers forward and back, each layer's gradients reduced when its last
 // backward is done (PyTorch DDP reduces in buckets; one a layer is the paper's accounting), the
@@ -474,10 +483,7 @@ TrainingJob build_grid_job(const ModelConfig& model, const Plan& plan,
     b.emit(b.piece("optimizer", {Step{sgd_step(g.params)}}), Pass::other, -1, 0, 0);
     job.groups.push_back(std::move(g));
   }
-  job.first_group.push_back(static_cast<uint32_t>(job.groups.size()));
-  pair_dp_collectives(job);
-  measured_collectives(job, cost);
-  tally_sources(job, cost);
+  finish_job(job, cost);
   return job;
 }
 }  // namespace
@@ -789,10 +795,7 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
       job.groups.push_back(std::move(g));
     }
   }
-  job.first_group.push_back(static_cast<uint32_t>(job.groups.size()));
-  pair_dp_collectives(job);
-  measured_collectives(job, cost);
-  tally_sources(job, cost);
+  finish_job(job, cost);
   return job;
 }
 
