@@ -195,6 +195,18 @@ class NetworkReader {
   }
 
   void push(const CnnLayer& l) {
+    // Counts stay far inside int64 (and a double's exact integers) downstream: no network has
+    // 10^12 weights in a layer or 10^12 activations an image.
+    const double weights = l.kind == CnnKind::fc
+                               ? static_cast<double>(l.out_c) * l.in_c * l.in_h * l.in_w
+                               : static_cast<double>(l.out_c) * l.in_c * l.kernel * l.kernel;
+    const double outputs = static_cast<double>(l.out_c) * l.out_h * l.out_w;
+    if (weights > 1e12 || outputs > 1e12) {
+      throw InputError(fmt::format(
+          "{}: network: layer {} has {:.3g} weights and {:.3g} outputs an image, more than "
+          "hetsim simulates (10^12 each)",
+          file_, l.name, weights, outputs));
+    }
     if (static_cast<long>(m_.cnn.size()) >= config::limits::kLayers) {
       throw InputError(file_ + ": network: more than " + std::to_string(config::limits::kLayers) +
                        " layers");

@@ -433,10 +433,12 @@ Plan load_grid_plan(const YAML::Node& root, const std::string& file, const Model
     return out;
   };
   if (rows == 1) {
-    if (split && !(split.IsScalar() && split.as<std::string>() == "batch")) {
+    // The policy's choice on one row is batch parallelism throughout.
+    if (split && !(split.IsScalar() &&
+                   (split.as<std::string>() == "batch" || split.as<std::string>() == "gholami"))) {
       throw InputError(where(file, split) +
-                       ": split: a grid of one row is pure batch parallelism; give split: batch or "
-                       "none, or more rows");
+                       ": split: a grid of one row is pure batch parallelism; give split: batch, "
+                       "gholami or none, or more rows");
     }
     p.layer_splits.assign(layers, LayerSplit::batch);
     p.split_policy = "batch";

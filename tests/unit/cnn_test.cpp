@@ -268,6 +268,10 @@ TEST(Cnn, ModelFilesWithMistakesNameTheEntry) {
   EXPECT_NE(error("  - {conv: 8, kernel: 3, pool: max}\n  - {fc: 10}\n").find("exactly one"),
             std::string::npos);
   EXPECT_NE(error("  - {conv: 8, kernl: 3}\n  - {fc: 10}\n").find("kernl"), std::string::npos);
+  // Huge numbers are refused before anything overflows.
+  EXPECT_NE(error("  - {conv: 1000000, kernel: 1000, pad: 500}\n  - {fc: 4000000}\n")
+                .find("more than hetsim simulates"),
+            std::string::npos);
   EXPECT_EQ(error("  - {conv: 8, kernel: 3, pad: 1}\n  - {pool: max, kernel: 2}\n"
                   "  - {fc: 10}\n"),
             "no error");
