@@ -307,7 +307,8 @@ void pair_dp_collectives(TrainingJob& job) {
     const DpCollective& first = job.groups[g0].dp[i0];
     if (first.grid) pieces = 1;  // one collective over every member's devices
     sync.pieces = pieces;
-    sync.piece_bytes = pieces == job.groups[g0].devices.size()
+    // A grid collective's bytes are already the whole layer's (every rank holds it all).
+    sync.piece_bytes = first.grid || pieces == job.groups[g0].devices.size()
                            ? first.bytes
                            : first.bytes * static_cast<double>(job.groups[g0].devices.size()) /
                                  static_cast<double>(pieces);

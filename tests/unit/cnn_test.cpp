@@ -178,6 +178,23 @@ TEST(Cnn, ResNet50TrainsAtNvidiasPublishedRates) {
   EXPECT_NEAR(rate("dgx-a100", 8) / 16621, 1.0, 0.30);
 }
 
+TEST(Cnn, ADomainLayersGradientAllReduceIsTheLayerOnce) {
+  // AlexNet 4 x 1 by domain: conv4's gradients (384 x 256 x 3 x 3 + 256, fp32) all-reduced once
+  // over the four ranks, not four times that.
+  const ModelConfig m = load_model("alexnet");
+  const platform::Cluster c = test::cluster("dgx-a100", 1);
+  const auto r = run(m, c, "devices: [0, 1, 2, 3]\n" + grid(4, 1, 16, "domain"));
+  bool seen = false;
+  for (const DpSync& ds : r->job.dp_syncs) {
+    const DpCollective& dc = r->job.groups[ds.members.front().first].dp[ds.members.front().second];
+    if (dc.name != "conv4.grads") continue;
+    seen = true;
+    EXPECT_TRUE(dc.grid);
+    EXPECT_DOUBLE_EQ(ds.piece_bytes, 4.0 * (384 * 256 * 9 + 256));
+  }
+  EXPECT_TRUE(seen);
+}
+
 TEST(Cnn, FoldedColumnsGiveTheFullReplay) {
   const ModelConfig m = load_model("alexnet");
   const platform::Cluster c = test::cluster("dgx-a100", 4);
