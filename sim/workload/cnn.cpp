@@ -396,10 +396,10 @@ class ProgramBuilder {
     std::vector<Step> back;  // in forward order, reversed into bwd at the end
     if (l.batchnorm) {
       memory(fwd, l.name + ".norm.bn", 3 * bytes);
-      if (spatial)
+      if (spatial) {
         fwd.push_back(comm(l.name + ".bn.stats", CommKind::allreduce, 4.0 * 2 * l.out_c));
-      if (spatial)
         back.push_back(comm(l.name + ".bn.stats.bwd", CommKind::allreduce, 4.0 * 2 * l.out_c));
+      }
       memory(back, l.name + ".norm.bn.bwd", 5 * bytes);
     }
     if (l.residual_from != -2) {

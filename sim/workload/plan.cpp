@@ -321,6 +321,15 @@ void check_stage(const std::string& where_, const ModelConfig& model,
   }
 }
 
+// The plan's GPUs: `devices:`, else the whole cluster in order.
+std::vector<platform::GpuId> plan_devices(const std::string& file, const YAML::Node& root,
+                                          const platform::Cluster& cluster) {
+  if (root["devices"]) return device_list(file, root["devices"], "devices", cluster.gpu_count());
+  std::vector<platform::GpuId> all(cluster.gpu_count());
+  std::iota(all.begin(), all.end(), 0);
+  return all;
+}
+
 // The keys every plan reads alike: its what-ifs, its precision, its gradients' precision, its
 // framework (whose defaults the plan's own keys then override) and its gradient reduction.
 void read_common(const std::string& file, const YAML::Node& root,
@@ -360,13 +369,7 @@ Plan load_grid_plan(const YAML::Node& root, const std::string& file, const Model
   Plan p;
   p.source = file;
   read_common(file, root, "pytorch-ddp", p);
-  std::vector<platform::GpuId> devices;
-  if (root["devices"]) {
-    devices = device_list(file, root["devices"], "devices", cluster.gpu_count());
-  } else {
-    devices.resize(cluster.gpu_count());
-    std::iota(devices.begin(), devices.end(), 0);
-  }
+  const std::vector<platform::GpuId> devices = plan_devices(file, root, cluster);
   const long n = static_cast<long>(devices.size());
   long rows = 1, columns = n;
   if (const YAML::Node g = root["grid"]) {
@@ -771,13 +774,7 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
   const int tp = static_cast<int>(get_int(file, root, "", "tensor_parallel", 1, limits::kGpus, 1));
   const int pp =
       static_cast<int>(get_int(file, root, "", "pipeline_parallel", 1, limits::kGpus, 1));
-  std::vector<platform::GpuId> devices;
-  if (root["devices"]) {
-    devices = device_list(file, root["devices"], "devices", cluster.gpu_count());
-  } else {
-    devices.resize(cluster.gpu_count());
-    std::iota(devices.begin(), devices.end(), 0);
-  }
+  const std::vector<platform::GpuId> devices = plan_devices(file, root, cluster);
   const int cp = static_cast<int>(get_int(file, root, "", "context_parallel", 1, limits::kGpus, 1));
   p.context_parallel = cp;
   if (cp > 1) {
