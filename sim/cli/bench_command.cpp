@@ -186,9 +186,11 @@ void add_bench_command(CLI::App& app, Action& action) {
       "One iteration of GPT-3 175B on 1024 A100 (TP 8, PP 8, DP 16, batch 1536, micro-batch 1), "
       "of Llama 3 405B on 16384 H100 (TP 8, PP 16, DP 128, batch 2048 x 8192 tokens), and of "
       "GPT-3 175B on 1024, 3584 and 10752 H100 as in the MLPerf submissions (TP 4, PP 8, "
-      "interleaved by 12, fp8, batch 512, 2688 and 8064)");
+      "interleaved by 12, fp8, batch 512, 2688 and 8064), and of DeepSeek-V3 on 2048 H100 in its "
+      "pre-training layout (PP 16, EP 64, DP 128, ZeRO-1, fp8, batch 15360 x 4096 tokens)");
   auto which = std::make_shared<std::vector<std::string>>(std::vector<std::string>{
-      "gpt3-175b", "llama3-405b", "gpt3-il-1024", "gpt3-il-3584", "gpt3-il-10752"});
+      "gpt3-175b", "llama3-405b", "gpt3-il-1024", "gpt3-il-3584", "gpt3-il-10752",
+      "deepseek-v3"});
   train->add_option("--cases", *which, "Cases to run")->capture_default_str();
   auto exact = std::make_shared<bool>(false);
   train->add_flag("--exact", *exact,
@@ -214,13 +216,20 @@ void add_bench_command(CLI::App& app, Action& action) {
         int nodes, tp, pp, dp;
         int64_t batch, seq;
         int interleave = 1;  // > 1: the interleaved schedule, fp8 and ZeRO-1 (MLPerf's GPT-3)
+        std::string plan;    // the whole plan file, where not a uniform 3D plan as above
       };
+      // DeepSeek-V3's pre-training layout (experiments/deepseek-v3/deepseek-v3-2048.yaml): 64-way
+      // expert all-to-alls over 8 nodes in every MoE layer of every micro-batch.
+      const std::string deepseek =
+          "pipeline_parallel: 16\ndata_parallel: 128\nexpert_parallel: 64\nmicro_batch_size: 1\n"
+          "global_batch_size: 15360\nsequence_length: 4096\nzero_stage: 1\nprecision: fp8\n";
       const std::vector<Case> all = {
-          {"gpt3-175b", "gpt3-175b", "dgx-a100", 128, 8, 8, 16, 1536, 2048},
-          {"llama3-405b", "llama3-405b", "dgx-h100", 2048, 8, 16, 128, 2048, 8192},
-          {"gpt3-il-1024", "gpt3-175b", "dgx-h100", 128, 4, 8, 32, 512, 2048, 12},
-          {"gpt3-il-3584", "gpt3-175b", "dgx-h100", 448, 4, 8, 112, 2688, 2048, 12},
-          {"gpt3-il-10752", "gpt3-175b", "dgx-h100", 1344, 4, 8, 336, 8064, 2048, 12}};
+          {"gpt3-175b", "gpt3-175b", "dgx-a100", 128, 8, 8, 16, 1536, 2048, 1, ""},
+          {"llama3-405b", "llama3-405b", "dgx-h100", 2048, 8, 16, 128, 2048, 8192, 1, ""},
+          {"gpt3-il-1024", "gpt3-175b", "dgx-h100", 128, 4, 8, 32, 512, 2048, 12, ""},
+          {"gpt3-il-3584", "gpt3-175b", "dgx-h100", 448, 4, 8, 112, 2688, 2048, 12, ""},
+          {"gpt3-il-10752", "gpt3-175b", "dgx-h100", 1344, 4, 8, 336, 8064, 2048, 12, ""},
+          {"deepseek-v3", "deepseek-v3", "dgx-h100", 256, 1, 16, 128, 15360, 4096, 1, deepseek}};
       for (const std::string& w : *which) {
         if (std::none_of(all.begin(), all.end(), [&](const Case& c) { return c.name == w; })) {
           std::string names;
@@ -249,6 +258,7 @@ void add_bench_command(CLI::App& app, Action& action) {
               "micro_batch_size: 1\nglobal_batch_size: {}\nsequence_length: {}\n"
               "recompute: selective\nsequence_parallel: true\n",
               k.tp, k.pp, k.dp, k.batch, k.seq);
+          if (!k.plan.empty()) text = k.plan;
           if (k.interleave > 1) {
             text += fmt::format(
                 "schedule: interleaved\ninterleave: {}\nprecision: fp8\nzero_stage: 1\n",

@@ -179,10 +179,11 @@ class Builder {
             if (i + 1 < n) add_p2p(ranks[i], ranks[i + 1], wire);
           } else if (r_.op == Op::sendrecv) {
             add_p2p(ranks[i], ranks[(i + 1) % n], wire);
-          } else {
+          } else if (r_.expansion == Expansion::stepwise) {
             for (size_t k = 1; k < n; ++k) add_p2p(ranks[i], ranks[(i + k) % n], wire / n);
           }
         }
+        if (r_.op == Op::alltoall && r_.expansion == Expansion::steady) add_alltoall(wire / n);
         break;
       }
     }
@@ -448,6 +449,41 @@ class Builder {
         const double per = wire / static_cast<double>(intra[i].size());
         for (const auto& ring : intra[i]) add_ring(ring, g - 1, per / g, phase2);
       }
+    }
+  }
+
+  // Steady all-to-all: the pairs whose routes are of one kind and wire latency move as one
+  // flow over all of their links (a link crossed by k pairs counts k times), at one common rate,
+  // as a ring's edges do. On a symmetric fabric the pairs of a class would get that rate anyway;
+  // where they would not (hashed spine paths, mixed NICs), the class ends when its most loaded
+  // link has drained, which a pair-by-pair replay can only match or exceed
+  // (tests/unit/collective_test.cpp bounds the difference). Classes are few (NVLink, PCIe, the
+  // network's hop counts): O(classes) flows instead of O(ranks^2).
+  void add_alltoall(double bytes) {
+    struct Class {
+      config::LinkKind kind;
+      Time wire, latency;
+      std::vector<platform::LinkId> ids;
+    };
+    std::vector<Class> classes;
+    const auto& ranks = r_.ranks;
+    const size_t n = ranks.size();
+    for (size_t i = 0; i < n; ++i) {
+      for (size_t k = 1; k < n; ++k) {
+        const Edge& e = edge(ranks[i], ranks[(i + k) % n]);
+        auto it = std::find_if(classes.begin(), classes.end(), [&](const Class& c) {
+          return c.kind == e.kind && c.wire == e.wire_latency;
+        });
+        if (it == classes.end()) {
+          classes.push_back(Class{e.kind, e.wire_latency, step_lat(e), {}});
+          it = classes.end() - 1;
+        }
+        it->ids.insert(it->ids.end(), e.links.begin(), e.links.end());
+      }
+    }
+    for (Class& c : classes) {
+      add_step(step_links([&](auto& ids) { ids = std::move(c.ids); }), bytes, c.latency, {},
+               false);
     }
   }
 

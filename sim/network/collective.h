@@ -25,7 +25,9 @@ std::optional<Protocol> parse_protocol(const std::string& s);
 // of steps. stepwise: every step of every rank is its own flow, started when the rank has sent
 // its previous chunk and received the one it forwards. The two agree exactly on an otherwise
 // idle network (tests/unit/collective_test.cpp proves it); stepwise exists to show that and to
-// study transients, at O(ranks^2) flows.
+// study transients, at O(ranks^2) flows. An all-to-all, steady, is one flow per class of
+// rank pairs whose routes are alike (kind and latency), each over all of its pairs' links;
+// stepwise, one flow per pair (O(ranks^2)), which the replay's --exact uses.
 enum class Expansion { steady, stepwise };
 
 struct CollectiveRequest {

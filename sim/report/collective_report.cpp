@@ -29,6 +29,7 @@ CollectiveReport make_collective_report(const platform::Cluster& c,
   rep.algbw_Bps = rep.time_s > 0 ? r.bytes / rep.time_s : 0;
   rep.busbw_Bps = rep.algbw_Bps * network::busbw_factor(r.op, r.ranks.size());
   rep.events = result.events;
+  rep.rate_recomputations = result.rate_recomputations;
   return rep;
 }
 
@@ -46,6 +47,8 @@ nlohmann::ordered_json to_json(const CollectiveReport& r) {
   j["time_s"] = r.time_s;
   j["algbw_Bps"] = r.algbw_Bps;
   j["busbw_Bps"] = r.busbw_Bps;
+  j["events"] = r.events;
+  j["rate_recomputations"] = r.rate_recomputations;
   return j;
 }
 

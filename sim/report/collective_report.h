@@ -21,6 +21,7 @@ struct CollectiveReport {
   double algbw_Bps = 0;
   double busbw_Bps = 0;
   uint64_t events = 0;
+  uint64_t rate_recomputations = 0;
 };
 
 CollectiveReport make_collective_report(const platform::Cluster& c,

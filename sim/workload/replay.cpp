@@ -514,6 +514,8 @@ class Replayer {
     req.bytes = bytes;
     req.ranks = ranks;
     req.host_launch = false;  // inside an iteration, kernels are queued ahead on the stream
+    // --exact: every pair of an all-to-all its own flow (network::Expansion).
+    if (opt_.exact && req.op == network::Op::alltoall) req.expansion = network::Expansion::stepwise;
     return network::plan_collective(c_, req);
   }
 

@@ -75,7 +75,9 @@ struct ReplayOptions {
   // so all replicas move in lockstep at the pace of the slowest copy. Data-parallel collectives
   // still span every replica's devices. Identical to the full replay when the replicas'
   // traffic is symmetric; where routing makes it asymmetric (hashed spine paths), no faster than
-  // it (tests/unit/fold_test.cpp bounds the difference).
+  // it (tests/unit/fold_test.cpp bounds the difference). Exact also gives every rank pair of
+  // an all-to-all its own flow, where the default moves each class of alike pairs as one
+  // (network::Expansion).
   bool exact = false;
   // Called every `progress_every` events (and so cheap to poll the wall clock in); it only
   // reads, so the replay's results do not depend on it.

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -198,6 +199,30 @@ TEST(Bench, NetworkPrintsHeaderAndOneRowPerGpuCount) {
   expect_contains(header, "peak_MiB");
   const std::string row = r.output.substr(eol + 1);
   EXPECT_EQ(row.find_first_not_of(' '), row.find("64")) << "row does not start with 64:\n" << row;
+}
+
+// The MoE case is the shipped experiment's plan file, replayed as simulate replays it; its 64-way
+// all-to-alls replay in about a second (each class of alike rank pairs one flow).
+TEST(Bench, TrainingsDeepSeekCaseIsTheExperimentsPlanAsSimulateReplaysIt) {
+  const CommandResult b = run_hetsim({"bench", "training", "--cases", "deepseek-v3", "--quiet"},
+                                     Capture::stdout_only);
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  std::istringstream rows(b.output);
+  std::string header, name;
+  std::getline(rows, header);
+  long gpus = 0;
+  double wall = 0, peak = 0, iteration = 0;
+  rows >> name >> gpus >> wall >> peak >> iteration;
+  EXPECT_EQ(name, "deepseek-v3") << b.output;
+  EXPECT_EQ(gpus, 2048) << b.output;
+  const CommandResult s = run_hetsim(
+      {"simulate", "--model", "deepseek-v3", "--cluster", "dgx-h100", "--nodes", "256", "--plan",
+       std::string(HETSIM_SOURCE_DIR) + "/experiments/deepseek-v3/deepseek-v3-2048.yaml",
+       "--json"},
+      Capture::stdout_only);
+  ASSERT_EQ(s.exit_code, 0) << s.output;
+  const double simulated = nlohmann::json::parse(s.output)["iteration_time_s"].get<double>();
+  EXPECT_NEAR(iteration, simulated, 0.0005 + 1e-9) << b.output;  // the bench prints 3 decimals
 }
 
 }  // namespace

@@ -122,6 +122,42 @@ INSTANTIATE_TEST_SUITE_P(
                       ExpansionCase{"dgx-a100", 2, 16, Op::allreduce, Algorithm::ring, false},
                       ExpansionCase{"dgx-h100", 4, 32, Op::allreduce, Algorithm::hierarchical}));
 
+// An all-to-all, steady, is one flow per class of alike pairs (NVLink inside a node, the
+// network's hops between nodes); stepwise, one per pair. On these idle fabrics (rail-optimised
+// with hashed spine paths, PCIe, Ethernet, mixed nodes) each class's pairs share their links
+// evenly, so the two agree.
+INSTANTIATE_TEST_SUITE_P(
+    AllToAll, SteadyEqualsStepwise,
+    ::testing::Values(ExpansionCase{"dgx-h100", 8, 64, Op::alltoall, Algorithm::direct},
+                      ExpansionCase{"dgx-a100", 32, 256, Op::alltoall, Algorithm::direct},
+                      ExpansionCase{"dgx-a100", 3, 20, Op::alltoall, Algorithm::direct},
+                      ExpansionCase{"pcie-v100", 4, 16, Op::alltoall, Algorithm::direct},
+                      ExpansionCase{"aws-g4dn-12xlarge", 4, 16, Op::alltoall, Algorithm::direct},
+                      ExpansionCase{"mixed-a100-v100", 0, 32, Op::alltoall, Algorithm::direct}));
+
+TEST(Collective, ASteadyAllToAllIsOneFlowPerClassAndConservesBytes) {
+  const Cluster c = builtin("dgx-h100", 4);
+  const double S = 1 << 26;
+  const CollectivePlan steady =
+      plan_collective(c, request(Op::alltoall, S, first(32), Algorithm::direct));
+  const CollectivePlan step = plan_collective(
+      c, request(Op::alltoall, S, first(32), Algorithm::direct, Protocol::simple,
+                 Expansion::stepwise));
+  EXPECT_EQ(step.steps.size(), 32u * 31);
+  EXPECT_LE(steady.steps.size(), 4u);  // NVLink, and the network's hop counts
+  const auto crossings = [](const CollectivePlan& p) {
+    double bytes = 0, pairs = 0;
+    for (const PlanStep& s : p.steps) {
+      for (const LinkUse& u : s.links) bytes += s.bytes * u.count;
+    }
+    for (const PlanStep& s : p.steps) pairs += s.bytes;
+    return std::pair{bytes, pairs};
+  };
+  // Every byte of every pair crosses the same links either way: S/32 for each of 32 x 31 pairs.
+  EXPECT_NEAR(crossings(steady).first, crossings(step).first, crossings(step).first * 1e-12);
+  EXPECT_NEAR(crossings(step).second, 31.0 * S, 1e-3);
+}
+
 TEST(Collective, HierarchicalAllReduceIsIntraReduceScatterInterAllReduceIntraAllGather) {
   const Cluster c = builtin("dgx-h100", 4);
   const double S = 512.0 * (1 << 20);
