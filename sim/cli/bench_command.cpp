@@ -189,8 +189,7 @@ void add_bench_command(CLI::App& app, Action& action) {
       "interleaved by 12, fp8, batch 512, 2688 and 8064), and of DeepSeek-V3 on 2048 H100 in its "
       "pre-training layout (PP 16, EP 64, DP 128, ZeRO-1, fp8, batch 15360 x 4096 tokens)");
   auto which = std::make_shared<std::vector<std::string>>(std::vector<std::string>{
-      "gpt3-175b", "llama3-405b", "gpt3-il-1024", "gpt3-il-3584", "gpt3-il-10752",
-      "deepseek-v3"});
+      "gpt3-175b", "llama3-405b", "gpt3-il-1024", "gpt3-il-3584", "gpt3-il-10752", "deepseek-v3"});
   train->add_option("--cases", *which, "Cases to run")->capture_default_str();
   auto exact = std::make_shared<bool>(false);
   train->add_flag("--exact", *exact,

@@ -482,8 +482,7 @@ class Builder {
       }
     }
     for (Class& c : classes) {
-      add_step(step_links([&](auto& ids) { ids = std::move(c.ids); }), bytes, c.latency, {},
-               false);
+      add_step(step_links([&](auto& ids) { ids = std::move(c.ids); }), bytes, c.latency, {}, false);
     }
   }
 

@@ -204,8 +204,8 @@ TEST(Bench, NetworkPrintsHeaderAndOneRowPerGpuCount) {
 // The MoE case is the shipped experiment's plan file, replayed as simulate replays it; its 64-way
 // all-to-alls replay in about a second (each class of alike rank pairs one flow).
 TEST(Bench, TrainingsDeepSeekCaseIsTheExperimentsPlanAsSimulateReplaysIt) {
-  const CommandResult b = run_hetsim({"bench", "training", "--cases", "deepseek-v3", "--quiet"},
-                                     Capture::stdout_only);
+  const CommandResult b =
+      run_hetsim({"bench", "training", "--cases", "deepseek-v3", "--quiet"}, Capture::stdout_only);
   ASSERT_EQ(b.exit_code, 0) << b.output;
   std::istringstream rows(b.output);
   std::string header, name;
@@ -217,8 +217,7 @@ TEST(Bench, TrainingsDeepSeekCaseIsTheExperimentsPlanAsSimulateReplaysIt) {
   EXPECT_EQ(gpus, 2048) << b.output;
   const CommandResult s = run_hetsim(
       {"simulate", "--model", "deepseek-v3", "--cluster", "dgx-h100", "--nodes", "256", "--plan",
-       std::string(HETSIM_SOURCE_DIR) + "/experiments/deepseek-v3/deepseek-v3-2048.yaml",
-       "--json"},
+       std::string(HETSIM_SOURCE_DIR) + "/experiments/deepseek-v3/deepseek-v3-2048.yaml", "--json"},
       Capture::stdout_only);
   ASSERT_EQ(s.exit_code, 0) << s.output;
   const double simulated = nlohmann::json::parse(s.output)["iteration_time_s"].get<double>();

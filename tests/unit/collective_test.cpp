@@ -140,9 +140,9 @@ TEST(Collective, ASteadyAllToAllIsOneFlowPerClassAndConservesBytes) {
   const double S = 1 << 26;
   const CollectivePlan steady =
       plan_collective(c, request(Op::alltoall, S, first(32), Algorithm::direct));
-  const CollectivePlan step = plan_collective(
-      c, request(Op::alltoall, S, first(32), Algorithm::direct, Protocol::simple,
-                 Expansion::stepwise));
+  const CollectivePlan step =
+      plan_collective(c, request(Op::alltoall, S, first(32), Algorithm::direct, Protocol::simple,
+                                 Expansion::stepwise));
   EXPECT_EQ(step.steps.size(), 32u * 31);
   EXPECT_LE(steady.steps.size(), 4u);  // NVLink, and the network's hop counts
   const auto crossings = [](const CollectivePlan& p) {

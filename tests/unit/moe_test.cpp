@@ -274,7 +274,8 @@ TEST(Moe, AllToAllsAsClassesOfPairsGiveThePairByPairReplaysIteration) {
     EXPECT_LT(classes.result.events * 10, pairs.result.events);
   }
   {
-    const platform::Cluster c(config::load_cluster("mixed-a100-v100", {}));  // 2 DGX A100, 4 x 4 V100
+    const platform::Cluster c(
+        config::load_cluster("mixed-a100-v100", {}));  // 2 DGX A100, 4 x 4 V100
     const Replayed classes = run(m, c, text), pairs = run(m, c, text, exact);
     ASSERT_EQ(pairs.result.folded_replicas, 1u);
     EXPECT_NEAR(classes.result.iteration.seconds() / pairs.result.iteration.seconds(), 1.0, 1e-2);
