@@ -175,10 +175,10 @@ void add_collective_command(CLI::App& app, Action& action) {
       platform::Cluster cluster(config::load_cluster(o->cluster.cluster, o->cluster.options()));
       workload::Perturbations what_if;
       for (const std::string& p : o->perturb) what_if.merge(workload::parse_perturbation(p));
-      if (!what_if.slow.empty() || what_if.stragglers) {
+      if (!what_if.slow.empty() || what_if.stragglers || what_if.lost) {
         throw InputError(
             "--perturb: a collective takes link what-ifs only (slow GPUs and stragglers change "
-            "kernels, and a collective has none)");
+            "kernels, and a collective has none; a lost node ends a training step)");
       }
       const workload::ResolvedPerturbations resolved =
           workload::resolve_perturbations(what_if, cluster);

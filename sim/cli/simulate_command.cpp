@@ -81,7 +81,9 @@ void add_simulate_command(CLI::App& app, Action& action) {
                   "What-if, as YAML (repeatable, combined): 'slow: {gpu: 3, factor: 2}' (a GPU's "
                   "kernels take 2x as long), 'link: {link: \"node0.nic8<->leaf0\", factor: 0.5}' "
                   "(links keep half their capacity), 'stragglers: {seed: 1, probability: 0.1, "
-                  "min: 1.2, max: 2}' (seeded random slowdowns)");
+                  "min: 1.2, max: 2}' (seeded random slowdowns), 'lost: {node: 3, at: 0.5, "
+                  "detect: 600, restart: 120, replace: shrink|spare}' (a node lost mid-step: the "
+                  "timeout, the relaunch, and the step again on the survivors or a spare node)");
   cmd->add_option("--tokens", o->tokens,
                   "Tokens of a whole training run (e.g. 300e9): its days and cost in the report")
       ->check(CLI::PositiveNumber);

@@ -25,4 +25,18 @@ namespace hetsim::policy {
 // times slower (empty: none). Returns whether any share changed (never under ZeRO-2 or -3).
 bool rebalance_batch(workload::Plan& plan, const std::vector<double>& compute_factor);
 
+// Elastic restart after a node is lost (workload::LostNode, `replace: shrink`), as torchrun's
+// elastic agent and Megatron-LM's in-process restart do it: the data-parallel replicas that held
+// a GPU of the node are dropped, whole expert- and context-parallel groups at a time (their
+// collectives need every member), and the survivors share the micro-batches so that the global
+// batch is kept: whole micro-batches, as even as they divide; under ZeRO-2 and -3, whose
+// per-micro-batch collectives need equal counts, each survivor runs the rounded-up share and the
+// global batch grows to that. A sharded state share (Cephalo) is renormalised over the survivors.
+struct Shrunk {
+  size_t replicas_before = 0, replicas_after = 0;
+  int64_t global_batch_before = 0, global_batch_after = 0;
+};
+// Throws InputError when no replica would be left (every one holds a GPU of the node).
+Shrunk drop_node(workload::Plan& plan, const platform::Cluster& cluster, uint32_t node);
+
 }  // namespace hetsim::policy

@@ -209,6 +209,23 @@ nlohmann::ordered_json to_json(const TrainingReport& r) {
                                              : nlohmann::ordered_json(nullptr)}};
   }
   if (!r.perturbations.empty()) j["perturbations"] = r.perturbations;
+  if (r.lost) {
+    const LostNodeReport& l = *r.lost;
+    j["lost_node"] = {{"node", l.node},
+                      {"replace", l.spare ? "spare" : "shrink"},
+                      {"at_s", l.at_s},
+                      {"detect_s", l.detect_s},
+                      {"restart_s", l.restart_s},
+                      {"iteration_before_s", l.before_s},
+                      {"iteration_after_s", l.after_s},
+                      {"failed_step_s", l.failed_step_s},
+                      {"gpus_before", l.gpus_before},
+                      {"gpus_after", l.gpus_after},
+                      {"replicas_before", l.replicas_before},
+                      {"replicas_after", l.replicas_after},
+                      {"global_batch_before", l.global_batch_before},
+                      {"global_batch_after", l.global_batch_after}};
+  }
   j["warnings"] = r.warnings;
   j["op_costs_from"] = r.cost_sources;
   j["folded_replicas"] = r.folded_replicas;
@@ -405,6 +422,22 @@ std::string to_text(const TrainingReport& r) {
   std::string s = fmt::format("{} on {} ({} GPUs), plan {}\n", r.model, r.cluster, r.gpus, r.plan);
   for (const std::string& w : r.warnings) s += "  WARNING: " + w + "\n";
   for (const std::string& p : r.perturbations) s += "  what-if        " + p + "\n";
+  if (r.lost) {
+    const LostNodeReport& l = *r.lost;
+    s += fmt::format(
+        "  lost node      node{}: the step it hit took {} ({} run, {} until the timeout, {} to "
+        "relaunch, {} again); iteration {} before, {} after{}\n",
+        l.node, format_time(l.failed_step_s), format_time(l.at_s), format_time(l.detect_s),
+        format_time(l.restart_s), format_time(l.after_s), format_time(l.before_s),
+        format_time(l.after_s),
+        l.spare
+            ? " (on a spare node)"
+            : fmt::format(" on {} of {} GPUs ({} of {} replicas, global batch {}{})", l.gpus_after,
+                          l.gpus_before, l.replicas_after, l.replicas_before, l.global_batch_after,
+                          l.global_batch_after == l.global_batch_before
+                              ? std::string(" kept")
+                              : fmt::format(" where {}", l.global_batch_before)));
+  }
   s += fmt::format("  precision      {}\n", r.precision);
   s += fmt::format("  iteration      {}\n", format_time(r.iteration_time_s));
   if (r.grid_rows > 0) {

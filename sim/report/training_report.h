@@ -3,6 +3,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,20 @@ struct DeviceReport {
   uint32_t replica = 0, stage = 0;
   double busy_s = 0;
   workload::DeviceMemory memory;
+};
+
+// What a node lost mid-iteration cost (workload::LostNode): the step it hit ran until `at`,
+// waited `detect` for the timeout, `restart` to relaunch, then ran again after the restart, as
+// every step after it runs (after_s, this report's iteration).
+struct LostNodeReport {
+  uint32_t node = 0;
+  bool spare = false;  // on a spare node; else shrunk to the survivors
+  double at_s = 0, detect_s = 0, restart_s = 0;
+  double before_s = 0, after_s = 0;
+  double failed_step_s = 0;  // at + detect + restart + after
+  size_t gpus_before = 0, gpus_after = 0;
+  size_t replicas_before = 0, replicas_after = 0;
+  int64_t global_batch_before = 0, global_batch_after = 0;
 };
 
 struct TrainingReport {
@@ -55,6 +70,7 @@ struct TrainingReport {
   double run_tokens = 0, run_time_s = 0, cost_per_run_usd = -1;
   // The what-ifs applied (sim/workload/perturbation.h), one line each; empty: none.
   std::vector<std::string> perturbations;
+  std::optional<LostNodeReport> lost;
   bool oom = false;
   std::vector<DeviceReport> devices;
   std::vector<std::string> cost_sources;

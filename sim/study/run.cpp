@@ -1,6 +1,7 @@
 // One simulation from spec to report; see run.h.
 #include "sim/study/run.h"
 
+#include "sim/policy/replan.h"
 #include "sim/workload/memory.h"
 
 namespace hetsim::study {
@@ -33,8 +34,11 @@ RunInputs::RunInputs(const RunSpec& spec)
   workload::scale_links(perturbed, cluster);
 }
 
-RunOutput run(const RunInputs& in, const workload::CostModel& cost, const RunOptions& options) {
-  RunOutput out{workload::build_training_job(in.model, in.plan, in.cluster, cost), {}};
+namespace {
+
+RunOutput run_plan(const RunInputs& in, const workload::Plan& plan, const workload::CostModel& cost,
+                   const RunOptions& options) {
+  RunOutput out{nullptr, workload::build_training_job(in.model, plan, in.cluster, cost), {}};
   workload::slow_down(out.job, in.perturbed.compute_factor);
   workload::slow_down_from(out.job, in.perturbed);
   const std::vector<workload::DeviceMemory> memory = workload::memory_per_group(out.job);
@@ -45,6 +49,43 @@ RunOutput run(const RunInputs& in, const workload::CostModel& cost, const RunOpt
   const workload::ReplayResult result = workload::replay(out.job, options.observer, ropt);
   out.report = report::make_training_report(out.job, result, memory);
   out.report.perturbations = in.perturbed.description;
+  return out;
+}
+
+}  // namespace
+
+RunOutput run(const RunInputs& in, const workload::CostModel& cost, const RunOptions& options) {
+  if (!in.perturbed.lost) return run_plan(in, in.plan, cost, options);
+  const workload::ResolvedPerturbations::Loss& loss = *in.perturbed.lost;
+  RunOptions quiet = options;
+  quiet.observer = nullptr;  // a trace shows the iteration after the restart
+  RunOutput before = run_plan(in, in.plan, cost, quiet);
+  report::LostNodeReport lost;
+  lost.node = loss.node;
+  lost.spare = loss.spare;
+  lost.detect_s = loss.detect_s;
+  lost.restart_s = loss.restart_s;
+  lost.before_s = before.report.iteration_time_s;
+  // A loss after the iteration's end comes as the next one starts: nothing of it done yet.
+  lost.at_s = std::min(loss.at_s, lost.before_s);
+  lost.gpus_before = before.report.gpus;
+  lost.replicas_before = lost.replicas_after = in.plan.replicas.size();
+  lost.global_batch_before = lost.global_batch_after = in.plan.global_batch_size;
+  RunOutput out;
+  if (loss.spare) {
+    out = options.observer ? run_plan(in, in.plan, cost, options) : std::move(before);
+  } else {
+    auto survivors = std::make_unique<workload::Plan>(in.plan);
+    const policy::Shrunk s = policy::drop_node(*survivors, in.cluster, loss.node);
+    lost.replicas_after = s.replicas_after;
+    lost.global_batch_after = s.global_batch_after;
+    out = run_plan(in, *survivors, cost, options);
+    out.survivors = std::move(survivors);
+  }
+  lost.after_s = out.report.iteration_time_s;
+  lost.gpus_after = out.report.gpus;
+  lost.failed_step_s = lost.at_s + lost.detect_s + lost.restart_s + lost.after_s;
+  out.report.lost = lost;
   return out;
 }
 

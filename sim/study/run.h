@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -50,12 +51,18 @@ struct RunOptions {
 };
 
 struct RunOutput {
-  workload::TrainingJob job;  // points into the RunInputs
+  // A node lost mid-iteration (workload::LostNode) and the job shrunk around it: the plan of the
+  // survivors, which the job replays (stable when the output moves).
+  std::unique_ptr<workload::Plan> survivors;
+  workload::TrainingJob job;  // points into the RunInputs (and survivors)
   report::TrainingReport report;
 };
 
 // Builds the job (slowed where the inputs' perturbations say), checks memory, replays one
-// iteration and reports it. The cost model is only
+// iteration and reports it. With a node lost mid-iteration, the plan is replayed as it is (the
+// iteration before the loss), then as it runs after the restart (on a spare node, or shrunk to
+// the survivors: policy::drop_node); the report is of the iteration after, and says what the
+// loss cost (report::LostNodeReport). The cost model is only
 // read (see calibrate/cost_models.h on sharing one between threads).
 RunOutput run(const RunInputs& inputs, const workload::CostModel& cost,
               const RunOptions& options = {});

@@ -66,6 +66,11 @@ std::string Perturbations::canonical() const {
     parts.push_back(fmt::format("stragglers seed={} probability={} factor={}..{}", s.seed,
                                 number(s.probability), number(s.min), number(s.max)));
   }
+  if (lost) {
+    parts.push_back(fmt::format("lost node {} at {} s detect {} s restart {} s {}", lost->node,
+                                number(lost->at_s), number(lost->detect_s), number(lost->restart_s),
+                                lost->spare ? "spare" : "shrink"));
+  }
   std::string out;
   for (const std::string& p : parts) out += (out.empty() ? "" : "; ") + p;
   return out;
@@ -75,11 +80,12 @@ void Perturbations::merge(const Perturbations& o) {
   slow.insert(slow.end(), o.slow.begin(), o.slow.end());
   links.insert(links.end(), o.links.begin(), o.links.end());
   if (o.stragglers) stragglers = o.stragglers;
+  if (o.lost) lost = o.lost;
 }
 
 void read_perturbations(const std::string& file, const YAML::Node& map, const std::string& path,
                         const std::vector<std::string>& extra, Perturbations& out) {
-  std::vector<std::string> keys = {"slow", "link", "stragglers"};
+  std::vector<std::string> keys = {"slow", "link", "stragglers", "lost"};
   keys.insert(keys.end(), extra.begin(), extra.end());
   config::check_keys(file, map, path, keys);
   each_entry(file, map, path, "slow", [&](const YAML::Node& e, const std::string& p) {
@@ -127,6 +133,31 @@ void read_perturbations(const std::string& file, const YAML::Node& map, const st
                                    where(file, e["max"]), join_path(p, "max"), s.min, s.max));
     }
     out.stragglers = s;
+  }
+  if (map["lost"]) {
+    const YAML::Node e = map["lost"];
+    const std::string p = join_path(path, "lost");
+    if (!e.IsMap()) {
+      throw InputError(where(file, e) + ": " + p +
+                       ": expected a map such as {node: 3, at: 0.5, detect: 600, restart: 120, "
+                       "replace: shrink}");
+    }
+    config::check_keys(file, e, p, {"node", "at", "detect", "restart", "replace"});
+    LostNode l;
+    l.node = config::get_string(file, e, p, "node");
+    auto seconds = [&](const std::string& key, std::optional<double> dflt, const char* what) {
+      const double v = config::get_number(file, e, p, key, dflt);
+      if (!(v >= 0) || !std::isfinite(v) || v > 1e7) {
+        throw InputError(fmt::format("{}: {}: expected {}, 0 to 1e7 seconds, got {}",
+                                     where(file, e[key] ? e[key] : e), join_path(p, key), what, v));
+      }
+      return v;
+    };
+    l.at_s = seconds("at", std::nullopt, "the seconds into the iteration when the node is lost");
+    l.detect_s = seconds("detect", 600.0, "how long the others wait before the failure is seen");
+    l.restart_s = seconds("restart", 0.0, "the seconds a relaunch takes");
+    l.spare = config::get_choice(file, e, p, "replace", {"shrink", "spare"}, "shrink") == 1;
+    out.lost = l;
   }
 }
 
@@ -199,6 +230,30 @@ ResolvedPerturbations resolve_perturbations(const Perturbations& p,
   }
   if (std::any_of(factor.begin(), factor.end(), [](double f) { return f != 1; })) {
     r.compute_factor = std::move(factor);
+  }
+  if (p.lost) {
+    const LostNode& l = *p.lost;
+    const size_t nodes = cluster.node_count();
+    std::optional<uint32_t> id;
+    if (const auto i = config::parse_whole<long>(l.node)) {
+      if (*i >= 0 && static_cast<size_t>(*i) < nodes) id = static_cast<uint32_t>(*i);
+    } else if (l.node.rfind("node", 0) == 0) {
+      if (const auto i = config::parse_whole<long>(l.node.substr(4))) {
+        if (*i >= 0 && static_cast<size_t>(*i) < nodes) id = static_cast<uint32_t>(*i);
+      }
+    }
+    if (!id) {
+      throw InputError(fmt::format(
+          "perturbation lost.node: no node \"{}\" in {} ({} nodes: an index from 0 to {}, or a "
+          "name from node0 to node{})",
+          l.node, where_c, nodes, nodes - 1, nodes - 1));
+    }
+    r.lost = ResolvedPerturbations::Loss{*id, l.at_s, l.detect_s, l.restart_s, l.spare};
+    r.description.push_back(
+        fmt::format("node{} lost {} s into the iteration: seen after {} s, relaunched in {} s {}",
+                    *id, l.at_s, l.detect_s, l.restart_s,
+                    l.spare ? "on a spare node"
+                            : "on the survivors (replicas with a GPU of the node dropped)"));
   }
   if (!p.links.empty()) {
     std::map<std::string, std::vector<platform::LinkId>> by_name;

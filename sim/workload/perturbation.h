@@ -26,8 +26,15 @@ struct ResolvedPerturbations {
   // Slowdowns from a time into the iteration on: (GPU, from, factor).
   std::vector<std::tuple<platform::GpuId, Time, double>> timed;
   std::vector<std::pair<platform::LinkId, double>> links;
+  // A node lost mid-iteration (LostNode), its name resolved to an index.
+  struct Loss {
+    uint32_t node = 0;
+    double at_s = 0, detect_s = 0, restart_s = 0;
+    bool spare = false;
+  };
+  std::optional<Loss> lost;
   std::vector<std::string> description;  // one line each, for the report
-  bool empty() const { return compute_factor.empty() && links.empty() && timed.empty(); }
+  bool empty() const { return compute_factor.empty() && links.empty() && timed.empty() && !lost; }
 };
 
 // Throws InputError naming a GPU or a link the cluster lacks (and the names it has).

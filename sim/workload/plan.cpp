@@ -337,7 +337,7 @@ void read_common(const std::string& file, const YAML::Node& root,
   if (const YAML::Node w = root["perturbations"]) {
     if (!w.IsMap()) {
       throw InputError(config::where(file, w) +
-                       ": perturbations: expected a map of slow, link and stragglers (e.g. "
+                       ": perturbations: expected a map of slow, link, stragglers and lost (e.g. "
                        "\"perturbations: {slow: {gpu: 3, factor: 2}}\")");
     }
     read_perturbations(file, w, "perturbations", {}, p.perturbations);

@@ -1,5 +1,6 @@
 // The what-ifs a run can carry (sim/workload/perturbation.h applies them): devices that compute
-// slower, links that carry a fraction of their capacity or are down, seeded stragglers; and their
+// slower, links that carry a fraction of their capacity or are down, seeded stragglers, a node
+// lost mid-iteration; and their
 // YAML reader, shared by studies, `--perturb` and a plan file's own `perturbations:` map.
 #pragma once
 
@@ -37,19 +38,37 @@ struct Stragglers {
   double min = 1, max = 1;
 };
 
+// A node lost `at` seconds into the iteration (its host, a board or its power gone). Synchronous
+// training cannot finish that step: the other ranks wait in their next collective with the lost
+// ranks until the framework's timeout (`detect`; default 600 s, the 10 minutes of Megatron-LM's
+// --distributed-timeout-minutes and of PyTorch's NCCL process-group timeout), then the job is
+// relaunched (`restart` seconds: rendezvous, process start, checkpoint load; default 0, as it
+// depends on the storage) and runs the step again: on a spare node in the lost one's place
+// (`replace: spare`, the plan unchanged), or on the survivors (`replace: shrink`, the default):
+// the replicas that held a GPU of the node are dropped and the rest share their micro-batches
+// (sim/policy/replan.h, drop_node).
+struct LostNode {
+  std::string node;  // an index ("3") or a name ("node3")
+  double at_s = 0;
+  double detect_s = 600;
+  double restart_s = 0;
+  bool spare = false;
+};
+
 struct Perturbations {
   std::vector<SlowDevice> slow;
   std::vector<SlowLink> links;
   std::optional<Stragglers> stragglers;
+  std::optional<LostNode> lost;
 
-  bool empty() const { return slow.empty() && links.empty() && !stragglers; }
+  bool empty() const { return slow.empty() && links.empty() && !stragglers && !lost; }
   // One line that names every field, in a fixed order ("" when empty): a study's label and key.
   std::string canonical() const;
   // Adds `o`'s perturbations to these (repeated --perturb options).
   void merge(const Perturbations& o);
 };
 
-// Reads the perturbation keys of `map` (`slow`, `link`, `stragglers`; each of the first two a map
+// Reads the perturbation keys of `map` (`slow`, `link`, `stragglers`, `lost`; the first two a map
 // or a list of maps) into `out`; `extra` keys are allowed and ignored (a study's `name`). Errors
 // name the file, line and field. Throws InputError.
 void read_perturbations(const std::string& file, const YAML::Node& map, const std::string& path,

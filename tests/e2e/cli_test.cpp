@@ -98,7 +98,8 @@ TEST(CollectiveJson, PerturbTakesLinkWhatIfsOnly) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(r.output,
             "hetsim: error: --perturb: a collective takes link what-ifs only (slow GPUs and "
-            "stragglers change kernels, and a collective has none)\n");
+            "stragglers change kernels, and a collective has none; a lost node ends a training "
+            "step)\n");
 }
 
 // ---- Every op on every cluster -----------------------------------------------------------

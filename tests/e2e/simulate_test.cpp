@@ -271,7 +271,7 @@ TEST(Simulate, AFailedNicSlowsTheAllReduceAndAPlanFileCarriesTheSameWhatIf) {
                   "--plan", bad_file});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(r.output, "hetsim: error: " + bad_file +
-                          ":6: perturbations: expected a map of slow, link and stragglers "
+                          ":6: perturbations: expected a map of slow, link, stragglers and lost "
                           "(e.g. \"perturbations: {slow: {gpu: 3, factor: 2}}\")\n");
 }
 
@@ -294,6 +294,61 @@ TEST(Simulate, BadPerturbIsExitTwoNamingTheOptionAndField) {
   EXPECT_EQ(r.output,
             "hetsim: error: perturbation slow.gpu: no GPU \"9\" in cluster dgx-a100 (8 GPUs: an "
             "index from 0 to 7, or a name from node0.gpu0 to node0.gpu7)\n");
+}
+
+// A node lost mid-step: the report is of the step after the relaunch, on the survivors, and says
+// what the step the loss hit took; a plan that cannot lose the node says how it can go on.
+TEST(Simulate, ALostNodeShrinksTheJobAndTheReportSaysWhatTheStepItHitCost) {
+  const std::vector<std::string> base = {"simulate",
+                                         "--model",
+                                         "gpt3-350m",
+                                         "--cluster",
+                                         "dgx-a100",
+                                         "--nodes",
+                                         "2",
+                                         "--plan",
+                                         kPlans + "good.yaml",
+                                         "--plan-set",
+                                         "tensor_parallel=1",
+                                         "--plan-set",
+                                         "data_parallel=16",
+                                         "--plan-set",
+                                         "global_batch_size=64"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = base;
+    a.insert(a.end(), extra.begin(), extra.end());
+    return run_hetsim(a, Capture::stdout_only);
+  };
+  const CommandResult healthy = with({"--json"});
+  ASSERT_EQ(healthy.exit_code, 0) << healthy.output;
+  const CommandResult lost =
+      with({"--perturb", "lost: {node: node1, at: 0.001, restart: 60}", "--json"});
+  ASSERT_EQ(lost.exit_code, 0) << lost.output;
+  const auto h = nlohmann::json::parse(healthy.output), j = nlohmann::json::parse(lost.output);
+  const auto& l = j["lost_node"];
+  EXPECT_EQ(l["replace"], "shrink");
+  EXPECT_EQ(l["gpus_before"], 16);
+  EXPECT_EQ(l["gpus_after"], 8);
+  EXPECT_EQ(j["gpus"], 8);
+  EXPECT_EQ(l["iteration_before_s"], h["iteration_time_s"]);
+  EXPECT_EQ(l["iteration_after_s"], j["iteration_time_s"]);
+  EXPECT_GT(j["iteration_time_s"].get<double>(), 1.5 * h["iteration_time_s"].get<double>());
+  EXPECT_DOUBLE_EQ(l["failed_step_s"].get<double>(),
+                   0.001 + 600 + 60 + j["iteration_time_s"].get<double>());
+  const CommandResult text = with({"--perturb", "lost: {node: 1, at: 0.001, restart: 60}"});
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_NE(text.output.find("  lost node      node1: the step it hit took "), std::string::npos)
+      << text.output;
+  EXPECT_NE(text.output.find("on 8 of 16 GPUs (8 of 16 replicas, global batch"), std::string::npos)
+      << text.output;
+  // Tensor parallelism 16 over both nodes: losing one leaves no replica.
+  const CommandResult none =
+      run_hetsim({"simulate", "--model", "gpt3-350m", "--cluster", "dgx-a100", "--nodes", "2",
+                  "--plan", kPlans + "good.yaml", "--plan-set", "tensor_parallel=16", "--perturb",
+                  "lost: {node: 0, at: 1}"});
+  EXPECT_EQ(none.exit_code, 2) << none.output;
+  EXPECT_NE(none.output.find("every replica of the plan holds a GPU of node0"), std::string::npos)
+      << none.output;
 }
 
 struct BadPlan {

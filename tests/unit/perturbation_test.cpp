@@ -9,6 +9,7 @@
 #include "sim/policy/replan.h"
 #include "sim/report/training_report.h"
 #include "sim/study/results.h"
+#include "sim/study/run.h"
 #include "sim/workload/memory.h"
 #include "sim/workload/perturbation.h"
 #include "sim/workload/replay.h"
@@ -338,6 +339,158 @@ TEST(Perturbation, RepeatedOptionsCombineAndTheCanonicalFormNamesEveryField) {
   p.merge(parse_perturbation("stragglers: {seed: 9, probability: 0.5, max: 1.25}"));
   EXPECT_EQ(p.canonical(),
             "slow 3 x2; link a<->b x0.25; stragglers seed=9 probability=0.5 factor=1..1.25");
+}
+
+// ---- a node lost mid-iteration ------------------------------------------------------------
+
+std::vector<int> micro_batches(const Plan& p) {
+  std::vector<int> out;
+  for (const ReplicaPlan& r : p.replicas) out.push_back(r.micro_batches);
+  return out;
+}
+
+TEST(LostNode, MegatronsRankOrderLosesEveryReplicaWithAStageOnTheNode) {
+  const ModelConfig m = small_gpt();
+  const platform::Cluster c = cluster(4);
+  // TP 2 fastest, then DP 8, then PP 2: stage 0 of every replica on nodes 0-1, stage 1 on 2-3.
+  // Node 2 holds stage 1 of replicas 0 to 3: they go, and 4 to 7 run twice the micro-batches.
+  Plan p = load_plan_text(
+      "tensor_parallel: 2\npipeline_parallel: 2\ndata_parallel: 8\nglobal_batch_size: 128\n"
+      "sequence_length: 1024\n",
+      "p.yaml", m, c);
+  const policy::Shrunk s = policy::drop_node(p, c, 2);
+  EXPECT_EQ(s.replicas_before, 8u);
+  EXPECT_EQ(s.replicas_after, 4u);
+  EXPECT_EQ(s.global_batch_after, 128);
+  EXPECT_EQ(micro_batches(p), (std::vector<int>{32, 32, 32, 32}));
+  EXPECT_EQ(p.data_parallel, 4);
+  EXPECT_TRUE(p.uniform);
+  for (const ReplicaPlan& r : p.replicas) {
+    for (const StagePlan& st : r.stages)
+      for (platform::GpuId g : st.devices) EXPECT_NE(c.gpu(g).node, 2u) << g;
+  }
+  // A node no replica uses changes nothing.
+  Plan q = load_plan_text(
+      "data_parallel: 8\ndevices: \"0-7\"\nglobal_batch_size: 64\nsequence_length: 1024\n",
+      "q.yaml", m, c);
+  EXPECT_EQ(policy::drop_node(q, c, 3).replicas_after, 8u);
+  EXPECT_EQ(micro_batches(q), (std::vector<int>(8, 8)));
+  // Nothing left: refused, naming the way out.
+  Plan one = load_plan_text(
+      "tensor_parallel: 8\ndevices: \"0-7\"\nglobal_batch_size: 8\nsequence_length: 1024\n",
+      "one.yaml", m, c);
+  try {
+    policy::drop_node(one, c, 0);
+    ADD_FAILURE() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("every replica of the plan holds a GPU of node0"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("replace: spare"), std::string::npos) << e.what();
+  }
+}
+
+TEST(LostNode, SurvivorsShareTheMicroBatchesEvenlyOrRoundUpWhereCountsMustBeEqual) {
+  const ModelConfig m = small_gpt();
+  const platform::Cluster c = cluster(3);
+  // 24 one-GPU replicas, 5 micro-batches each (120); node 0 lost: 16 share 120 as 7.5 each.
+  const std::string text =
+      "data_parallel: 24\nglobal_batch_size: 120\nsequence_length: 1024\nzero_stage: ";
+  Plan p = load_plan_text(text + "1\n", "p.yaml", m, c);
+  const policy::Shrunk s = policy::drop_node(p, c, 0);
+  EXPECT_EQ(s.replicas_after, 16u);
+  EXPECT_EQ(s.global_batch_after, 120);
+  std::vector<int> expect(16, 7);
+  for (int i = 0; i < 8; ++i) expect[i] = 8;  // ties by order: the first eight take the extra
+  EXPECT_EQ(micro_batches(p), expect);
+  EXPECT_FALSE(p.uniform);
+  // ZeRO-2 pairs every micro-batch's reduce-scatter across replicas: 8 each, the batch grows.
+  Plan z = load_plan_text(text + "2\n", "z.yaml", m, c);
+  EXPECT_EQ(policy::drop_node(z, c, 0).global_batch_after, 128);
+  EXPECT_EQ(micro_batches(z), (std::vector<int>(16, 8)));
+  EXPECT_TRUE(z.uniform);
+}
+
+TEST(LostNode, ExpertParallelGroupsGoWhole) {
+  const ModelConfig m = load_model_yaml_text(
+      "name: moe\nfamily: gpt\nlayers: 4\nhidden: 1024\nheads: 16\nvocab: 50304\n"
+      "sequence: 1024\nactivation: gelu\nnorm: layernorm\nposition: learned\n"
+      "tied_embeddings: true\ncausal: true\nbias: true\nexperts: 24\nexperts_per_token: 2\n",
+      "moe.yaml");
+  const platform::Cluster c = cluster(3);
+  // EP 12 over 24 one-GPU replicas: group 0 is GPUs 0-11 (node 0 and half of node 1). Losing
+  // node 0 drops all of group 0, GPUs 8-11 on node 1 with it.
+  Plan p = load_plan_text(
+      "data_parallel: 24\nexpert_parallel: 12\nglobal_batch_size: 48\nsequence_length: 1024\n",
+      "ep.yaml", m, c);
+  const policy::Shrunk s = policy::drop_node(p, c, 0);
+  EXPECT_EQ(s.replicas_after, 12u);
+  EXPECT_EQ(p.replicas.front().stages.front().devices.front(), 12u);
+  EXPECT_EQ(micro_batches(p), (std::vector<int>(12, 4)));
+  // The shrunk plan builds and replays.
+  const DatasheetCostModel cost;
+  EXPECT_GT(run(build_training_job(m, p, c, cost)).iteration, Time());
+}
+
+// Pure data parallelism 16 over two nodes, one micro-batch of 4 each; node 1 lost 0.25 s in. The
+// step it hit: 0.25 s of work lost, the 600 s timeout, a 90 s relaunch, then the step again on
+// node 0's 8 replicas, 2 micro-batches each: exactly the plan written for those 8 GPUs.
+TEST(LostNode, TheStepItHitsIsTheRunTheTimeoutTheRelaunchAndTheStepAgain) {
+  const std::string plan16 =
+      "data_parallel: 16\nglobal_batch_size: 64\nmicro_batch_size: 4\nsequence_length: 1024\n";
+  auto spec = [](const std::string& text, const std::string& perturb) {
+    study::RunSpec s;
+    s.model = "gpt3-125m";
+    s.cluster = "dgx-a100";
+    s.cluster_options.nodes = 2;
+    s.plan = "plan.yaml";
+    s.plan_text = text;
+    if (!perturb.empty()) s.perturbations = parse_perturbation(perturb);
+    return s;
+  };
+  const DatasheetCostModel cost;
+  auto report = [&](const std::string& text, const std::string& perturb) {
+    const study::RunInputs in(spec(text, perturb));
+    return study::run(in, cost).report;
+  };
+  const report::TrainingReport healthy = report(plan16, "");
+  const report::TrainingReport hit = report(plan16, "lost: {node: 1, at: 0.25, restart: 90}");
+  const report::TrainingReport eight = report(
+      "data_parallel: 8\ndevices: \"0-7\"\nglobal_batch_size: 64\nmicro_batch_size: 4\n"
+      "sequence_length: 1024\n",
+      "");
+  ASSERT_TRUE(hit.lost);
+  const report::LostNodeReport& l = *hit.lost;
+  EXPECT_EQ(l.node, 1u);
+  EXPECT_EQ(l.before_s, healthy.iteration_time_s);
+  EXPECT_EQ(l.after_s, eight.iteration_time_s);
+  EXPECT_EQ(hit.iteration_time_s, eight.iteration_time_s);
+  EXPECT_EQ(hit.gpus, 8u);
+  EXPECT_EQ(l.gpus_before, 16u);
+  EXPECT_EQ(l.replicas_after, 8u);
+  EXPECT_EQ(l.global_batch_after, 64);
+  EXPECT_LT(healthy.iteration_time_s, 0.25) << "the loss comes after the step's end: clamped";
+  EXPECT_EQ(l.at_s, healthy.iteration_time_s);
+  EXPECT_EQ(l.failed_step_s, l.at_s + 600 + 90 + l.after_s);
+  // Twice the micro-batches per replica: the step takes about twice as long (the gradients'
+  // all-reduce stays on NVLink, where it had crossed the nodes' NICs).
+  EXPECT_GT(l.after_s, 1.6 * l.before_s);
+  EXPECT_LT(l.after_s, 2.2 * l.before_s);
+  // On a spare node the plan runs unchanged after the relaunch.
+  const report::TrainingReport spare =
+      report(plan16, "lost: {node: node1, at: 0.01, detect: 30, replace: spare}");
+  ASSERT_TRUE(spare.lost);
+  EXPECT_EQ(spare.iteration_time_s, healthy.iteration_time_s);
+  EXPECT_EQ(spare.lost->failed_step_s, 0.01 + 30 + 0 + healthy.iteration_time_s);
+  EXPECT_EQ(spare.gpus, 16u);
+  // Bad input names the field.
+  EXPECT_EQ(error_of([] { parse_perturbation("lost: {node: 1}"); }),
+            "--perturb:1: lost.at: missing required field (a number)");
+  Perturbations far;
+  far.lost = LostNode{"node5", 1, 600, 0, false};
+  EXPECT_EQ(error_of([&] { resolve_perturbations(far, cluster(2)); }),
+            "perturbation lost.node: no node \"node5\" in cluster dgx-a100 (2 nodes: an index "
+            "from 0 to 1, or a name from node0 to node1)");
 }
 
 // Cost, worked by hand: two A100-SXM4-80GB at $5.12/h each (AWS p4de.24xlarge / 8, the GPU
