@@ -300,10 +300,11 @@ void add_bench_command(CLI::App& app, Action& action) {
     unsigned jobs = 2;
   };
   auto so = std::make_shared<SweepOpts>();
-  CLI::App* sweep = cmd->add_subcommand(
-      "sweep",
-      "Runs per second of a study (default: experiments/sweep-bench, 1000 runs of small plans and what-ifs), "
-      "run into a fresh store in the temporary folder as hetsim sweep runs it");
+  CLI::App* sweep =
+      cmd->add_subcommand("sweep",
+                          "Runs per second of a study (default: experiments/sweep-bench, 1000 runs "
+                          "of small plans and what-ifs), "
+                          "run into a fresh store in the temporary folder as hetsim sweep runs it");
   sweep->add_option("--study", so->study, "Study file")->capture_default_str();
   sweep->add_option("--jobs", so->jobs, "Threads")
       ->capture_default_str()

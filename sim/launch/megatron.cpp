@@ -38,6 +38,7 @@ void add_moe_flags(const workload::ModelConfig& m, const workload::Plan& p,
     add("--moe-layer-freq", m.moe_every);
   }
   add("--expert-model-parallel-size", p.expert_parallel);
+  if (p.experts_whole()) add("--expert-tensor-parallel-size", 1);
   a.insert(a.end(), {"--moe-token-dispatcher-type", "alltoall", "--moe-grouped-gemm"});
   if (p.capacity_factor > 0) {
     a.emplace_back("--moe-expert-capacity-factor");

@@ -31,9 +31,11 @@ double layer_activation_bytes(const ModelConfig& m, const LayerShape& s, Recompu
     // The routed experts: the tokens this rank's experts took (T k load, gathered over the
     // tensor-parallel ranks) at their fc1 input (h), activation input(s) and fc2 input (over t),
     // the dispatched tokens before that gather, and the router's fp32 probabilities.
-    const double routed = sb * m.experts_per_token * s.expert_load;
-    inside += routed * e * (m.hidden + (glu + 1) * m.expert_ffn_hidden / t) +
-              routed / t * e * m.hidden + sb * outside * 4.0 * m.experts;
+    // Experts whole (Plan::experts_whole): the rank's own share of the tokens, nothing gathered.
+    const double routed = sb * m.experts_per_token * s.expert_load / (s.experts_whole ? t : 1);
+    const double split = s.experts_whole ? 1 : t;
+    inside += routed * e * (m.hidden + (glu + 1) * m.expert_ffn_hidden / split) +
+              (s.experts_whole ? 0 : routed / t * e * m.hidden) + sb * outside * 4.0 * m.experts;
   }
   // Standard attention stores the softmax output (16-bit) and its dropout mask (1 byte) and the
   // scores: 5 a s^2 b; flash attention and selective recompute store none of them.
@@ -91,9 +93,9 @@ std::vector<DeviceMemory> memory_per_group(const TrainingJob& job) {
       return p.zero_stage >= from ? p.sharded(x, g.replica) : x;
     };
     // A MoE plan's experts are sharded among the replicas of one expert-parallel rank.
-    const bool split = m.moe() && p.expert_parallel > 1;
+    const bool split = m.moe() && p.expert_group_replicas() > 1;
     const double experts = split ? g.expert_params : 0;
-    const double edp = static_cast<double>(p.replicas.size()) / p.expert_parallel;
+    const double edp = static_cast<double>(p.replicas.size()) / p.expert_group_replicas();
     auto shard_experts = [&](double x, int from) { return p.zero_stage >= from ? x / edp : x; };
     mem.weights = shard((params - experts) * e, 3) + shard_experts(experts * e, 3);
     mem.gradients =

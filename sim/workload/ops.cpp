@@ -265,13 +265,15 @@ struct Moe {
   double local_routed;      // routed tokens one rank dispatches: T_local k load
 
   Moe(const ModelConfig& m, const LayerShape& s, double local_tokens) {
-    const double T = static_cast<double>(s.micro_batch) * s.sequence;
+    // The tokens of the replica's micro-batch; with experts whole, each rank's own share.
+    const double T = static_cast<double>(s.micro_batch) * s.sequence /
+                     (s.experts_whole ? static_cast<double>(s.tensor_parallel) : 1.0);
     local_experts = m.experts / s.expert_parallel;
     tokens = T * m.experts_per_token * s.expert_load;
     model_per_expert = T * m.experts_per_token / static_cast<double>(local_experts);
     per_expert = std::max<int64_t>(
         1, static_cast<int64_t>(std::ceil(tokens / static_cast<double>(local_experts))));
-    ffn = m.expert_ffn_hidden / s.tensor_parallel;
+    ffn = m.expert_ffn_hidden / (s.experts_whole ? 1 : s.tensor_parallel);
     ffn_in = (m.activation == Activation::swiglu ? 2 : 1) * ffn;
     local_routed = local_tokens * m.experts_per_token * s.expert_load;
   }
@@ -291,12 +293,13 @@ void moe_forward(Builder& b) {
   b.memory("router.topk", 4.0 * b.local_tokens() * m.experts * 3);
   b.memory("moe.permute", b.e * x.local_routed * h * 2);
   b.expert_alltoall("ep.dispatch", b.e * x.local_routed * h);
-  if (s.sequence_parallel) b.comm(CommKind::allgather, b.e * x.tokens * h);
+  const bool gather = s.sequence_parallel && !s.experts_whole;
+  if (gather) b.comm(CommKind::allgather, b.e * x.tokens * h);
   b.grouped_gemm("experts.fc1", x.local_experts, x.per_expert, x.ffn_in, h, x.model_per_expert);
   b.memory(m.activation == Activation::swiglu ? "experts.swiglu" : "experts.gelu",
            b.e * x.tokens * (x.ffn_in + x.ffn));
   b.grouped_gemm("experts.fc2", x.local_experts, x.per_expert, h, x.ffn, x.model_per_expert);
-  if (s.sequence_parallel) b.comm(CommKind::reducescatter, b.e * x.tokens * h);
+  if (gather) b.comm(CommKind::reducescatter, b.e * x.tokens * h);
   b.expert_alltoall("ep.combine", b.e * x.local_routed * h);
   b.memory("moe.unpermute", b.e * x.local_routed * h * 2);
   if (m.shared_experts > 0) {
@@ -332,7 +335,8 @@ void moe_backward(Builder& b) {
   }
   b.memory("moe.unpermute.bwd", b.e * x.local_routed * h * 2);
   b.expert_alltoall("ep.combine.bwd", b.e * x.local_routed * h);
-  if (s.sequence_parallel) b.comm(CommKind::allgather, b.e * x.tokens * h);
+  const bool gather = s.sequence_parallel && !s.experts_whole;
+  if (gather) b.comm(CommKind::allgather, b.e * x.tokens * h);
   // Per local expert: dgrad (rows x h) . (h x ffn), wgrad (ffn x rows) . (rows x h).
   b.grouped_gemm("experts.fc2.dgrad", x.local_experts, x.per_expert, x.ffn, h, x.model_per_expert);
   b.grouped_wgrad("experts.fc2.wgrad", x.local_experts, x.ffn, h, x.per_expert, x.model_per_expert);
@@ -340,7 +344,7 @@ void moe_backward(Builder& b) {
            b.e * x.tokens * (x.ffn_in + 2.0 * x.ffn));
   b.grouped_gemm("experts.fc1.dgrad", x.local_experts, x.per_expert, h, x.ffn_in,
                  x.model_per_expert);
-  if (s.sequence_parallel) b.comm(CommKind::reducescatter, b.e * x.tokens * h, true);
+  if (gather) b.comm(CommKind::reducescatter, b.e * x.tokens * h, true);
   b.grouped_wgrad("experts.fc1.wgrad", x.local_experts, h, x.ffn_in, x.per_expert,
                   x.model_per_expert);
   b.expert_alltoall("ep.dispatch.bwd", b.e * x.local_routed * h);

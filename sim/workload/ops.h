@@ -93,6 +93,9 @@ struct LayerShape {
   // combine, so each runs its program.
   bool moe_layer = false;
   int expert_parallel = 1;
+  // Plan::experts_whole: each expert whole on one of the tensor-parallel ranks, which dispatch
+  // their own sequence-parallel shares (no gather over the ranks around the expert GEMMs).
+  bool experts_whole = false;
   double expert_load = 1;
   // Context parallelism (ring attention, Megatron-LM's context_parallel_size): `sequence` is this
   // rank's share of the whole sequence of sequence x context_parallel tokens; attention runs the

@@ -152,7 +152,8 @@ void read_moe(const std::string& file, const YAML::Node& root, const ModelConfig
   p.expert_parallel =
       static_cast<int>(get_int(file, root, "", "expert_parallel", 1, limits::kExperts / 2, 1));
   if (!model.moe()) {
-    for (const char* k : {"expert_parallel", "capacity_factor", "routing"}) {
+    for (const char* k :
+         {"expert_parallel", "capacity_factor", "routing", "expert_tensor_parallel"}) {
       if (root[k] && !(std::string(k) == "expert_parallel" && p.expert_parallel == 1)) {
         throw InputError(where(file, root[k]) + ": " + k + ": " + model.name +
                          " has no experts (a dense model; expert parallelism and routing apply "
@@ -166,6 +167,10 @@ void read_moe(const std::string& file, const YAML::Node& root, const ModelConfig
         "{}: expert_parallel: {} does not divide the {} experts of {} (each rank of the "
         "expert-parallel group holds experts / expert_parallel of each MoE layer)",
         where(file, root["expert_parallel"]), p.expert_parallel, model.experts, model.name));
+  }
+  if (root["expert_tensor_parallel"]) {
+    p.expert_tensor_parallel =
+        static_cast<int>(get_int(file, root, "", "expert_tensor_parallel", 1, limits::kGpus, 1));
   }
   p.capacity_factor = config::get_number(file, root, "", "capacity_factor", 0.0);
   if (root["capacity_factor"] && !(p.capacity_factor > 0 && p.capacity_factor <= model.experts)) {
@@ -208,15 +213,41 @@ void check_moe(const std::string& file, const YAML::Node& root, const ModelConfi
       }
     }
   }
-  const int ep = p.expert_parallel;
-  if (ep == 1) return;
+  if (const YAML::Node et = root["expert_tensor_parallel"]) {
+    const int t = p.tensor_parallel;
+    if (!p.uniform) {
+      throw InputError(where(file, et) +
+                       ": expert_tensor_parallel: applies to uniform plans (tensor_parallel, "
+                       "pipeline_parallel, data_parallel), not to replicas spelled out");
+    }
+    if (p.expert_tensor_parallel != 1 && p.expert_tensor_parallel != t) {
+      throw InputError(fmt::format(
+          "{}: expert_tensor_parallel: expected 1 (each expert whole on one rank) or the "
+          "tensor_parallel degree {} (the experts split as the dense layers), got {}",
+          where(file, et), t, p.expert_tensor_parallel));
+    }
+    if (p.experts_whole() && p.expert_parallel % t != 0) {
+      throw InputError(fmt::format(
+          "{}: expert_parallel: {} is not a multiple of tensor_parallel {}: with "
+          "expert_tensor_parallel 1 the expert-parallel group is every rank of expert_parallel / "
+          "tensor_parallel replicas",
+          where(file, root["expert_parallel"] ? root["expert_parallel"] : et), p.expert_parallel,
+          t));
+    }
+  }
+  const int ep = p.expert_group_replicas();
+  if (p.expert_parallel == 1) return;
   const YAML::Node at = root["expert_parallel"];
   const size_t R = p.replicas.size();
   if (R % static_cast<size_t>(ep) != 0) {
-    throw InputError(
-        fmt::format("{}: expert_parallel: {} does not divide the {} data-parallel replicas (the "
-                    "expert-parallel groups are consecutive replicas, as in Megatron-LM)",
-                    where(file, at), ep, R));
+    throw InputError(fmt::format(
+        "{}: expert_parallel: {}{} does not divide the {} data-parallel replicas (the "
+        "expert-parallel groups are consecutive replicas, as in Megatron-LM)",
+        where(file, at), p.expert_parallel,
+        p.experts_whole()
+            ? fmt::format(" over {} ranks a replica ({} replicas a group)", p.tensor_parallel, ep)
+            : std::string(),
+        R));
   }
   if (p.zero_stage == 3) {
     throw InputError(where(file, at) +
@@ -561,6 +592,7 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
                       "gradient_reduction",
                       "gradient_accumulation",
                       "expert_parallel",
+                      "expert_tensor_parallel",
                       "context_parallel",
                       "capacity_factor",
                       "routing",
@@ -948,6 +980,7 @@ LayerShape stage_shape(const Plan& plan, int tensor_parallel) {
 LayerShape moe_shape(LayerShape dense, const Plan& plan, double load) {
   dense.moe_layer = true;
   dense.expert_parallel = plan.expert_parallel;
+  dense.experts_whole = plan.experts_whole();
   dense.expert_load = load;
   return dense;
 }

@@ -76,6 +76,18 @@ struct Plan {
   // even share; `routing_skew` > 0 draws each layer's expert popularity from a Zipf law of that
   // exponent over a seeded permutation of the experts (expert_loads).
   int expert_parallel = 1;
+  // Expert tensor parallelism (Megatron-LM's --expert-tensor-parallel-size): 0, the stage's
+  // tensor-parallel degree (the experts split over its ranks like the dense FFN); 1 with
+  // tensor_parallel t > 1 (uniform plans), every expert whole on one rank: each rank dispatches
+  // its own sequence-parallel share of the tokens, and the expert-parallel group of
+  // expert_parallel ranks is every rank of expert_parallel / t consecutive replicas.
+  int expert_tensor_parallel = 0;
+  // Whether the experts are whole on each rank while the dense layers are split (above).
+  bool experts_whole() const { return expert_tensor_parallel == 1 && tensor_parallel > 1; }
+  // The replicas one expert-parallel group spans.
+  int expert_group_replicas() const {
+    return experts_whole() ? expert_parallel / tensor_parallel : expert_parallel;
+  }
   // Context parallelism (uniform plans): each replica's sequences split over context_parallel
   // consecutive replicas (Megatron-LM's order: tensor, context, data, pipeline), which run ring
   // attention among them; replicas = data_parallel x context_parallel, gradients reduced over

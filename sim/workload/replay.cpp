@@ -701,12 +701,21 @@ class Replayer {
     unsealed(ct.context ? "context-parallel" : "expert-parallel");
     slot = std::make_unique<Plans>();
     const uint32_t groups = fold_ ? replicas_ / size : 1;
-    for (size_t j = 0; j < grp.devices.size(); ++j) {
+    // Experts whole on each rank (Plan::experts_whole): one all-to-all over every rank of the
+    // group's replicas; else one per tensor-parallel rank j, among the replicas' rank j.
+    const bool whole = !ct.context && job_.plan->experts_whole();
+    for (size_t j = 0; j < (whole ? 1 : grp.devices.size()); ++j) {
       Plans copies;
       for (uint32_t q = q0; q < q0 + groups; ++q) {
         std::vector<platform::GpuId> ranks;
-        for (uint32_t m : job_.peer_groups(job_.first_group[q * size] + grp.stage, size))
-          ranks.push_back(job_.groups[m].devices[j]);
+        for (uint32_t m : job_.peer_groups(job_.first_group[q * size] + grp.stage, size)) {
+          const auto& d = job_.groups[m].devices;
+          if (whole) {
+            ranks.insert(ranks.end(), d.begin(), d.end());
+          } else {
+            ranks.push_back(d[j]);
+          }
+        }
         copies.push_back(plan_for(ct.kind, ct.bytes, ranks));
       }
       if (copies.size() > 1) {

@@ -238,8 +238,8 @@ TrainingJob skeleton_job(const ModelConfig& model, const Plan& plan,
       g.stage = static_cast<uint32_t>(s);
       g.devices = st.devices;
       g.gpu = cluster.gpu(st.devices.front()).profile;
-      g.params = group_params(model, st, s, P, plan.expert_parallel);
-      g.expert_params = group_expert_params(model, st, plan.expert_parallel);
+      g.params = group_params(model, st, s, P, plan.expert_group_replicas());
+      g.expert_params = group_expert_params(model, st, plan.expert_group_replicas());
       job.groups.push_back(std::move(g));
     }
   }
@@ -340,8 +340,15 @@ void measured_collectives(TrainingJob& job, const CostModel& cost) {
       if (ct.expert || ct.context) {
         // Tensor-parallel rank 0 of this stage in each replica of the group.
         std::vector<platform::GpuId> peers;
-        for (uint32_t m : job.peer_groups(gi, job.group_size(ct)))
-          peers.push_back(job.groups[m].devices.front());
+        const bool whole = ct.expert && job.plan->experts_whole();  // one all-to-all, every rank
+        for (uint32_t m : job.peer_groups(gi, job.group_size(ct))) {
+          const auto& d = job.groups[m].devices;
+          if (whole) {
+            peers.insert(peers.end(), d.begin(), d.end());
+          } else {
+            peers.push_back(d.front());
+          }
+        }
         if (one_type(peers))
           ct.measured = cost.collective_time(ct.kind, ct.bytes, static_cast<int>(peers.size()),
                                              nodes(peers), *g.gpu);
@@ -523,7 +530,9 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
   // Mixture of experts: each MoE layer's load (routing imbalance), and whether the experts'
   // gradients are reduced apart from the rest, among the replicas of one expert-parallel rank.
   const std::vector<double> loads = model.moe() ? expert_loads(model, plan) : std::vector<double>{};
-  const int ep = plan.expert_parallel;
+  // Replicas per expert-parallel group: each device holds 1 / (ep x t) of the routed experts,
+  // split by tensor-parallel rank or (experts whole) by expert.
+  const int ep = plan.expert_group_replicas();
   const bool split_experts = model.moe() && ep > 1;
   const uint32_t edp = static_cast<uint32_t>(plan.replicas.size()) / static_cast<uint32_t>(ep);
   const bool expert_sync = split_experts && edp > 1;

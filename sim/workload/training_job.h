@@ -132,10 +132,11 @@ struct TrainingJob {
   const Group& group(uint32_t replica, uint32_t stage) const {
     return groups[first_group[replica] + stage];
   }
-  // The replicas a cross-replica collective runs among: expert_parallel of them for a MoE
-  // layer's all-to-all, context_parallel for ring attention's exchange.
+  // The replicas a cross-replica collective runs among: a MoE layer's expert-parallel group
+  // (Plan::expert_group_replicas), context_parallel for ring attention's exchange.
   uint32_t group_size(const CommTemplate& ct) const {
-    return static_cast<uint32_t>(ct.context ? plan->context_parallel : plan->expert_parallel);
+    return static_cast<uint32_t>(ct.context ? plan->context_parallel
+                                            : plan->expert_group_replicas());
   }
   // The groups of `group`'s stage in the `size` consecutive replicas that hold its replica (its
   // expert- or context-parallel group), in replica order.

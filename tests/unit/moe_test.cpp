@@ -291,6 +291,58 @@ TEST(Moe, AllToAllsAsClassesOfPairsGiveThePairByPairReplaysIteration) {
   }
 }
 
+// Expert tensor parallelism 1 (Megatron-LM's --expert-tensor-parallel-size 1): each expert whole
+// on one rank, the expert-parallel group every rank of expert_parallel / t replicas.
+TEST(Moe, ExpertTensorParallelOneKeepsExpertsWholeAndGroupsEveryRank) {
+  const ModelConfig m = small_moe();
+  const platform::Cluster c = test::cluster("dgx-h100", 2);
+  const std::string base =
+      "tensor_parallel: 2\npipeline_parallel: 2\ndata_parallel: 4\nexpert_parallel: 4\n"
+      "sequence_parallel: true\nmicro_batch_size: 1\nglobal_batch_size: 16\n"
+      "sequence_length: 1024\nzero_stage: 1\n";
+  // The stage's degree is the default: the same replay to the picosecond.
+  const Replayed split = run(m, c, base), same = run(m, c, base + "expert_tensor_parallel: 2\n");
+  EXPECT_EQ(split.result.iteration, same.result.iteration);
+  const Replayed whole = run(m, c, base + "expert_tensor_parallel: 1\n");
+  ASSERT_TRUE(whole.plan.experts_whole());
+  EXPECT_EQ(whole.plan.expert_group_replicas(), 2);
+  EXPECT_EQ(split.plan.expert_group_replicas(), 4);
+  // EP 4 ranks either way: 8 experts, 2 a rank. Split, the group is rank j of 4 replicas and
+  // each rank holds half of 2 experts; whole, 2 replicas' 4 ranks and 2 whole experts each.
+  for (size_t g = 0; g < split.job.groups.size(); ++g) {
+    EXPECT_DOUBLE_EQ(whole.job.groups[g].expert_params, 2 * split.job.groups[g].expert_params);
+  }
+  // Every expert FLOP counted once over all devices.
+  double model = 0;
+  for (const Group& g : whole.job.groups) model += g.model_flops * g.devices.size();
+  EXPECT_NEAR(model / model_flops_per_iteration(m, 16, 1024), 1.0, 1e-12);
+  // No gather over the tensor-parallel ranks around the expert GEMMs, and each expert GEMM as
+  // wide as the expert (its rows: the rank's own tokens, half the replica's).
+  auto count = [](const Replayed& r, CommKind kind) {
+    size_t n = 0;
+    for (const CommTemplate& ct : r.job.groups[0].comms) n += !ct.expert && ct.kind == kind;
+    return n;
+  };
+  EXPECT_LT(count(whole, CommKind::allgather), count(split, CommKind::allgather));
+  // Folded and full replay agree (two groups of two replicas, rail-optimised fabric).
+  ReplayOptions exact;
+  exact.exact = true;
+  const Replayed full = run(m, c, base + "expert_tensor_parallel: 1\n", exact);
+  EXPECT_GT(whole.result.folded_replicas, 1u);
+  EXPECT_EQ(whole.result.iteration, full.result.iteration);
+  // Bad input names the field.
+  EXPECT_EQ(plan_error(base + "expert_tensor_parallel: 3\n", m, c),
+            "p.yaml:10: expert_tensor_parallel: expected 1 (each expert whole on one rank) or the "
+            "tensor_parallel degree 2 (the experts split as the dense layers), got 3");
+  EXPECT_EQ(plan_error("tensor_parallel: 4\ndata_parallel: 4\nexpert_parallel: 2\n"
+                       "sequence_parallel: true\nglobal_batch_size: 16\nsequence_length: 1024\n"
+                       "expert_tensor_parallel: 1\n",
+                       m, c),
+            "p.yaml:3: expert_parallel: 2 is not a multiple of tensor_parallel 4: with "
+            "expert_tensor_parallel 1 the expert-parallel group is every rank of expert_parallel "
+            "/ tensor_parallel replicas");
+}
+
 TEST(Moe, RoutingImbalanceAndCapacity) {
   const ModelConfig m = small_moe();
   const platform::Cluster c = test::cluster("dgx-h100", 2);
