@@ -172,7 +172,7 @@ class NetworkReader {
                          ".dropout: expected a probability in [0, 1)");
       }
       l.out_h = l.out_w = 1;
-      push(l);
+      push(l, n, path);
       cur_ = Shape{l.out_c, 1, 1};
     } else {
       bottleneck(n, path);
@@ -182,6 +182,24 @@ class NetworkReader {
   std::string name(const YAML::Node& n, const std::string& path, const char* kind) {
     const int k = ++count_[kind];
     return config::get_string(file_, n, path, "name", fmt::format("{}{}", kind, k));
+  }
+
+  // A layer's name keys its programs and its gradients in the job: each its own, and "loss"
+  // is the loss's (after the last layer).
+  void claim(const std::string& name, const YAML::Node& n, const std::string& path) {
+    const std::string at = config::where(file_, n) + ": " + path + ": ";
+    if (name.empty()) throw InputError(at + "a layer's name must not be empty");
+    if (name == "loss") {
+      throw InputError(at + "layer name \"loss\" is reserved (the loss after the last layer)");
+    }
+    const auto [it, fresh] = names_.emplace(name, path);
+    if (!fresh) {
+      throw InputError(
+          fmt::format("{}layer name \"{}\" is already {}'s; every layer needs a name "
+                      "of its own{}",
+                      at, name, it->second,
+                      n["name"] ? "" : " (this one is generated: give the entry a name)"));
+    }
   }
 
   CnnLayer begin(CnnKind kind, std::string name) const {
@@ -194,7 +212,7 @@ class NetworkReader {
     return l;
   }
 
-  void push(const CnnLayer& l) {
+  void push(const CnnLayer& l, const YAML::Node& n, const std::string& path) {
     // Counts stay far inside int64 (and a double's exact integers) downstream: no network has
     // 10^12 weights in a layer or 10^12 activations an image.
     const double weights = l.kind == CnnKind::fc
@@ -211,6 +229,7 @@ class NetworkReader {
       throw InputError(file_ + ": network: more than " + std::to_string(config::limits::kLayers) +
                        " layers");
     }
+    claim(l.name, n, path);
     m_.cnn.push_back(l);
   }
 
@@ -227,7 +246,7 @@ class NetworkReader {
     };
     l.out_h = out(l.in_h);
     l.out_w = out(l.in_w);
-    push(l);
+    push(l, n, path);
     cur_ = Shape{l.out_c, l.out_h, l.out_w};
   }
 
@@ -278,6 +297,7 @@ class NetworkReader {
   ModelConfig& m_;
   Shape cur_;
   std::map<std::string, int> count_;
+  std::map<std::string, std::string> names_;  // layer name -> the entry that gave it
 };
 
 }  // namespace

@@ -305,5 +305,48 @@ TEST(Cnn, AlphaBetaFitReproducesTheEstimatesItWasFittedOn) {
   EXPECT_LT(1 / ab.beta, 250e9);
 }
 
+// ---- small networks (one YAML network each) ------------------------------------------------
+
+ModelConfig net(const std::string& input, const std::string& layers) {
+  return load_model_yaml_text("name: net\nfamily: cnn\ninput: " + input + "\nnetwork:\n" + layers,
+                              "net.yaml");
+}
+
+TEST(Cnn, DuplicateLayerNamesAreRefusedNamingTheFileTheEntryAndTheName) {
+  auto error = [](const std::string& network) {
+    try {
+      net("{channels: 16, height: 8, width: 8}", network);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string same = error(
+      "  - {conv: 8, kernel: 3, name: a}\n  - {conv: 8, kernel: 3, name: a}\n"
+      "  - {fc: 10}\n");
+  EXPECT_NE(same.find("net.yaml:6"), std::string::npos) << same;
+  EXPECT_NE(same.find("network[1]: layer name \"a\" is already network[0]'s"), std::string::npos)
+      << same;
+  // A generated name: the second unnamed convolution is conv2.
+  const std::string generated =
+      error("  - {conv: 8, kernel: 3, name: conv2}\n  - {conv: 8, kernel: 3}\n  - {fc: 10}\n");
+  EXPECT_NE(generated.find("network[1]: layer name \"conv2\" is already network[0]'s"),
+            std::string::npos)
+      << generated;
+  // A bottleneck's sub-layer.
+  const std::string block = error(
+      "  - {conv: 16, kernel: 1, name: layer1.0.conv1}\n  - {bottleneck: 4, blocks: 1}\n  - {fc: "
+      "10}\n");
+  EXPECT_NE(block.find("network[1]: layer name \"layer1.0.conv1\" is already network[0]'s"),
+            std::string::npos)
+      << block;
+  // The loss's name.
+  const std::string loss = error("  - {conv: 8, kernel: 3}\n  - {fc: 10, name: loss}\n");
+  EXPECT_NE(loss.find("network[1]: layer name \"loss\" is reserved"), std::string::npos) << loss;
+  EXPECT_EQ(error("  - {conv: 8, kernel: 3, name: a}\n  - {conv: 8, kernel: 3, name: b}\n"
+                  "  - {fc: 10}\n"),
+            "no error");
+}
+
 }  // namespace
 }  // namespace hetsim::workload
