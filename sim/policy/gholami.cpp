@@ -86,6 +86,7 @@ double layer_comm_seconds(const CnnLayer& l, bool first, LayerSplit split, int r
 std::vector<LayerSplit> gholami_splits(const workload::ModelConfig& model, int rows, int columns,
                                        int64_t batch, double e, double g, const AlphaBeta& row,
                                        const AlphaBeta& column, const AlphaBeta& grid) {
+  const std::vector<bool> dx = workload::cnn_input_gradients(model);
   std::vector<LayerSplit> out;
   for (size_t i = 0; i < model.cnn.size(); ++i) {
     const CnnLayer& l = model.cnn[i];
@@ -97,7 +98,7 @@ std::vector<LayerSplit> gholami_splits(const workload::ModelConfig& model, int r
       out.push_back(LayerSplit::batch);  // a pool follows its input's layout
       continue;
     }
-    const bool first = i == 0;
+    const bool first = !dx[i];  // no input gradient: reads the images, or nothing before trains
     LayerSplit best = LayerSplit::model;
     if (domain_fits(l, rows) &&
         layer_comm_seconds(l, first, LayerSplit::domain, rows, columns, batch, e, g, row, column,

@@ -69,6 +69,39 @@ int64_t halo_columns_backward(const CnnLayer& l) {
   return (f + l.stride - 1) / l.stride;
 }
 
+int cnn_source(const ModelConfig& m, int i) {
+  const int from = m.cnn[static_cast<size_t>(i)].input_from;
+  if (from != CnnLayer::kPrevious) return from;
+  return i == 0 ? CnnLayer::kImages : i - 1;
+}
+
+namespace {
+
+// Per layer, whether its output's gradient is wanted: it has parameters, or a layer it reads
+// (its input or its shortcut's source) wants its own.
+std::vector<bool> output_gradients(const ModelConfig& m) {
+  std::vector<bool> out(m.cnn.size(), false);
+  auto wanted = [&](int src) { return src >= 0 && out[static_cast<size_t>(src)]; };
+  for (size_t i = 0; i < m.cnn.size(); ++i) {
+    const CnnLayer& l = m.cnn[i];
+    out[i] =
+        l.params() > 0 || wanted(cnn_source(m, static_cast<int>(i))) || wanted(l.residual_from);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<bool> cnn_input_gradients(const ModelConfig& m) {
+  const std::vector<bool> wanted = output_gradients(m);
+  std::vector<bool> out;
+  for (size_t i = 0; i < m.cnn.size(); ++i) {
+    const int src = cnn_source(m, static_cast<int>(i));
+    out.push_back(src >= 0 && wanted[static_cast<size_t>(src)]);
+  }
+  return out;
+}
+
 Op sgd_step(double params) {
   Op op;
   op.name = "optimizer.sgd";
@@ -276,7 +309,8 @@ class NetworkReader {
     for (long b = 0; b < blocks; ++b) {
       const std::string prefix = fmt::format("{}.{}", group, b);
       const int s = b == 0 ? stride : 1;
-      const int input = static_cast<int>(m_.cnn.size()) - 1;  // the block's input (-1: images)
+      // The block's input: the layer before, or the images for a network's first block.
+      const int input = m_.cnn.empty() ? CnnLayer::kImages : static_cast<int>(m_.cnn.size()) - 1;
       const Shape in = cur_;
       int shortcut = input;
       if (s != 1 || in.c != 4 * width) {
@@ -344,7 +378,8 @@ class ProgramBuilder {
         e_(element_bytes(p)),
         where_(where),
         layout_(m.cnn.size(), Layout::full),
-        gathered_(m.cnn.size(), false) {}
+        gathered_(m.cnn.size(), false),
+        input_gradient_(cnn_input_gradients(m)) {}
 
   std::vector<CnnLayerProgram> build() {
     std::vector<CnnLayerProgram> out;
@@ -356,16 +391,11 @@ class ProgramBuilder {
  private:
   double elems(int64_t n) const { return static_cast<double>(b_) * static_cast<double>(n); }
 
-  // The layer whose output layer l reads (-1: the images).
-  int source(int l) const {
-    const int from = m_.cnn[static_cast<size_t>(l)].input_from;
-    return from == -1 ? l - 1 : from;
-  }
   Layout layout_of(int src) const {
-    return src < 0 ? Layout::full : layout_[static_cast<size_t>(src)];
+    return src == CnnLayer::kImages ? Layout::full : layout_[static_cast<size_t>(src)];
   }
   bool whole(int src) const {
-    return src < 0 || layout_[static_cast<size_t>(src)] == Layout::full ||
+    return src == CnnLayer::kImages || layout_[static_cast<size_t>(src)] == Layout::full ||
            gathered_[static_cast<size_t>(src)];
   }
 
@@ -422,7 +452,7 @@ class ProgramBuilder {
       }
       memory(back, l.name + ".norm.bn.bwd", 5 * bytes);
     }
-    if (l.residual_from != -2) {
+    if (l.residual_from != CnnLayer::kNoResidual) {
       memory(fwd, l.name + ".residual_add", 3 * bytes);
       memory(back, l.name + ".residual_add.bwd", 3 * bytes);
     }
@@ -440,7 +470,7 @@ class ProgramBuilder {
   // A residual sum in this layer's layout, of a shortcut held in another: converted by an
   // all-to-all (forward, and its gradient back), unless a whole copy is at hand.
   void shortcut(const CnnLayer& l, Layout mine, std::vector<Step>& fwd, std::vector<Step>& bwd) {
-    if (l.residual_from < -1) return;
+    if (l.residual_from == CnnLayer::kNoResidual) return;
     const int src = l.residual_from;
     if (whole(src) || layout_of(src) == mine) return;
     const double per_rank = e_ * elems(l.out_elems()) / rows_;
@@ -451,8 +481,10 @@ class ProgramBuilder {
   CnnLayerProgram layer(int i) {
     const CnnLayer& l = m_.cnn[static_cast<size_t>(i)];
     CnnLayerProgram prog;
-    const int src = source(i);
-    const bool first = src < 0;  // reads the images: no input gradient to compute
+    const int src = cnn_source(m_, i);
+    // Whether the backward computes the input's gradient: never for the images, nor where
+    // nothing before this layer trains (a pool reading the images, the layer after it).
+    const bool dx = input_gradient_[static_cast<size_t>(i)];
     std::vector<Step> fwd, bwd_main, bwd_epi, bwd_in;
     LayerSplit split = rows_ == 1 ? LayerSplit::batch : split_of(l);
     if (l.kind == CnnKind::pool) {
@@ -482,7 +514,7 @@ class ProgramBuilder {
     Layout out = Layout::full;
     switch (split) {
       case LayerSplit::batch:
-        kernels(l, l.out_c, l.in_w, l.out_w, l.pad, fwd, bwd_main, first);
+        kernels(l, l.out_c, l.in_w, l.out_w, l.pad, fwd, bwd_main, dx);
         epilogue(l, elems(l.out_elems()), false, fwd, bwd_epi);
         stored_ += in_bytes;
         prog.params = static_cast<double>(l.params());
@@ -498,11 +530,11 @@ class ProgramBuilder {
           gathered_[static_cast<size_t>(src)] = true;
         }
         const int64_t local = ceil_div(l.out_c, rows_);
-        kernels(l, local, l.in_w, l.out_w, l.pad, fwd, bwd_main, first);
+        kernels(l, local, l.in_w, l.out_w, l.pad, fwd, bwd_main, dx);
         stored_ += l.kind == CnnKind::pool ? in_bytes / rows_ : in_bytes;
         epilogue(l, elems(local * l.out_h * l.out_w), false, fwd, bwd_epi);
         // The input gradient: each rank's filters' share of every input element, summed.
-        if (l.kind != CnnKind::pool && !first)
+        if (l.kind != CnnKind::pool && dx)
           bwd_in.push_back(comm(l.name + ".dgrad.sum", CommKind::allreduce, in_bytes));
         out = Layout::channels;
         prog.params = l.kind == CnnKind::pool
@@ -534,7 +566,8 @@ class ProgramBuilder {
         // the gradient back the same way; from a whole input each rank takes its columns.
         if (!whole(src) && layout_of(src) == Layout::channels) {
           fwd.push_back(comm(l.name + ".scatter", CommKind::alltoall, in_bytes / rows_));
-          bwd_in.push_back(comm(l.name + ".scatter.bwd", CommKind::alltoall, in_bytes / rows_));
+          if (dx)
+            bwd_in.push_back(comm(l.name + ".scatter.bwd", CommKind::alltoall, in_bytes / rows_));
         }
         if (halo_f > 0) {
           fwd.push_back(comm(l.name + ".halo", CommKind::halo,
@@ -544,11 +577,11 @@ class ProgramBuilder {
         // The rank's output columns from its input columns and the halo: no padding across the
         // cut (the outer ranks' padding is within the kernel's reach of the halo).
         const int64_t in_cols = global ? ceil_div(l.in_w, rows_) : (cols - 1) * l.stride + l.kernel;
-        if (!first && halo_b > 0) {
+        if (dx && halo_b > 0) {
           bwd_main.push_back(comm(l.name + ".halo.bwd", CommKind::halo,
                                   e_ * elems(l.out_c * l.out_h) * static_cast<double>(halo_b) / 2));
         }
-        kernels(l, l.out_c, in_cols, cols, 0, fwd, bwd_main, first);
+        kernels(l, l.out_c, in_cols, cols, 0, fwd, bwd_main, dx);
         stored_ += e_ * elems(l.in_c * l.in_h * in_cols);
         if (global) {
           // A global pool of image columns: each rank's partial sums, summed.
@@ -574,9 +607,9 @@ class ProgramBuilder {
   }
 
   // The layer's kernels on this rank: `k` output channels (filters, outputs) over `out_w`
-  // output columns from `in_w` input columns.
+  // output columns from `in_w` input columns; the input's gradient only where `dx`.
   void kernels(const CnnLayer& l, int64_t k, int64_t in_w, int64_t out_w, int pad_w,
-               std::vector<Step>& fwd, std::vector<Step>& bwd, bool first) const {
+               std::vector<Step>& fwd, std::vector<Step>& bwd, bool dx) const {
     switch (l.kind) {
       case CnnKind::conv: {
         ConvShape c;
@@ -586,7 +619,7 @@ class ProgramBuilder {
         fwd.push_back(Step{conv_op(l.name, c, e_)});
         c.pass = ConvPass::weight_grad;
         bwd.push_back(Step{conv_op(l.name + ".wgrad", c, e_)});
-        if (!first) {
+        if (dx) {
           c.pass = ConvPass::data_grad;
           bwd.push_back(Step{conv_op(l.name + ".dgrad", c, e_)});
         }
@@ -595,14 +628,15 @@ class ProgramBuilder {
       case CnnKind::fc:
         gemm(fwd, l.name, b_, k, l.in_elems());
         gemm(bwd, l.name + ".wgrad", l.in_elems(), k, b_);
-        if (!first) gemm(bwd, l.name + ".dgrad", b_, l.in_elems(), k);
+        if (dx) gemm(bwd, l.name + ".dgrad", b_, l.in_elems(), k);
         break;
       case CnnKind::pool: {
-        // A channel split pools its own channels; an image-column split its columns.
+        // A channel split pools its own channels; an image-column split its columns. Its
+        // backward is its input's gradient only (no weights).
         const double in = elems(l.in_h * in_w) * k;  // a pool keeps its channels
         const double o = elems(l.out_h * out_w) * k;
         memory(fwd, l.name, e_ * (in + o) + (l.pool == PoolKind::max ? o : 0));
-        memory(bwd, l.name + ".bwd", e_ * (in + o) + (l.pool == PoolKind::max ? o : 0));
+        if (dx) memory(bwd, l.name + ".bwd", e_ * (in + o) + (l.pool == PoolKind::max ? o : 0));
         break;
       }
     }
@@ -629,7 +663,8 @@ class ProgramBuilder {
   const std::string& where_;
   std::vector<Layout> layout_;
   std::vector<bool> gathered_;
-  double stored_ = 0;  // the layer being built keeps this much for its backward
+  std::vector<bool> input_gradient_;  // per layer: it computes its input's gradient
+  double stored_ = 0;                 // the layer being built keeps this much for its backward
 };
 
 }  // namespace

@@ -36,6 +36,13 @@ ModelConfig load_cnn_yaml(const YAML::Node& root, const std::string& file);
 int64_t halo_columns_forward(const CnnLayer& l);
 int64_t halo_columns_backward(const CnnLayer& l);
 
+// The layer whose output layer i reads (CnnLayer::kImages: the images).
+int cnn_source(const ModelConfig& m, int i);
+// Per layer, whether its backward computes its input's gradient: where a layer it reads from,
+// directly or through others, has parameters to train. Never for the images: not for the first
+// layer, nor for a pool that reads them and the layer after it.
+std::vector<bool> cnn_input_gradients(const ModelConfig& m);
+
 // One layer's programs on one rank of a column of `rows` ranks, for `batch` images.
 struct CnnLayerProgram {
   std::vector<Step> forward, backward;

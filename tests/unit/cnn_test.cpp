@@ -312,6 +312,87 @@ ModelConfig net(const std::string& input, const std::string& layers) {
                               "net.yaml");
 }
 
+const Step* step(const std::vector<Step>& steps, const std::string& name) {
+  for (const Step& s : steps)
+    if (s.op.name == name) return &s;
+  return nullptr;
+}
+
+int comms(const std::vector<Step>& steps) {
+  int n = 0;
+  for (const Step& s : steps) n += s.comm != CommKind::none ? 1 : 0;
+  return n;
+}
+
+bool computes(const std::vector<Step>& steps, const std::string& suffix) {
+  for (const Step& s : steps) {
+    const std::string& n = s.op.name;
+    if (n.size() >= suffix.size() &&
+        n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0)
+      return true;
+  }
+  return false;
+}
+
+std::vector<LayerSplit> splits(const std::string& list) {
+  std::vector<LayerSplit> out;
+  for (char c : list) {
+    if (c == 'm') out.push_back(LayerSplit::model);
+    if (c == 'd') out.push_back(LayerSplit::domain);
+    if (c == 'p') out.push_back(LayerSplit::batch);  // a pool's entry (ignored)
+  }
+  return out;
+}
+
+TEST(Cnn, ANetworkThatStartsWithABottleneckReadsTheImagesInBothBranches) {
+  // The first block's downsample and conv1 both read the images (conv1 is not the downsample's
+  // consumer): on one row neither computes an image gradient; on 2 rows by model conv1 gathers
+  // nothing and sums no input gradient.
+  const ModelConfig m = net("{channels: 8, height: 8, width: 8}",
+                            "  - {bottleneck: 4, blocks: 1}\n  - {pool: avg, global: true}\n"
+                            "  - {fc: 10}\n");
+  ASSERT_EQ(m.cnn[0].name, "layer1.0.downsample");
+  ASSERT_EQ(m.cnn[1].name, "layer1.0.conv1");
+  EXPECT_EQ(m.cnn[0].input_from, CnnLayer::kImages);
+  EXPECT_EQ(m.cnn[1].input_from, CnnLayer::kImages);
+  EXPECT_EQ(m.cnn[3].residual_from, 0);
+  EXPECT_EQ(m.cnn[1].in_c, 8);
+  const auto one = cnn_programs(m, splits("mmmmpm"), 1, 4, Precision::bf16, "p.yaml");
+  EXPECT_FALSE(computes(one[0].backward, ".dgrad"));
+  EXPECT_FALSE(computes(one[1].backward, ".dgrad"));
+  EXPECT_TRUE(computes(one[2].backward, ".dgrad"));
+  const auto two = cnn_programs(m, splits("mmmmpm"), 2, 4, Precision::bf16, "p.yaml");
+  EXPECT_EQ(comms(two[1].forward), 0);
+  EXPECT_EQ(comms(two[1].backward), 0);
+  EXPECT_NE(step(two[2].forward, "layer1.0.conv2.gather"), nullptr);
+  // An identity shortcut of the images (16 channels in, 4 x 4 out): no gradient to send back.
+  const ModelConfig id = net("{channels: 16, height: 8, width: 8}",
+                             "  - {bottleneck: 4, blocks: 1}\n  - {pool: avg, global: true}\n"
+                             "  - {fc: 10}\n");
+  ASSERT_EQ(id.cnn[0].name, "layer1.0.conv1");
+  EXPECT_EQ(id.cnn[2].residual_from, CnnLayer::kImages);
+  const auto ip = cnn_programs(id, splits("mmmpm"), 2, 4, Precision::bf16, "p.yaml");
+  EXPECT_EQ(comms(ip[0].forward) + comms(ip[0].backward), 0);
+  EXPECT_EQ(step(ip[2].backward, "layer1.0.conv3.shortcut.bwd"), nullptr);
+}
+
+TEST(Cnn, ANetworkThatStartsWithAPoolComputesNoImageGradient) {
+  // The pool reads the images: no backward at all; the convolution after it has weights but
+  // nothing before it to train: no input gradient (no dgrad, no backward halo).
+  const ModelConfig m = net("{channels: 3, height: 16, width: 16}",
+                            "  - {pool: max, kernel: 2}\n  - {conv: 8, kernel: 3, pad: 1}\n"
+                            "  - {fc: 10}\n");
+  const auto one = cnn_programs(m, splits("pmm"), 1, 4, Precision::bf16, "p.yaml");
+  EXPECT_TRUE(one[0].backward.empty());
+  EXPECT_TRUE(computes(one[1].backward, ".wgrad"));
+  EXPECT_FALSE(computes(one[1].backward, ".dgrad"));
+  EXPECT_TRUE(computes(one[2].backward, ".dgrad"));  // the fc's gradient trains conv1
+  const auto two = cnn_programs(m, splits("pdm"), 2, 4, Precision::bf16, "p.yaml");
+  EXPECT_TRUE(two[0].backward.empty());
+  EXPECT_EQ(comms(two[1].backward), 0);
+  EXPECT_FALSE(computes(two[1].backward, ".dgrad"));
+}
+
 TEST(Cnn, DuplicateLayerNamesAreRefusedNamingTheFileTheEntryAndTheName) {
   auto error = [](const std::string& network) {
     try {
