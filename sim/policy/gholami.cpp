@@ -55,9 +55,10 @@ AlphaBeta fit_alpha_beta(const platform::Cluster& c, const std::vector<platform:
   return ab;
 }
 
-double layer_comm_seconds(const CnnLayer& l, bool first, LayerSplit split, int rows, int columns,
-                          int64_t batch, double e, double g, const AlphaBeta& row,
-                          const AlphaBeta& column, const AlphaBeta& grid) {
+double layer_comm_seconds(const CnnLayer& l, bool whole_input, bool input_gradient,
+                          LayerSplit split, int rows, int columns, int64_t batch, double e,
+                          double g, const AlphaBeta& row, const AlphaBeta& column,
+                          const AlphaBeta& grid) {
   const double b = static_cast<double>(batch);
   const double weights = static_cast<double>(l.params());
   switch (split) {
@@ -65,18 +66,21 @@ double layer_comm_seconds(const CnnLayer& l, bool first, LayerSplit split, int r
       return allreduce(column, columns, g * weights);
     case LayerSplit::model:
       return allgather(row, rows, e * b * static_cast<double>(l.out_elems())) +
-             (first ? 0.0 : allreduce(row, rows, e * b * static_cast<double>(l.in_elems()))) +
+             (input_gradient ? allreduce(row, rows, e * b * static_cast<double>(l.in_elems()))
+                             : 0.0) +
              allreduce(column, columns, g * weights / rows);
     case LayerSplit::domain: {
       if (rows <= 1) return allreduce(grid, columns, g * weights);
-      // Each rank sends half the halo to each of its two neighbours, alpha + beta x size each.
+      // Each rank sends half the halo to each of its two neighbours, alpha + beta x size each:
+      // forward unless the input is whole on every rank (each reads its own halo), backward
+      // where the input's gradient is computed.
       const double forward = e * b * static_cast<double>(l.in_c * l.in_h) *
                              static_cast<double>(workload::halo_columns_forward(l)) / 2;
       const double backward = e * b * static_cast<double>(l.out_c * l.out_h) *
                               static_cast<double>(workload::halo_columns_backward(l)) / 2;
       double t = 0;
-      if (forward > 0) t += 2 * (row.alpha + row.beta * forward);
-      if (!first && backward > 0) t += 2 * (row.alpha + row.beta * backward);
+      if (!whole_input && forward > 0) t += 2 * (row.alpha + row.beta * forward);
+      if (input_gradient && backward > 0) t += 2 * (row.alpha + row.beta * backward);
       return t + allreduce(grid, rows * columns, g * weights);
     }
   }
@@ -98,12 +102,14 @@ std::vector<LayerSplit> gholami_splits(const workload::ModelConfig& model, int r
       out.push_back(LayerSplit::batch);  // a pool follows its input's layout
       continue;
     }
-    const bool first = !dx[i];  // no input gradient: reads the images, or nothing before trains
+    // The images are whole on every rank; any other input the policy takes as split (a copy
+    // gathered for another consumer is the replay's to find).
+    const bool images = workload::cnn_source(model, static_cast<int>(i)) == CnnLayer::kImages;
+    auto cost = [&](LayerSplit s) {
+      return layer_comm_seconds(l, images, dx[i], s, rows, columns, batch, e, g, row, column, grid);
+    };
     LayerSplit best = LayerSplit::model;
-    if (domain_fits(l, rows) &&
-        layer_comm_seconds(l, first, LayerSplit::domain, rows, columns, batch, e, g, row, column,
-                           grid) < layer_comm_seconds(l, first, LayerSplit::model, rows, columns,
-                                                      batch, e, g, row, column, grid)) {
+    if (domain_fits(l, rows) && cost(LayerSplit::domain) < cost(LayerSplit::model)) {
       best = LayerSplit::domain;
     }
     out.push_back(best);

@@ -379,6 +379,7 @@ class ProgramBuilder {
         where_(where),
         layout_(m.cnn.size(), Layout::full),
         gathered_(m.cnn.size(), false),
+        wanted_(output_gradients(m)),
         input_gradient_(cnn_input_gradients(m)) {}
 
   std::vector<CnnLayerProgram> build() {
@@ -394,6 +395,8 @@ class ProgramBuilder {
   Layout layout_of(int src) const {
     return src == CnnLayer::kImages ? Layout::full : layout_[static_cast<size_t>(src)];
   }
+  // Whether every rank holds src's output whole (the images; a whole layout; or gathered for
+  // an earlier consumer, in forward order).
   bool whole(int src) const {
     return src == CnnLayer::kImages || layout_[static_cast<size_t>(src)] == Layout::full ||
            gathered_[static_cast<size_t>(src)];
@@ -424,6 +427,37 @@ class ProgramBuilder {
     op.bytes =
         e_ * (static_cast<double>(m) * k + static_cast<double>(k) * n + static_cast<double>(m) * n);
     steps.push_back(Step{op});
+  }
+
+  // Forward: src's output (`bytes` whole) in the layout `need` this layer reads it in. Nothing
+  // to send from a whole copy (each rank takes its part) or the same layout; else an all-gather
+  // to whole (the copy then serves later consumers too) or an all-to-all between channels and
+  // image columns (`name`: the step's).
+  void to_layout(int src, Layout need, const std::string& name, double bytes,
+                 std::vector<Step>& fwd) {
+    if (whole(src) || layout_of(src) == need) return;
+    if (need == Layout::full) {
+      fwd.push_back(comm(name, CommKind::allgather, bytes));
+      gathered_[static_cast<size_t>(src)] = true;
+    } else {
+      fwd.push_back(comm(name, CommKind::alltoall, bytes / rows_));
+    }
+  }
+  // Backward, independent of any gathered copy: this layer's gradient for src (held in
+  // `have`, `bytes` whole) into src's layout, which src's backward reads. Nothing where src
+  // wants no gradient (the images, or nothing before it trains), from a whole gradient (each
+  // rank takes its part) or in the same layout; else an all-gather (src's output is whole on
+  // every rank and its backward runs whole: `gather`) or an all-to-all (`alltoall`).
+  void gradient_to(int src, Layout have, const std::string& gather, const std::string& alltoall,
+                   double bytes, std::vector<Step>& bwd) const {
+    if (src == CnnLayer::kImages || !wanted_[static_cast<size_t>(src)]) return;
+    const Layout need = layout_of(src);
+    if (have == Layout::full || have == need) return;
+    if (need == Layout::full) {
+      bwd.push_back(comm(gather, CommKind::allgather, bytes));
+    } else {
+      bwd.push_back(comm(alltoall, CommKind::alltoall, bytes / rows_));
+    }
   }
 
   [[noreturn]] void refuse(const CnnLayer& l, const std::string& why) const {
@@ -467,15 +501,15 @@ class ProgramBuilder {
     for (auto it = back.rbegin(); it != back.rend(); ++it) bwd.push_back(*it);
   }
 
-  // A residual sum in this layer's layout, of a shortcut held in another: converted by an
-  // all-to-all (forward, and its gradient back), unless a whole copy is at hand.
+  // A residual sum in this layer's layout of a shortcut held in another: converted forward
+  // unless a whole copy is at hand, and the sum's gradient converted back whatever the forward
+  // did.
   void shortcut(const CnnLayer& l, Layout mine, std::vector<Step>& fwd, std::vector<Step>& bwd) {
     if (l.residual_from == CnnLayer::kNoResidual) return;
     const int src = l.residual_from;
-    if (whole(src) || layout_of(src) == mine) return;
-    const double per_rank = e_ * elems(l.out_elems()) / rows_;
-    fwd.push_back(comm(l.name + ".shortcut", CommKind::alltoall, per_rank));
-    bwd.push_back(comm(l.name + ".shortcut.bwd", CommKind::alltoall, per_rank));
+    const double bytes = e_ * elems(l.out_elems());
+    to_layout(src, mine, l.name + ".shortcut", bytes, fwd);
+    gradient_to(src, mine, l.name + ".shortcut.bwd", l.name + ".shortcut.bwd", bytes, bwd);
   }
 
   CnnLayerProgram layer(int i) {
@@ -485,24 +519,22 @@ class ProgramBuilder {
     // Whether the backward computes the input's gradient: never for the images, nor where
     // nothing before this layer trains (a pool reading the images, the layer after it).
     const bool dx = input_gradient_[static_cast<size_t>(i)];
+    // Whether the input is split over the ranks as this layer reads it (else each rank holds
+    // it whole: the images, a whole layout, a copy gathered for an earlier consumer).
+    const bool split_input = !whole(src);
     std::vector<Step> fwd, bwd_main, bwd_epi, bwd_in;
     LayerSplit split = rows_ == 1 ? LayerSplit::batch : split_of(l);
     if (l.kind == CnnKind::pool) {
-      // A pooling layer keeps its input's layout; split by image columns where its output has
-      // fewer columns than the rows (or its halo more than a rank's own), it gathers its input
-      // and pools it whole.
+      // A pooling layer keeps its input's layout; split by image columns where the split does
+      // not fit it, it gathers its input and pools it whole.
       const Layout in = layout_of(src);
       const bool global = l.out_w == 1 && l.kernel == l.in_w;
       const bool fits = global || (l.out_w >= rows_ && l.in_w / rows_ >= 1 &&
                                    l.in_w / rows_ >= ceil_div(halo_columns_forward(l), 2));
       split = rows_ == 1                              ? LayerSplit::batch
               : in == Layout::spatial && fits         ? LayerSplit::domain
-              : in == Layout::channels && !whole(src) ? LayerSplit::model
+              : in == Layout::channels && split_input ? LayerSplit::model
                                                       : LayerSplit::batch;
-      if (rows_ > 1 && split == LayerSplit::batch && !whole(src)) {
-        fwd.push_back(comm(l.name + ".gather", CommKind::allgather, e_ * elems(l.in_elems())));
-        gathered_[static_cast<size_t>(src)] = true;
-      }
     } else if (rows_ > 1 && split == LayerSplit::batch) {
       refuse(l, fmt::format("every layer of a grid with {} rows is split over them; give it model "
                             "or domain (batch is the grid with rows: 1)",
@@ -512,8 +544,12 @@ class ProgramBuilder {
     stored_ = 0;
     const double in_bytes = e_ * elems(l.in_elems());
     Layout out = Layout::full;
+    Layout gradient = Layout::full;  // where the input's gradient is left
     switch (split) {
       case LayerSplit::batch:
+        // On a grid (a pool that cannot follow its input's split): the input gathered whole,
+        // pooled on every rank, its gradient whole.
+        to_layout(src, Layout::full, l.name + ".gather", in_bytes, fwd);
         kernels(l, l.out_c, l.in_w, l.out_w, l.pad, fwd, bwd_main, dx);
         epilogue(l, elems(l.out_elems()), false, fwd, bwd_epi);
         stored_ += in_bytes;
@@ -524,18 +560,21 @@ class ProgramBuilder {
           refuse(l, fmt::format("{} {} split over {} rows: fewer than one per rank", l.out_c,
                                 l.kind == CnnKind::fc ? "outputs" : "filters", rows_));
         }
-        // The input whole on every rank: gathered from the ranks' channels or image columns.
-        if (l.kind != CnnKind::pool && !whole(src)) {
-          fwd.push_back(comm(l.name + ".gather", CommKind::allgather, in_bytes));
-          gathered_[static_cast<size_t>(src)] = true;
-        }
         const int64_t local = ceil_div(l.out_c, rows_);
-        kernels(l, local, l.in_w, l.out_w, l.pad, fwd, bwd_main, dx);
-        stored_ += l.kind == CnnKind::pool ? in_bytes / rows_ : in_bytes;
+        if (l.kind == CnnKind::pool) {
+          // Its input's channels, pooled on their rank; the gradient stays by channels.
+          kernels(l, local, l.in_w, l.out_w, l.pad, fwd, bwd_main, dx);
+          stored_ += in_bytes / rows_;
+          gradient = Layout::channels;
+        } else {
+          // The input whole on every rank: gathered from the ranks' channels or image columns.
+          to_layout(src, Layout::full, l.name + ".gather", in_bytes, fwd);
+          kernels(l, local, l.in_w, l.out_w, l.pad, fwd, bwd_main, dx);
+          stored_ += in_bytes;
+          // The input gradient: each rank's filters' share of every input element, summed.
+          if (dx) bwd_in.push_back(comm(l.name + ".dgrad.sum", CommKind::allreduce, in_bytes));
+        }
         epilogue(l, elems(local * l.out_h * l.out_w), false, fwd, bwd_epi);
-        // The input gradient: each rank's filters' share of every input element, summed.
-        if (l.kind != CnnKind::pool && dx)
-          bwd_in.push_back(comm(l.name + ".dgrad.sum", CommKind::allreduce, in_bytes));
         out = Layout::channels;
         prog.params = l.kind == CnnKind::pool
                           ? 0.0
@@ -562,14 +601,12 @@ class ProgramBuilder {
                                 "split finer than the kernel",
                                 l.in_w, rows_, slab, ceil_div(halo_f, 2), l.kernel, l.kernel));
         }
-        // Channels to image columns: every rank's channels of its columns (an all-to-all), and
-        // the gradient back the same way; from a whole input each rank takes its columns.
-        if (!whole(src) && layout_of(src) == Layout::channels) {
-          fwd.push_back(comm(l.name + ".scatter", CommKind::alltoall, in_bytes / rows_));
-          if (dx)
-            bwd_in.push_back(comm(l.name + ".scatter.bwd", CommKind::alltoall, in_bytes / rows_));
-        }
-        if (halo_f > 0) {
+        // Channels to image columns: every rank's channels of its columns (an all-to-all); from
+        // a whole input each rank takes its columns.
+        to_layout(src, Layout::spatial, l.name + ".scatter", in_bytes, fwd);
+        // The halo from the neighbours, where they hold it (from a whole input each rank reads
+        // its own): half of it from each.
+        if (split_input && halo_f > 0) {
           fwd.push_back(comm(l.name + ".halo", CommKind::halo,
                              e_ * elems(l.in_c * l.in_h) * static_cast<double>(halo_f) / 2));
         }
@@ -590,12 +627,16 @@ class ProgramBuilder {
         } else {
           out = Layout::spatial;
         }
+        gradient = Layout::spatial;
         epilogue(l, elems(l.out_c * l.out_h * cols), true, fwd, bwd_epi);
         prog.params = static_cast<double>(l.params());
         prog.grid_gradients = l.kind != CnnKind::pool;
         break;
       }
     }
+    if (dx)
+      gradient_to(src, gradient, l.name + ".dgrad.gather", l.name + ".scatter.bwd", in_bytes,
+                  bwd_in);
     layout_[static_cast<size_t>(i)] = out;
     prog.activations = stored_;
     shortcut(l, out, fwd, bwd_epi);
@@ -663,6 +704,7 @@ class ProgramBuilder {
   const std::string& where_;
   std::vector<Layout> layout_;
   std::vector<bool> gathered_;
+  std::vector<bool> wanted_;          // per layer: its output's gradient is wanted
   std::vector<bool> input_gradient_;  // per layer: it computes its input's gradient
   double stored_ = 0;                 // the layer being built keeps this much for its backward
 };

@@ -344,6 +344,82 @@ std::vector<LayerSplit> splits(const std::string& list) {
   return out;
 }
 
+TEST(Cnn, AShortcutGatheredForAnotherConsumerIsStillRelaidOutBackward) {
+  // stem (domain: its output by image columns), then a bottleneck of width 4 (identity
+  // shortcut from the stem), conv1..conv3 by model. conv1 gathers the stem's output, so
+  // conv3's shortcut takes its channels from that whole copy forward; but the gradient of the
+  // sum is by channels and the stem's backward wants it by columns: an all-to-all of one rank's
+  // share, 2 bytes x 4 images x 16 channels x 8 x 8 / 2 rows = 4096 bytes.
+  const ModelConfig m = net("{channels: 8, height: 8, width: 8}",
+                            "  - {conv: 16, kernel: 3, pad: 1, name: stem}\n"
+                            "  - {bottleneck: 4, blocks: 1}\n  - {pool: avg, global: true}\n"
+                            "  - {fc: 10}\n");
+  ASSERT_EQ(m.cnn[3].name, "layer1.0.conv3");
+  const auto p = cnn_programs(m, splits("dmmmpm"), 2, 4, Precision::bf16, "p.yaml");
+  EXPECT_NE(step(p[1].forward, "layer1.0.conv1.gather"), nullptr);
+  EXPECT_EQ(step(p[3].forward, "layer1.0.conv3.shortcut"), nullptr);
+  const Step* back = step(p[3].backward, "layer1.0.conv3.shortcut.bwd");
+  ASSERT_NE(back, nullptr);
+  EXPECT_EQ(back->comm, CommKind::alltoall);
+  EXPECT_DOUBLE_EQ(back->comm_bytes, 2.0 * 4 * 16 * 8 * 8 / 2);
+}
+
+TEST(Cnn, AnInputGatheredForAnotherConsumerIsStillScatteredBackward) {
+  // stem by model (channels); the block's downsample by model gathers it; conv1 by domain takes
+  // its columns from that whole copy (no all-to-all forward), but its input gradient is by
+  // columns and the stem's backward wants it by channels: 2 x 4 x 16 x 64 / 2 = 4096 bytes.
+  const ModelConfig m = net("{channels: 8, height: 8, width: 8}",
+                            "  - {conv: 16, kernel: 3, pad: 1, name: stem}\n"
+                            "  - {bottleneck: 8, blocks: 1}\n  - {pool: avg, global: true}\n"
+                            "  - {fc: 10}\n");
+  ASSERT_EQ(m.cnn[1].name, "layer1.0.downsample");
+  ASSERT_EQ(m.cnn[2].name, "layer1.0.conv1");
+  const auto p = cnn_programs(m, splits("mmdddpm"), 2, 4, Precision::bf16, "p.yaml");
+  EXPECT_NE(step(p[1].forward, "layer1.0.downsample.gather"), nullptr);
+  EXPECT_EQ(step(p[2].forward, "layer1.0.conv1.scatter"), nullptr);
+  EXPECT_EQ(step(p[2].forward, "layer1.0.conv1.halo"), nullptr);  // a 1x1
+  const Step* back = step(p[2].backward, "layer1.0.conv1.scatter.bwd");
+  ASSERT_NE(back, nullptr);
+  EXPECT_EQ(back->comm, CommKind::alltoall);
+  EXPECT_DOUBLE_EQ(back->comm_bytes, 2.0 * 4 * 16 * 64 / 2);
+  // conv3's shortcut (the downsample's channels into its columns) both ways, as before.
+  EXPECT_NE(step(p[4].forward, "layer1.0.conv3.shortcut"), nullptr);
+  EXPECT_NE(step(p[4].backward, "layer1.0.conv3.shortcut.bwd"), nullptr);
+}
+
+TEST(Cnn, ADomainLayerAfterAGatheredPoolGathersItsInputGradientWhole) {
+  // On 4 rows the 7-wide pool reads 3 columns beyond each side of a rank's 2: it gathers its
+  // input and pools it whole on every rank. c2 (domain) then takes its columns of that whole
+  // output: no forward halo; backward, the pool (run whole) needs the whole gradient of its
+  // output: an all-gather of 2 x 4 x 8 x 64 = 4096 bytes, after c2's backward halo.
+  const ModelConfig m = net("{channels: 4, height: 8, width: 8}",
+                            "  - {conv: 8, kernel: 3, pad: 1, name: stem}\n"
+                            "  - {pool: max, kernel: 7, stride: 1, pad: 3}\n"
+                            "  - {conv: 8, kernel: 3, pad: 1, name: c2}\n  - {fc: 10}\n");
+  const auto p = cnn_programs(m, splits("dpdm"), 4, 4, Precision::bf16, "p.yaml");
+  EXPECT_EQ(p[1].split, LayerSplit::batch);
+  EXPECT_NE(step(p[1].forward, "pool1.gather"), nullptr);
+  EXPECT_EQ(step(p[2].forward, "c2.halo"), nullptr);
+  EXPECT_NE(step(p[2].backward, "c2.halo.bwd"), nullptr);
+  const Step* back = step(p[2].backward, "c2.dgrad.gather");
+  ASSERT_NE(back, nullptr);
+  EXPECT_EQ(back->comm, CommKind::allgather);
+  EXPECT_DOUBLE_EQ(back->comm_bytes, 2.0 * 4 * 8 * 64);
+}
+
+TEST(Cnn, AFirstLayerSplitByDomainSendsNoHalo) {
+  // Every rank holds the images whole: AlexNet's conv1 by domain reads its halo columns from
+  // them (no forward halo) and computes no image gradient (no backward halo).
+  const ModelConfig a = load_model("alexnet");
+  const auto p = cnn_programs(a, splits("dpdpdddpmmm"), 8, 16, Precision::bf16, "p.yaml");
+  ASSERT_EQ(p[0].split, LayerSplit::domain);
+  EXPECT_EQ(comms(p[0].forward), 0);
+  EXPECT_EQ(comms(p[0].backward), 0);
+  // conv2 reads conv1's columns: its halo, 2 columns each side, both ways.
+  EXPECT_NE(step(p[2].forward, "conv2.halo"), nullptr);
+  EXPECT_NE(step(p[2].backward, "conv2.halo.bwd"), nullptr);
+}
+
 TEST(Cnn, ANetworkThatStartsWithABottleneckReadsTheImagesInBothBranches) {
   // The first block's downsample and conv1 both read the images (conv1 is not the downsample's
   // consumer): on one row neither computes an image gradient; on 2 rows by model conv1 gathers
@@ -389,6 +465,7 @@ TEST(Cnn, ANetworkThatStartsWithAPoolComputesNoImageGradient) {
   EXPECT_TRUE(computes(one[2].backward, ".dgrad"));  // the fc's gradient trains conv1
   const auto two = cnn_programs(m, splits("pdm"), 2, 4, Precision::bf16, "p.yaml");
   EXPECT_TRUE(two[0].backward.empty());
+  EXPECT_EQ(comms(two[1].forward), 0);  // the pool's output is whole on every rank
   EXPECT_EQ(comms(two[1].backward), 0);
   EXPECT_FALSE(computes(two[1].backward, ".dgrad"));
 }
