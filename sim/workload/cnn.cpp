@@ -60,13 +60,23 @@ double ModelConfig::cnn_macs() const {
   return s;
 }
 
-int64_t halo_columns_forward(const CnnLayer& l) {
-  return std::max<int64_t>(0, l.kernel - l.stride);
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+bool global_pool(const CnnLayer& l) {
+  return l.kind == CnnKind::pool && l.out_w == 1 && l.kernel == l.in_w;
 }
 
-int64_t halo_columns_backward(const CnnLayer& l) {
-  const int64_t f = halo_columns_forward(l);
-  return (f + l.stride - 1) / l.stride;
+}  // namespace
+
+Halo halo_forward(const CnnLayer& l) {
+  return {std::max<int64_t>(0, l.pad), std::max<int64_t>(0, l.kernel - l.stride - l.pad)};
+}
+
+Halo halo_backward(const CnnLayer& l) {
+  const Halo f = halo_forward(l);
+  return {ceil_div(f.right, l.stride), ceil_div(f.left, l.stride)};
 }
 
 int cnn_source(const ModelConfig& m, int i) {
@@ -100,6 +110,54 @@ std::vector<bool> cnn_input_gradients(const ModelConfig& m) {
     out.push_back(src >= 0 && wanted[static_cast<size_t>(src)]);
   }
   return out;
+}
+
+std::string model_split_misfit(const CnnLayer& l, int rows) {
+  if (l.kind == CnnKind::pool || l.out_c >= rows) return "";
+  return fmt::format("its {} {} split over {} rows: fewer than one per rank", l.out_c,
+                     l.kind == CnnKind::fc ? "outputs" : "filters", rows);
+}
+
+std::string domain_split_misfit(const CnnLayer& l, int rows, bool split_input,
+                                bool input_gradient) {
+  if (l.kind == CnnKind::fc) return "a fully connected layer has no image to split";
+  if (global_pool(l) || rows <= 1) return "";  // a global pool sums each rank's columns
+  if (l.out_w < rows) {
+    return fmt::format(
+        "its {} output columns split over {} rows: a spatial split finer than one column", l.out_w,
+        rows);
+  }
+  const std::string kernel =
+      fmt::format("{}x{} kernel (stride {}, pad {})", l.kernel, l.kernel, l.stride, l.pad);
+  if (split_input) {
+    const int64_t slab = l.in_w / rows;  // the narrowest neighbour's
+    const Halo h = halo_forward(l);
+    if (slab < 1) {
+      return fmt::format(
+          "its {}-column input split over {} rows: a spatial split finer than one column", l.in_w,
+          rows);
+    }
+    if (h.left > slab || h.right > slab) {
+      return fmt::format(
+          "its {}-column input split over {} rows leaves {} column{} a rank, fewer than the {} "
+          "its {} reads beyond them on the {}: a spatial split finer than the kernel",
+          l.in_w, rows, slab, slab == 1 ? "" : "s", h.left > slab ? h.left : h.right, kernel,
+          h.left > slab ? "left" : "right");
+    }
+  }
+  if (input_gradient) {
+    const int64_t slab = l.out_w / rows;
+    const Halo h = halo_backward(l);
+    if (h.left > slab || h.right > slab) {
+      return fmt::format(
+          "its {} output columns split over {} rows leave {} a rank, fewer than the {} output-"
+          "gradient columns its {} reads beyond them on the {} for its input's gradient: a "
+          "spatial split finer than the kernel",
+          l.out_w, rows, slab, h.left > slab ? h.left : h.right, kernel,
+          h.left > slab ? "left" : "right");
+    }
+  }
+  return "";
 }
 
 Op sgd_step(double params) {
@@ -365,8 +423,6 @@ namespace {
 // channels (a model-split layer's), or split by image columns (a domain-split layer's).
 enum class Layout { full, channels, spatial };
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 class ProgramBuilder {
  public:
   ProgramBuilder(const ModelConfig& m, const std::vector<LayerSplit>& splits, int rows,
@@ -464,6 +520,19 @@ class ProgramBuilder {
     throw InputError(
         fmt::format("{}: layer {} ({}): {}", where_, l.name, to_string(split_of(l)), why));
   }
+  // A split that does not fit, `why`; where the other does not fit either, the error says so.
+  [[noreturn]] void refuse_split(const CnnLayer& l, LayerSplit split, const std::string& why,
+                                 bool split_input, bool input_gradient) const {
+    const bool by_model = split == LayerSplit::model;
+    const std::string other = by_model ? domain_split_misfit(l, rows_, split_input, input_gradient)
+                                       : model_split_misfit(l, rows_);
+    if (other.empty())
+      refuse(l, by_model || l.kind != CnnKind::fc ? why : why + "; split it by model");
+    throw InputError(
+        fmt::format("{}: layer {}: no split over {} rows fits: by model, {}; by "
+                    "domain, {}",
+                    where_, l.name, rows_, by_model ? why : other, by_model ? other : why));
+  }
   LayerSplit split_of(const CnnLayer& l) const {
     const size_t i = static_cast<size_t>(&l - m_.cnn.data());
     return i < splits_.size() ? splits_[i] : LayerSplit::batch;
@@ -528,9 +597,7 @@ class ProgramBuilder {
       // A pooling layer keeps its input's layout; split by image columns where the split does
       // not fit it, it gathers its input and pools it whole.
       const Layout in = layout_of(src);
-      const bool global = l.out_w == 1 && l.kernel == l.in_w;
-      const bool fits = global || (l.out_w >= rows_ && l.in_w / rows_ >= 1 &&
-                                   l.in_w / rows_ >= ceil_div(halo_columns_forward(l), 2));
+      const bool fits = domain_split_misfit(l, rows_, split_input, dx).empty();
       split = rows_ == 1                              ? LayerSplit::batch
               : in == Layout::spatial && fits         ? LayerSplit::domain
               : in == Layout::channels && split_input ? LayerSplit::model
@@ -556,10 +623,8 @@ class ProgramBuilder {
         prog.params = static_cast<double>(l.params());
         break;
       case LayerSplit::model: {
-        if (l.kind != CnnKind::pool && l.out_c < rows_) {
-          refuse(l, fmt::format("{} {} split over {} rows: fewer than one per rank", l.out_c,
-                                l.kind == CnnKind::fc ? "outputs" : "filters", rows_));
-        }
+        if (const std::string why = model_split_misfit(l, rows_); !why.empty())
+          refuse_split(l, split, why, split_input, dx);
         const int64_t local = ceil_div(l.out_c, rows_);
         if (l.kind == CnnKind::pool) {
           // Its input's channels, pooled on their rank; the gradient stays by channels.
@@ -582,41 +647,29 @@ class ProgramBuilder {
         break;
       }
       case LayerSplit::domain: {
-        if (l.kind == CnnKind::fc) {
-          refuse(l, "a fully connected layer has no image to split; split it by model");
-        }
+        if (const std::string why = domain_split_misfit(l, rows_, split_input, dx); !why.empty())
+          refuse_split(l, split, why, split_input, dx);
         // A global pool reduces each rank's columns to partial sums.
-        const bool global = l.kind == CnnKind::pool && l.out_w == 1 && l.kernel == l.in_w;
-        if (!global && l.out_w < rows_) {
-          refuse(l, fmt::format("its {} output columns split over {} rows: a spatial split finer "
-                                "than one column",
-                                l.out_w, rows_));
-        }
-        const int64_t halo_f = global ? 0 : halo_columns_forward(l);
-        const int64_t halo_b = global ? 0 : halo_columns_backward(l);
-        const int64_t slab = l.in_w / rows_;
-        if (slab < ceil_div(halo_f, 2) || slab < 1) {
-          refuse(l, fmt::format("its {}-column input split over {} rows leaves {} columns a rank, "
-                                "fewer than the {} its {}x{} kernel reads beyond them: a spatial "
-                                "split finer than the kernel",
-                                l.in_w, rows_, slab, ceil_div(halo_f, 2), l.kernel, l.kernel));
-        }
+        const bool global = global_pool(l);
+        const Halo hf = global ? Halo{} : halo_forward(l);
+        const Halo hb = global ? Halo{} : halo_backward(l);
         // Channels to image columns: every rank's channels of its columns (an all-to-all); from
         // a whole input each rank takes its columns.
         to_layout(src, Layout::spatial, l.name + ".scatter", in_bytes, fwd);
-        // The halo from the neighbours, where they hold it (from a whole input each rank reads
-        // its own): half of it from each.
-        if (split_input && halo_f > 0) {
+        // The halo from the neighbours, where they hold it: each side's columns (the exchange
+        // carries their mean to each neighbour: an inner rank sends both sides' in all).
+        if (split_input && hf.total() > 0) {
           fwd.push_back(comm(l.name + ".halo", CommKind::halo,
-                             e_ * elems(l.in_c * l.in_h) * static_cast<double>(halo_f) / 2));
+                             e_ * elems(l.in_c * l.in_h) * static_cast<double>(hf.total()) / 2));
         }
         const int64_t cols = global ? 1 : ceil_div(l.out_w, rows_);
         // The rank's output columns from its input columns and the halo: no padding across the
         // cut (the outer ranks' padding is within the kernel's reach of the halo).
         const int64_t in_cols = global ? ceil_div(l.in_w, rows_) : (cols - 1) * l.stride + l.kernel;
-        if (dx && halo_b > 0) {
-          bwd_main.push_back(comm(l.name + ".halo.bwd", CommKind::halo,
-                                  e_ * elems(l.out_c * l.out_h) * static_cast<double>(halo_b) / 2));
+        if (dx && hb.total() > 0) {
+          bwd_main.push_back(
+              comm(l.name + ".halo.bwd", CommKind::halo,
+                   e_ * elems(l.out_c * l.out_h) * static_cast<double>(hb.total()) / 2));
         }
         kernels(l, l.out_c, in_cols, cols, 0, fwd, bwd_main, dx);
         stored_ += e_ * elems(l.in_c * l.in_h * in_cols);

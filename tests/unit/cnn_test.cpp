@@ -2,8 +2,10 @@
 // and multiply-accumulates, halo sizes by hand, the paper's communication volumes as an oracle
 // for pure batch, pure model and the integrated grid, one GPU as its kernels back to back, the
 // folded replay against the full one, the policy's per-layer choice, and the splits refused.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 
 #include "sim/core/error.h"
@@ -64,18 +66,48 @@ TEST(Cnn, ShippedNetworksHaveTheirPublishedSizes) {
 }
 
 TEST(Cnn, HaloOfAThreeByThreeConvolutionIsOneColumnEachSide) {
-  // 3x3, stride 1: one input column from each neighbour forward, one output-gradient column
-  // backward; 11x11 stride 4 (AlexNet's first): 7 input columns, 2 gradient columns.
+  // A rank's output columns [o0, o1) read stride x as many input columns [s o0, s o1): output o
+  // reads input columns s o - pad .. s o - pad + kernel - 1. By hand: a 3x3 padded by 1, one
+  // input column from each neighbour forward and one output-gradient column backward; AlexNet's
+  // conv1 (11x11, stride 4, pad 2) reads 2 input columns on the left and 5 on the right, and
+  // backward 2 output-gradient columns on the left and 1 on the right.
   CnnLayer l;
   l.kind = CnnKind::conv;
-  l.kernel = 3;
-  EXPECT_EQ(halo_columns_forward(l), 2);
-  EXPECT_EQ(halo_columns_backward(l), 2);
-  l.kernel = 11, l.stride = 4;
-  EXPECT_EQ(halo_columns_forward(l), 7);
-  EXPECT_EQ(halo_columns_backward(l), 2);
-  l.kernel = 1, l.stride = 1;
-  EXPECT_EQ(halo_columns_forward(l), 0);
+  using Sides = std::pair<int64_t, int64_t>;
+  auto sides = [](const Halo& h) { return Sides(h.left, h.right); };
+  l.kernel = 3, l.pad = 1;
+  EXPECT_EQ(sides(halo_forward(l)), Sides(1, 1));
+  EXPECT_EQ(sides(halo_backward(l)), Sides(1, 1));
+  l.kernel = 11, l.stride = 4, l.pad = 2;
+  EXPECT_EQ(sides(halo_forward(l)), Sides(2, 5));
+  EXPECT_EQ(sides(halo_backward(l)), Sides(2, 1));
+  l.kernel = 1, l.stride = 1, l.pad = 0;
+  EXPECT_EQ(halo_forward(l).total() + halo_backward(l).total(), 0);
+  // Every kernel, stride and pad up to 7, 4 and 3 against the columns counted one by one for
+  // the slab of output columns [10, 14).
+  for (int k = 1; k <= 7; ++k) {
+    for (int s = 1; s <= 4; ++s) {
+      for (int p = 0; p <= 3; ++p) {
+        l.kernel = k, l.stride = s, l.pad = p;
+        const int64_t o0 = 10, o1 = 14, i0 = s * o0, i1 = s * o1;
+        int64_t lo = i0, hi = i1 - 1;  // the input columns the slab's outputs read
+        for (int64_t o = o0; o < o1; ++o) {
+          lo = std::min<int64_t>(lo, s * o - p);
+          hi = std::max<int64_t>(hi, s * o - p + k - 1);
+        }
+        int64_t glo = o0, ghi = o1 - 1;  // the output columns the slab's inputs feed
+        for (int64_t o = 0; o < 40; ++o) {
+          const int64_t first = s * o - p, last = first + k - 1;
+          if (last < i0 || first > i1 - 1) continue;
+          glo = std::min(glo, o);
+          ghi = std::max(ghi, o);
+        }
+        const std::string at = fmt::format("k {} s {} p {}", k, s, p);
+        EXPECT_EQ(sides(halo_forward(l)), Sides(i0 - lo, hi - (i1 - 1))) << at;
+        EXPECT_EQ(sides(halo_backward(l)), Sides(o0 - glo, ghi - (o1 - 1))) << at;
+      }
+    }
+  }
   // VGG-16's third convolution (128 x 112 x 112 in) split by 4: each neighbour gets
   // 2 bytes x 32 images x 64 channels x 112 rows x 1 column.
   const ModelConfig v = load_model("vgg16");
@@ -504,6 +536,75 @@ TEST(Cnn, DuplicateLayerNamesAreRefusedNamingTheFileTheEntryAndTheName) {
   EXPECT_EQ(error("  - {conv: 8, kernel: 3, name: a}\n  - {conv: 8, kernel: 3, name: b}\n"
                   "  - {fc: 10}\n"),
             "no error");
+}
+
+std::string programs_error(const ModelConfig& m, const std::string& list, int rows) {
+  try {
+    cnn_programs(m, splits(list), rows, 4, Precision::bf16, "p.yaml");
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(Cnn, EachSideOfAHaloMustComeFromTheNeighbour) {
+  // A 3x3 without padding on 8 columns over 4 rows: forward it reads 0 columns to the left of
+  // a rank's 2 and 2 to the right (both from the neighbour); backward its 6 output columns
+  // leave 1 a rank, and each input column's gradient reads 2 output columns to the left: from
+  // beyond the neighbour. Refused; on 2 rows (3 output columns a rank) it fits.
+  const ModelConfig valid = net("{channels: 4, height: 8, width: 8}",
+                                "  - {conv: 8, kernel: 3, pad: 1, name: stem}\n"
+                                "  - {conv: 8, kernel: 3, name: valid}\n  - {fc: 10}\n");
+  std::string e = programs_error(valid, "ddm", 4);
+  EXPECT_NE(e.find("layer valid (domain)"), std::string::npos) << e;
+  EXPECT_NE(e.find("finer than the kernel"), std::string::npos) << e;
+  EXPECT_EQ(programs_error(valid, "ddm", 2), "no error");
+  // A 3x3 padded by 3: forward 3 columns to the left (a rank holds 2 on 4 rows), 0 to the right.
+  const ModelConfig wide = net("{channels: 4, height: 8, width: 8}",
+                               "  - {conv: 8, kernel: 3, pad: 1, name: stem}\n"
+                               "  - {conv: 8, kernel: 3, pad: 3, name: wide}\n  - {fc: 10}\n");
+  e = programs_error(wide, "ddm", 4);
+  EXPECT_NE(e.find("layer wide (domain)"), std::string::npos) << e;
+  EXPECT_NE(e.find("finer than the kernel"), std::string::npos) << e;
+  // Reading the images whole, it needs no halo from anyone: it fits.
+  const ModelConfig first = net("{channels: 4, height: 8, width: 8}",
+                                "  - {conv: 8, kernel: 3, pad: 3, name: wide}\n  - {fc: 10}\n");
+  EXPECT_EQ(programs_error(first, "dm", 4), "no error");
+  // A 4-wide pool of stride 1 reads 3 columns to the right of a rank's 2: it gathers instead.
+  const ModelConfig pool = net("{channels: 4, height: 8, width: 8}",
+                               "  - {conv: 8, kernel: 3, pad: 1, name: stem}\n"
+                               "  - {pool: max, kernel: 4, stride: 1}\n  - {fc: 10}\n");
+  const auto p = cnn_programs(pool, splits("dpm"), 4, 4, Precision::bf16, "p.yaml");
+  EXPECT_EQ(p[1].split, LayerSplit::batch);
+  EXPECT_NE(step(p[1].forward, "pool1.gather"), nullptr);
+}
+
+TEST(Cnn, GholamiChoosesOnlySplitsTheProgramsAccept) {
+  // The policy and the programs share one fit rule. `valid` (as above, with 64 channels of 64
+  // rows, 64 images: its halo far cheaper than gathering its activations) cannot be split by
+  // domain on 4 rows, so the policy splits it by model.
+  const ModelConfig valid = net("{channels: 64, height: 64, width: 8}",
+                                "  - {conv: 64, kernel: 3, pad: 1, name: stem}\n"
+                                "  - {conv: 64, kernel: 3, name: valid}\n  - {fc: 10}\n");
+  const platform::Cluster c = test::cluster("dgx-a100", 1);
+  const Plan p =
+      load_plan_text("devices: [0, 1, 2, 3]\n" + grid(4, 1, 64, "gholami"), "p.yaml", valid, c);
+  EXPECT_EQ(p.layer_splits[1], LayerSplit::model);
+  // On 2 rows (3 output columns a rank) it fits, and the policy takes it.
+  const Plan two =
+      load_plan_text("devices: [0, 1]\n" + grid(2, 1, 64, "gholami"), "p.yaml", valid, c);
+  EXPECT_EQ(two.layer_splits[1], LayerSplit::domain);
+}
+
+TEST(Cnn, WhereNoSplitFitsTheErrorSaysSoAndWhy) {
+  // AlexNet on 128 rows: conv1's 64 filters are fewer than the rows and its 55 output columns
+  // too few; the policy chose neither, so the error names no split.
+  const ModelConfig a = load_model("alexnet");
+  const std::string e =
+      test::plan_error(grid(128, 1, 128, "gholami"), a, test::cluster("dgx-a100", 16));
+  EXPECT_NE(e.find("layer conv1: no split over 128 rows fits"), std::string::npos) << e;
+  EXPECT_NE(e.find("64 filters"), std::string::npos) << e;
+  EXPECT_NE(e.find("55 output columns"), std::string::npos) << e;
 }
 
 }  // namespace
