@@ -607,5 +607,30 @@ TEST(Cnn, WhereNoSplitFitsTheErrorSaysSoAndWhy) {
   EXPECT_NE(e.find("55 output columns"), std::string::npos) << e;
 }
 
+TEST(Cnn, HaloBytesInTheReportAreTheMeanOverRanks) {
+  // stem and c2 by domain on a 4 x 1 grid, 4 images, bf16; fc by model. What a rank sends
+  // within its column, the mean over the 4 ranks:
+  //   c2's forward halo, 1 column of 8 channels x 8 rows x 4 images x 2 bytes = 512 to each
+  //   neighbour: 3 boundaries x 2 directions x 512 / 4 ranks = 768 (an inner rank sends 1024);
+  //   c2's backward halo of the output gradient, 512 a neighbour: 768;
+  //   the stem reads the images whole: no halo;
+  //   fc gathers c2's 4096 bytes: 3072; sums its input gradient: 2 x 4096 x 3/4 = 6144;
+  //   the logits gathered (10 classes x 4 images x 2 bytes): 60.
+  const ModelConfig m = net("{channels: 4, height: 8, width: 8}",
+                            "  - {conv: 8, kernel: 3, pad: 1, name: stem}\n"
+                            "  - {conv: 8, kernel: 3, pad: 1, name: c2}\n  - {fc: 10}\n");
+  const platform::Cluster c = test::cluster("dgx-a100", 1);
+  const auto r = run(m, c, "devices: [0, 1, 2, 3]\nprecision: bf16\n" + grid(4, 1, 4, "domain"));
+  EXPECT_DOUBLE_EQ(r->report.sent_group_bytes, 768 + 768 + 3072 + 6144 + 60);
+}
+
+TEST(Cnn, TheReportPricesImagesForNetworks) {
+  const ModelConfig a = load_model("alexnet");
+  const platform::Cluster c = test::cluster("dgx-a100", 1);
+  const std::string text = report::to_text(run(a, c, grid(4, 2, 64, "gholami"))->report);
+  EXPECT_NE(text.find("per million images"), std::string::npos) << text;
+  EXPECT_EQ(text.find("per million tokens"), std::string::npos) << text;
+}
+
 }  // namespace
 }  // namespace hetsim::workload
