@@ -160,11 +160,11 @@ std::string domain_split_misfit(const CnnLayer& l, int rows, bool split_input,
   return "";
 }
 
-Op sgd_step(double params) {
+Op sgd_step(double params, double grad_bytes) {
   Op op;
   op.name = "optimizer.sgd";
   op.kind = OpKind::memory;
-  op.bytes = params * 20;  // gradient 4, weights 4 + 4, momentum 4 + 4
+  op.bytes = params * (grad_bytes + 16);  // the gradient, weights 4 + 4, momentum 4 + 4
   op.flops = params * 4;
   return op;
 }

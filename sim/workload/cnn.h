@@ -80,7 +80,8 @@ std::vector<CnnLayerProgram> cnn_programs(const ModelConfig& model,
                                           const std::string& where);
 
 // SGD with momentum over `params` local parameters (PyTorch's, the optimizer these networks
-// train with): reads the gradient, reads and writes the fp32 weights and the momentum.
-Op sgd_step(double params);
+// train with): reads the gradient (`grad_bytes` each), reads and writes the fp32 weights and the
+// momentum.
+Op sgd_step(double params, double grad_bytes);
 
 }  // namespace hetsim::workload

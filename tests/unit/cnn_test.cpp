@@ -632,5 +632,24 @@ TEST(Cnn, TheReportPricesImagesForNetworks) {
   EXPECT_EQ(text.find("per million tokens"), std::string::npos) << text;
 }
 
+TEST(Cnn, SgdReadsTheGradientsInTheirPrecision) {
+  // SGD reads the gradient (bf16 with main_grads: same, fp32 by default), reads and writes the
+  // fp32 weights and momentum: 2 + 16 bytes a parameter, or 4 + 16.
+  const ModelConfig a = load_model("alexnet");
+  const platform::Cluster c = test::cluster("dgx-a100", 1);
+  for (const auto& [main_grads, bytes] : {std::pair{"same", 2 + 16}, std::pair{"fp32", 4 + 16}}) {
+    const auto r =
+        run(a, c, grid(4, 2, 64, "gholami") + "precision: bf16\nmain_grads: " + main_grads + "\n");
+    const Group& g = r->job.groups[0];
+    int seen = 0;
+    for (const Op& op : g.ops) {
+      if (op.name != "optimizer.sgd") continue;
+      ++seen;
+      EXPECT_DOUBLE_EQ(op.bytes, g.params * bytes) << main_grads;
+    }
+    EXPECT_EQ(seen, 1) << main_grads;
+  }
+}
+
 }  // namespace
 }  // namespace hetsim::workload
