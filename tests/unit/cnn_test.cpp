@@ -326,6 +326,65 @@ TEST(Cnn, ModelFilesWithMistakesNameTheEntry) {
             "no error");
 }
 
+TEST(Cnn, LayerCommunicationIsThePapersAlphaBetaFormulas) {
+  // Gholami et al. section 4 (shared/reference/policies.md), written out by hand: an all-gather
+  // of n over p costs alpha ceil(log2 p) + beta (p-1)/p n, an all-reduce twice that; a halo side
+  // alpha + beta x its size. P_r = 4 (ceil log2 = 2), P_c = 8 (3), P = 32 (5); 32 images a
+  // column (B / P_c), e = 2 bytes an activation, g = 4 a gradient. hetsim's two departures:
+  // each side of the halo is its own width (the paper's floor(k_w / 2) for both), and a layer
+  // reading the images (whole on every rank) exchanges no forward halo.
+  const policy::AlphaBeta row{3e-6, 1 / 150e9}, column{5e-6, 1 / 20e9}, grid{7e-6, 1 / 25e9};
+  const double b = 32, e = 2, g = 4;
+  const ModelConfig a = load_model("alexnet");
+  const CnnLayer& conv1 = a.cnn[0];  // 3 x 224 x 224 -> 64 x 55 x 55, 11x11 stride 4 pad 2
+  const CnnLayer& conv2 = a.cnn[2];  // 64 x 27 x 27 -> 192 x 27 x 27, 5x5 pad 2
+  const CnnLayer& fc6 = a.cnn[8];    // 9216 -> 4096
+  ASSERT_EQ(conv2.name, "conv2");
+  ASSERT_EQ(fc6.name, "fc6");
+  const double w2 = 192.0 * 64 * 25 + 192, w1 = 64.0 * 3 * 121 + 64, w6 = 4096.0 * 9216 + 4096;
+  auto comm = [&](const CnnLayer& l, bool whole, bool dx, LayerSplit s, int rows, int cols) {
+    return policy::layer_comm_seconds(l, whole, dx, s, rows, cols, 32, e, g, row, column, grid);
+  };
+  auto expect = [](double got, double want, const char* what) {
+    EXPECT_NEAR(got / want, 1.0, 1e-12) << what << ": " << got << " against " << want;
+  };
+  // Model: the output all-gathered, the input gradient all-reduced (over the rows), the rows'
+  // weight gradients all-reduced over the columns.
+  const double y2 = 192.0 * 27 * 27, x2 = 64.0 * 27 * 27;
+  const double gather = row.alpha * 2 + row.beta * 3 / 4 * e * b * y2;
+  const double dx = 2 * row.alpha * 2 + 2 * row.beta * 3 / 4 * e * b * x2;
+  const double dw = 2 * column.alpha * 3 + 2 * column.beta * 7 / 8 * g * w2 / 4;
+  expect(comm(conv2, false, true, LayerSplit::model, 4, 8), gather + dx + dw, "conv2 model");
+  expect(comm(conv2, true, false, LayerSplit::model, 4, 8), gather + dw, "conv2 model, no dX");
+  expect(comm(fc6, false, true, LayerSplit::model, 4, 8),
+         row.alpha * 2 + row.beta * 3 / 4 * e * b * 4096 + 2 * row.alpha * 2 +
+             2 * row.beta * 3 / 4 * e * b * 9216 + 2 * column.alpha * 3 +
+             2 * column.beta * 7 / 8 * g * w6 / 4,
+         "fc6 model");
+  // Domain: 2 columns each side forward (64 channels x 27 rows) and backward (192 x 27), the
+  // whole gradient all-reduced over the grid.
+  const double halo_x = 2 * (row.alpha + row.beta * e * b * 64 * 27 * 2);
+  const double halo_y = 2 * (row.alpha + row.beta * e * b * 192 * 27 * 2);
+  const double all = 2 * grid.alpha * 5 + 2 * grid.beta * 31 / 32 * g * w2;
+  expect(comm(conv2, false, true, LayerSplit::domain, 4, 8), halo_x + halo_y + all, "conv2 domain");
+  expect(comm(conv2, true, true, LayerSplit::domain, 4, 8), halo_y + all,
+         "conv2 domain, whole input");
+  // conv1's sides differ: forward 2 input columns on the left, 5 on the right (3 channels x
+  // 224 rows); backward 2 and 1 output-gradient columns (64 x 55). As the network's first layer
+  // it has neither.
+  const double all1 = 2 * grid.alpha * 5 + 2 * grid.beta * 31 / 32 * g * w1;
+  expect(comm(conv1, false, true, LayerSplit::domain, 4, 8),
+         (row.alpha + row.beta * e * b * 3 * 224 * 2) +
+             (row.alpha + row.beta * e * b * 3 * 224 * 5) +
+             (row.alpha + row.beta * e * b * 64 * 55 * 2) +
+             (row.alpha + row.beta * e * b * 64 * 55 * 1) + all1,
+         "conv1 domain, split input");
+  expect(comm(conv1, true, false, LayerSplit::domain, 4, 8), all1, "conv1 domain, first");
+  // Pure batch (one row): the gradient all-reduced over the columns.
+  expect(comm(conv2, false, true, LayerSplit::batch, 1, 8),
+         2 * column.alpha * 3 + 2 * column.beta * 7 / 8 * g * w2, "conv2 batch");
+}
+
 TEST(Cnn, AlphaBetaFitReproducesTheEstimatesItWasFittedOn) {
   const platform::Cluster c = test::cluster("dgx-a100", 2);
   std::vector<platform::GpuId> ranks;
