@@ -26,13 +26,6 @@ double allreduce(const AlphaBeta& ab, int p, double bytes) {
   return 2 * ab.alpha * log_steps(p) + 2 * ab.beta * (p - 1.0) / p * bytes;
 }
 
-// Whether the layer's image columns split over `rows` ranks as cnn_programs allows.
-bool domain_fits(const CnnLayer& l, int rows) {
-  if (l.kind == CnnKind::fc) return false;
-  const int64_t halo = workload::halo_columns_forward(l);
-  return l.out_w >= rows && l.in_w / rows >= (halo + 1) / 2 && l.in_w / rows >= 1;
-}
-
 }  // namespace
 
 AlphaBeta fit_alpha_beta(const platform::Cluster& c, const std::vector<platform::GpuId>& ranks) {
@@ -55,9 +48,10 @@ AlphaBeta fit_alpha_beta(const platform::Cluster& c, const std::vector<platform:
   return ab;
 }
 
-double layer_comm_seconds(const CnnLayer& l, bool first, LayerSplit split, int rows, int columns,
-                          int64_t batch, double e, double g, const AlphaBeta& row,
-                          const AlphaBeta& column, const AlphaBeta& grid) {
+double layer_comm_seconds(const CnnLayer& l, bool whole_input, bool input_gradient,
+                          LayerSplit split, int rows, int columns, int64_t batch, double e,
+                          double g, const AlphaBeta& row, const AlphaBeta& column,
+                          const AlphaBeta& grid) {
   const double b = static_cast<double>(batch);
   const double weights = static_cast<double>(l.params());
   switch (split) {
@@ -65,18 +59,25 @@ double layer_comm_seconds(const CnnLayer& l, bool first, LayerSplit split, int r
       return allreduce(column, columns, g * weights);
     case LayerSplit::model:
       return allgather(row, rows, e * b * static_cast<double>(l.out_elems())) +
-             (first ? 0.0 : allreduce(row, rows, e * b * static_cast<double>(l.in_elems()))) +
+             (input_gradient ? allreduce(row, rows, e * b * static_cast<double>(l.in_elems()))
+                             : 0.0) +
              allreduce(column, columns, g * weights / rows);
     case LayerSplit::domain: {
       if (rows <= 1) return allreduce(grid, columns, g * weights);
-      // Each rank sends half the halo to each of its two neighbours, alpha + beta x size each.
-      const double forward = e * b * static_cast<double>(l.in_c * l.in_h) *
-                             static_cast<double>(workload::halo_columns_forward(l)) / 2;
-      const double backward = e * b * static_cast<double>(l.out_c * l.out_h) *
-                              static_cast<double>(workload::halo_columns_backward(l)) / 2;
+      // Each side's halo from its neighbour, alpha + beta x size (a side of no columns costs
+      // nothing): the input's columns forward (none from a whole input: each rank reads its
+      // own), the output gradient's backward (where the input's gradient is computed).
+      auto sides = [&](const workload::Halo& h, double column_bytes) {
+        double t = 0;
+        for (const int64_t c : {h.left, h.right})
+          if (c > 0) t += row.alpha + row.beta * column_bytes * static_cast<double>(c);
+        return t;
+      };
       double t = 0;
-      if (forward > 0) t += 2 * (row.alpha + row.beta * forward);
-      if (!first && backward > 0) t += 2 * (row.alpha + row.beta * backward);
+      if (!whole_input)
+        t += sides(workload::halo_forward(l), e * b * static_cast<double>(l.in_c * l.in_h));
+      if (input_gradient)
+        t += sides(workload::halo_backward(l), e * b * static_cast<double>(l.out_c * l.out_h));
       return t + allreduce(grid, rows * columns, g * weights);
     }
   }
@@ -86,6 +87,7 @@ double layer_comm_seconds(const CnnLayer& l, bool first, LayerSplit split, int r
 std::vector<LayerSplit> gholami_splits(const workload::ModelConfig& model, int rows, int columns,
                                        int64_t batch, double e, double g, const AlphaBeta& row,
                                        const AlphaBeta& column, const AlphaBeta& grid) {
+  const std::vector<bool> dx = workload::cnn_input_gradients(model);
   std::vector<LayerSplit> out;
   for (size_t i = 0; i < model.cnn.size(); ++i) {
     const CnnLayer& l = model.cnn[i];
@@ -97,15 +99,19 @@ std::vector<LayerSplit> gholami_splits(const workload::ModelConfig& model, int r
       out.push_back(LayerSplit::batch);  // a pool follows its input's layout
       continue;
     }
-    const bool first = i == 0;
-    LayerSplit best = LayerSplit::model;
-    if (domain_fits(l, rows) &&
-        layer_comm_seconds(l, first, LayerSplit::domain, rows, columns, batch, e, g, row, column,
-                           grid) < layer_comm_seconds(l, first, LayerSplit::model, rows, columns,
-                                                      batch, e, g, row, column, grid)) {
-      best = LayerSplit::domain;
-    }
-    out.push_back(best);
+    // The images are whole on every rank; any other input the policy takes as split (a copy
+    // gathered for another consumer is the replay's to find), so that whatever it chooses fits
+    // cnn_programs' rule, one stricter or the same.
+    const bool images = workload::cnn_source(model, static_cast<int>(i)) == CnnLayer::kImages;
+    const bool domain_fits = workload::domain_split_misfit(l, rows, !images, dx[i]).empty();
+    const bool model_fits = workload::model_split_misfit(l, rows).empty();
+    auto cost = [&](LayerSplit s) {
+      return layer_comm_seconds(l, images, dx[i], s, rows, columns, batch, e, g, row, column, grid);
+    };
+    // Where neither fits, model: cnn_programs then says why neither does.
+    const bool domain =
+        domain_fits && (!model_fits || cost(LayerSplit::domain) < cost(LayerSplit::model));
+    out.push_back(domain ? LayerSplit::domain : LayerSplit::model);
   }
   return out;
 }

@@ -8,7 +8,10 @@
 // Where hetsim differs from the paper: the choice is per layer on the layer's own traffic (the
 // paper's formulas), while the replay also prices the layout changes between layers that the
 // choice implies (an all-to-all from channels to columns), and the batch norm statistics a
-// spatial split must all-reduce; the paper's networks (AlexNet) have neither.
+// spatial split must all-reduce; the paper's networks (AlexNet) have neither. Each side of a
+// halo is its own width (pad on the left, kernel - stride - pad on the right; the paper's
+// floor(k / 2) on both), and a layer reading the images, which every rank holds whole, sends no
+// forward halo.
 #pragma once
 
 #include <cstdint>
@@ -31,16 +34,20 @@ AlphaBeta fit_alpha_beta(const platform::Cluster& c, const std::vector<platform:
 
 // The paper's per-layer communication time (seconds) of layer l under `split`, for `batch`
 // images per column on a rows x columns grid, e bytes per activation and g per gradient:
-// model: all-gather of the output (over the rows), all-reduce of the input gradient (not for
-// the first layer), all-reduce of its rows' gradients over the columns; domain: the halo
-// exchange forward and backward (alpha + beta x size per neighbour), the whole gradient
-// all-reduced over the grid; batch (rows 1): the gradient all-reduced over the columns.
-double layer_comm_seconds(const workload::CnnLayer& l, bool first, workload::LayerSplit split,
-                          int rows, int columns, int64_t batch, double e, double g,
-                          const AlphaBeta& row, const AlphaBeta& column, const AlphaBeta& grid);
+// model: all-gather of the output (over the rows), all-reduce of the input gradient (where
+// `input_gradient`: not for a layer reading the images), all-reduce of its rows' gradients over
+// the columns; domain: the halo exchange, each side alpha + beta x its size (workload::Halo),
+// forward unless the input is whole on every rank (`whole_input`: the images) and backward
+// where `input_gradient`, and the whole gradient all-reduced over the grid; batch (rows 1): the
+// gradient all-reduced over the columns.
+double layer_comm_seconds(const workload::CnnLayer& l, bool whole_input, bool input_gradient,
+                          workload::LayerSplit split, int rows, int columns, int64_t batch,
+                          double e, double g, const AlphaBeta& row, const AlphaBeta& column,
+                          const AlphaBeta& grid);
 
-// Per layer, the split of least layer_comm_seconds (model for fully connected layers, whose
-// images have no columns to split; domain where the split fits the layer's width and kernel).
+// Per layer, the split of least layer_comm_seconds among those that fit it
+// (workload::domain_split_misfit and model_split_misfit, cnn_programs' own rules): model for
+// fully connected layers, whose images have no columns to split.
 std::vector<workload::LayerSplit> gholami_splits(const workload::ModelConfig& model, int rows,
                                                  int columns, int64_t batch, double e, double g,
                                                  const AlphaBeta& row, const AlphaBeta& column,

@@ -32,7 +32,9 @@ std::pair<double, double> sent_bytes(const workload::TrainingJob& job, uint32_t 
       case CommKind::alltoall:
         return bytes * (p - 1) / p;
       case CommKind::halo:
-        return p > 2 ? 2 * bytes : bytes;  // an inner rank's two neighbours
+        // The mean over the ranks: p - 1 boundaries, `bytes` each way across each (the first
+        // and the last rank have one neighbour).
+        return 2 * bytes * (p - 1) / p;
       case CommKind::none:
         break;
     }
@@ -466,9 +468,10 @@ std::string to_text(const TrainingReport& r) {
   }
   if (r.cost_per_iteration_usd >= 0) {
     s += fmt::format(
-        "  cost           ${:.4f} per iteration, ${:.4f} per million tokens (on-demand prices, "
+        "  cost           ${:.4f} per iteration, ${:.4f} per million {} (on-demand prices, "
         "${:.2f}/h for the cluster)\n",
-        r.cost_per_iteration_usd, r.cost_per_million_tokens_usd, r.price_per_hour_usd);
+        r.cost_per_iteration_usd, r.cost_per_million_tokens_usd,
+        r.grid_rows > 0 ? "images" : "tokens", r.price_per_hour_usd);
   } else {
     s += "  cost           no price for GPU " + config::join_names(r.unpriced_gpus) +
          " (price_per_hour in its profile, topologies/gpus/)\n";

@@ -55,7 +55,8 @@ struct TrainingReport {
   // the expert- and context-parallel exchanges) and the replicas (data parallel: gradients and
   // sharded weights). Bandwidth-optimal collectives: an all-reduce of n bytes over p ranks sends
   // 2 n (p-1)/p, an all-gather or reduce-scatter of n in all n (p-1)/p, a halo exchange n to
-  // each neighbour (Gholami et al.'s accounting, their beta terms).
+  // each neighbour (Gholami et al.'s accounting, their beta terms): 2 n (p-1)/p, the first and
+  // the last rank having one neighbour.
   double sent_group_bytes = 0, sent_replicas_bytes = 0;
   // A convolutional network's grid, rows x columns, and each layer's split (empty otherwise).
   int grid_rows = 0, grid_columns = 0;

@@ -60,20 +60,111 @@ double ModelConfig::cnn_macs() const {
   return s;
 }
 
-int64_t halo_columns_forward(const CnnLayer& l) {
-  return std::max<int64_t>(0, l.kernel - l.stride);
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+bool global_pool(const CnnLayer& l) {
+  return l.kind == CnnKind::pool && l.out_w == 1 && l.kernel == l.in_w;
 }
 
-int64_t halo_columns_backward(const CnnLayer& l) {
-  const int64_t f = halo_columns_forward(l);
-  return (f + l.stride - 1) / l.stride;
+}  // namespace
+
+Halo halo_forward(const CnnLayer& l) {
+  return {std::max<int64_t>(0, l.pad), std::max<int64_t>(0, l.kernel - l.stride - l.pad)};
 }
 
-Op sgd_step(double params) {
+Halo halo_backward(const CnnLayer& l) {
+  const Halo f = halo_forward(l);
+  return {ceil_div(f.right, l.stride), ceil_div(f.left, l.stride)};
+}
+
+int cnn_source(const ModelConfig& m, int i) {
+  const int from = m.cnn[static_cast<size_t>(i)].input_from;
+  if (from != CnnLayer::kPrevious) return from;
+  return i == 0 ? CnnLayer::kImages : i - 1;
+}
+
+namespace {
+
+// Per layer, whether its output's gradient is wanted: it has parameters, or a layer it reads
+// (its input or its shortcut's source) wants its own.
+std::vector<bool> output_gradients(const ModelConfig& m) {
+  std::vector<bool> out(m.cnn.size(), false);
+  auto wanted = [&](int src) { return src >= 0 && out[static_cast<size_t>(src)]; };
+  for (size_t i = 0; i < m.cnn.size(); ++i) {
+    const CnnLayer& l = m.cnn[i];
+    out[i] =
+        l.params() > 0 || wanted(cnn_source(m, static_cast<int>(i))) || wanted(l.residual_from);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<bool> cnn_input_gradients(const ModelConfig& m) {
+  const std::vector<bool> wanted = output_gradients(m);
+  std::vector<bool> out;
+  for (size_t i = 0; i < m.cnn.size(); ++i) {
+    const int src = cnn_source(m, static_cast<int>(i));
+    out.push_back(src >= 0 && wanted[static_cast<size_t>(src)]);
+  }
+  return out;
+}
+
+std::string model_split_misfit(const CnnLayer& l, int rows) {
+  if (l.kind == CnnKind::pool || l.out_c >= rows) return "";
+  return fmt::format("its {} {} split over {} rows: fewer than one per rank", l.out_c,
+                     l.kind == CnnKind::fc ? "outputs" : "filters", rows);
+}
+
+std::string domain_split_misfit(const CnnLayer& l, int rows, bool split_input,
+                                bool input_gradient) {
+  if (l.kind == CnnKind::fc) return "a fully connected layer has no image to split";
+  if (global_pool(l) || rows <= 1) return "";  // a global pool sums each rank's columns
+  if (l.out_w < rows) {
+    return fmt::format(
+        "its {} output columns split over {} rows: a spatial split finer than one column", l.out_w,
+        rows);
+  }
+  const std::string kernel =
+      fmt::format("{}x{} kernel (stride {}, pad {})", l.kernel, l.kernel, l.stride, l.pad);
+  if (split_input) {
+    const int64_t slab = l.in_w / rows;  // the narrowest neighbour's
+    const Halo h = halo_forward(l);
+    if (slab < 1) {
+      return fmt::format(
+          "its {}-column input split over {} rows: a spatial split finer than one column", l.in_w,
+          rows);
+    }
+    if (h.left > slab || h.right > slab) {
+      return fmt::format(
+          "its {}-column input split over {} rows leaves {} column{} a rank, fewer than the {} "
+          "its {} reads beyond them on the {}: a spatial split finer than the kernel",
+          l.in_w, rows, slab, slab == 1 ? "" : "s", h.left > slab ? h.left : h.right, kernel,
+          h.left > slab ? "left" : "right");
+    }
+  }
+  if (input_gradient) {
+    const int64_t slab = l.out_w / rows;
+    const Halo h = halo_backward(l);
+    if (h.left > slab || h.right > slab) {
+      return fmt::format(
+          "its {} output columns split over {} rows leave {} a rank, fewer than the {} output-"
+          "gradient columns its {} reads beyond them on the {} for its input's gradient: a "
+          "spatial split finer than the kernel",
+          l.out_w, rows, slab, h.left > slab ? h.left : h.right, kernel,
+          h.left > slab ? "left" : "right");
+    }
+  }
+  return "";
+}
+
+Op sgd_step(double params, double grad_bytes) {
   Op op;
   op.name = "optimizer.sgd";
   op.kind = OpKind::memory;
-  op.bytes = params * 20;  // gradient 4, weights 4 + 4, momentum 4 + 4
+  op.bytes = params * (grad_bytes + 16);  // the gradient, weights 4 + 4, momentum 4 + 4
   op.flops = params * 4;
   return op;
 }
@@ -172,7 +263,7 @@ class NetworkReader {
                          ".dropout: expected a probability in [0, 1)");
       }
       l.out_h = l.out_w = 1;
-      push(l);
+      push(l, n, path);
       cur_ = Shape{l.out_c, 1, 1};
     } else {
       bottleneck(n, path);
@@ -182,6 +273,24 @@ class NetworkReader {
   std::string name(const YAML::Node& n, const std::string& path, const char* kind) {
     const int k = ++count_[kind];
     return config::get_string(file_, n, path, "name", fmt::format("{}{}", kind, k));
+  }
+
+  // A layer's name keys its programs and its gradients in the job: each its own, and "loss"
+  // is the loss's (after the last layer).
+  void claim(const std::string& name, const YAML::Node& n, const std::string& path) {
+    const std::string at = config::where(file_, n) + ": " + path + ": ";
+    if (name.empty()) throw InputError(at + "a layer's name must not be empty");
+    if (name == "loss") {
+      throw InputError(at + "layer name \"loss\" is reserved (the loss after the last layer)");
+    }
+    const auto [it, fresh] = names_.emplace(name, path);
+    if (!fresh) {
+      throw InputError(
+          fmt::format("{}layer name \"{}\" is already {}'s; every layer needs a name "
+                      "of its own{}",
+                      at, name, it->second,
+                      n["name"] ? "" : " (this one is generated: give the entry a name)"));
+    }
   }
 
   CnnLayer begin(CnnKind kind, std::string name) const {
@@ -194,7 +303,7 @@ class NetworkReader {
     return l;
   }
 
-  void push(const CnnLayer& l) {
+  void push(const CnnLayer& l, const YAML::Node& n, const std::string& path) {
     // Counts stay far inside int64 (and a double's exact integers) downstream: no network has
     // 10^12 weights in a layer or 10^12 activations an image.
     const double weights = l.kind == CnnKind::fc
@@ -211,6 +320,7 @@ class NetworkReader {
       throw InputError(file_ + ": network: more than " + std::to_string(config::limits::kLayers) +
                        " layers");
     }
+    claim(l.name, n, path);
     m_.cnn.push_back(l);
   }
 
@@ -227,7 +337,7 @@ class NetworkReader {
     };
     l.out_h = out(l.in_h);
     l.out_w = out(l.in_w);
-    push(l);
+    push(l, n, path);
     cur_ = Shape{l.out_c, l.out_h, l.out_w};
   }
 
@@ -257,7 +367,8 @@ class NetworkReader {
     for (long b = 0; b < blocks; ++b) {
       const std::string prefix = fmt::format("{}.{}", group, b);
       const int s = b == 0 ? stride : 1;
-      const int input = static_cast<int>(m_.cnn.size()) - 1;  // the block's input (-1: images)
+      // The block's input: the layer before, or the images for a network's first block.
+      const int input = m_.cnn.empty() ? CnnLayer::kImages : static_cast<int>(m_.cnn.size()) - 1;
       const Shape in = cur_;
       int shortcut = input;
       if (s != 1 || in.c != 4 * width) {
@@ -278,6 +389,7 @@ class NetworkReader {
   ModelConfig& m_;
   Shape cur_;
   std::map<std::string, int> count_;
+  std::map<std::string, std::string> names_;  // layer name -> the entry that gave it
 };
 
 }  // namespace
@@ -311,8 +423,6 @@ namespace {
 // channels (a model-split layer's), or split by image columns (a domain-split layer's).
 enum class Layout { full, channels, spatial };
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 class ProgramBuilder {
  public:
   ProgramBuilder(const ModelConfig& m, const std::vector<LayerSplit>& splits, int rows,
@@ -324,7 +434,9 @@ class ProgramBuilder {
         e_(element_bytes(p)),
         where_(where),
         layout_(m.cnn.size(), Layout::full),
-        gathered_(m.cnn.size(), false) {}
+        gathered_(m.cnn.size(), false),
+        wanted_(output_gradients(m)),
+        input_gradient_(cnn_input_gradients(m)) {}
 
   std::vector<CnnLayerProgram> build() {
     std::vector<CnnLayerProgram> out;
@@ -336,16 +448,13 @@ class ProgramBuilder {
  private:
   double elems(int64_t n) const { return static_cast<double>(b_) * static_cast<double>(n); }
 
-  // The layer whose output layer l reads (-1: the images).
-  int source(int l) const {
-    const int from = m_.cnn[static_cast<size_t>(l)].input_from;
-    return from == -1 ? l - 1 : from;
-  }
   Layout layout_of(int src) const {
-    return src < 0 ? Layout::full : layout_[static_cast<size_t>(src)];
+    return src == CnnLayer::kImages ? Layout::full : layout_[static_cast<size_t>(src)];
   }
+  // Whether every rank holds src's output whole (the images; a whole layout; or gathered for
+  // an earlier consumer, in forward order).
   bool whole(int src) const {
-    return src < 0 || layout_[static_cast<size_t>(src)] == Layout::full ||
+    return src == CnnLayer::kImages || layout_[static_cast<size_t>(src)] == Layout::full ||
            gathered_[static_cast<size_t>(src)];
   }
 
@@ -376,9 +485,53 @@ class ProgramBuilder {
     steps.push_back(Step{op});
   }
 
+  // Forward: src's output (`bytes` whole) in the layout `need` this layer reads it in. Nothing
+  // to send from a whole copy (each rank takes its part) or the same layout; else an all-gather
+  // to whole (the copy then serves later consumers too) or an all-to-all between channels and
+  // image columns (`name`: the step's).
+  void to_layout(int src, Layout need, const std::string& name, double bytes,
+                 std::vector<Step>& fwd) {
+    if (whole(src) || layout_of(src) == need) return;
+    if (need == Layout::full) {
+      fwd.push_back(comm(name, CommKind::allgather, bytes));
+      gathered_[static_cast<size_t>(src)] = true;
+    } else {
+      fwd.push_back(comm(name, CommKind::alltoall, bytes / rows_));
+    }
+  }
+  // Backward, independent of any gathered copy: this layer's gradient for src (held in
+  // `have`, `bytes` whole) into src's layout, which src's backward reads. Nothing where src
+  // wants no gradient (the images, or nothing before it trains), from a whole gradient (each
+  // rank takes its part) or in the same layout; else an all-gather (src's output is whole on
+  // every rank and its backward runs whole: `gather`) or an all-to-all (`alltoall`).
+  void gradient_to(int src, Layout have, const std::string& gather, const std::string& alltoall,
+                   double bytes, std::vector<Step>& bwd) const {
+    if (src == CnnLayer::kImages || !wanted_[static_cast<size_t>(src)]) return;
+    const Layout need = layout_of(src);
+    if (have == Layout::full || have == need) return;
+    if (need == Layout::full) {
+      bwd.push_back(comm(gather, CommKind::allgather, bytes));
+    } else {
+      bwd.push_back(comm(alltoall, CommKind::alltoall, bytes / rows_));
+    }
+  }
+
   [[noreturn]] void refuse(const CnnLayer& l, const std::string& why) const {
     throw InputError(
         fmt::format("{}: layer {} ({}): {}", where_, l.name, to_string(split_of(l)), why));
+  }
+  // A split that does not fit, `why`; where the other does not fit either, the error says so.
+  [[noreturn]] void refuse_split(const CnnLayer& l, LayerSplit split, const std::string& why,
+                                 bool split_input, bool input_gradient) const {
+    const bool by_model = split == LayerSplit::model;
+    const std::string other = by_model ? domain_split_misfit(l, rows_, split_input, input_gradient)
+                                       : model_split_misfit(l, rows_);
+    if (other.empty())
+      refuse(l, by_model || l.kind != CnnKind::fc ? why : why + "; split it by model");
+    throw InputError(
+        fmt::format("{}: layer {}: no split over {} rows fits: by model, {}; by "
+                    "domain, {}",
+                    where_, l.name, rows_, by_model ? why : other, by_model ? other : why));
   }
   LayerSplit split_of(const CnnLayer& l) const {
     const size_t i = static_cast<size_t>(&l - m_.cnn.data());
@@ -402,7 +555,7 @@ class ProgramBuilder {
       }
       memory(back, l.name + ".norm.bn.bwd", 5 * bytes);
     }
-    if (l.residual_from != -2) {
+    if (l.residual_from != CnnLayer::kNoResidual) {
       memory(fwd, l.name + ".residual_add", 3 * bytes);
       memory(back, l.name + ".residual_add.bwd", 3 * bytes);
     }
@@ -417,40 +570,38 @@ class ProgramBuilder {
     for (auto it = back.rbegin(); it != back.rend(); ++it) bwd.push_back(*it);
   }
 
-  // A residual sum in this layer's layout, of a shortcut held in another: converted by an
-  // all-to-all (forward, and its gradient back), unless a whole copy is at hand.
+  // A residual sum in this layer's layout of a shortcut held in another: converted forward
+  // unless a whole copy is at hand, and the sum's gradient converted back whatever the forward
+  // did.
   void shortcut(const CnnLayer& l, Layout mine, std::vector<Step>& fwd, std::vector<Step>& bwd) {
-    if (l.residual_from < -1) return;
+    if (l.residual_from == CnnLayer::kNoResidual) return;
     const int src = l.residual_from;
-    if (whole(src) || layout_of(src) == mine) return;
-    const double per_rank = e_ * elems(l.out_elems()) / rows_;
-    fwd.push_back(comm(l.name + ".shortcut", CommKind::alltoall, per_rank));
-    bwd.push_back(comm(l.name + ".shortcut.bwd", CommKind::alltoall, per_rank));
+    const double bytes = e_ * elems(l.out_elems());
+    to_layout(src, mine, l.name + ".shortcut", bytes, fwd);
+    gradient_to(src, mine, l.name + ".shortcut.bwd", l.name + ".shortcut.bwd", bytes, bwd);
   }
 
   CnnLayerProgram layer(int i) {
     const CnnLayer& l = m_.cnn[static_cast<size_t>(i)];
     CnnLayerProgram prog;
-    const int src = source(i);
-    const bool first = src < 0;  // reads the images: no input gradient to compute
+    const int src = cnn_source(m_, i);
+    // Whether the backward computes the input's gradient: never for the images, nor where
+    // nothing before this layer trains (a pool reading the images, the layer after it).
+    const bool dx = input_gradient_[static_cast<size_t>(i)];
+    // Whether the input is split over the ranks as this layer reads it (else each rank holds
+    // it whole: the images, a whole layout, a copy gathered for an earlier consumer).
+    const bool split_input = !whole(src);
     std::vector<Step> fwd, bwd_main, bwd_epi, bwd_in;
     LayerSplit split = rows_ == 1 ? LayerSplit::batch : split_of(l);
     if (l.kind == CnnKind::pool) {
-      // A pooling layer keeps its input's layout; split by image columns where its output has
-      // fewer columns than the rows (or its halo more than a rank's own), it gathers its input
-      // and pools it whole.
+      // A pooling layer keeps its input's layout; split by image columns where the split does
+      // not fit it, it gathers its input and pools it whole.
       const Layout in = layout_of(src);
-      const bool global = l.out_w == 1 && l.kernel == l.in_w;
-      const bool fits = global || (l.out_w >= rows_ && l.in_w / rows_ >= 1 &&
-                                   l.in_w / rows_ >= ceil_div(halo_columns_forward(l), 2));
+      const bool fits = domain_split_misfit(l, rows_, split_input, dx).empty();
       split = rows_ == 1                              ? LayerSplit::batch
               : in == Layout::spatial && fits         ? LayerSplit::domain
-              : in == Layout::channels && !whole(src) ? LayerSplit::model
+              : in == Layout::channels && split_input ? LayerSplit::model
                                                       : LayerSplit::batch;
-      if (rows_ > 1 && split == LayerSplit::batch && !whole(src)) {
-        fwd.push_back(comm(l.name + ".gather", CommKind::allgather, e_ * elems(l.in_elems())));
-        gathered_[static_cast<size_t>(src)] = true;
-      }
     } else if (rows_ > 1 && split == LayerSplit::batch) {
       refuse(l, fmt::format("every layer of a grid with {} rows is split over them; give it model "
                             "or domain (batch is the grid with rows: 1)",
@@ -460,30 +611,35 @@ class ProgramBuilder {
     stored_ = 0;
     const double in_bytes = e_ * elems(l.in_elems());
     Layout out = Layout::full;
+    Layout gradient = Layout::full;  // where the input's gradient is left
     switch (split) {
       case LayerSplit::batch:
-        kernels(l, l.out_c, l.in_w, l.out_w, l.pad, fwd, bwd_main, first);
+        // On a grid (a pool that cannot follow its input's split): the input gathered whole,
+        // pooled on every rank, its gradient whole.
+        to_layout(src, Layout::full, l.name + ".gather", in_bytes, fwd);
+        kernels(l, l.out_c, l.in_w, l.out_w, l.pad, fwd, bwd_main, dx);
         epilogue(l, elems(l.out_elems()), false, fwd, bwd_epi);
         stored_ += in_bytes;
         prog.params = static_cast<double>(l.params());
         break;
       case LayerSplit::model: {
-        if (l.kind != CnnKind::pool && l.out_c < rows_) {
-          refuse(l, fmt::format("{} {} split over {} rows: fewer than one per rank", l.out_c,
-                                l.kind == CnnKind::fc ? "outputs" : "filters", rows_));
-        }
-        // The input whole on every rank: gathered from the ranks' channels or image columns.
-        if (l.kind != CnnKind::pool && !whole(src)) {
-          fwd.push_back(comm(l.name + ".gather", CommKind::allgather, in_bytes));
-          gathered_[static_cast<size_t>(src)] = true;
-        }
+        if (const std::string why = model_split_misfit(l, rows_); !why.empty())
+          refuse_split(l, split, why, split_input, dx);
         const int64_t local = ceil_div(l.out_c, rows_);
-        kernels(l, local, l.in_w, l.out_w, l.pad, fwd, bwd_main, first);
-        stored_ += l.kind == CnnKind::pool ? in_bytes / rows_ : in_bytes;
+        if (l.kind == CnnKind::pool) {
+          // Its input's channels, pooled on their rank; the gradient stays by channels.
+          kernels(l, local, l.in_w, l.out_w, l.pad, fwd, bwd_main, dx);
+          stored_ += in_bytes / rows_;
+          gradient = Layout::channels;
+        } else {
+          // The input whole on every rank: gathered from the ranks' channels or image columns.
+          to_layout(src, Layout::full, l.name + ".gather", in_bytes, fwd);
+          kernels(l, local, l.in_w, l.out_w, l.pad, fwd, bwd_main, dx);
+          stored_ += in_bytes;
+          // The input gradient: each rank's filters' share of every input element, summed.
+          if (dx) bwd_in.push_back(comm(l.name + ".dgrad.sum", CommKind::allreduce, in_bytes));
+        }
         epilogue(l, elems(local * l.out_h * l.out_w), false, fwd, bwd_epi);
-        // The input gradient: each rank's filters' share of every input element, summed.
-        if (l.kind != CnnKind::pool && !first)
-          bwd_in.push_back(comm(l.name + ".dgrad.sum", CommKind::allreduce, in_bytes));
         out = Layout::channels;
         prog.params = l.kind == CnnKind::pool
                           ? 0.0
@@ -491,44 +647,31 @@ class ProgramBuilder {
         break;
       }
       case LayerSplit::domain: {
-        if (l.kind == CnnKind::fc) {
-          refuse(l, "a fully connected layer has no image to split; split it by model");
-        }
+        if (const std::string why = domain_split_misfit(l, rows_, split_input, dx); !why.empty())
+          refuse_split(l, split, why, split_input, dx);
         // A global pool reduces each rank's columns to partial sums.
-        const bool global = l.kind == CnnKind::pool && l.out_w == 1 && l.kernel == l.in_w;
-        if (!global && l.out_w < rows_) {
-          refuse(l, fmt::format("its {} output columns split over {} rows: a spatial split finer "
-                                "than one column",
-                                l.out_w, rows_));
-        }
-        const int64_t halo_f = global ? 0 : halo_columns_forward(l);
-        const int64_t halo_b = global ? 0 : halo_columns_backward(l);
-        const int64_t slab = l.in_w / rows_;
-        if (slab < ceil_div(halo_f, 2) || slab < 1) {
-          refuse(l, fmt::format("its {}-column input split over {} rows leaves {} columns a rank, "
-                                "fewer than the {} its {}x{} kernel reads beyond them: a spatial "
-                                "split finer than the kernel",
-                                l.in_w, rows_, slab, ceil_div(halo_f, 2), l.kernel, l.kernel));
-        }
-        // Channels to image columns: every rank's channels of its columns (an all-to-all), and
-        // the gradient back the same way; from a whole input each rank takes its columns.
-        if (!whole(src) && layout_of(src) == Layout::channels) {
-          fwd.push_back(comm(l.name + ".scatter", CommKind::alltoall, in_bytes / rows_));
-          bwd_in.push_back(comm(l.name + ".scatter.bwd", CommKind::alltoall, in_bytes / rows_));
-        }
-        if (halo_f > 0) {
+        const bool global = global_pool(l);
+        const Halo hf = global ? Halo{} : halo_forward(l);
+        const Halo hb = global ? Halo{} : halo_backward(l);
+        // Channels to image columns: every rank's channels of its columns (an all-to-all); from
+        // a whole input each rank takes its columns.
+        to_layout(src, Layout::spatial, l.name + ".scatter", in_bytes, fwd);
+        // The halo from the neighbours, where they hold it: each side's columns (the exchange
+        // carries their mean to each neighbour: an inner rank sends both sides' in all).
+        if (split_input && hf.total() > 0) {
           fwd.push_back(comm(l.name + ".halo", CommKind::halo,
-                             e_ * elems(l.in_c * l.in_h) * static_cast<double>(halo_f) / 2));
+                             e_ * elems(l.in_c * l.in_h) * static_cast<double>(hf.total()) / 2));
         }
         const int64_t cols = global ? 1 : ceil_div(l.out_w, rows_);
         // The rank's output columns from its input columns and the halo: no padding across the
         // cut (the outer ranks' padding is within the kernel's reach of the halo).
         const int64_t in_cols = global ? ceil_div(l.in_w, rows_) : (cols - 1) * l.stride + l.kernel;
-        if (!first && halo_b > 0) {
-          bwd_main.push_back(comm(l.name + ".halo.bwd", CommKind::halo,
-                                  e_ * elems(l.out_c * l.out_h) * static_cast<double>(halo_b) / 2));
+        if (dx && hb.total() > 0) {
+          bwd_main.push_back(
+              comm(l.name + ".halo.bwd", CommKind::halo,
+                   e_ * elems(l.out_c * l.out_h) * static_cast<double>(hb.total()) / 2));
         }
-        kernels(l, l.out_c, in_cols, cols, 0, fwd, bwd_main, first);
+        kernels(l, l.out_c, in_cols, cols, 0, fwd, bwd_main, dx);
         stored_ += e_ * elems(l.in_c * l.in_h * in_cols);
         if (global) {
           // A global pool of image columns: each rank's partial sums, summed.
@@ -537,12 +680,16 @@ class ProgramBuilder {
         } else {
           out = Layout::spatial;
         }
+        gradient = Layout::spatial;
         epilogue(l, elems(l.out_c * l.out_h * cols), true, fwd, bwd_epi);
         prog.params = static_cast<double>(l.params());
         prog.grid_gradients = l.kind != CnnKind::pool;
         break;
       }
     }
+    if (dx)
+      gradient_to(src, gradient, l.name + ".dgrad.gather", l.name + ".scatter.bwd", in_bytes,
+                  bwd_in);
     layout_[static_cast<size_t>(i)] = out;
     prog.activations = stored_;
     shortcut(l, out, fwd, bwd_epi);
@@ -554,9 +701,9 @@ class ProgramBuilder {
   }
 
   // The layer's kernels on this rank: `k` output channels (filters, outputs) over `out_w`
-  // output columns from `in_w` input columns.
+  // output columns from `in_w` input columns; the input's gradient only where `dx`.
   void kernels(const CnnLayer& l, int64_t k, int64_t in_w, int64_t out_w, int pad_w,
-               std::vector<Step>& fwd, std::vector<Step>& bwd, bool first) const {
+               std::vector<Step>& fwd, std::vector<Step>& bwd, bool dx) const {
     switch (l.kind) {
       case CnnKind::conv: {
         ConvShape c;
@@ -566,7 +713,7 @@ class ProgramBuilder {
         fwd.push_back(Step{conv_op(l.name, c, e_)});
         c.pass = ConvPass::weight_grad;
         bwd.push_back(Step{conv_op(l.name + ".wgrad", c, e_)});
-        if (!first) {
+        if (dx) {
           c.pass = ConvPass::data_grad;
           bwd.push_back(Step{conv_op(l.name + ".dgrad", c, e_)});
         }
@@ -575,14 +722,15 @@ class ProgramBuilder {
       case CnnKind::fc:
         gemm(fwd, l.name, b_, k, l.in_elems());
         gemm(bwd, l.name + ".wgrad", l.in_elems(), k, b_);
-        if (!first) gemm(bwd, l.name + ".dgrad", b_, l.in_elems(), k);
+        if (dx) gemm(bwd, l.name + ".dgrad", b_, l.in_elems(), k);
         break;
       case CnnKind::pool: {
-        // A channel split pools its own channels; an image-column split its columns.
+        // A channel split pools its own channels; an image-column split its columns. Its
+        // backward is its input's gradient only (no weights).
         const double in = elems(l.in_h * in_w) * k;  // a pool keeps its channels
         const double o = elems(l.out_h * out_w) * k;
         memory(fwd, l.name, e_ * (in + o) + (l.pool == PoolKind::max ? o : 0));
-        memory(bwd, l.name + ".bwd", e_ * (in + o) + (l.pool == PoolKind::max ? o : 0));
+        if (dx) memory(bwd, l.name + ".bwd", e_ * (in + o) + (l.pool == PoolKind::max ? o : 0));
         break;
       }
     }
@@ -609,7 +757,9 @@ class ProgramBuilder {
   const std::string& where_;
   std::vector<Layout> layout_;
   std::vector<bool> gathered_;
-  double stored_ = 0;  // the layer being built keeps this much for its backward
+  std::vector<bool> wanted_;          // per layer: its output's gradient is wanted
+  std::vector<bool> input_gradient_;  // per layer: it computes its input's gradient
+  double stored_ = 0;                 // the layer being built keeps this much for its backward
 };
 
 }  // namespace

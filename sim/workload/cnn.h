@@ -29,12 +29,35 @@ std::string to_string(LayerSplit s);
 // 4 W out, the stride on the 3x3). Shapes are propagated from the input; errors name the entry.
 ModelConfig load_cnn_yaml(const YAML::Node& root, const std::string& file);
 
-// The columns of the halo a rank of a domain-split layer needs from its neighbours, in all (the
-// two sides together), to compute its slab of output columns: forward, input columns
-// (kernel - stride, at least 0); backward, output-gradient columns (that over the stride,
-// rounded up).
-int64_t halo_columns_forward(const CnnLayer& l);
-int64_t halo_columns_backward(const CnnLayer& l);
+// The halo of a domain-split layer: the columns a rank needs from its left and from its right
+// neighbour (each at least 0), its slab of output columns reading `stride` input columns each
+// (the split aligned). Forward, input columns: pad on the left, kernel - stride - pad on the
+// right. Backward, the output-gradient columns its input columns' gradient reads: the forward's
+// sides mirrored, in output columns (ceil((kernel - stride - pad) / stride) on the left,
+// ceil(pad / stride) on the right).
+struct Halo {
+  int64_t left = 0, right = 0;
+  int64_t total() const { return left + right; }
+};
+Halo halo_forward(const CnnLayer& l);
+Halo halo_backward(const CnnLayer& l);
+
+// The layer whose output layer i reads (CnnLayer::kImages: the images).
+int cnn_source(const ModelConfig& m, int i);
+// Per layer, whether its backward computes its input's gradient: where a layer it reads from,
+// directly or through others, has parameters to train. Never for the images: not for the first
+// layer, nor for a pool that reads them and the layer after it.
+std::vector<bool> cnn_input_gradients(const ModelConfig& m);
+
+// The fit rules of the two splits over `rows` ranks, which cnn_programs applies and the gholami
+// policy chooses within: why layer l cannot take the split (empty: it can). By model: fewer
+// filters or outputs than ranks (a pool follows its input's channels). By domain: a fully
+// connected layer; fewer output columns than ranks; a side of the halo wider than the
+// neighbour's slab (a rank would need columns from beyond its neighbour), forward where the
+// input is split over the ranks (`split_input`: from a whole input each rank reads its own halo)
+// and backward where the layer computes its input's gradient. A global pool always fits.
+std::string model_split_misfit(const CnnLayer& l, int rows);
+std::string domain_split_misfit(const CnnLayer& l, int rows, bool split_input, bool input_gradient);
 
 // One layer's programs on one rank of a column of `rows` ranks, for `batch` images.
 struct CnnLayerProgram {
@@ -49,16 +72,16 @@ struct CnnLayerProgram {
 
 // Every layer's programs, and the loss (softmax cross-entropy over the last layer's output)
 // last. `splits` holds one entry per layer (pooling layers follow their input's layout, their
-// entry is ignored). Throws InputError (naming the layer) for a split the layer cannot take: a
-// domain split of a fully connected layer, a spatial split finer than the kernel or than one
-// output column, a model split over more ranks than filters or outputs.
+// entry is ignored). Throws InputError (naming the layer) for a split the layer cannot take (the
+// misfits above), saying so where neither split fits.
 std::vector<CnnLayerProgram> cnn_programs(const ModelConfig& model,
                                           const std::vector<LayerSplit>& splits, int rows,
                                           int64_t batch, Precision precision,
                                           const std::string& where);
 
 // SGD with momentum over `params` local parameters (PyTorch's, the optimizer these networks
-// train with): reads the gradient, reads and writes the fp32 weights and the momentum.
-Op sgd_step(double params);
+// train with): reads the gradient (`grad_bytes` each), reads and writes the fp32 weights and the
+// momentum.
+Op sgd_step(double params, double grad_bytes);
 
 }  // namespace hetsim::workload

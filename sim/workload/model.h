@@ -31,11 +31,13 @@ struct CnnLayer {
   PoolKind pool = PoolKind::max;
   bool bias = false, batchnorm = false, relu = false;
   double dropout = 0;
-  // Residual networks: the layer whose output this one reads (-1: the one before it), for a
-  // block's shortcut convolution; and the source of the identity this layer's output adds
-  // before its ReLU (-2: none; -1: the network input; else that layer's output).
-  int input_from = -1;
-  int residual_from = -2;
+  // Residual networks: the layer whose output this one reads, for a block's first and shortcut
+  // convolutions (kPrevious: the one before it, the images for the first layer; kImages: the
+  // network's input; else that layer's index), and the source of the identity this layer's
+  // output adds before its ReLU (kNoResidual: none; kImages; else that layer's index).
+  static constexpr int kPrevious = -1, kImages = -2, kNoResidual = -3;
+  int input_from = kPrevious;
+  int residual_from = kNoResidual;
   int64_t weights() const;  // filters or matrix, without the bias
   int64_t params() const;   // with bias and batch-norm scale and shift
   double macs() const;      // per image (conv, fc)
@@ -45,7 +47,7 @@ struct CnnLayer {
 
 struct ModelConfig {
   std::string name;
-  std::string family;  // gpt | llama | bert | gptneox
+  std::string family;  // gpt | llama | bert | gptneox | cnn
   std::string source;  // file it came from
   int layers = 0;
   int hidden = 0;

@@ -488,7 +488,7 @@ TrainingJob build_grid_job(const ModelConfig& model, const Plan& plan,
     }
     if (issued > 0) b.dp_wait(issued);
     b.host(plan.framework.host_per_step, Pass::other, 0, 0);
-    b.emit(b.piece("optimizer", {Step{sgd_step(g.params)}}), Pass::other, -1, 0, 0);
+    b.emit(b.piece("optimizer", {Step{sgd_step(g.params, grad_bytes)}}), Pass::other, -1, 0, 0);
     job.groups.push_back(std::move(g));
   }
   finish_job(job, cost);

@@ -82,8 +82,10 @@ std::vector<Target> targets(const fs::path& src) {
   std::vector<Target> t;
   const std::string cpu_plan = (src / "tests/data/plans/cpu.yaml").string();
   // Models and HF configs: one CPU host (2 devices), data parallel 2, sequence 256; the
-  // convolutional networks as a 2 x 1 grid.
+  // convolutional networks as a 2 x 1 grid there, and as a 2 x 2 grid on four A100 (two
+  // columns: gradients over the columns and over the grid).
   const std::string grid_plan = (src / "tests/fuzz/grid_plan.yaml").string();
+  const std::string grid_plan_2x2 = (src / "tests/fuzz/grid_plan_2x2.yaml").string();
   for (const auto& f : files_in(src / "models", ".yaml")) {
     std::ifstream in(f);
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -92,6 +94,12 @@ std::vector<Target> targets(const fs::path& src) {
                  f,
                  {"simulate", "--model", "@", "--cluster", "cpu-host", "--plan",
                   cnn ? grid_plan : cpu_plan}});
+    if (cnn) {
+      t.push_back({Kind::model,
+                   f,
+                   {"simulate", "--model", "@", "--cluster", "dgx-a100", "--nodes", "1", "--plan",
+                    grid_plan_2x2}});
+    }
   }
   // The HF configs that load (missing_field.json and unknown_arch.json are bad-input cases).
   for (const auto& f : files_in(src / "tests/data/hf", ".json"))
