@@ -164,17 +164,7 @@ class Exporter {
           // Over rank k of this stage in every replica of the expert- or context-parallel
           // group; an async one (ring attention's key/value exchange) joins the next wait.
           const workload::CommTemplate& ct = grp.comms[t.index];
-          // Experts whole on each rank (Plan::experts_whole): over every rank of those replicas.
-          std::vector<platform::GpuId> peers;
-          const bool whole = ct.expert && job_.plan->experts_whole();
-          for (uint32_t m : job_.peer_groups(g, job_.group_size(ct))) {
-            const auto& d = job_.groups[m].devices;
-            if (whole) {
-              peers.insert(peers.end(), d.begin(), d.end());
-            } else {
-              peers.push_back(d[k]);
-            }
-          }
+          const std::vector<platform::GpuId> peers = job_.peer_ranks(g, ct, k);
           const uint64_t id = add(c, collective(fmt::format("{} mb{}", ct.name, t.micro_batch),
                                                 ct.kind, ct.bytes, group(peers)));
           if (ct.async) {

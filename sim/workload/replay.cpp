@@ -703,20 +703,12 @@ class Replayer {
     const uint32_t groups = fold_ ? replicas_ / size : 1;
     // Experts whole on each rank (Plan::experts_whole): one all-to-all over every rank of the
     // group's replicas; else one per tensor-parallel rank j, among the replicas' rank j.
-    const bool whole = !ct.context && job_.plan->experts_whole();
+    const bool whole = ct.expert && job_.plan->experts_whole();
     for (size_t j = 0; j < (whole ? 1 : grp.devices.size()); ++j) {
       Plans copies;
       for (uint32_t q = q0; q < q0 + groups; ++q) {
-        std::vector<platform::GpuId> ranks;
-        for (uint32_t m : job_.peer_groups(job_.first_group[q * size] + grp.stage, size)) {
-          const auto& d = job_.groups[m].devices;
-          if (whole) {
-            ranks.insert(ranks.end(), d.begin(), d.end());
-          } else {
-            ranks.push_back(d[j]);
-          }
-        }
-        copies.push_back(plan_for(ct.kind, ct.bytes, ranks));
+        copies.push_back(plan_for(ct.kind, ct.bytes,
+                                  job_.peer_ranks(job_.first_group[q * size] + grp.stage, ct, j)));
       }
       if (copies.size() > 1) {
         if (auto f = fold(copies)) copies = Plans{std::move(*f)};

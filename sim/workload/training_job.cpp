@@ -338,17 +338,9 @@ void measured_collectives(TrainingJob& job, const CostModel& cost) {
     const int tp = static_cast<int>(g.devices.size());
     for (CommTemplate& ct : g.comms) {
       if (ct.expert || ct.context) {
-        // Tensor-parallel rank 0 of this stage in each replica of the group.
-        std::vector<platform::GpuId> peers;
-        const bool whole = ct.expert && job.plan->experts_whole();  // one all-to-all, every rank
-        for (uint32_t m : job.peer_groups(gi, job.group_size(ct))) {
-          const auto& d = job.groups[m].devices;
-          if (whole) {
-            peers.insert(peers.end(), d.begin(), d.end());
-          } else {
-            peers.push_back(d.front());
-          }
-        }
+        // Tensor-parallel rank 0 of this stage in each replica of the group (every rank, experts
+        // whole).
+        const std::vector<platform::GpuId> peers = job.peer_ranks(gi, ct, 0);
         if (one_type(peers))
           ct.measured = cost.collective_time(ct.kind, ct.bytes, static_cast<int>(peers.size()),
                                              nodes(peers), *g.gpu);

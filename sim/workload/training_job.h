@@ -147,6 +147,22 @@ struct TrainingJob {
       out.push_back(first_group[r] + g.stage);
     return out;
   }
+  // The ranks of `group`'s cross-replica collective `ct` for its tensor-parallel rank j: rank j
+  // of each peer group; a MoE all-to-all with experts whole (Plan::experts_whole) runs once over
+  // every rank of them, whatever j.
+  std::vector<platform::GpuId> peer_ranks(uint32_t group, const CommTemplate& ct, size_t j) const {
+    const bool whole = ct.expert && plan->experts_whole();
+    std::vector<platform::GpuId> out;
+    for (uint32_t m : peer_groups(group, group_size(ct))) {
+      const auto& d = groups[m].devices;
+      if (whole) {
+        out.insert(out.end(), d.begin(), d.end());
+      } else {
+        out.push_back(d[j]);
+      }
+    }
+    return out;
+  }
   uint32_t stages_of(uint32_t replica) const {
     return first_group[replica + 1] - first_group[replica];
   }
