@@ -117,7 +117,8 @@ void add_collective_command(CLI::App& app, Action& action) {
       ->capture_default_str();
   cmd->add_option("--protocol", o->protocol, "auto | LL | LL128 | Simple")->capture_default_str();
   cmd->add_option("--expansion", o->expansion,
-                  "steady (one flow per ring) | stepwise (one flow per step and rank)")
+                  "steady (one flow per ring; an all-to-all, one per class of alike rank pairs) "
+                  "| stepwise (one flow per step and rank; per rank pair)")
       ->capture_default_str();
   cmd->add_option("--perturb", o->perturb,
                   "What-if on the links, as simulate's (repeatable): e.g. 'link: {link: "

@@ -45,7 +45,7 @@ Shrunk drop_node(workload::Plan& plan, const platform::Cluster& cluster, uint32_
   out.replicas_before = n;
   out.global_batch_before = plan.global_batch_size;
   // Expert- and context-parallel groups are runs of consecutive replicas (plan.h).
-  const size_t block = std::lcm(static_cast<size_t>(std::max(1, plan.expert_parallel)),
+  const size_t block = std::lcm(static_cast<size_t>(std::max(1, plan.expert_group_replicas())),
                                 static_cast<size_t>(std::max(1, plan.context_parallel)));
   std::vector<bool> lost(n, false);
   for (size_t r = 0; r < n; ++r) {
@@ -72,6 +72,7 @@ Shrunk drop_node(workload::Plan& plan, const platform::Cluster& cluster, uint32_
     out.global_batch_after = plan.global_batch_size;
     return out;
   }
+  out.hit = true;
   if (kept.empty()) {
     throw InputError(fmt::format(
         "perturbation lost.node: every replica of the plan holds a GPU of node{} (or shares an "
@@ -80,10 +81,17 @@ Shrunk drop_node(workload::Plan& plan, const platform::Cluster& cluster, uint32_
         node));
   }
   const size_t m = kept.size();
-  // ZeRO-2/3's per-micro-batch collectives and the expert- and context-parallel groups'
-  // all-to-alls and rings pair every micro-batch across replicas: equal counts.
-  if (plan.zero_stage >= 2 || block > 1) {
-    const int64_t each = (total + static_cast<int64_t>(m) - 1) / static_cast<int64_t>(m);
+  // ZeRO-2/3's per-micro-batch collectives (unless accumulated layer by layer) and the expert-
+  // and context-parallel groups' all-to-alls and rings pair every micro-batch across replicas,
+  // and the interleaved schedule runs whole groups of micro-batches (plan.cpp): equal counts,
+  // rounded up to such a group.
+  const bool interleaved = plan.schedule == workload::Schedule::interleaved;
+  if ((plan.zero_stage >= 2 && !plan.layered) || block > 1 || interleaved) {
+    int64_t each = (total + static_cast<int64_t>(m) - 1) / static_cast<int64_t>(m);
+    if (interleaved) {
+      const int64_t group = plan.microbatch_group > 0 ? plan.microbatch_group : plan.stages();
+      each = (each + group - 1) / group * group;
+    }
     for (workload::ReplicaPlan& r : kept) r.micro_batches = static_cast<int>(each);
   } else {
     const std::vector<int64_t> shares =
@@ -100,7 +108,8 @@ Shrunk drop_node(workload::Plan& plan, const platform::Cluster& cluster, uint32_
     even = even && r.micro_batches == kept.front().micro_batches;
   }
   plan.replicas = std::move(kept);
-  plan.global_batch_size = micro * plan.micro_batch_size;
+  // A context-parallel group's replicas share their sequences.
+  plan.global_batch_size = micro * plan.micro_batch_size / std::max(1, plan.context_parallel);
   plan.data_parallel = static_cast<int>(m) / std::max(1, plan.context_parallel);
   if (!even) plan.uniform = false;  // no longer tensor x pipeline x data degrees alone
   out.replicas_after = m;

@@ -29,10 +29,15 @@ bool rebalance_batch(workload::Plan& plan, const std::vector<double>& compute_fa
 // elastic agent and Megatron-LM's in-process restart do it: the data-parallel replicas that held
 // a GPU of the node are dropped, whole expert- and context-parallel groups at a time (their
 // collectives need every member), and the survivors share the micro-batches so that the global
-// batch is kept: whole micro-batches, as even as they divide; under ZeRO-2 and -3, whose
-// per-micro-batch collectives need equal counts, each survivor runs the rounded-up share and the
+// batch is kept: whole micro-batches, as even as they divide; under ZeRO-2 and -3 (micro-batch
+// by micro-batch accumulation) and with expert or context parallelism, whose per-micro-batch
+// collectives need equal counts, and under the interleaved schedule, which runs whole groups of
+// micro-batches, each survivor runs the rounded-up share (to a whole group, interleaved) and the
 // global batch grows to that. A sharded state share (Cephalo) is renormalised over the survivors.
+// Megatron-LM itself would refuse a global batch the survivors do not divide evenly; hetsim
+// keeps it with uneven shares, as its heterogeneous plans do.
 struct Shrunk {
+  bool hit = false;  // some replica held a GPU of the node (else the plan is unchanged)
   size_t replicas_before = 0, replicas_after = 0;
   int64_t global_batch_before = 0, global_batch_after = 0;
 };

@@ -214,6 +214,7 @@ nlohmann::ordered_json to_json(const TrainingReport& r) {
   if (r.lost) {
     const LostNodeReport& l = *r.lost;
     j["lost_node"] = {{"node", l.node},
+                      {"hit", l.hit},
                       {"replace", l.spare ? "spare" : "shrink"},
                       {"at_s", l.at_s},
                       {"detect_s", l.detect_s},
@@ -424,7 +425,10 @@ std::string to_text(const TrainingReport& r) {
   std::string s = fmt::format("{} on {} ({} GPUs), plan {}\n", r.model, r.cluster, r.gpus, r.plan);
   for (const std::string& w : r.warnings) s += "  WARNING: " + w + "\n";
   for (const std::string& p : r.perturbations) s += "  what-if        " + p + "\n";
-  if (r.lost) {
+  if (r.lost && !r.lost->hit) {
+    s += fmt::format("  lost node      node{} holds none of the plan's GPUs: nothing lost\n",
+                     r.lost->node);
+  } else if (r.lost) {
     const LostNodeReport& l = *r.lost;
     s += fmt::format(
         "  lost node      node{}: the step it hit took {} ({} run, {} until the timeout, {} to "

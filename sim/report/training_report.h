@@ -27,10 +27,11 @@ struct DeviceReport {
 // every step after it runs (after_s, this report's iteration).
 struct LostNodeReport {
   uint32_t node = 0;
+  bool hit = true;     // the node held some of the plan's GPUs (else nothing was lost)
   bool spare = false;  // on a spare node; else shrunk to the survivors
   double at_s = 0, detect_s = 0, restart_s = 0;
   double before_s = 0, after_s = 0;
-  double failed_step_s = 0;  // at + detect + restart + after
+  double failed_step_s = 0;  // at + detect + restart + after (hit; else the step as before)
   size_t gpus_before = 0, gpus_after = 0;
   size_t replicas_before = 0, replicas_after = 0;
   int64_t global_batch_before = 0, global_batch_after = 0;

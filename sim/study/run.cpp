@@ -66,13 +66,22 @@ RunOutput run(const RunInputs& in, const workload::CostModel& cost, const RunOpt
   lost.detect_s = loss.detect_s;
   lost.restart_s = loss.restart_s;
   lost.before_s = before.report.iteration_time_s;
-  // A loss after the iteration's end comes as the next one starts: nothing of it done yet.
+  // The step runs until the loss; one lost after the step's end (at past it) hits the step at
+  // its end, when all of it has run and none of it is kept.
   lost.at_s = std::min(loss.at_s, lost.before_s);
+  // A node that holds none of the plan's GPUs costs the job nothing.
+  lost.hit = false;
+  for (const workload::ReplicaPlan& r : in.plan.replicas) {
+    for (const workload::StagePlan& st : r.stages) {
+      for (platform::GpuId g : st.devices)
+        lost.hit = lost.hit || in.cluster.gpu(g).node == loss.node;
+    }
+  }
   lost.gpus_before = before.report.gpus;
   lost.replicas_before = lost.replicas_after = in.plan.replicas.size();
   lost.global_batch_before = lost.global_batch_after = in.plan.global_batch_size;
   RunOutput out;
-  if (loss.spare) {
+  if (!lost.hit || loss.spare) {
     out = options.observer ? run_plan(in, in.plan, cost, options) : std::move(before);
   } else {
     auto survivors = std::make_unique<workload::Plan>(in.plan);
@@ -84,7 +93,8 @@ RunOutput run(const RunInputs& in, const workload::CostModel& cost, const RunOpt
   }
   lost.after_s = out.report.iteration_time_s;
   lost.gpus_after = out.report.gpus;
-  lost.failed_step_s = lost.at_s + lost.detect_s + lost.restart_s + lost.after_s;
+  lost.failed_step_s =
+      lost.hit ? lost.at_s + lost.detect_s + lost.restart_s + lost.after_s : lost.before_s;
   out.report.lost = lost;
   return out;
 }

@@ -432,6 +432,50 @@ TEST(LostNode, ExpertParallelGroupsGoWhole) {
   EXPECT_GT(run(build_training_job(m, p, c, cost)).iteration, Time());
 }
 
+// The groups that go whole are the plan's: an expert-parallel group of EP / t replicas with
+// experts whole; a context-parallel pair, whose replicas share their sequences (the global batch
+// counts them once); the interleaved schedule's whole groups of micro-batches.
+TEST(LostNode, GroupsGoWholeAndSchedulesKeepTheirRules) {
+  const ModelConfig moe = load_model_yaml_text(
+      "name: moe\nfamily: gpt\nlayers: 4\nhidden: 1024\nheads: 16\nvocab: 50304\n"
+      "sequence: 1024\nactivation: gelu\nnorm: layernorm\nposition: learned\n"
+      "tied_embeddings: true\ncausal: true\nbias: true\nexperts: 24\nexperts_per_token: 2\n",
+      "moe.yaml");
+  // TP 2 x DP 16 on 4 nodes, EP 8 with experts whole: groups of 4 replicas (8 GPUs, one node).
+  Plan etp = load_plan_text(
+      "tensor_parallel: 2\ndata_parallel: 16\nexpert_parallel: 8\nexpert_tensor_parallel: 1\n"
+      "sequence_parallel: true\nglobal_batch_size: 64\nsequence_length: 1024\n",
+      "etp.yaml", moe, cluster(4));
+  EXPECT_EQ(policy::drop_node(etp, cluster(4), 0).replicas_after, 12u);
+  // 64 micro-batches over 12 replicas that must run as many: 6 each, 72 in all.
+  EXPECT_EQ(micro_batches(etp), (std::vector<int>(12, 6)));
+  EXPECT_EQ(etp.global_batch_size, 72);
+  const ModelConfig m = small_gpt();
+  // CP 2 x DP 12, one GPU each, on 3 nodes: node 0 holds 4 pairs; 8 pairs share 12 x 2
+  // sequences, 3 each, and the global batch stays 24.
+  Plan cp = load_plan_text(
+      "context_parallel: 2\ndata_parallel: 12\nglobal_batch_size: 24\nsequence_length: 1024\n",
+      "cp.yaml", m, cluster(3));
+  const policy::Shrunk s = policy::drop_node(cp, cluster(3), 0);
+  EXPECT_EQ(s.replicas_after, 16u);
+  EXPECT_EQ(s.global_batch_after, 24);
+  EXPECT_EQ(micro_batches(cp), (std::vector<int>(16, 3)));
+  EXPECT_EQ(cp.data_parallel, 8);
+  // Interleaved, PP 2: 10 replicas on GPUs 0-19 (stage 0 on GPUs 0-9, stage 1 on 10-19, in
+  // Megatron's order); node 2 (GPUs 16-19) holds stage 1 of four of them. 4 micro-batches each
+  // (40) shared by the survivors, rounded up to a multiple of the 2 stages.
+  Plan il = load_plan_text(
+      "pipeline_parallel: 2\ndata_parallel: 10\ndevices: \"0-19\"\nschedule: interleaved\n"
+      "interleave: 2\nglobal_batch_size: 40\nsequence_length: 1024\n",
+      "il.yaml", m, cluster(3));
+  const policy::Shrunk si = policy::drop_node(il, cluster(3), 2);
+  for (int mb : micro_batches(il)) EXPECT_EQ(mb % 2, 0) << mb;
+  EXPECT_EQ(micro_batches(il), std::vector<int>(si.replicas_after, micro_batches(il).front()));
+  EXPECT_GE(si.global_batch_after, 40);
+  EXPECT_TRUE(il.uniform);
+  EXPECT_GT(run(build_training_job(m, il, cluster(3), DatasheetCostModel())).iteration, Time());
+}
+
 // Pure data parallelism 16 over two nodes, one micro-batch of 4 each; node 1 lost 0.25 s in. The
 // step it hit: 0.25 s of work lost, the 600 s timeout, a 90 s relaunch, then the step again on
 // node 0's 8 replicas, 2 micro-batches each: exactly the plan written for those 8 GPUs.
@@ -483,6 +527,17 @@ TEST(LostNode, TheStepItHitsIsTheRunTheTimeoutTheRelaunchAndTheStepAgain) {
   EXPECT_EQ(spare.iteration_time_s, healthy.iteration_time_s);
   EXPECT_EQ(spare.lost->failed_step_s, 0.01 + 30 + 0 + healthy.iteration_time_s);
   EXPECT_EQ(spare.gpus, 16u);
+  // A node the plan does not use costs nothing.
+  const report::TrainingReport unused = report(
+      "data_parallel: 8\ndevices: \"0-7\"\nglobal_batch_size: 64\nmicro_batch_size: 4\n"
+      "sequence_length: 1024\n",
+      "lost: {node: 1, at: 0.01}");
+  ASSERT_TRUE(unused.lost);
+  EXPECT_FALSE(unused.lost->hit);
+  EXPECT_EQ(unused.iteration_time_s, eight.iteration_time_s);
+  EXPECT_EQ(unused.lost->failed_step_s, eight.iteration_time_s);
+  EXPECT_NE(report::to_text(unused).find("node1 holds none of the plan's GPUs: nothing lost"),
+            std::string::npos);
   // Bad input names the field.
   EXPECT_EQ(error_of([] { parse_perturbation("lost: {node: 1}"); }),
             "--perturb:1: lost.at: missing required field (a number)");
