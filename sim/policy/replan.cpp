@@ -39,6 +39,17 @@ bool rebalance_batch(workload::Plan& plan, const std::vector<double>& compute_fa
   return changed;
 }
 
+bool holds_node(const workload::Plan& plan, const platform::Cluster& cluster, uint32_t node) {
+  for (const workload::ReplicaPlan& r : plan.replicas) {
+    for (const workload::StagePlan& st : r.stages) {
+      for (platform::GpuId g : st.devices) {
+        if (cluster.gpu(g).node == node) return true;
+      }
+    }
+  }
+  return false;
+}
+
 Shrunk drop_node(workload::Plan& plan, const platform::Cluster& cluster, uint32_t node) {
   Shrunk out;
   const size_t n = plan.replicas.size();
@@ -72,7 +83,6 @@ Shrunk drop_node(workload::Plan& plan, const platform::Cluster& cluster, uint32_
     out.global_batch_after = plan.global_batch_size;
     return out;
   }
-  out.hit = true;
   if (kept.empty()) {
     throw InputError(fmt::format(
         "perturbation lost.node: every replica of the plan holds a GPU of node{} (or shares an "

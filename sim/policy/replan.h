@@ -37,10 +37,11 @@ bool rebalance_batch(workload::Plan& plan, const std::vector<double>& compute_fa
 // Megatron-LM itself would refuse a global batch the survivors do not divide evenly; hetsim
 // keeps it with uneven shares, as its heterogeneous plans do.
 struct Shrunk {
-  bool hit = false;  // some replica held a GPU of the node (else the plan is unchanged)
   size_t replicas_before = 0, replicas_after = 0;
   int64_t global_batch_before = 0, global_batch_after = 0;
 };
+// Whether some replica of `plan` holds a GPU of `node`.
+bool holds_node(const workload::Plan& plan, const platform::Cluster& cluster, uint32_t node);
 // Throws InputError when no replica would be left (every one holds a GPU of the node).
 Shrunk drop_node(workload::Plan& plan, const platform::Cluster& cluster, uint32_t node);
 

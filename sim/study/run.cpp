@@ -70,13 +70,7 @@ RunOutput run(const RunInputs& in, const workload::CostModel& cost, const RunOpt
   // its end, when all of it has run and none of it is kept.
   lost.at_s = std::min(loss.at_s, lost.before_s);
   // A node that holds none of the plan's GPUs costs the job nothing.
-  lost.hit = false;
-  for (const workload::ReplicaPlan& r : in.plan.replicas) {
-    for (const workload::StagePlan& st : r.stages) {
-      for (platform::GpuId g : st.devices)
-        lost.hit = lost.hit || in.cluster.gpu(g).node == loss.node;
-    }
-  }
+  lost.hit = policy::holds_node(in.plan, in.cluster, loss.node);
   lost.gpus_before = before.report.gpus;
   lost.replicas_before = lost.replicas_after = in.plan.replicas.size();
   lost.global_batch_before = lost.global_batch_after = in.plan.global_batch_size;

@@ -234,13 +234,11 @@ ResolvedPerturbations resolve_perturbations(const Perturbations& p,
   if (p.lost) {
     const LostNode& l = *p.lost;
     const size_t nodes = cluster.node_count();
+    // An index, or the name Cluster::gpu_name gives the node ("node3").
+    const std::string index = l.node.rfind("node", 0) == 0 ? l.node.substr(4) : l.node;
     std::optional<uint32_t> id;
-    if (const auto i = config::parse_whole<long>(l.node)) {
+    if (const auto i = config::parse_whole<long>(index)) {
       if (*i >= 0 && static_cast<size_t>(*i) < nodes) id = static_cast<uint32_t>(*i);
-    } else if (l.node.rfind("node", 0) == 0) {
-      if (const auto i = config::parse_whole<long>(l.node.substr(4))) {
-        if (*i >= 0 && static_cast<size_t>(*i) < nodes) id = static_cast<uint32_t>(*i);
-      }
     }
     if (!id) {
       throw InputError(fmt::format(
