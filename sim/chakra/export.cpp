@@ -31,7 +31,7 @@ CommType comm_type(CommKind k) {
     case CommKind::alltoall:
       return CommType::all_to_all;
     case CommKind::allreduce:
-    case CommKind::halo:  // convolutional networks are refused before an export
+    case CommKind::halo:  // sends and receives (Exporter::halo), never a collective
     case CommKind::none:
       break;
   }
@@ -131,7 +131,8 @@ class Exporter {
     Cursor c;
     c.rank = rank(self);
     c.trace = &out_.traces.ranks[c.rank];
-    for (const Task& t : grp.program) {
+    for (size_t at = 0; at < grp.program.size(); ++at) {
+      const Task& t = grp.program[at];
       switch (t.kind) {
         case TaskKind::compute: {
           const workload::Segment& seg = grp.segments[t.index];
@@ -150,6 +151,10 @@ class Exporter {
         }
         case TaskKind::tp_comm: {
           const workload::CommTemplate& ct = grp.comms[t.index];
+          if (ct.kind == CommKind::halo) {
+            halo(c, grp, k, ct, t, at);
+            break;
+          }
           const uint64_t id = add(c, collective(fmt::format("{} mb{}", ct.name, t.micro_batch),
                                                 ct.kind, ct.bytes, group(grp.devices)));
           if (ct.async) {
@@ -191,11 +196,17 @@ class Exporter {
           const std::vector<uint64_t> after = c.dp.empty() ? std::vector<uint64_t>{} : c.dp.back();
           std::vector<uint64_t> nodes;
           for (uint32_t p = 0; p < sync.pieces; ++p) {
-            if (sync.holder(p, grp.devices.size()) != k) continue;
+            // A grid's collective (a domain-parallel layer's gradients, which every rank holds
+            // whole) is one over every member's ranks, in the replay's order.
+            if (!dc.grid && sync.holder(p, grp.devices.size()) != k) continue;
             std::vector<platform::GpuId> peers;
             for (uint32_t m : job_.dp_peers[sync.peers]) {
               const auto& d = job_.groups[m].devices;
-              peers.push_back(d[sync.holder(p, d.size())]);
+              if (dc.grid) {
+                peers.insert(peers.end(), d.begin(), d.end());
+              } else {
+                peers.push_back(d[sync.holder(p, d.size())]);
+              }
             }
             nodes.push_back(
                 add(c, collective(dc.name, dc.kind, sync.piece_bytes, group(peers)), after));
@@ -297,6 +308,35 @@ class Exporter {
     if (!got.empty()) c.frontier = got;
   }
 
+  // A halo exchange (a domain-parallel convolution's border columns): rank k of the group sends
+  // to each neighbour in the group's order and receives from it, as grouped point-to-point
+  // calls; what follows waits for all of them, as the replay's exchange ends for the group at
+  // once. The tag is the task's place in the group's program, the same on both ends.
+  void halo(Cursor& c, const Group& grp, uint32_t k, const workload::CommTemplate& ct,
+            const Task& t, size_t at) {
+    if (at > static_cast<size_t>(std::numeric_limits<int32_t>::max()))
+      throw RunError("export-chakra: a halo exchange's tag past 2^31");
+    const auto& d = grp.devices;
+    std::vector<uint32_t> neighbours;
+    if (k > 0) neighbours.push_back(rank(d[k - 1]));
+    if (k + 1 < d.size()) neighbours.push_back(rank(d[k + 1]));
+    std::vector<uint64_t> nodes;
+    for (const bool is_send : {true, false}) {
+      for (uint32_t peer : neighbours) {
+        Node n;
+        n.type = is_send ? NodeType::send : NodeType::recv;
+        n.name = fmt::format("{} mb{} {} rank {}", ct.name, t.micro_batch,
+                             is_send ? "send to" : "recv from", peer);
+        n.comm_src = is_send ? c.rank : peer;
+        n.comm_dst = is_send ? peer : c.rank;
+        n.comm_tag = static_cast<int64_t>(at);
+        n.comm_size = whole(ct.bytes);
+        nodes.push_back(add(c, std::move(n)));
+      }
+    }
+    if (!nodes.empty()) c.frontier = std::move(nodes);
+  }
+
   // The tied embedding's gradients: pair j of the end stages' ranks all-reduces its shard.
   void tied(Cursor& c, const Group& grp, platform::GpuId self) {
     const auto& a = job_.group(grp.replica, 0).devices;
@@ -322,14 +362,6 @@ class Exporter {
 
 }  // namespace
 
-Exported export_job(const TrainingJob& job) {
-  if (job.model->convolutional()) {
-    throw InputError(fmt::format(
-        "{}: is a convolutional network; {} handles transformers only (hetsim simulate replays it "
-        "on a grid plan: grid: {{rows, columns}}, split: gholami)",
-        job.model->name, "export-chakra"));
-  }
-  return Exporter(job).run();
-}
+Exported export_job(const TrainingJob& job) { return Exporter(job).run(); }
 
 }  // namespace hetsim::chakra

@@ -106,7 +106,10 @@ class Builder {
     plan.protocol = p;
     plan.payload_bytes = r_.bytes;
     plan.ranks = r_.ranks.size();
-    plan.start_delay = (r_.host_launch ? launch_overhead() : Time()) + base_latency(a, p);
+    // A halo exchange is point-to-point sends (ncclSend / ncclRecv in a group, or MPI's isend
+    // and irecv), timed as the replay times a pipeline transfer: no collective's base latency.
+    plan.start_delay = (r_.host_launch ? launch_overhead() : Time()) +
+                       (r_.op == Op::halo ? Time() : base_latency(a, p));
     a_ = a;
     p_ = p;
     plan_ = &plan;
@@ -621,6 +624,8 @@ CollectivePlan plan_collective(const Cluster& c, const CollectiveRequest& r) {
   std::vector<Protocol> protocols;
   if (r.protocol) {
     protocols = {*r.protocol};  // as NCCL_PROTO, which may enable LL128 where NCCL would not
+  } else if (r.op == Op::halo) {
+    protocols = {Protocol::simple};  // as pipeline transfers (and Chakra's sends) are timed
   } else if (ll128_by_default(c, r.ranks)) {
     protocols = {Protocol::ll, Protocol::ll128, Protocol::simple};
   } else {

@@ -13,7 +13,9 @@
 namespace hetsim::network {
 
 // halo: every rank sends `bytes` to each of its neighbours in rank order (the first and the last
-// have one): the halo exchange of a spatially split (domain-parallel) convolution.
+// have one): the halo exchange of a spatially split (domain-parallel) convolution. Its sends are
+// point-to-point, timed as a pipeline transfer is (the simple protocol, each route's latency, no
+// collective's base latency), so that its Chakra form (sends and receives) replays the same.
 enum class Op { allreduce, allgather, reducescatter, alltoall, broadcast, sendrecv, halo };
 std::string to_string(Op op);
 std::optional<Op> parse_op(const std::string& s);

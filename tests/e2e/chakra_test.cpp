@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -105,6 +106,35 @@ TEST(ChakraCommand, ExportThenReplayGivesSimulatesIterationTimeWithExpertParalle
   expect_agreement("moe",
                    {"--plan-set", "expert_parallel=2", "--plan-set", "sequence_parallel=true"},
                    kSource + "/tests/data/gpt-moe-small.yaml");
+}
+
+TEST(ChakraCommand, ExportThenReplayGivesSimulatesIterationTimeForAGridPlansHaloExchanges) {
+  // experiments/gholami's AlexNet on 64 A100 as an 8 x 8 grid: halo exchanges as sends to and
+  // receives from each neighbour, the fully connected layers' collectives within a column, the
+  // domain-parallel layers' gradients over all 64 ranks.
+  const TempDir dir("grid");
+  const std::string plan = kSource + "/experiments/gholami/alexnet-64.yaml";
+  const std::vector<std::string> job = {"--model", "alexnet", "--cluster", "dgx-a100",
+                                        "--nodes", "8",       "--plan",    plan};
+  std::vector<std::string> ex = {"export-chakra", "--out", dir.str("et")};
+  ex.insert(ex.end(), job.begin(), job.end());
+  const CommandResult r = run_hetsim(ex);
+  ASSERT_EQ(r.exit_code, 0) << command_line(ex) << "\n" << r.output;
+  EXPECT_NE(r.output.find("wrote 64 Chakra traces"), std::string::npos) << r.output;
+  // Rank 9 is row 1 of column 1: a halo send to rank 8 and to rank 10 in its trace.
+  const chakra::TraceSet t = chakra::read_traces(dir.str("et"));
+  std::set<int64_t> to;
+  for (const chakra::Node& n : t.ranks[9].nodes)
+    if (n.type == chakra::NodeType::send) to.insert(*n.comm_dst);
+  EXPECT_EQ(to, (std::set<int64_t>{8, 10}));
+  const double replayed = iteration_s(
+      {"replay-chakra", dir.str("et"), "--cluster", "dgx-a100", "--nodes", "8", "--json"});
+  std::vector<std::string> sim = {"simulate", "--json"};
+  sim.insert(sim.end(), job.begin(), job.end());
+  const double simulated = iteration_s(sim);
+  std::printf("  alexnet 8 x 8: replay-chakra %.9f ms, simulate %.9f ms\n", replayed * 1e3,
+              simulated * 1e3);
+  EXPECT_NEAR(replayed, simulated, 1e-9 * simulated);
 }
 
 TEST(ChakraCommand, ReplayPrintsTheIterationAndEachRank) {
