@@ -82,19 +82,6 @@ void check_cpu_job(const workload::TrainingJob& job, int ranks) {
                       plan.source, r.micro_batches, job.chunks, tag_ub));
     }
   }
-  // A layer segment held over different tensor-parallel degrees is reduced in shards across
-  // them (workload::DpSync); the executor reduces each tensor-parallel rank's share with its
-  // peers only.
-  for (const workload::DpSync& sync : job.dp_syncs) {
-    for (const auto& [g, i] : sync.members) {
-      if (job.groups[g].devices.size() == sync.pieces) continue;
-      throw InputError(fmt::format(
-          "plan {}: replica {} stage {} holds layers that another replica splits over a "
-          "different tensor-parallel degree; the CPU backend reduces gradients between ranks "
-          "that hold the same share, so give those stages one degree",
-          plan.source, job.groups[g].replica, job.groups[g].stage));
-    }
-  }
   uint32_t top = 0;
   for (const Group& g : job.groups)
     for (platform::GpuId d : g.devices) top = std::max(top, d + 1);
@@ -224,17 +211,28 @@ class Rank {
       if (static_cast<int>(g) == g_ && members.size() > 1) tp_ = comm_of(members, tag);
       ++tag;
     }
-    // Data parallel: one communicator per set of member groups (every replica's copy of a
-    // stage, or of an asymmetric plan's layer segment) and tensor-parallel rank.
-    dp_.assign(job.dp_peers.size(), MPI_COMM_NULL);
-    for (size_t p = 0; p < job.dp_peers.size(); ++p) {
-      const auto& set = job.dp_peers[p];
-      for (uint32_t j = 0; j < job.groups[set.front()].devices.size(); ++j) {
+    // Data parallel: each collective's shards (workload::DpSync), each reduced among the
+    // ranks of its member groups that hold it: a tensor-parallel rank's share with its peers
+    // where the members share one degree; where a layer segment is held over different degrees,
+    // lcm(degrees) shards, a rank holding several. One communicator per distinct set of
+    // holders, made in the same order on every rank.
+    std::map<std::vector<int>, size_t> made;  // holders -> index into dp_comms_
+    dp_.assign(job.dp_syncs.size(), {});
+    for (size_t s = 0; s < job.dp_syncs.size(); ++s) {
+      const workload::DpSync& sync = job.dp_syncs[s];
+      for (uint32_t q = 0; q < sync.pieces; ++q) {
         std::vector<int> members;
-        for (uint32_t g : set) members.push_back(static_cast<int>(job.groups[g].devices[j]));
-        if (std::find(members.begin(), members.end(), rank) != members.end())
-          dp_[p] = comm_of(members, tag);
-        ++tag;
+        for (uint32_t g : job.dp_peers[sync.peers]) {
+          const auto& d = job.groups[g].devices;
+          members.push_back(static_cast<int>(d[sync.holder(q, d.size())]));
+        }
+        auto [it, fresh] = made.try_emplace(members, dp_comms_.size());
+        if (fresh) {
+          const bool in = std::find(members.begin(), members.end(), rank) != members.end();
+          dp_comms_.push_back(in ? comm_of(members, tag) : MPI_COMM_NULL);
+          ++tag;
+        }
+        if (dp_comms_[it->second] != MPI_COMM_NULL) dp_[s].push_back(dp_comms_[it->second]);
       }
     }
     const uint32_t replicas = static_cast<uint32_t>(job.plan->replicas.size());
@@ -300,7 +298,7 @@ class Rank {
 
   ~Rank() {
     if (tp_ != MPI_COMM_NULL) MPI_Comm_free(&tp_);
-    for (MPI_Comm& c : dp_)
+    for (MPI_Comm& c : dp_comms_)
       if (c != MPI_COMM_NULL) MPI_Comm_free(&c);
     for (MPI_Comm& c : tied_) MPI_Comm_free(&c);
   }
@@ -431,25 +429,27 @@ class Rank {
         }
         case TaskKind::dp_comm: {
           const workload::DpCollective& dc = grp.dp[dp_issued];
+          const std::vector<MPI_Comm>& shards = dp_[dc.sync];
           if (dp_buffers_.size() <= dp_issued) dp_buffers_.resize(dp_issued + 1);
+          dp_buffers_[dp_issued].resize(shards.size());
           dp_async_.emplace_back();
-          Async& a = dp_async_.back();
+          DpAsync& a = dp_async_.back();
           a.pc = pc;
           a.start = start;
-          const MPI_Comm dp = dp_[job_.dp_syncs[dc.sync].peers];
-          if (dp != MPI_COMM_NULL) {
-            collective(dc.kind, dc.bytes, dp, dp_buffers_[dp_issued], &a.request);
-          } else {
-            a.request = MPI_REQUEST_NULL;
+          a.requests.assign(shards.size(), MPI_REQUEST_NULL);
+          for (size_t q = 0; q < shards.size(); ++q) {
+            collective(dc.kind, job_.dp_syncs[dc.sync].piece_bytes, shards[q],
+                       dp_buffers_[dp_issued][q], &a.requests[q]);
           }
           ++dp_issued;
           break;
         }
         case TaskKind::dp_wait: {
           for (uint32_t i = 0; i < t.index && i < dp_async_.size(); ++i) {
-            Async& a = dp_async_[i];
+            DpAsync& a = dp_async_[i];
             if (a.end < 0) {
-              MPI_Wait(&a.request, MPI_STATUS_IGNORE);
+              MPI_Waitall(static_cast<int>(a.requests.size()), a.requests.data(),
+                          MPI_STATUSES_IGNORE);
               a.end = now();
               if (record) events_.push_back(Event{group(), uint32_t(a.pc), 0, 2, a.start, a.end});
             }
@@ -468,8 +468,10 @@ class Rank {
       }
     }
     for (Async& a : sends_) MPI_Wait(&a.request, MPI_STATUS_IGNORE);
-    for (Async& a : dp_async_)
-      if (a.end < 0) MPI_Wait(&a.request, MPI_STATUS_IGNORE);
+    for (DpAsync& a : dp_async_) {
+      if (a.end < 0)
+        MPI_Waitall(static_cast<int>(a.requests.size()), a.requests.data(), MPI_STATUSES_IGNORE);
+    }
     sends_.clear();
     dp_async_.clear();
     times.finish = now();
@@ -493,6 +495,12 @@ class Rank {
   struct Async {
     MPI_Request request = MPI_REQUEST_NULL;
     std::vector<float> buffer;
+    size_t pc = 0;
+    double start = 0, end = -1;
+  };
+  // A data-parallel collective: one request per shard this rank holds (none: not a member).
+  struct DpAsync {
+    std::vector<MPI_Request> requests;
     size_t pc = 0;
     double start = 0, end = -1;
   };
@@ -562,12 +570,18 @@ class Rank {
         p.end = now();
       }
     }
-    for (std::vector<Async>* list : {&tp_async_, &dp_async_, &sends_}) {
+    for (std::vector<Async>* list : {&tp_async_, &sends_}) {
       for (Async& a : *list) {
         if (a.end >= 0 || a.request == MPI_REQUEST_NULL) continue;
         MPI_Test(&a.request, &flag, MPI_STATUS_IGNORE);
         if (flag) a.end = now();
       }
+    }
+    for (DpAsync& a : dp_async_) {
+      if (a.end >= 0 || a.requests.empty()) continue;
+      MPI_Testall(static_cast<int>(a.requests.size()), a.requests.data(), &flag,
+                  MPI_STATUSES_IGNORE);
+      if (flag) a.end = now();
     }
   }
 
@@ -577,13 +591,17 @@ class Rank {
   int g_ = -1;
   uint32_t j_ = 0;
   MPI_Comm tp_ = MPI_COMM_NULL;
-  std::vector<MPI_Comm> dp_;  // by TrainingJob::dp_peers set; null where this rank is not in it
+  // By TrainingJob::dp_syncs: the communicators of the shards this rank holds (into dp_comms_).
+  std::vector<std::vector<MPI_Comm>> dp_;
+  std::vector<MPI_Comm>
+      dp_comms_;  // each distinct set of holders; null where this rank is not in it
   std::vector<MPI_Comm> tied_;
   std::unique_ptr<Kernels> kernels_;
   std::vector<std::vector<Transfer>> transfers_;  // per send/recv task, in program order
   std::vector<Pending> recvs_;
-  std::vector<Async> tp_async_, dp_async_, sends_;
-  std::vector<std::vector<float>> dp_buffers_;
+  std::vector<Async> tp_async_, sends_;
+  std::vector<DpAsync> dp_async_;
+  std::vector<std::vector<std::vector<float>>> dp_buffers_;  // by collective, then shard
   std::vector<float> tp_buffer_, tied_buffer_;
   std::vector<Event> events_;
   Clock::time_point t0_;

@@ -209,6 +209,30 @@ TEST_F(Execute, TensorParallelTwoPredictsTheIteration) {
   EXPECT_GT(kind(j, "tensor-parallel wait", "predicted_s"), 0);
 }
 
+TEST_F(Execute, ReplicasAtDifferentTensorParallelDegreesReduceTheirGradientsInShards) {
+  // The whole model on rank 0 beside the same layers over ranks 1 and 2 (tensor parallel 2):
+  // each layer's gradients go in two shards, rank 0 with rank 1 and rank 0 with rank 2, rank 0
+  // holding both. Three ranks on two cores: the kernels share a core, so the calibrated
+  // prediction is printed, not held; the run must finish (--timeout: shards that did not
+  // match would hang), reduce its gradients, and replay with its measured compute to within a
+  // factor of 2.
+  const CommandResult r =
+      shell("mpirun --allow-run-as-root --oversubscribe -np 3 " + shell_quote(HETSIM_BINARY) +
+            " execute --model " + shell_quote(kModel) + " --cluster " +
+            shell_quote(kData + "cpu-host-4.yaml") + " --plan " +
+            shell_quote(kData + "mixed-tp.yaml") + " --calibration " + shell_quote(*db_) +
+            " --iterations 4 --warmup 1 --timeout 120 --json 2>/dev/null");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.output;
+  print(j, "mixed-tp");
+  EXPECT_EQ(j["ranks"], 3);
+  EXPECT_EQ(j["measured_iteration_s"].size(), 4u);
+  EXPECT_GT(kind(j, "data-parallel wait", "predicted_s"), 0);
+  EXPECT_GT(kind(j, "data-parallel wait", "measured_s"), 0);
+  EXPECT_LT(std::abs(std::log1p(j["replayed_error"].get<double>())), std::log(2.0)) << j.dump(2);
+}
+
 TEST_F(Execute, ARankKilledMidIterationEndsEveryRank) {
   const CommandResult r =
       shell(mpirun("execute --model " + shell_quote(kModel) + " --cluster cpu-host --plan " +
