@@ -169,7 +169,13 @@ int run_execute(const ExecuteOpts& o, const execute::MpiSession& mpi) {
           trace.on_compute(job, e.group, t, start, end);
           break;
         case 1:
-          trace.on_collective(job, e.group, "tp", g.comms[t.index].name, t, start, end);
+        case 4:
+        case 5:
+          trace.on_collective(job, e.group,
+                              e.kind == 1   ? "tp"
+                              : e.kind == 4 ? "ep"
+                                            : "cp",
+                              g.comms[t.index].name, t, start, end);
           break;
         case 2:
           trace.on_collective(job, e.group, "dp",

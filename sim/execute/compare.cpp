@@ -69,16 +69,17 @@ Comparison compare(const workload::TrainingJob& job, const workload::ReplayResul
   c.error = rel(c.predicted_s, c.measured_median_s);
   c.replayed_error = rel(c.replayed_s, c.measured_median_s);
   // Per kind, the mean over the plan's devices; per device, when it finished.
-  double p[4] = {}, q[4] = {};
+  constexpr int kKinds = 6;
+  double p[kKinds] = {}, q[kKinds] = {};
   size_t devices = 0;
   for (uint32_t g = 0; g < job.groups.size(); ++g) {
     const workload::GroupTimes& pt = predicted.groups[g];
     for (platform::GpuId d : job.groups[g].devices) {
       const DeviceTimes& mt = m.devices.at(d);
-      const double pv[4] = {pt.compute.seconds(), pt.tp_wait.seconds(), pt.pp_wait.seconds(),
-                            pt.dp_wait.seconds()};
-      const double mv[4] = {mt.compute, mt.tp, mt.pp, mt.dp};
-      for (int k = 0; k < 4; ++k) p[k] += pv[k], q[k] += mv[k];
+      const double pv[kKinds] = {pt.compute.seconds(), pt.tp_wait.seconds(), pt.pp_wait.seconds(),
+                                 pt.dp_wait.seconds(), pt.ep_wait.seconds(), pt.cp_wait.seconds()};
+      const double mv[kKinds] = {mt.compute, mt.tp, mt.pp, mt.dp, mt.ep, mt.cp};
+      for (int k = 0; k < kKinds; ++k) p[k] += pv[k], q[k] += mv[k];
       ++devices;
       c.devices.push_back(Comparison::Row{fmt::format("gpu{} (replica {}, stage {})", d,
                                                       job.groups[g].replica, job.groups[g].stage),
@@ -88,8 +89,13 @@ Comparison compare(const workload::TrainingJob& job, const workload::ReplayResul
   std::sort(c.devices.begin(), c.devices.end(), [](const auto& a, const auto& b) {
     return std::stoi(a.what.substr(3)) < std::stoi(b.what.substr(3));
   });
-  const char* kinds[4] = {"compute", "tensor-parallel wait", "pipeline wait", "data-parallel wait"};
-  for (int k = 0; k < 4; ++k) {
+  const char* kinds[kKinds] = {"compute",
+                               "tensor-parallel wait",
+                               "pipeline wait",
+                               "data-parallel wait",
+                               "expert-parallel wait",
+                               "context-parallel wait"};
+  for (int k = 0; k < kKinds; ++k) {
     const double n = std::max<size_t>(1, devices);
     c.kinds.push_back(Comparison::Row{kinds[k], p[k] / n, q[k] / n});
   }

@@ -58,18 +58,6 @@ void check_cpu_job(const workload::TrainingJob& job, int ranks) {
                      ": attention: the CPU backend has no fused (flash) attention kernel; "
                      "expected attention: standard");
   }
-  if (plan.context_parallel > 1) {
-    throw InputError(fmt::format(
-        "plan {}: context_parallel: the CPU backend does not run context parallelism yet (ring "
-        "attention spans replicas); expected context_parallel: 1, got {}",
-        plan.source, plan.context_parallel));
-  }
-  if (plan.expert_parallel > 1) {
-    throw InputError(fmt::format(
-        "plan {}: expert_parallel: the CPU backend does not run expert parallelism yet (its "
-        "all-to-alls span replicas); expected expert_parallel: 1, got {}",
-        plan.source, plan.expert_parallel));
-  }
   int tag_ub = 32767, flag = 0;
   int* ub = nullptr;
   MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
@@ -235,6 +223,28 @@ class Rank {
         if (dp_comms_[it->second] != MPI_COMM_NULL) dp_[s].push_back(dp_comms_[it->second]);
       }
     }
+    // Expert- and context-parallel collectives (across replicas): one communicator per
+    // distinct set of ranks (TrainingJob::peer_ranks), made in the same order on every rank.
+    std::map<std::vector<int>, size_t> peers_made;
+    for (uint32_t g = 0; g < job.groups.size(); ++g) {
+      const Group& grp = job.groups[g];
+      if (static_cast<int>(g) == g_) peer_.assign(grp.comms.size(), MPI_COMM_NULL);
+      for (size_t c = 0; c < grp.comms.size(); ++c) {
+        const workload::CommTemplate& ct = grp.comms[c];
+        if (!ct.expert && !ct.context) continue;
+        for (uint32_t k = 0; k < grp.devices.size(); ++k) {
+          const std::vector<platform::GpuId> peers = job.peer_ranks(g, ct, k);
+          std::vector<int> members(peers.begin(), peers.end());
+          auto [it, fresh] = peers_made.try_emplace(members, peer_comms_.size());
+          if (fresh) {
+            const bool in = std::find(members.begin(), members.end(), rank) != members.end();
+            peer_comms_.push_back(in && members.size() > 1 ? comm_of(members, tag) : MPI_COMM_NULL);
+            ++tag;
+          }
+          if (static_cast<int>(g) == g_ && k == j_) peer_[c] = peer_comms_[it->second];
+        }
+      }
+    }
     const uint32_t replicas = static_cast<uint32_t>(job.plan->replicas.size());
     for (uint32_t r = 0; r < replicas; ++r) {
       const uint32_t stages = job.stages_of(r);
@@ -299,6 +309,8 @@ class Rank {
   ~Rank() {
     if (tp_ != MPI_COMM_NULL) MPI_Comm_free(&tp_);
     for (MPI_Comm& c : dp_comms_)
+      if (c != MPI_COMM_NULL) MPI_Comm_free(&c);
+    for (MPI_Comm& c : peer_comms_)
       if (c != MPI_COMM_NULL) MPI_Comm_free(&c);
     for (MPI_Comm& c : tied_) MPI_Comm_free(&c);
   }
@@ -376,14 +388,36 @@ class Rank {
           }
           break;
         }
-        case TaskKind::ep_comm:  // check_cpu_job refuses expert and context parallelism
-        case TaskKind::cp_comm:
-          throw RunError("execute: an expert- or context-parallel collective in a CPU job");
+        case TaskKind::ep_comm:
+        case TaskKind::cp_comm: {
+          // Over this rank's peers in the other replicas (a MoE layer's all-to-alls, ring
+          // attention's exchanges); an asynchronous one is waited for at the next tp_wait, as
+          // the replay counts it.
+          const workload::CommTemplate& ct = grp.comms[t.index];
+          const MPI_Comm c = peer_[t.index];
+          if (c == MPI_COMM_NULL) break;
+          const uint8_t kind = ct.context ? 5 : 4;
+          if (ct.async) {
+            tp_async_.emplace_back();
+            Async& a = tp_async_.back();
+            a.pc = pc;
+            a.start = start;
+            a.kind = kind;
+            collective(ct.kind, ct.bytes, c, a.buffer, &a.request);
+          } else {
+            collective(ct.kind, ct.bytes, c, tp_buffer_, nullptr);
+            const double end = now();
+            (ct.context ? times.cp : times.ep) += end - start;
+            if (record) events_.push_back(Event{group(), uint32_t(pc), 0, kind, start, end});
+          }
+          break;
+        }
         case TaskKind::tp_wait: {
           for (Async& a : tp_async_) {
             MPI_Wait(&a.request, MPI_STATUS_IGNORE);
             if (a.end < 0) a.end = now();
-            if (record) events_.push_back(Event{group(), uint32_t(a.pc), 0, 1, a.start, a.end});
+            if (record)
+              events_.push_back(Event{group(), uint32_t(a.pc), 0, a.kind, a.start, a.end});
           }
           tp_async_.clear();
           times.tp += now() - start;
@@ -497,6 +531,7 @@ class Rank {
     std::vector<float> buffer;
     size_t pc = 0;
     double start = 0, end = -1;
+    uint8_t kind = 1;  // Event::kind
   };
   // A data-parallel collective: one request per shard this rank holds (none: not a member).
   struct DpAsync {
@@ -593,8 +628,9 @@ class Rank {
   MPI_Comm tp_ = MPI_COMM_NULL;
   // By TrainingJob::dp_syncs: the communicators of the shards this rank holds (into dp_comms_).
   std::vector<std::vector<MPI_Comm>> dp_;
-  std::vector<MPI_Comm>
-      dp_comms_;  // each distinct set of holders; null where this rank is not in it
+  std::vector<MPI_Comm> dp_comms_;    // each distinct set of holders (null: this rank not in it)
+  std::vector<MPI_Comm> peer_;        // by comm template of this rank's group: its EP / CP peers
+  std::vector<MPI_Comm> peer_comms_;  // each distinct set of them (null: this rank not in it)
   std::vector<MPI_Comm> tied_;
   std::unique_ptr<Kernels> kernels_;
   std::vector<std::vector<Transfer>> transfers_;  // per send/recv task, in program order
@@ -666,6 +702,8 @@ Measured run_cpu(const workload::TrainingJob& job, const Options& o, const MpiSe
     sum.tp += t.tp;
     sum.pp += t.pp;
     sum.dp += t.dp;
+    sum.ep += t.ep;
+    sum.cp += t.cp;
     sum.finish += t.finish;
   }
   iteration.store(-1);
@@ -673,9 +711,11 @@ Measured run_cpu(const workload::TrainingJob& job, const Options& o, const MpiSe
   watchdog.join();
   // Gather to rank 0: each rank's times, its kernels' seconds and its trace events.
   const double n = std::max(1, o.iterations);
-  std::vector<double> mine = {sum.compute / n, sum.tp / n, sum.pp / n, sum.dp / n, sum.finish / n};
-  std::vector<double> all(5 * mpi.size());
-  MPI_Gather(mine.data(), 5, MPI_DOUBLE, all.data(), 5, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  std::vector<double> mine = {sum.compute / n, sum.tp / n, sum.pp / n, sum.dp / n,
+                              sum.finish / n,  sum.ep / n, sum.cp / n};
+  constexpr int kTimes = 7;
+  std::vector<double> all(kTimes * mpi.size());
+  MPI_Gather(mine.data(), kTimes, MPI_DOUBLE, all.data(), kTimes, MPI_DOUBLE, 0, MPI_COMM_WORLD);
   for (double& k : kernel_s) k /= n;
   for (double& k : task_s) k /= n;
   std::vector<Event> events = me.active() && me.tp_rank() == 0 ? me.events() : std::vector<Event>{};
@@ -695,8 +735,8 @@ Measured run_cpu(const workload::TrainingJob& job, const Options& o, const MpiSe
   m.devices.resize(devices);
   m.task_s.resize(devices);
   for (uint32_t d = 0; d < devices; ++d) {
-    const double* v = all.data() + 5 * d;
-    m.devices[d] = DeviceTimes{v[0], v[1], v[2], v[3], v[4]};
+    const double* v = all.data() + kTimes * d;
+    m.devices[d] = DeviceTimes{v[0], v[1], v[2], v[3], v[4], v[5], v[6]};
   }
   std::map<std::string, KernelTimes> kernels;
   for (int r = 0; r < mpi.size(); ++r) {

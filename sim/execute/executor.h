@@ -48,12 +48,15 @@ struct Options {
 // collectives (and the tied embedding), and when it finished.
 struct DeviceTimes {
   double compute = 0, tp = 0, pp = 0, dp = 0, finish = 0;
+  double ep = 0, cp = 0;  // waits in expert- and context-parallel collectives (synchronous ones)
 };
 
 // A task of the last measured iteration on the first rank of its group, for the trace.
 struct Event {
   uint32_t group = 0, pc = 0, from = 0;
-  uint8_t kind = 0;  // 0 compute, 1 tensor-parallel, 2 data-parallel, 3 transfer into `group`
+  // 0 compute, 1 tensor-parallel, 2 data-parallel, 3 transfer into `group`, 4 expert-parallel,
+  // 5 context-parallel
+  uint8_t kind = 0;
   double start = 0, end = 0;
 };
 
