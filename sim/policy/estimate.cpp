@@ -189,16 +189,20 @@ Estimator::Layout& Estimator::layout(const Plan& plan, uint64_t key) {
       keys.push_back(k.h);
     }
   }
+  // A stage of one GPU has no tensor-parallel collectives (collectives_s costs a group of one
+  // rank nothing), so its pieces are the same whichever GPU of the type it is.
   std::map<std::vector<std::pair<const config::GpuProfile*, uint64_t>>, uint32_t> kinds;
   for (size_t i = 0; i < l.evaluated.size(); ++i) {
     std::vector<std::pair<const config::GpuProfile*, uint64_t>> stages;
     for (int s = 0; s < S; ++s) {
       const StagePlan& st = plan.replicas[l.evaluated[i]].stages[s];
-      stages.emplace_back(cluster_.gpu(st.devices.front()).profile, l.tp[i][s].key);
+      stages.emplace_back(cluster_.gpu(st.devices.front()).profile,
+                          st.devices.size() > 1 ? l.tp[i][s].key : 0);
     }
     const auto next = static_cast<uint32_t>(kinds.size());
     l.kind.push_back(kinds.try_emplace(std::move(stages), next).first->second);
   }
+  l.kinds = kinds.size();
   return l;
 }
 
@@ -437,19 +441,24 @@ Estimate Estimator::estimate(const Plan& plan) {
 
   // The replicas to estimate: of an explicit plan's, one of each set of alike replicas (the last
   // of each, in replica order, so that the per-stage numbers the last replica leaves below are
-  // its own); at most the 8 latest sets are looked through, so replicas all unlike cost no more
-  // than a pass each.
+  // its own). A replica is held against the sets of its devices' kind, the latest first and at
+  // most 8 of them, so that replicas all unlike cost no more than a pass each.
   picked_.clear();
   if (!plan.uniform && reduce_replicas_) {
+    constexpr size_t none = std::numeric_limits<size_t>::max();
+    kind_latest_.assign(lay.kinds, none);
+    kind_before_.clear();
     for (size_t i = lay.evaluated.size(); i-- > 0;) {
+      size_t& latest = kind_latest_[lay.kind[i]];
       bool found = false;
-      for (size_t k = picked_.size(); k-- > 0 && picked_.size() - k <= 8;) {
-        if (alike(plan, lay, hop_rows, i, picked_[k])) {
-          found = true;
-          break;
-        }
+      for (size_t k = latest, tries = 0; k != none && tries < 8 && !found; ++tries) {
+        found = alike(plan, lay, hop_rows, i, picked_[k]);
+        k = kind_before_[k];
       }
-      if (!found) picked_.push_back(i);
+      if (found) continue;
+      kind_before_.push_back(latest);
+      latest = picked_.size();
+      picked_.push_back(i);
     }
     std::reverse(picked_.begin(), picked_.end());
   } else {

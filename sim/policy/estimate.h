@@ -80,9 +80,10 @@ class Estimator {
     // replica), as (from, to)
     std::vector<std::vector<std::vector<std::pair<platform::GpuId, platform::GpuId>>>> hops;
     std::vector<std::vector<uint64_t>> hop_keys;  // hashes of `hops`
-    // Per evaluated replica: its devices' kind, alike where every stage's GPU type and
-    // tensor-parallel group (Groups::key) are.
+    // Per evaluated replica: its devices' kind (of `kinds`), alike where every stage's GPU type
+    // and tensor-parallel group (Groups::key; any one GPU for a stage of one) are.
     std::vector<uint32_t> kind;
+    size_t kinds = 0;
     // Worked out once per layout and size, as a search's plans share both: per activation size,
     // each evaluated replica's transfer per stage boundary (S per replica, the last 0); per
     // collective kind and size, its time over each stage's data-parallel peers; per size, the
@@ -177,6 +178,7 @@ class Estimator {
   };
   std::vector<PieceMemo> piece_memo_;
   std::vector<size_t> picked_;
+  std::vector<size_t> kind_latest_, kind_before_;  // per kind, per picked replica
   std::vector<double> end_, last_backward_, layer_backward_, params_;
   std::vector<double> w_, fwd_, bwd_, buckets_;
 };
