@@ -2,10 +2,12 @@
 #include "sim/policy/estimate.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <set>
-#include <string_view>
 
 #include "sim/network/collective.h"
 #include "sim/network/protocol.h"
@@ -43,7 +45,74 @@ namespace {
 // 64 bits to share an entry.
 using Hash = Hasher;
 
+// Doubles as the caches' keys compare them: by their bits.
+bool same_bits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+uint64_t bits_of(double x) {
+  uint64_t b = 0;
+  std::memcpy(&b, &x, sizeof b);
+  return b;
+}
+
 }  // namespace
+
+Estimator::Scan Estimator::scan(const Plan& plan) {
+  // The layout as two streams of 64-bit words, each hashed by its own running hash (so that one's
+  // multiplication overlaps the other's): the shape (each replica's stage count; each stage's
+  // device count and first device), which says how the other stream (the stages' other devices,
+  // two to a word) divides. Each step is a bijection of the running hash, so layouts that differ
+  // in one word never share a key.
+  constexpr uint64_t mul = 0x9fb21c651e98df25ULL;
+  auto mix = [](uint64_t& h, uint64_t v) {
+    h = (h ^ v) * mul;
+    h ^= h >> 29;
+  };
+  uint64_t shape = 0x9e3779b97f4a7c15ULL, rest = 0xc2b2ae3d27d4eb4fULL;
+  Scan out;
+  const size_t R = plan.replicas.size();
+  mix(shape, plan.uniform ? 1 : 2);
+  mix(shape, R);
+  const std::vector<StagePlan>& first = plan.replicas.front().stages;
+  // The loop waits on memory: a search's plans seldom stay in the cache, and each stage and its
+  // device list lie apart. Ask for them ahead: the stages 16 replicas (or stages) ahead, their
+  // device lists 8 ahead, by when the stages have come.
+  auto stages_ahead = [](const std::vector<StagePlan>& v, size_t from, size_t n) {
+    for (size_t s = from; s < v.size() && s < from + n; ++s) {
+      __builtin_prefetch(&v[s]);
+      __builtin_prefetch(reinterpret_cast<const char*>(&v[s]) + sizeof(StagePlan) - 1);
+    }
+  };
+  auto devices_ahead = [](const std::vector<StagePlan>& v, size_t from, size_t n) {
+    for (size_t s = from; s < v.size() && s < from + n; ++s)
+      __builtin_prefetch(v[s].devices.data());
+  };
+  for (size_t r = 0; r < 16 && r < R; ++r) stages_ahead(plan.replicas[r].stages, 0, 16);
+  for (size_t r = 0; r < 8 && r < R; ++r) devices_ahead(plan.replicas[r].stages, 0, 8);
+  for (size_t r = 0; r < R; ++r) {
+    const workload::ReplicaPlan& rep = plan.replicas[r];
+    if (r + 16 < R) stages_ahead(plan.replicas[r + 16].stages, 0, 16);
+    if (r + 8 < R) devices_ahead(plan.replicas[r + 8].stages, 0, 8);
+    const size_t S = rep.stages.size();
+    mix(shape, S);
+    const bool same_count = S == first.size();
+    if (!same_count) out.asymmetric = true;
+    for (size_t s = 0; s < S; ++s) {
+      const StagePlan& st = rep.stages[s];
+      if (s + 16 < S) stages_ahead(rep.stages, s + 16, 1);
+      if (s + 8 < S) devices_ahead(rep.stages, s + 8, 1);
+      const platform::GpuId* d = st.devices.data();
+      const size_t k = st.devices.size();
+      // Plan::asymmetric: a stage's layers or tensor-parallel degree differ from replica 0's.
+      if (same_count && (st.layers != first[s].layers || k != first[s].devices.size()))
+        out.asymmetric = true;
+      mix(shape, uint64_t{k} << 32 | (k > 0 ? d[0] : 0));
+      size_t j = 1;
+      for (; j + 1 < k; j += 2) mix(rest, uint64_t{d[j]} | uint64_t{d[j + 1]} << 32);
+      if (j < k) mix(rest, uint64_t{d[j]} | uint64_t{0xffffffffU} << 32);
+    }
+  }
+  out.key = splitmix64(splitmix64(shape) ^ rest);
+  return out;
+}
 
 Estimator::Groups Estimator::groups(std::vector<std::vector<platform::GpuId>> ranks) const {
   Hash h;
@@ -64,22 +133,10 @@ Estimator::Groups Estimator::groups(std::vector<std::vector<platform::GpuId>> ra
   return Groups{h.h, std::move(ranks)};
 }
 
-const Estimator::Layout& Estimator::layout(const Plan& plan) {
+Estimator::Layout& Estimator::layout(const Plan& plan, uint64_t key) {
   const size_t R = plan.replicas.size();
   const int S = plan.stages();
-  Hash h;
-  h.add(plan.uniform);
-  h.add(R);
-  for (const workload::ReplicaPlan& rep : plan.replicas) {
-    h.add(rep.stages.size());
-    for (const StagePlan& st : rep.stages) {
-      // The device list as bytes: std::hash over them is far quicker than a value at a time.
-      h.add(std::hash<std::string_view>{}(
-          std::string_view(reinterpret_cast<const char*>(st.devices.data()),
-                           st.devices.size() * sizeof(platform::GpuId))));
-    }
-  }
-  auto [it, fresh] = layouts_.try_emplace(h.h);
+  auto [it, fresh] = layouts_.try_emplace(key);
   Layout& l = it->second;
   if (!fresh) return l;
   // Replicas of a uniform plan on GPUs of one type are alike: one stands for all the replicas
@@ -132,12 +189,102 @@ const Estimator::Layout& Estimator::layout(const Plan& plan) {
       keys.push_back(k.h);
     }
   }
+  // A stage of one GPU has no tensor-parallel collectives (collectives_s costs a group of one
+  // rank nothing), so its pieces are the same whichever GPU of the type it is.
+  std::map<std::vector<std::pair<const config::GpuProfile*, uint64_t>>, uint32_t> kinds;
+  for (size_t i = 0; i < l.evaluated.size(); ++i) {
+    std::vector<std::pair<const config::GpuProfile*, uint64_t>> stages;
+    for (int s = 0; s < S; ++s) {
+      const StagePlan& st = plan.replicas[l.evaluated[i]].stages[s];
+      stages.emplace_back(cluster_.gpu(st.devices.front()).profile,
+                          st.devices.size() > 1 ? l.tp[i][s].key : 0);
+    }
+    const auto next = static_cast<uint32_t>(kinds.size());
+    l.kind.push_back(kinds.try_emplace(std::move(stages), next).first->second);
+  }
+  l.kinds = kinds.size();
   return l;
 }
 
+const double* Estimator::hop_values(Layout& l, const Plan& plan, double activation) {
+  for (const auto& [a, v] : l.hop_values) {
+    if (same_bits(a, activation)) return v.data();
+  }
+  const int S = plan.stages();
+  std::vector<double> v;
+  v.reserve(l.evaluated.size() * static_cast<size_t>(S));
+  for (size_t i = 0; i < l.evaluated.size(); ++i) {
+    const workload::ReplicaPlan& rep = plan.replicas[l.evaluated[i]];
+    for (int s = 0; s + 1 < S; ++s) {
+      const size_t n = std::max(rep.stages[s].devices.size(), rep.stages[s + 1].devices.size());
+      v.push_back(hop_s(l.hop_keys[i][s], l.hops[i][s], activation / static_cast<double>(n)));
+    }
+    v.push_back(0.0);
+  }
+  l.hop_values.emplace_back(activation, std::move(v));
+  return l.hop_values.back().second.data();
+}
+
+double Estimator::dp_s(Layout& l, int stage, CommKind kind, double bytes) {
+  const int k = static_cast<int>(kind);
+  auto is = [&](const Layout::PerStage& e) { return e.kind == k && same_bits(e.bytes, bytes); };
+  size_t e = l.dp_last;
+  if (e >= l.dp.size() || !is(l.dp[e])) {
+    e = 0;
+    while (e < l.dp.size() && !is(l.dp[e])) ++e;
+    if (e == l.dp.size()) {
+      l.dp.push_back(
+          {k, bytes,
+           std::vector<double>(l.peers.size(), std::numeric_limits<double>::quiet_NaN())});
+    }
+    l.dp_last = e;
+  }
+  double& x = l.dp[e].seconds[static_cast<size_t>(stage)];
+  if (std::isnan(x)) x = collectives_s(kind, bytes, l.peers[static_cast<size_t>(stage)]);
+  return x;
+}
+
+double Estimator::tied_s(Layout& l, double bytes_per) {
+  for (const auto& [b, worst] : l.tied_worst) {
+    if (same_bits(b, bytes_per)) return worst;
+  }
+  double worst = 0;
+  for (const Groups& pairs : l.tied) {
+    worst =
+        std::max(worst, collectives_s(CommKind::allreduce,
+                                      bytes_per / static_cast<double>(pairs.ranks.size()), pairs));
+  }
+  l.tied_worst.emplace_back(bytes_per, worst);
+  return worst;
+}
+
+bool Estimator::alike(const Plan& plan, const Layout& l, const double* hops, size_t i,
+                      size_t j) const {
+  if (l.kind[i] != l.kind[j]) return false;
+  const workload::ReplicaPlan& a = plan.replicas[l.evaluated[i]];
+  const workload::ReplicaPlan& b = plan.replicas[l.evaluated[j]];
+  if (a.micro_batches != b.micro_batches || !same_bits(a.state_share, b.state_share)) return false;
+  const size_t S = a.stages.size();
+  for (size_t s = 0; s < S; ++s) {
+    const StagePlan& x = a.stages[s];
+    const StagePlan& y = b.stages[s];
+    if (x.first_layer != y.first_layer || x.layers != y.layers ||
+        x.devices.size() != y.devices.size() || x.chunk_layers != y.chunk_layers ||
+        x.chunk_first != y.chunk_first)
+      return false;
+  }
+  return std::memcmp(hops + i * S, hops + j * S, S * sizeof(double)) == 0;
+}
+
 double Estimator::collectives_s(CommKind kind, double bytes, const Groups& g) {
+  auto& last = last_collective_;
+  if (last.key == g.key && last.kind == static_cast<int>(kind) && last.bytes == bits_of(bytes))
+    return last.seconds;
   auto [it, fresh] = collectives_.try_emplace({g.key, static_cast<int>(kind), bytes}, 0.0);
-  if (!fresh) return it->second;
+  if (!fresh) {
+    last = {g.key, static_cast<int>(kind), bits_of(bytes), it->second};
+    return it->second;
+  }
   // One plan holding every group's steps: the analytic estimate shares links among the steps
   // that run together.
   network::CollectivePlan all;
@@ -157,6 +304,7 @@ double Estimator::collectives_s(CommKind kind, double bytes, const Groups& g) {
     all.start_delay = std::max(all.start_delay, p.start_delay);
   }
   if (!all.steps.empty()) it->second = network::estimate_seconds(cluster_, all);
+  last = {g.key, static_cast<int>(kind), bits_of(bytes), it->second};
   return it->second;
 }
 
@@ -182,10 +330,15 @@ double Estimator::hop_s(uint64_t key,
 }
 
 double Estimator::optimizer_s(const config::GpuProfile& gpu, double params, workload::Precision p) {
+  auto& last = last_optimizer_;
+  if (last.gpu == &gpu && last.params == bits_of(params) && last.precision == static_cast<int>(p))
+    return last.seconds;
   auto [it, fresh] = optimizer_.try_emplace({&gpu, params, static_cast<int>(p)}, 0.0);
-  if (!fresh) return it->second;
-  const workload::Op op = workload::optimizer_step(params, p);
-  it->second = std::max(cost_.duration(op, gpu, p), cost_.host_time(op)).seconds();
+  if (fresh) {
+    const workload::Op op = workload::optimizer_step(params, p);
+    it->second = std::max(cost_.duration(op, gpu, p), cost_.host_time(op)).seconds();
+  }
+  last = {&gpu, bits_of(params), static_cast<int>(p), it->second};
   return it->second;
 }
 
@@ -256,8 +409,20 @@ const Estimator::Pieces& Estimator::pieces(const Plan& plan, const config::GpuPr
   return ps;
 }
 
+const Estimator::Pieces& Estimator::stage_pieces(const Plan& plan, const config::GpuProfile& gpu,
+                                                 const Groups& tp) {
+  const int t = static_cast<int>(tp.ranks.front().size());
+  for (const PieceMemo& m : piece_memo_) {
+    if (m.gpu == &gpu && m.key == tp.key && m.t == t) return *m.pieces;
+  }
+  const Pieces& ps = pieces(plan, gpu, tp);
+  piece_memo_.push_back({&gpu, tp.key, t, &ps});
+  return ps;
+}
+
 Estimate Estimator::estimate(const Plan& plan) {
-  if (plan.asymmetric()) return asymmetric(plan);
+  const Scan scanned = scan(plan);
+  if (scanned.asymmetric) return asymmetric(plan);
   const int S = plan.stages();
   const int v = plan.interleave;
   const int V = S * v;
@@ -269,37 +434,82 @@ Estimate Estimator::estimate(const Plan& plan) {
       e * static_cast<double>(plan.micro_batch_size) * plan.sequence_length * model_.hidden;
   const workload::Framework& fw = plan.framework;
   const double per_pass = fw.host_per_pass.seconds();
-  const Layout& lay = layout(plan);
-  const std::vector<Groups>& peers = lay.peers;
+  Layout& lay = layout(plan, scanned.key);
+  const double* const hop_rows = hop_values(lay, plan, activation);
+  piece_memo_.clear();
+  const int64_t layer_params = model_.layer_params();
+
+  // The replicas to estimate: of an explicit plan's, one of each set of alike replicas (the last
+  // of each, in replica order, so that the per-stage numbers the last replica leaves below are
+  // its own). A replica is held against the sets of its devices' kind, the latest first and at
+  // most 8 of them, so that replicas all unlike cost no more than a pass each.
+  picked_.clear();
+  if (!plan.uniform && reduce_replicas_) {
+    constexpr size_t none = std::numeric_limits<size_t>::max();
+    kind_latest_.assign(lay.kinds, none);
+    kind_before_.clear();
+    for (size_t i = lay.evaluated.size(); i-- > 0;) {
+      size_t& latest = kind_latest_[lay.kind[i]];
+      bool found = false;
+      for (size_t k = latest, tries = 0; k != none && tries < 8 && !found; ++tries) {
+        found = alike(plan, lay, hop_rows, i, picked_[k]);
+        k = kind_before_[k];
+      }
+      if (found) continue;
+      kind_before_.push_back(latest);
+      latest = picked_.size();
+      picked_.push_back(i);
+    }
+    std::reverse(picked_.begin(), picked_.end());
+  } else {
+    for (size_t i = 0; i < lay.evaluated.size(); ++i) picked_.push_back(i);
+  }
+
+  // Replica 0's stages' parameters (every replica's, unless their layers differ).
+  const std::vector<StagePlan>& front = plan.replicas.front().stages;
+  params_.resize(static_cast<size_t>(S));
+  for (int s = 0; s < S; ++s) params_[s] = workload::group_params(model_, front[s], s, S);
+  auto params_of = [&](const StagePlan& st, int s) {
+    const StagePlan& f = front[s];
+    if (&st == &f || (st.first_layer == f.first_layer && st.layers == f.layers &&
+                      st.devices.size() == f.devices.size() && st.chunk_layers == f.chunk_layers &&
+                      st.chunk_first == f.chunk_first))
+      return params_[s];
+    return workload::group_params(model_, st, s, S);
+  };
 
   Estimate out;
   // Per stage: the latest end of its last backward pass over the replicas (the data-parallel
   // collectives wait for every replica), and of the replicas' end stages for the tied reduction.
-  std::vector<double> end(S, 0.0);
-  std::vector<double> last_backward(S, 0.0);  // one micro-batch's backward kernels of the stage
-  std::vector<double> layer_backward(S, 0.0);
-  for (size_t i = 0; i < lay.evaluated.size(); ++i) {
+  std::vector<double>& end = end_;
+  std::vector<double>& last_backward = last_backward_;  // one micro-batch's backward of the stage
+  std::vector<double>& layer_backward = layer_backward_;
+  end.assign(static_cast<size_t>(S), 0.0);
+  last_backward.assign(static_cast<size_t>(S), 0.0);
+  layer_backward.assign(static_cast<size_t>(S), 0.0);
+  std::vector<double>& w = w_;
+  std::vector<double>& fwd = fwd_;
+  std::vector<double>& bwd = bwd_;
+  for (size_t i : picked_) {
     const workload::ReplicaPlan& rep = plan.replicas[lay.evaluated[i]];
     const int m = rep.micro_batches;
-    std::vector<double> w(S, 0.0), fwd(S, 0.0), bwd(S, 0.0), hop(S, 0.0);
+    w.assign(static_cast<size_t>(S), 0.0);
+    fwd.assign(static_cast<size_t>(S), 0.0);
+    bwd.assign(static_cast<size_t>(S), 0.0);
+    const double* const hop = hop_rows + i * static_cast<size_t>(S);
     double once = 0;  // layered accumulation's per-layer collectives, waited for
-    for (int s = 0; s + 1 < S; ++s) {
-      const size_t n = std::max(rep.stages[s].devices.size(), rep.stages[s + 1].devices.size());
-      hop[s] = hop_s(lay.hop_keys[i][s], lay.hops[i][s], activation / static_cast<double>(n));
-    }
     for (int s = 0; s < S; ++s) {
       const StagePlan& st = rep.stages[s];
-      const Pieces& ps = pieces(plan, *cluster_.gpu(st.devices.front()).profile, lay.tp[i][s]);
+      const config::GpuProfile& gpu = *cluster_.gpu(st.devices.front()).profile;
+      const Pieces& ps = stage_pieces(plan, gpu, lay.tp[i][s]);
       // ZeRO-3: each layer's weights gathered before each use and waited for; in the backward
       // pass the gather queues behind the previous layer's gradient reduce-scatter on the one
       // data-parallel stream.
       double gather = 0, scatter = 0;
       if (dp && plan.zero_stage == 3) {
-        gather = collectives_s(CommKind::allgather,
-                               e * model_.layer_params() / st.tensor_parallel(), peers[s]);
+        gather = dp_s(lay, s, CommKind::allgather, e * layer_params / st.tensor_parallel());
         scatter =
-            collectives_s(CommKind::reducescatter,
-                          grad_bytes * model_.layer_params() / st.tensor_parallel(), peers[s]);
+            dp_s(lay, s, CommKind::reducescatter, grad_bytes * layer_params / st.tensor_parallel());
       }
       const double rc = plan.recompute == workload::Recompute::full        ? ps.layer_f.total()
                         : plan.recompute == workload::Recompute::selective ? ps.recompute.total()
@@ -338,11 +548,10 @@ Estimate Estimator::estimate(const Plan& plan) {
       }
       w[s] = fwd[s] + bwd[s];
       // With this group's optimizer step: the busiest group's compute, no more (a bound).
-      const double params = workload::group_params(model_, st, s, S);
+      const double params = params_of(st, s);
       const double shard =
           plan.zero_stage >= 1 && dp ? plan.sharded(params, lay.evaluated[i]) : params;
-      const double opt =
-          optimizer_s(*cluster_.gpu(st.devices.front()).profile, shard, plan.precision);
+      const double opt = optimizer_s(gpu, shard, plan.precision);
       out.compute_s = std::max(out.compute_s, m * kernels + opt);
       layer_backward[s] = ps.layer_b.total() + rc + gather + scatter;
       last_backward[s] = bwd[s];
@@ -376,37 +585,45 @@ Estimate Estimator::estimate(const Plan& plan) {
 
   // The tied embedding's gradients, all-reduced between the end stages once both are done.
   const workload::TiedReduction tied = fw.tied_embedding_reduction;
-  std::vector<double> ready = end;
+  double ready_front = end.front(), ready_back = end.back();
   if (tied != workload::TiedReduction::none && model_.tied_embeddings && S > 1) {
     const double bytes_per = (tied == workload::TiedReduction::main_grads ? grad_bytes : e) *
                              static_cast<double>(model_.vocab) * model_.hidden;
-    double worst = 0;
-    for (size_t i = 0; i < lay.evaluated.size(); ++i) {
-      const Groups& pairs = lay.tied[i];
-      worst = std::max(worst,
-                       collectives_s(CommKind::allreduce,
-                                     bytes_per / static_cast<double>(pairs.ranks.size()), pairs));
-    }
-    const double both = std::max(end.front(), end.back()) + worst;
-    ready.front() = both;
-    ready.back() = both;
+    const double both = std::max(end.front(), end.back()) + tied_s(lay, bytes_per);
+    ready_front = both;
+    ready_back = both;
   }
 
+  // The largest share of the sharded state over the replicas (Plan::sharded): x / R for the
+  // replicas without a state share, x times the largest share for the others (rounding keeps
+  // the order, so the largest product is the product with the largest share).
+  bool even_share = false;
+  double most_share = 0;
+  if (plan.zero_stage >= 1 && dp) {
+    for (const workload::ReplicaPlan& rep : plan.replicas) {
+      if (rep.state_share > 0) {
+        most_share = std::max(most_share, rep.state_share);
+      } else {
+        even_share = true;
+      }
+    }
+  }
   double iteration = 0;
   for (int s = 0; s < S; ++s) {
-    const StagePlan& st = plan.replicas.front().stages[s];
+    const StagePlan& st = front[s];
     const int t = st.tensor_parallel();
-    const double layer_grad = grad_bytes * model_.layer_params() / t;
+    const double layer_grad = grad_bytes * layer_params / t;
     const double extra =
         grad_bytes *
         ((s == 0 ? model_.embedding_params() : 0) + (s == S - 1 ? model_.output_params() : 0)) / t;
-    double finish = ready[s];
+    const double ready = s == 0 ? ready_front : s == S - 1 ? ready_back : end[s];
+    double finish = ready;
     if (dp) {
       const CommKind kind = plan.zero_stage >= 1 ? CommKind::reducescatter : CommKind::allreduce;
       if (plan.zero_stage >= 2) {
         // A reduce-scatter per layer per micro-batch, streamed beside the backward passes.
         const int m = plan.replicas.front().micro_batches;
-        const double one = collectives_s(CommKind::reducescatter, layer_grad, peers[s]);
+        const double one = dp_s(lay, s, CommKind::reducescatter, layer_grad);
         if (plan.zero_stage == 3) {
           finish = std::max(finish, end[s] + one);  // the stream already counted per layer
         } else {
@@ -417,7 +634,8 @@ Estimate Estimator::estimate(const Plan& plan) {
         }
       } else {
         // Buckets in the order backward fills them; the last takes the embedding and head.
-        std::vector<double> buckets;
+        std::vector<double>& buckets = buckets_;
+        buckets.clear();
         double bucket = 0;
         for (int l = 0; l < st.layers; ++l) {
           bucket += layer_grad;
@@ -436,25 +654,29 @@ Estimate Estimator::estimate(const Plan& plan) {
           layers_done += layers;
           const double issue =
               overlapped ? end[s] - last_backward[s] + layers_done * layer_backward[s] : filled;
-          stream = std::max(stream, issue) + collectives_s(kind, bytes, peers[s]);
+          stream = std::max(stream, issue) + dp_s(lay, s, kind, bytes);
         }
-        if (bucket > 0) stream = std::max(stream, finish) + collectives_s(kind, bucket, peers[s]);
+        if (bucket > 0) stream = std::max(stream, finish) + dp_s(lay, s, kind, bucket);
         finish = std::max(finish, stream);
       }
-      out.dp_exposed_s = std::max(out.dp_exposed_s, finish - ready[s]);
+      out.dp_exposed_s = std::max(out.dp_exposed_s, finish - ready);
     }
     finish += fw.host_per_step.seconds();
-    const double params = workload::group_params(model_, st, s, S);
+    const double params = params_[s];
     // The largest shard's optimizer step (state shares may differ by replica).
-    double shard = plan.zero_stage >= 1 && dp ? plan.sharded(params, 0) : params;
+    double shard = params;
     if (plan.zero_stage >= 1 && dp) {
-      for (size_t r = 1; r < R; ++r) shard = std::max(shard, plan.sharded(params, r));
+      const double by_share = params * most_share;
+      const double evenly = params / static_cast<double>(R);
+      shard = even_share && most_share > 0 ? std::max(evenly, by_share)
+              : even_share                 ? evenly
+                                           : by_share;
     }
     const double optimizer =
         optimizer_s(*cluster_.gpu(st.devices.front()).profile, shard, plan.precision);
     finish += optimizer;
     if (dp && (plan.zero_stage == 1 || plan.zero_stage == 2))
-      finish += collectives_s(CommKind::allgather, e * params, peers[s]);
+      finish += dp_s(lay, s, CommKind::allgather, e * params);
     iteration = std::max(iteration, finish);
   }
   out.iteration_s = iteration;

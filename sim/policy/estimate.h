@@ -14,7 +14,11 @@
 // tests/unit/estimate_test.cpp bounds the difference over hundreds of plans.
 //
 // An Estimator caches kernel pieces and collective times by shape, so it is cheap after the
-// first plans of a search; the caches make it single-threaded (one per thread).
+// first plans of a search; the caches make it single-threaded (one per thread). Replicas spelled
+// out one by one (explicit plans) that are alike (the same GPU types and tensor-parallel groups
+// stage by stage, the same layers, micro-batches, state share and transfer times) are estimated
+// once, as one replica of a uniform plan stands for the others: the same estimate to the bit,
+// since alike replicas give the same numbers and the estimate keeps their maximum.
 #pragma once
 
 #include <cstdint>
@@ -41,6 +45,8 @@ class Estimator {
   Estimator(const workload::ModelConfig& model, const platform::Cluster& cluster,
             const workload::CostModel& cost);
   Estimate estimate(const workload::Plan& plan);
+  // Off: every replica of an explicit plan estimated on its own (the tests compare the two).
+  void set_reduce_replicas(bool on) { reduce_replicas_ = on; }
 
   // One transformer layer's (or embedding's, head's) pass on one GPU type and shape: its kernel
   // time (runs of kernels take the longer of GPU and host time, as the replay's segments do) and
@@ -74,13 +80,48 @@ class Estimator {
     // replica), as (from, to)
     std::vector<std::vector<std::vector<std::pair<platform::GpuId, platform::GpuId>>>> hops;
     std::vector<std::vector<uint64_t>> hop_keys;  // hashes of `hops`
+    // Per evaluated replica: its devices' kind (of `kinds`), alike where every stage's GPU type
+    // and tensor-parallel group (Groups::key; any one GPU for a stage of one) are.
+    std::vector<uint32_t> kind;
+    size_t kinds = 0;
+    // Worked out once per layout and size, as a search's plans share both: per activation size,
+    // each evaluated replica's transfer per stage boundary (S per replica, the last 0); per
+    // collective kind and size, its time over each stage's data-parallel peers; per size, the
+    // slowest tied-embedding reduction.
+    std::vector<std::pair<double, std::vector<double>>> hop_values;
+    struct PerStage {
+      int kind;
+      double bytes;
+      std::vector<double> seconds;  // per stage; NaN until asked for
+    };
+    std::vector<PerStage> dp;
+    size_t dp_last = 0;  // the entry asked for last
+    std::vector<std::pair<double, double>> tied_worst;
   };
-  const Layout& layout(const workload::Plan& plan);
+  // A hash of the plan's device layout (the key of `layouts_`), and whether it is asymmetric
+  // (Plan::asymmetric), in one pass over the replicas' stages.
+  struct Scan {
+    uint64_t key = 0;
+    bool asymmetric = false;
+  };
+  static Scan scan(const workload::Plan& plan);
+  Layout& layout(const workload::Plan& plan, uint64_t key);
+  const double* hop_values(Layout& l, const workload::Plan& plan, double activation);
+  double dp_s(Layout& l, int stage, workload::CommKind kind, double bytes);
+  double tied_s(Layout& l, double bytes_per);
+  // Whether replicas i and j (indices into Layout::evaluated) of an explicit plan give the same
+  // numbers.
+  bool alike(const workload::Plan& plan, const Layout& l, const double* hops, size_t i,
+             size_t j) const;
   // Replicas whose stages differ (Plan::asymmetric): each replica's pipeline on its own, then
   // each layer segment's gradient buckets among the stages that hold it.
   Estimate asymmetric(const workload::Plan& plan);
   Groups groups(std::vector<std::vector<platform::GpuId>> ranks) const;
   const Pieces& pieces(const workload::Plan& plan, const config::GpuProfile& gpu, const Groups& tp);
+  // pieces(), remembered for the plan being estimated (its stages share a few GPU types and
+  // groups).
+  const Pieces& stage_pieces(const workload::Plan& plan, const config::GpuProfile& gpu,
+                             const Groups& tp);
   Piece piece(const std::vector<workload::Step>& steps, const config::GpuProfile& gpu,
               workload::Precision p, const Groups& tp);
   // Concurrent collectives of one kind and size (one per rank list), run together on an idle
@@ -114,6 +155,32 @@ class Estimator {
   std::unordered_map<std::tuple<uint64_t, double>, double, KeyHash> hops_;
   std::unordered_map<std::tuple<const config::GpuProfile*, double, int>, double, KeyHash>
       optimizer_;
+  // The last look-up of collectives_ and optimizer_ (a plan's stages ask the same in a row).
+  struct {
+    uint64_t key = 0;
+    int kind = -1;
+    uint64_t bytes = 0;
+    double seconds = 0;
+  } last_collective_;
+  struct {
+    const config::GpuProfile* gpu = nullptr;
+    uint64_t params = 0;
+    int precision = -1;
+    double seconds = 0;
+  } last_optimizer_;
+  bool reduce_replicas_ = true;
+  // Scratch of one estimate, kept to spare the allocations.
+  struct PieceMemo {
+    const config::GpuProfile* gpu;
+    uint64_t key;
+    int t;
+    const Pieces* pieces;
+  };
+  std::vector<PieceMemo> piece_memo_;
+  std::vector<size_t> picked_;
+  std::vector<size_t> kind_latest_, kind_before_;  // per kind, per picked replica
+  std::vector<double> end_, last_backward_, layer_backward_, params_;
+  std::vector<double> w_, fwd_, bwd_, buckets_;
 };
 
 }  // namespace hetsim::policy

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 
 #include "sim/policy/planner.h"
 #include "sim/workload/replay.h"
@@ -152,6 +153,100 @@ TEST(Estimate, FollowsTheReplayOverHundredsOfPlansWithin10PercentAndRanksThem) {
   EXPECT_GE(all.size(), 200u);
   EXPECT_LT(err, 0.10);
   EXPECT_GE(rho, 0.95);
+}
+
+uint64_t bits(double x) {
+  uint64_t b = 0;
+  std::memcpy(&b, &x, sizeof b);
+  return b;
+}
+
+void expect_same_bits(const Estimate& a, const Estimate& b, const std::string& label) {
+  EXPECT_EQ(bits(a.iteration_s), bits(b.iteration_s)) << label;
+  EXPECT_EQ(bits(a.compute_s), bits(b.compute_s)) << label;
+  EXPECT_EQ(bits(a.pipeline_s), bits(b.pipeline_s)) << label;
+  EXPECT_EQ(bits(a.dp_exposed_s), bits(b.dp_exposed_s)) << label;
+}
+
+TEST(Estimate, AlikeExplicitReplicasEstimatedOnceGiveTheSameBitsAsEveryReplicaAlone) {
+  // An explicit plan's alike replicas stand for one another (estimate.h). Over every proposal of
+  // every policy on a mixed and a homogeneous cluster (Whale, Cannikin, HetPipe, FlashFlex and
+  // Cephalo spell their replicas out, with shares by speed, GPU types interleaved, pipelines of
+  // several stages), the estimate so reduced is the estimate of every replica on its own, to the
+  // bit, whatever plans the caches saw before.
+  const workload::ModelConfig m = gpt(8);
+  const workload::DatasheetCostModel cost;
+  size_t explicit_plans = 0, several_stages = 0;
+  struct Case {
+    const char* cluster;
+    int nodes;
+    int64_t batch;
+  };
+  for (const Case& k :
+       {Case{"mixed-h100-a100", 0, 128}, Case{"dgx-a100", 4, 64}, Case{"mixed-a100-v100", 0, 64}}) {
+    const platform::Cluster c = cluster(k.cluster, k.nodes);
+    Request r;
+    r.model = &m;
+    r.cluster = &c;
+    r.global_batch = k.batch;
+    r.sequence = m.sequence;
+    r.cost = &cost;
+    Estimator reduced(m, c, cost), alone(m, c, cost);
+    alone.set_reduce_replicas(false);
+    for (const Policy* p : policies()) {
+      for (const Proposal& x : p->propose(r)) {
+        workload::Plan plan;
+        try {
+          plan = workload::load_plan_text(x.plan, "p.yaml", m, c);
+        } catch (const InputError&) {
+          continue;
+        }
+        if (plan.uniform) continue;
+        ++explicit_plans;
+        if (plan.stages() > 1 && plan.replicas.size() > 1) ++several_stages;
+        expect_same_bits(reduced.estimate(plan), alone.estimate(plan),
+                         std::string(k.cluster) + " " + x.policy + " " + x.label);
+      }
+    }
+  }
+  EXPECT_GE(explicit_plans, 1000u);
+  EXPECT_GE(several_stages, 500u);
+}
+
+TEST(Estimate, UnlikeExplicitReplicasAreNotReduced) {
+  // Two-stage replicas of one GPU a stage on two nodes, alike but for the micro-batches of the
+  // first, the last or every other replica, or for the first replica's stages on two nodes (its
+  // transfer over the network): the reduced estimate is every replica's, and the unlike replicas
+  // show in it.
+  const workload::ModelConfig m = gpt(8);
+  const platform::Cluster c = cluster("dgx-a100", 2);
+  const workload::DatasheetCostModel cost;
+  auto plan = [&](const std::vector<int>& micro, const std::vector<int>& devices) {
+    std::string y = "micro_batch_size: 1\nsequence_length: 1024\nreplicas:\n";
+    for (size_t i = 0; i < micro.size(); ++i) {
+      y += "  - {micro_batches: " + std::to_string(micro[i]) + ", stages: [{layers: 4, devices: [" +
+           std::to_string(devices[2 * i]) + "]}, {layers: 4, devices: [" +
+           std::to_string(devices[2 * i + 1]) + "]}]}\n";
+    }
+    return workload::load_plan_text(y, "p.yaml", m, c);
+  };
+  const std::vector<int> one_node = {0, 1, 2, 3, 4, 5, 6, 7};
+  Estimator reduced(m, c, cost), alone(m, c, cost);
+  alone.set_reduce_replicas(false);
+  const workload::Plan even = plan({4, 4, 4, 4}, one_node);
+  const Estimate base = reduced.estimate(even);
+  expect_same_bits(base, alone.estimate(even), "alike");
+  for (const std::vector<int>& micro :
+       std::vector<std::vector<int>>{{8, 4, 4, 4}, {4, 4, 4, 8}, {4, 8, 4, 8}}) {
+    const workload::Plan p = plan(micro, one_node);
+    const Estimate e = reduced.estimate(p);
+    expect_same_bits(e, alone.estimate(p), "micro-batches");
+    EXPECT_GT(e.pipeline_s, base.pipeline_s);
+  }
+  const workload::Plan across = plan({4, 4, 4, 4}, {7, 8, 0, 1, 2, 3, 4, 5});
+  const Estimate e = reduced.estimate(across);
+  expect_same_bits(e, alone.estimate(across), "across nodes");
+  EXPECT_GT(e.pipeline_s, base.pipeline_s);
 }
 
 }  // namespace
