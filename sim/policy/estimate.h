@@ -147,10 +147,10 @@ class Estimator {
     size_t operator()(uint64_t k) const { return (*this)(std::tuple<uint64_t>(k)); }
   };
   std::unordered_map<uint64_t, Layout, KeyHash> layouts_;
-  std::unordered_map<
-      std::tuple<const config::GpuProfile*, int64_t, int64_t, bool, bool, int, uint64_t>, Pieces,
-      KeyHash>
-      pieces_;
+  std::unordered_map<std::tuple<const config::GpuProfile*, int64_t, int64_t, bool, bool, int,
+                                uint64_t, int, int, bool, double>,
+                     Pieces, KeyHash>
+      pieces_;  // by GPU, the stage's layer shape (every field it has) and tensor-parallel group
   std::unordered_map<std::tuple<uint64_t, int, double>, double, KeyHash> collectives_;
   std::unordered_map<std::tuple<uint64_t, double>, double, KeyHash> hops_;
   std::unordered_map<std::tuple<const config::GpuProfile*, double, int>, double, KeyHash>
