@@ -503,6 +503,14 @@ Estimate Estimator::estimate(const Plan& plan) {
       const StagePlan& st = rep.stages[s];
       const config::GpuProfile& gpu = *cluster_.gpu(st.devices.front()).profile;
       const Pieces& ps = stage_pieces(plan, gpu, lay.tp[i][s]);
+      // The framework's all-gathers of a received pipeline slice (Framework::pipeline_gathers_*),
+      // on the stage's critical path as the job builder puts them.
+      const bool gathers = st.tensor_parallel() > 1 && !plan.sequence_parallel &&
+                           fw.pipeline_gathers_forward + fw.pipeline_gathers_backward > 0;
+      const double pipe_gather =
+          gathers ? collectives_s(CommKind::allgather, activation / plan.context_parallel,
+                                  lay.tp[i][s])
+                  : 0.0;
       // ZeRO-3: each layer's weights gathered before each use and waited for; in the backward
       // pass the gather queues behind the previous layer's gradient reduce-scatter on the one
       // data-parallel stream.
@@ -540,6 +548,8 @@ Estimate Estimator::estimate(const Plan& plan) {
           b += ps.head_b.total();
           kernels += ps.head_f.kernels_s + ps.head_b.kernels_s;
         }
+        if (vs > 0) f += fw.pipeline_gathers_forward * pipe_gather;
+        if (vs < V - 1) b += fw.pipeline_gathers_backward * pipe_gather;
         if (fw.blocking_p2p) {
           if (vs < V - 1) f += hop[s < S - 1 ? s : 0];
           if (vs > 0) b += hop[s > 0 ? s - 1 : 0];

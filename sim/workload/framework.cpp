@@ -50,9 +50,10 @@ Framework load_framework_text(const std::string& text, const std::string& file) 
   using namespace config;
   const YAML::Node root = load_yaml(text, file);
   if (!root.IsMap()) throw InputError(file + ": expected a map at the top level");
-  check_keys(file, root, "",
-             {"name", "description", "gradient_reduction", "bucket_size", "zero_stage",
-              "pipeline_p2p", "host", "tied_embedding_reduction", "reserved_memory"});
+  check_keys(
+      file, root, "",
+      {"name", "description", "gradient_reduction", "bucket_size", "zero_stage", "pipeline_p2p",
+       "pipeline_gathers", "host", "tied_embedding_reduction", "reserved_memory"});
   Framework f;
   f.source = file;
   f.name = get_string(file, root, "", "name");
@@ -67,6 +68,17 @@ Framework load_framework_text(const std::string& text, const std::string& file) 
   if (root["zero_stage"])
     f.zero_stage = static_cast<int>(get_int(file, root, "", "zero_stage", 0, 3));
   f.blocking_p2p = get_choice(file, root, "", "pipeline_p2p", {"async", "blocking"}) == 1;
+  if (root["pipeline_gathers"]) {
+    const YAML::Node gathers = root["pipeline_gathers"];
+    if (!gathers.IsMap())
+      throw InputError(where(file, gathers) +
+                       ": pipeline_gathers: expected a map {forward: N, backward: N}");
+    check_keys(file, gathers, "pipeline_gathers", {"forward", "backward"});
+    f.pipeline_gathers_forward =
+        static_cast<int>(get_int(file, gathers, "pipeline_gathers", "forward", 0, 4, 0));
+    f.pipeline_gathers_backward =
+        static_cast<int>(get_int(file, gathers, "pipeline_gathers", "backward", 0, 4, 0));
+  }
   f.tied_embedding_reduction = static_cast<TiedReduction>(get_choice(
       file, root, "", "tied_embedding_reduction", {"none", "model_grads", "main_grads"}, "none"));
   if (root["reserved_memory"]) {

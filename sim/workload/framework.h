@@ -35,6 +35,17 @@ struct Framework {
   Time host_per_pass;  // per forward or backward pass of one micro-batch on one stage
   Time host_per_step;  // per iteration on every device, before the optimizer step
   TiedReduction tied_embedding_reduction = TiedReduction::none;
+  // A tensor-parallel stage's pipeline transfers move 1/t of the boundary activation from each
+  // rank (the replay's scatter-gather); the framework then all-gathers the whole activation over
+  // the stage's ranks this many times per received activation (forward) and per received
+  // gradient (backward). DeepSpeed's pipeline engine partitions activations and gradients
+  // between stages (deepspeed/runtime/pipe/engine.py, is_pipe_partitioned and
+  // is_grad_partitioned, on whenever the model is tensor-parallel): one gather of the received
+  // activation before the forward pass, and before the backward pass one of the stage's own
+  // output (kept only as its slice) and one of the received gradient. Not with sequence
+  // parallelism, whose stage input is already split by sequence over the ranks.
+  int pipeline_gathers_forward = 0;
+  int pipeline_gathers_backward = 0;
   // Device memory the process holds beyond the training state, activations and buffers hetsim
   // counts: the CUDA context and libraries' workspace, communication buffers, allocator slack.
   double reserved_memory = 0;  // bytes

@@ -566,6 +566,19 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
       const auto& hf = b.piece("head.fwd", head_forward(model, shape));
       const auto& hb = b.piece("head.bwd", head_backward(model, shape));
       const auto& ar = b.piece("attention.recompute", attention_recompute(model, shape));
+      // The framework's all-gathers of a received pipeline slice (Framework::pipeline_gathers_*).
+      std::vector<Step> gather_steps;
+      if (t > 1 && !plan.sequence_parallel) {
+        Step gs;
+        gs.op.name = "pp.gather";
+        gs.comm = CommKind::allgather;
+        gs.comm_bytes = job.activation_bytes_per_transfer;
+        gather_steps.push_back(gs);
+      }
+      const auto& pg = b.piece("pipeline.gather", gather_steps);
+      auto gathers = [&](int count, Pass pass, const ScheduleItem& it) {
+        for (int k = 0; k < count; ++k) b.emit(pg, pass, -1, it.micro_batch, it.chunk);
+      };
       // Layer l's programs: a MoE layer's by its load (layers of one load share them).
       std::map<double, std::pair<const std::vector<Task>*, const std::vector<Task>*>> moe_pieces;
       auto pieces_of = [&](int l) {
@@ -704,7 +717,10 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
         const int first = chunk_first(it.chunk);
         b.host(per_pass, it.forward ? Pass::forward : Pass::backward, it.micro_batch, it.chunk);
         if (it.forward) {
-          if (vs > 0) b.emit_one(TaskKind::recv, Pass::forward, it.micro_batch, it.chunk);
+          if (vs > 0) {
+            b.emit_one(TaskKind::recv, Pass::forward, it.micro_batch, it.chunk);
+            gathers(plan.framework.pipeline_gathers_forward, Pass::forward, it);
+          }
           if (vs == 0) b.emit(ef, Pass::forward, -1, it.micro_batch, it.chunk);
           for (int l = first; l < first + st.layers_of(it.chunk); ++l) {
             if (dp && plan.zero_stage == 3)
@@ -718,7 +734,10 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
             b.emit_one(TaskKind::send, Pass::forward, it.micro_batch, it.chunk);
           }
         } else {
-          if (vs < V - 1) b.emit_one(TaskKind::recv, Pass::backward, it.micro_batch, it.chunk);
+          if (vs < V - 1) {
+            b.emit_one(TaskKind::recv, Pass::backward, it.micro_batch, it.chunk);
+            gathers(plan.framework.pipeline_gathers_backward, Pass::backward, it);
+          }
           if (vs == V - 1) b.emit(hb, Pass::backward, -1, it.micro_batch, it.chunk);
           const bool last = static_cast<int>(it.micro_batch) == last_bwd_mb[it.chunk];
           // Asymmetric: the head's gradients open the last segment's first bucket, in every

@@ -1,7 +1,8 @@
 // Frameworks (frameworks/*.yaml, sim/workload/framework.h): the profiles load and bad ones say
 // what is wrong; each behaviour changes the replay as worked out by hand: host time per pass and
 // per step adds exactly, a reduction after the backward pass exposes every bucket's collective,
-// a blocking send holds its stage for the transfer.
+// a blocking send holds its stage for the transfer, a partitioned pipeline transfer is gathered
+// over the receiving stage's tensor-parallel ranks.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 
 #include "sim/core/error.h"
 #include "sim/network/collective_runner.h"
+#include "sim/policy/estimate.h"
 #include "sim/workload/framework.h"
 #include "sim/workload/memory.h"
 #include "sim/workload/replay.h"
@@ -101,6 +103,27 @@ TEST(FrameworkProfiles, BadFieldsAreClearErrors) {
   EXPECT_NE(error_of([] {
               load_framework_text("name: x\nhost: {}\n", "f.yaml");
             }).find("gradient_reduction: missing required field"),
+            std::string::npos);
+  EXPECT_EQ(error_of([] {
+              load_framework_text(
+                  "name: x\ngradient_reduction: overlapped\npipeline_p2p: async\n"
+                  "pipeline_gathers: 2\nhost: {per_pass: 0s, per_step: 0s}\n",
+                  "f.yaml");
+            }),
+            "f.yaml:4: pipeline_gathers: expected a map {forward: N, backward: N}");
+  EXPECT_NE(error_of([] {
+              load_framework_text(
+                  "name: x\ngradient_reduction: overlapped\npipeline_p2p: async\n"
+                  "pipeline_gathers: {forward: 9}\nhost: {per_pass: 0s, per_step: 0s}\n",
+                  "f.yaml");
+            }).find("pipeline_gathers.forward: expected an integer from 0 to 4"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              load_framework_text(
+                  "name: x\ngradient_reduction: overlapped\npipeline_p2p: async\n"
+                  "pipeline_gathers: {forwards: 1}\nhost: {per_pass: 0s, per_step: 0s}\n",
+                  "f.yaml");
+            }).find("forwards"),
             std::string::npos);
   // A plan naming an unknown framework says where.
   const ModelConfig m = small_gpt(2);
@@ -238,6 +261,97 @@ TEST(Frameworks, TheTiedEmbeddingIsReducedBetweenTheEndStages) {
   EXPECT_EQ(r.groups[0].dp_wait - r0.groups[0].dp_wait, alone);
   EXPECT_GT(r.groups[1].dp_wait - r0.groups[1].dp_wait, alone);
   EXPECT_EQ(r.iteration - r0.iteration, alone);
+}
+
+}  // namespace
+}  // namespace hetsim::workload
+
+namespace hetsim::workload {
+namespace {
+
+// An all-gather with nothing beside it, as the replay launches a tensor-parallel one.
+Time allgather_alone(const platform::Cluster& c, double bytes, std::vector<platform::GpuId> ranks) {
+  network::CollectiveRequest req;
+  req.op = network::Op::allgather;
+  req.bytes = bytes;
+  req.ranks = std::move(ranks);
+  req.host_launch = false;
+  return network::simulate_collective(c, req).time;
+}
+
+size_t gathers_in(const Group& g, Pass pass) {
+  return static_cast<size_t>(std::count_if(g.program.begin(), g.program.end(), [&](const Task& t) {
+    return t.kind == TaskKind::tp_comm && t.pass == pass && g.comms[t.index].name == "pp.gather";
+  }));
+}
+
+TEST(Frameworks, DeepSpeedGathersAPartitionedPipelineTransferOverTheStagesRanks) {
+  // Two stages of TP 2 on one DGX A100 node (GPUs 0-1, 2-3), DeepSpeed's partitioned transfers
+  // (pipeline_gathers {forward: 1, backward: 2}). Per micro-batch stage 1 gathers the received
+  // activation once before its forward pass; stage 0 gathers its own output and the received
+  // gradient before its backward pass. One micro-batch runs the stages one after the other, so
+  // the three all-gathers of the 1 x 1024 x 1024 x 2 B activation (each as long alone, over
+  // GPUs 2-3 and 0-1 of one NVSwitch node) add exactly to the iteration.
+  const ModelConfig m = small_gpt(4);
+  const platform::Cluster c = dgx(1);
+  const DatasheetCostModel cost;
+  auto framework = [](const std::string& name, const std::string& gathers) {
+    const std::string f = ::testing::TempDir() + name;
+    std::ofstream(f) << "name: " << name << "\ngradient_reduction: after_backward\n"
+                     << "pipeline_p2p: blocking\n"
+                     << gathers << "host: {per_pass: 0s, per_step: 0s}\n";
+    return f;
+  };
+  const std::string with =
+      framework("fw_gather.yaml", "pipeline_gathers: {forward: 1, backward: 2}\n");
+  const std::string without = framework("fw_nogather.yaml", "");
+  auto plan = [&](const std::string& fw, int micro_batches, const std::string& extra = "") {
+    return load_plan_text(
+        "tensor_parallel: 2\npipeline_parallel: 2\nmicro_batch_size: 1\n"
+        "global_batch_size: " +
+            std::to_string(micro_batches) + "\ndevices: \"0-3\"\nframework: " + fw + "\n" + extra,
+        "p.yaml", m, c);
+  };
+  // A job refers to its plan: each plan outlives its job.
+  const Plan p1 = plan(with, 1), p0 = plan(without, 1);
+  const TrainingJob j = build_training_job(m, p1, c, cost);
+  const TrainingJob j0 = build_training_job(m, p0, c, cost);
+  EXPECT_EQ(gathers_in(j.groups[0], Pass::forward), 0u);
+  EXPECT_EQ(gathers_in(j.groups[0], Pass::backward), 2u);
+  EXPECT_EQ(gathers_in(j.groups[1], Pass::forward), 1u);
+  EXPECT_EQ(gathers_in(j.groups[1], Pass::backward), 0u);
+  EXPECT_EQ(gathers_in(j0.groups[0], Pass::backward), 0u);
+  const double bytes = 2.0 * 1024 * 1024;
+  EXPECT_DOUBLE_EQ(j.activation_bytes_per_transfer, bytes);
+  const Time gather = allgather_alone(c, bytes, {0, 1});
+  EXPECT_EQ(allgather_alone(c, bytes, {2, 3}), gather);
+  EXPECT_GT(gather, Time());
+  const ReplayResult r = replay(j), r0 = replay(j0);
+  EXPECT_EQ(r.iteration - r0.iteration, gather * 3);
+  // The planner's estimate puts the same three gathers on the same path.
+  policy::Estimator est(m, c, cost);
+  const double added = est.estimate(p1).iteration_s - est.estimate(p0).iteration_s;
+  EXPECT_NEAR(added, 3 * gather.seconds(), 1e-3 * gather.seconds());
+
+  // Eight micro-batches: 16 gathers on stage 0, 8 on stage 1. Sequence parallelism, whose
+  // stage input is already split over the ranks, and TP 1 gather nothing.
+  const Plan p8 = plan(with, 8), psp = plan(with, 8, "sequence_parallel: true\n");
+  const TrainingJob j8 = build_training_job(m, p8, c, cost);
+  EXPECT_EQ(gathers_in(j8.groups[0], Pass::backward), 16u);
+  EXPECT_EQ(gathers_in(j8.groups[1], Pass::forward), 8u);
+  const TrainingJob sp = build_training_job(m, psp, c, cost);
+  EXPECT_EQ(gathers_in(sp.groups[0], Pass::backward) + gathers_in(sp.groups[1], Pass::forward), 0u);
+  const Plan tp1 = load_plan_text(
+      "pipeline_parallel: 2\nmicro_batch_size: 1\nglobal_batch_size: 8\n"
+      "devices: [0, 1]\nframework: " +
+          with + "\n",
+      "p.yaml", m, c);
+  const TrainingJob j1 = build_training_job(m, tp1, c, cost);
+  EXPECT_EQ(gathers_in(j1.groups[0], Pass::backward) + gathers_in(j1.groups[1], Pass::forward), 0u);
+  // The built-in DeepSpeed profile gathers as its pipeline engine does; Megatron's does not.
+  EXPECT_EQ(load_framework("deepspeed").pipeline_gathers_forward, 1);
+  EXPECT_EQ(load_framework("deepspeed").pipeline_gathers_backward, 2);
+  EXPECT_EQ(load_framework("megatron").pipeline_gathers_backward, 0);
 }
 
 }  // namespace

@@ -45,12 +45,16 @@ using namespace hetsim;
 // issue 10's baseline. A ceiling, not a goal.
 // Bounds the issue sets (issue 10): at most 20% mean error on the whole set and on the held-out
 // half, a rank correlation of at least 0.9. Reached on 2026-11-30 (fitted half 5.2%, held-out
-// half 5.7%, all 5.4%, Spearman 0.969): kCeilingPct holds that line so fidelity work can only
-// move it down. The fastest plan: hetsim picks tp1 dp2 pp8 mb1 (measured 1.23 s), the second
-// fastest measured, 2.5% slower than tp1 dp4 pp4 mb1 (1.20 s); the issue asks for the fastest
-// itself, which is not reached yet, so the test holds the 2.5% (within 5%).
+// half 5.7%, all 5.4%, Spearman 0.969); 2026-12-03, with DeepSpeed's partitioned pipeline
+// transfers gathered over the receiving stage's tensor-parallel ranks (frameworks/deepspeed.yaml,
+// pipeline_gathers): fitted half 4.8%, held-out half 5.4%, all 5.1%, Spearman 0.973 (a refit of
+// the constants with it moves the whole set by less than 0.1%, so they stay as fitted).
+// kCeilingPct holds that line so fidelity work can only move it down. The fastest plan: hetsim
+// picks tp1 dp2 pp8 mb1 (measured 1.23 s), the second fastest measured, 2.5% slower than tp1 dp4
+// pp4 mb1 (1.20 s); the issue asks for the fastest itself, which is not reached yet, so the test
+// holds the 2.5% (within 5%).
 constexpr double kMaxMapePct = 20.0;
-constexpr double kCeilingPct = 6.0;
+constexpr double kCeilingPct = 5.5;
 constexpr double kMinSpearman = 0.9;
 constexpr double kFastestWithin = 0.05;
 
