@@ -508,9 +508,9 @@ Estimate Estimator::estimate(const Plan& plan) {
       const bool gathers = st.tensor_parallel() > 1 && !plan.sequence_parallel &&
                            fw.pipeline_gathers_forward + fw.pipeline_gathers_backward > 0;
       const double pipe_gather =
-          gathers ? collectives_s(CommKind::allgather, activation / plan.context_parallel,
-                                  lay.tp[i][s])
-                  : 0.0;
+          gathers
+              ? collectives_s(CommKind::allgather, activation / plan.context_parallel, lay.tp[i][s])
+              : 0.0;
       // ZeRO-3: each layer's weights gathered before each use and waited for; in the backward
       // pass the gather queues behind the previous layer's gradient reduce-scatter on the one
       // data-parallel stream.
