@@ -81,6 +81,12 @@ const char* memory_kernel_of(const std::string& name) {
   for (const char* prefix : {"experts.", "shared."})
     if (op.rfind(prefix, 0) == 0) op = op.substr(std::char_traits<char>::length(prefix));
   auto starts = [&](const char* p) { return op.rfind(p, 0) == 0; };
+  auto contains = [&](const char* p) { return op.find(p) != std::string::npos; };
+  // Eager PyTorch's separate kernels (ops.cpp, LayerShape::eager): casts are copies; a dropout,
+  // a residual add, a gradient summed or accumulated are elementwise adds of two tensors.
+  if (contains(".cast")) return "copy";
+  if (contains(".dropout")) return "dropout";
+  if (contains(".add") || contains(".sum") || contains(".grad_accumulate")) return "residual_add";
   if (starts("router.topk")) return "softmax";
   if (starts("norm") || starts("final_norm")) return "layernorm";
   if (starts("dropout_residual")) return "residual_add";

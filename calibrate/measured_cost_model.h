@@ -32,6 +32,7 @@ class MeasuredCostModel : public workload::CostModel {
   Time host_time(const workload::Op& op) const override {
     return cpu_ ? Time() : datasheet_.host_time(op);
   }
+  bool issues_kernels() const override { return !cpu_; }
   std::string source(const workload::Op& op, const config::GpuProfile& gpu) const override;
   std::string coverage(const workload::Op& op, const config::GpuProfile& gpu,
                        workload::Precision p) const override;

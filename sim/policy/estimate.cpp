@@ -53,6 +53,11 @@ uint64_t bits_of(double x) {
   return b;
 }
 
+// A framework's host time per kernel as the caches key it: picoseconds, -1 for the cost model's.
+int64_t host_key(const workload::Framework& fw) {
+  return fw.host_per_kernel ? fw.host_per_kernel->ps() : -1;
+}
+
 }  // namespace
 
 Estimator::Scan Estimator::scan(const Plan& plan) {
@@ -329,22 +334,25 @@ double Estimator::hop_s(uint64_t key,
   return it->second;
 }
 
-double Estimator::optimizer_s(const config::GpuProfile& gpu, double params, workload::Precision p) {
+double Estimator::optimizer_s(const config::GpuProfile& gpu, double params, workload::Precision p,
+                              const workload::Framework& fw) {
   auto& last = last_optimizer_;
-  if (last.gpu == &gpu && last.params == bits_of(params) && last.precision == static_cast<int>(p))
+  const int64_t host_ps = host_key(fw);
+  if (last.gpu == &gpu && last.params == bits_of(params) && last.precision == static_cast<int>(p) &&
+      last.host_ps == host_ps)
     return last.seconds;
-  auto [it, fresh] = optimizer_.try_emplace({&gpu, params, static_cast<int>(p)}, 0.0);
+  auto [it, fresh] = optimizer_.try_emplace({&gpu, params, static_cast<int>(p), host_ps}, 0.0);
   if (fresh) {
     const workload::Op op = workload::optimizer_step(params, p);
-    it->second = std::max(cost_.duration(op, gpu, p), cost_.host_time(op)).seconds();
+    it->second = std::max(cost_.duration(op, gpu, p), workload::host_time(cost_, op, fw)).seconds();
   }
-  last = {&gpu, bits_of(params), static_cast<int>(p), it->second};
+  last = {&gpu, bits_of(params), static_cast<int>(p), host_ps, it->second};
   return it->second;
 }
 
 Estimator::Piece Estimator::piece(const std::vector<workload::Step>& steps,
                                   const config::GpuProfile& gpu, workload::Precision p,
-                                  const Groups& tp) {
+                                  const Groups& tp, const workload::Framework& fw) {
   // As the job builder cuts segments: kernels between collectives run as one segment taking the
   // longer of its GPU and host time; an asynchronous collective runs beside the one kernel after
   // it.
@@ -377,7 +385,7 @@ Estimator::Piece Estimator::piece(const std::vector<workload::Step>& steps,
       continue;
     }
     gpu_time += cost_.duration(st.op, gpu, p);
-    host_time += cost_.host_time(st.op);
+    host_time += workload::host_time(cost_, st.op, fw);
     open = true;
     if (cut_after_next) {
       flush();
@@ -396,17 +404,18 @@ const Estimator::Pieces& Estimator::pieces(const Plan& plan, const config::GpuPr
   auto [it, fresh] = pieces_.try_emplace(
       {&gpu, shape.micro_batch, shape.sequence, shape.sequence_parallel, shape.flash_attention,
        static_cast<int>(shape.precision), tp.key, shape.context_parallel, shape.expert_parallel,
-       shape.experts_whole, shape.expert_load});
+       shape.experts_whole, shape.expert_load, shape.eager, shape.autocast,
+       host_key(plan.framework)});
   Pieces& ps = it->second;
   if (!fresh) return ps;
   const auto p = plan.precision;
-  ps.layer_f = piece(workload::layer_forward(model_, shape), gpu, p, tp);
-  ps.layer_b = piece(workload::layer_backward(model_, shape), gpu, p, tp);
-  ps.embedding_f = piece(workload::embedding_forward(model_, shape), gpu, p, tp);
-  ps.embedding_b = piece(workload::embedding_backward(model_, shape), gpu, p, tp);
-  ps.head_f = piece(workload::head_forward(model_, shape), gpu, p, tp);
-  ps.head_b = piece(workload::head_backward(model_, shape), gpu, p, tp);
-  ps.recompute = piece(workload::attention_recompute(model_, shape), gpu, p, tp);
+  ps.layer_f = piece(workload::layer_forward(model_, shape), gpu, p, tp, plan.framework);
+  ps.layer_b = piece(workload::layer_backward(model_, shape), gpu, p, tp, plan.framework);
+  ps.embedding_f = piece(workload::embedding_forward(model_, shape), gpu, p, tp, plan.framework);
+  ps.embedding_b = piece(workload::embedding_backward(model_, shape), gpu, p, tp, plan.framework);
+  ps.head_f = piece(workload::head_forward(model_, shape), gpu, p, tp, plan.framework);
+  ps.head_b = piece(workload::head_backward(model_, shape), gpu, p, tp, plan.framework);
+  ps.recompute = piece(workload::attention_recompute(model_, shape), gpu, p, tp, plan.framework);
   return ps;
 }
 
@@ -562,7 +571,7 @@ Estimate Estimator::estimate(const Plan& plan) {
       const double params = params_of(st, s);
       const double shard =
           plan.zero_stage >= 1 && dp ? plan.sharded(params, lay.evaluated[i]) : params;
-      const double opt = optimizer_s(gpu, shard, plan.precision);
+      const double opt = optimizer_s(gpu, shard, plan.precision, fw);
       out.compute_s = std::max(out.compute_s, m * kernels + opt);
       layer_backward[s] = ps.layer_b.total() + rc + gather + scatter;
       last_backward[s] = bwd[s];
@@ -684,7 +693,7 @@ Estimate Estimator::estimate(const Plan& plan) {
                                            : by_share;
     }
     const double optimizer =
-        optimizer_s(*cluster_.gpu(st.devices.front()).profile, shard, plan.precision);
+        optimizer_s(*cluster_.gpu(st.devices.front()).profile, shard, plan.precision, fw);
     finish += optimizer;
     if (dp && (plan.zero_stage == 1 || plan.zero_stage == 2))
       finish += dp_s(lay, s, CommKind::allgather, e * params);

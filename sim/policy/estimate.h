@@ -123,14 +123,15 @@ class Estimator {
   const Pieces& stage_pieces(const workload::Plan& plan, const config::GpuProfile& gpu,
                              const Groups& tp);
   Piece piece(const std::vector<workload::Step>& steps, const config::GpuProfile& gpu,
-              workload::Precision p, const Groups& tp);
+              workload::Precision p, const Groups& tp, const workload::Framework& fw);
   // Concurrent collectives of one kind and size (one per rank list), run together on an idle
   // network: the time until the last is done.
   double collectives_s(workload::CommKind kind, double bytes, const Groups& g);
   // One micro-batch's activations across a stage boundary, every slice at once.
   double hop_s(uint64_t key, const std::vector<std::pair<platform::GpuId, platform::GpuId>>& ends,
                double bytes);
-  double optimizer_s(const config::GpuProfile& gpu, double params, workload::Precision p);
+  double optimizer_s(const config::GpuProfile& gpu, double params, workload::Precision p,
+                     const workload::Framework& fw);
 
   const workload::ModelConfig& model_;
   const platform::Cluster& cluster_;
@@ -148,12 +149,13 @@ class Estimator {
   };
   std::unordered_map<uint64_t, Layout, KeyHash> layouts_;
   std::unordered_map<std::tuple<const config::GpuProfile*, int64_t, int64_t, bool, bool, int,
-                                uint64_t, int, int, bool, double>,
+                                uint64_t, int, int, bool, double, bool, bool, int64_t>,
                      Pieces, KeyHash>
-      pieces_;  // by GPU, the stage's layer shape (every field it has) and tensor-parallel group
+      pieces_;  // by GPU, the stage's layer shape (every field it has), tensor-parallel group
+                // and the framework's host time per kernel (-1: the cost model's)
   std::unordered_map<std::tuple<uint64_t, int, double>, double, KeyHash> collectives_;
   std::unordered_map<std::tuple<uint64_t, double>, double, KeyHash> hops_;
-  std::unordered_map<std::tuple<const config::GpuProfile*, double, int>, double, KeyHash>
+  std::unordered_map<std::tuple<const config::GpuProfile*, double, int, int64_t>, double, KeyHash>
       optimizer_;
   // The last look-up of collectives_ and optimizer_ (a plan's stages ask the same in a row).
   struct {
@@ -166,6 +168,7 @@ class Estimator {
     const config::GpuProfile* gpu = nullptr;
     uint64_t params = 0;
     int precision = -1;
+    int64_t host_ps = -1;
     double seconds = 0;
   } last_optimizer_;
   bool reduce_replicas_ = true;

@@ -205,4 +205,9 @@ Time DatasheetCostModel::duration(const Op& op, const config::GpuProfile& gpu, P
   return Time::from_seconds_ceil(seconds) + e_.kernel_overhead;
 }
 
+Time host_time(const CostModel& cost, const Op& op, const Framework& framework) {
+  if (framework.host_per_kernel && cost.issues_kernels()) return *framework.host_per_kernel;
+  return cost.host_time(op);
+}
+
 }  // namespace hetsim::workload

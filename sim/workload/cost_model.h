@@ -10,6 +10,7 @@
 
 #include "sim/config/cluster_config.h"
 #include "sim/core/time.h"
+#include "sim/workload/framework.h"
 #include "sim/workload/ops.h"
 
 namespace hetsim::workload {
@@ -22,6 +23,9 @@ class CostModel {
   // points the host runs ahead of the GPU, so a run of kernels takes the longer of its GPU time
   // and its host time: small kernels are host-bound.
   virtual Time host_time(const Op& op) const = 0;
+  // Whether a host issues the ops to a device at a host cost each (host_time), which a
+  // framework's own per-kernel time may replace; a CPU backend's measured ops hold their own.
+  virtual bool issues_kernels() const { return true; }
   // Where the figure comes from: "datasheet", "measured", "derived".
   virtual std::string source(const Op& op, const config::GpuProfile& gpu) const = 0;
   // How this one op's figure was found, for the report's tally: "measured", "beyond the table
@@ -82,6 +86,10 @@ class DatasheetCostModel : public CostModel {
  private:
   DatasheetEfficiency e_;
 };
+
+// The host time of issuing `op` under a framework: the framework's own per-kernel time where it
+// has one and a host issues the ops (CostModel::issues_kernels), else the cost model's.
+Time host_time(const CostModel& cost, const Op& op, const Framework& framework);
 
 // Peak dense FLOP/s of a GPU at a training precision (fp32 GEMMs use TF32 where the GPU has it,
 // as cuBLAS does when allowed). Throws InputError when the GPU lacks the precision.

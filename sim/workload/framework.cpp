@@ -53,7 +53,7 @@ Framework load_framework_text(const std::string& text, const std::string& file) 
   check_keys(
       file, root, "",
       {"name", "description", "gradient_reduction", "bucket_size", "zero_stage", "pipeline_p2p",
-       "pipeline_gathers", "host", "tied_embedding_reduction", "reserved_memory"});
+       "pipeline_gathers", "kernels", "host", "tied_embedding_reduction", "reserved_memory"});
   Framework f;
   f.source = file;
   f.name = get_string(file, root, "", "name");
@@ -79,6 +79,10 @@ Framework load_framework_text(const std::string& text, const std::string& file) 
     f.pipeline_gathers_backward =
         static_cast<int>(get_int(file, gathers, "pipeline_gathers", "backward", 0, 4, 0));
   }
+  const size_t kernels =
+      get_choice(file, root, "", "kernels", {"fused", "eager", "eager_autocast"}, "fused");
+  f.eager_kernels = kernels >= 1;
+  f.autocast = kernels == 2;
   f.tied_embedding_reduction = static_cast<TiedReduction>(get_choice(
       file, root, "", "tied_embedding_reduction", {"none", "model_grads", "main_grads"}, "none"));
   if (root["reserved_memory"]) {
@@ -88,7 +92,7 @@ Framework load_framework_text(const std::string& text, const std::string& file) 
                        ": reserved_memory: expected a size from 0 to 64 GiB");
   }
   const YAML::Node host = require(file, root, "", "host");
-  check_keys(file, host, "host", {"per_pass", "per_step"});
+  check_keys(file, host, "host", {"per_pass", "per_step", "per_kernel"});
   auto time_of = [&](const char* key) {
     const double s = get_quantity(file, host, "host", key, Dimension::time);
     if (!(s >= 0 && s <= 60))
@@ -98,6 +102,13 @@ Framework load_framework_text(const std::string& text, const std::string& file) 
   };
   f.host_per_pass = time_of("per_pass");
   f.host_per_step = time_of("per_step");
+  if (host["per_kernel"]) {
+    const Time t = time_of("per_kernel");
+    if (t > Time::from_seconds(0.01))
+      throw InputError(where(file, host["per_kernel"]) +
+                       ": host.per_kernel: expected a time from 0 s to 10 ms");
+    f.host_per_kernel = t;
+  }
   return f;
 }
 

@@ -34,6 +34,21 @@ struct Framework {
   bool blocking_p2p = false;           // a pipeline send holds its stage until the data has arrived
   Time host_per_pass;  // per forward or backward pass of one micro-batch on one stage
   Time host_per_step;  // per iteration on every device, before the optimizer step
+  // The host's time to issue one kernel of hetsim's kernel list, where the framework's host
+  // differs from the cost model's (CostModel::host_time); a segment of kernels takes the longer
+  // of its GPU time and its host time.
+  std::optional<Time> host_per_kernel;
+  // How the framework runs a layer's elementwise work. Fused (Megatron-LM, DeepSpeed's Megatron
+  // layers): bias with GeLU, bias with dropout and the residual add, one kernel each; the
+  // residual stream in the plan's precision. Eager (PyTorch modules run op by op): dropout and
+  // the residual add separate kernels, the attention output copied back to token-major order,
+  // the logits copied to fp32 for the loss.
+  bool eager_kernels = false;
+  // torch.autocast over fp32 parameters (eager only): the residual stream and layer norms in
+  // fp32, each norm's output cast to the low precision for the next matmul, each weight cast in
+  // every forward pass, and its gradient cast back to fp32 and added to the parameter's .grad in
+  // every backward pass.
+  bool autocast = false;
   TiedReduction tied_embedding_reduction = TiedReduction::none;
   // A tensor-parallel stage's pipeline transfers move 1/t of the boundary activation from each
   // rank (the replay's scatter-gather); the framework then all-gathers the whole activation over

@@ -38,9 +38,12 @@ struct Builder {
   const LayerShape& s;
   std::vector<Step> steps;
   double e;  // element bytes
+  // The residual stream's element bytes: fp32 under autocast (the embedding's output is fp32 and
+  // every residual add keeps it so), the plan's precision otherwise.
+  double r;
 
   Builder(const ModelConfig& model, const LayerShape& shape)
-      : m(model), s(shape), e(element_bytes(shape.precision)) {}
+      : m(model), s(shape), e(element_bytes(shape.precision)), r(shape.autocast ? 4.0 : e) {}
 
   int64_t tokens() const { return s.micro_batch * s.sequence; }
   // Tokens a rank holds outside the tensor-parallel region (sequence parallel splits them).
@@ -65,6 +68,8 @@ struct Builder {
   // A linear layer y = x W with x (tokens x in), W (in x out): forward, and backward as the
   // input-gradient (dgrad) and weight-gradient (wgrad) GEMMs.
   void linear_fwd(const std::string& name, int64_t in, int64_t out) {
+    // Autocast casts the fp32 weight for the matmul in every forward pass.
+    if (s.autocast) memory(name + ".weight_cast", (4 + e) * static_cast<double>(in) * out);
     gemm(name, tokens(), out, in);
   }
   void linear_dgrad(const std::string& name, int64_t in, int64_t out) {
@@ -72,6 +77,54 @@ struct Builder {
   }
   void linear_wgrad(const std::string& name, int64_t in, int64_t out) {
     gemm(name + ".wgrad", in, out, tokens());
+    if (!s.autocast) return;
+    // The weight's gradient cast back to fp32 and added to the parameter's .grad (counted in
+    // every micro-batch; the first one's gradient is taken over without the add).
+    const double params = static_cast<double>(in) * out;
+    memory(name + ".grad_cast", (e + 4) * params);
+    memory(name + ".grad_accumulate", 12 * params);
+  }
+  // Autocast: a norm's fp32 output cast for the matmul after it (forward), and the gradient of
+  // that cast's output cast back to fp32 for the norm's backward.
+  void cast_for_matmul(const std::string& name) {
+    if (s.autocast) memory(name + ".cast", (4 + e) * local_tokens() * m.hidden);
+  }
+  void cast_back(const std::string& name) {
+    if (s.autocast) memory(name + ".cast.bwd", (e + 4) * local_tokens() * m.hidden);
+  }
+  // Dropout on a branch's output and its add to the residual stream: one fused kernel (reads
+  // both, writes the stream), or, eager, a dropout (reads and writes the branch, writes its
+  // one-byte mask) and an add (reads the stream and the branch, writes the stream).
+  void dropout_residual(const std::string& name) {
+    const double n = local_tokens() * m.hidden;
+    if (!s.eager) {
+      memory(name, e * n * 3);
+      return;
+    }
+    memory(name + ".dropout", (2 * e + 1) * n);
+    memory(name + ".add", (2 * r + e) * n);
+  }
+  // Its backward: fused, one kernel; eager, the stream's gradient cast for the branch (autocast)
+  // and the dropout's backward (reads the gradient and the mask, writes).
+  void dropout_residual_bwd(const std::string& name) {
+    const double n = local_tokens() * m.hidden;
+    if (!s.eager) {
+      memory(name + ".bwd", e * n * 3);
+      return;
+    }
+    if (s.autocast) memory(name + ".cast.bwd", (r + e) * n);
+    memory(name + ".dropout.bwd", (2 * e + 1) * n);
+  }
+  // Eager: the stream's gradient summed over its two uses (the branch's norm and the add).
+  void residual_sum(const std::string& name) {
+    if (s.eager) memory(name + ".sum", 3 * r * local_tokens() * m.hidden);
+  }
+  // Eager: attention's output copied from head-major back to token-major order (and its
+  // gradient the other way), which fused layouts avoid.
+  void attention_reshape(bool forward) {
+    if (!s.eager) return;
+    memory(forward ? "attention.reshape" : "attention.reshape.bwd",
+           2 * e * tokens() * static_cast<double>(m.q_width()) / s.tensor_parallel);
   }
   void memory(const std::string& name, double bytes, double flops = 0) {
     Op op;
@@ -177,7 +230,7 @@ struct Builder {
   void leave_tp_fwd() {
     comm(s.sequence_parallel ? CommKind::reducescatter : CommKind::allreduce, boundary_bytes());
   }
-  double norm_bytes() const { return e * local_tokens() * m.hidden * 2; }
+  double norm_bytes() const { return r * local_tokens() * m.hidden * 2; }
   int64_t ffn_in() const {
     return (m.activation == Activation::swiglu ? 2 : 1) * static_cast<int64_t>(m.ffn_hidden) /
            s.tensor_parallel;
@@ -362,6 +415,7 @@ std::vector<Step> layer_forward(const ModelConfig& m, const LayerShape& s) {
   const int64_t h = m.hidden;
   const int64_t qkv = (m.q_width() + 2 * m.kv_width()) / t;
   b.memory("norm1", b.norm_bytes());
+  b.cast_for_matmul("norm1");
   if (m.mla()) {
     mla_forward(b);
   } else {
@@ -370,11 +424,13 @@ std::vector<Step> layer_forward(const ModelConfig& m, const LayerShape& s) {
     if (m.position == Position::rotary) b.memory("rotary", b.e * b.tokens() * qkv * 2);
     b.context_comm(CommKind::allgather, true);
     b.attention(true);
+    b.attention_reshape(true);
     b.linear_fwd("proj", m.q_width() / t, h);
     b.leave_tp_fwd();
   }
-  b.memory("dropout_residual1", b.e * b.local_tokens() * h * 3);
+  b.dropout_residual("dropout_residual1");
   b.memory("norm2", b.norm_bytes());
+  b.cast_for_matmul("norm2");
   if (s.moe_layer) {
     moe_forward(b);
   } else {
@@ -385,7 +441,7 @@ std::vector<Step> layer_forward(const ModelConfig& m, const LayerShape& s) {
     b.linear_fwd("fc2", m.ffn_hidden / t, h);
     b.leave_tp_fwd();
   }
-  b.memory("dropout_residual2", b.e * b.local_tokens() * h * 3);
+  b.dropout_residual("dropout_residual2");
   return b.steps;
 }
 
@@ -397,7 +453,7 @@ std::vector<Step> layer_backward(const ModelConfig& m, const LayerShape& s) {
   // MLP block, in reverse. The row-parallel fc2's input gradient needs the whole output gradient
   // (all-gather with sequence parallelism); the column-parallel fc1's input gradient is summed
   // over ranks (all-reduce, or reduce-scatter), overlapped with fc1's weight gradient.
-  b.memory("dropout_residual2.bwd", b.e * b.local_tokens() * h * 3);
+  b.dropout_residual_bwd("dropout_residual2");
   if (s.moe_layer) {
     moe_backward(b);
   } else {
@@ -411,15 +467,18 @@ std::vector<Step> layer_backward(const ModelConfig& m, const LayerShape& s) {
            true);
     b.linear_wgrad("fc1", h, b.ffn_in());
   }
+  b.cast_back("norm2");
   b.memory("norm2.bwd", b.norm_bytes() * 1.5);
+  b.residual_sum("residual2");
   // Attention block.
-  b.memory("dropout_residual1.bwd", b.e * b.local_tokens() * h * 3);
+  b.dropout_residual_bwd("dropout_residual1");
   if (m.mla()) {
     mla_backward(b);
   } else {
     b.enter_tp_fwd();
     b.linear_dgrad("proj", m.q_width() / t, h);
     b.linear_wgrad("proj", m.q_width() / t, h);
+    b.attention_reshape(false);
     b.context_comm(CommKind::allgather, true);
     b.attention(false);
     b.context_comm(CommKind::reducescatter, false);
@@ -429,24 +488,33 @@ std::vector<Step> layer_backward(const ModelConfig& m, const LayerShape& s) {
            true);
     b.linear_wgrad("qkv", h, qkv);
   }
+  b.cast_back("norm1");
   b.memory("norm1.bwd", b.norm_bytes() * 1.5);
+  b.residual_sum("residual1");
   return b.steps;
 }
 
 std::vector<Step> embedding_forward(const ModelConfig& m, const LayerShape& s) {
   Builder b(m, s);
   // Vocabulary-parallel lookup: each rank holds V/t rows, the partial results are summed.
-  b.memory("embedding", b.e * b.tokens() * m.hidden * 2);
+  b.memory("embedding", b.r * b.tokens() * m.hidden * 2);
   b.leave_tp_fwd();
   if (m.position == Position::learned)
-    b.memory("position_embedding", b.e * b.local_tokens() * m.hidden * 3);
+    b.memory("position_embedding", b.r * b.local_tokens() * m.hidden * 3);
+  // Eager: the embedding's dropout, its own kernel.
+  if (s.eager) b.memory("embedding.dropout", (2 * b.r + 1) * b.local_tokens() * m.hidden);
   return b.steps;
 }
 
 std::vector<Step> embedding_backward(const ModelConfig& m, const LayerShape& s) {
   Builder b(m, s);
   b.enter_tp_fwd();
-  b.memory("embedding.bwd", b.e * b.tokens() * m.hidden * 3);
+  if (s.eager) b.memory("embedding.dropout.bwd", (2 * b.r + 1) * b.local_tokens() * m.hidden);
+  b.memory("embedding.bwd", b.r * b.tokens() * m.hidden * 3);
+  // Autocast: the table's dense fp32 gradient written from zero, then added to its .grad.
+  if (s.autocast)
+    b.memory("embedding.grad_accumulate",
+             16.0 * static_cast<double>(m.vocab) / s.tensor_parallel * m.hidden);
   return b.steps;
 }
 
@@ -454,6 +522,7 @@ std::vector<Step> head_forward(const ModelConfig& m, const LayerShape& s) {
   Builder b(m, s);
   const int64_t v = m.vocab / s.tensor_parallel;
   b.memory("final_norm", b.norm_bytes());
+  b.cast_for_matmul("final_norm");
   b.enter_tp_fwd();
   b.linear_fwd("logits", m.hidden, v);
   // Vocabulary-parallel cross-entropy: max and sum-exp reduced over ranks (fp32, per token).
@@ -470,6 +539,7 @@ std::vector<Step> head_backward(const ModelConfig& m, const LayerShape& s) {
   b.comm(s.sequence_parallel ? CommKind::reducescatter : CommKind::allreduce, b.boundary_bytes(),
          true);
   b.linear_wgrad("logits", m.hidden, v);
+  b.cast_back("final_norm");
   b.memory("final_norm.bwd", b.norm_bytes() * 1.5);
   return b.steps;
 }

@@ -102,6 +102,12 @@ struct LayerShape {
   // rank's queries against every rank's keys and values, passed around the group while it
   // computes, with the causal work balanced over the ranks (two chunks each).
   int context_parallel = 1;
+  // The framework's kernels (Framework::eager_kernels, Framework::autocast): eager PyTorch runs
+  // each elementwise op as its own kernel; under autocast the parameters and the residual stream
+  // are fp32, so norms run in fp32, their outputs and every weight are cast for the matmuls, and
+  // every weight gradient is cast back and added to the parameter's fp32 gradient.
+  bool eager = false;
+  bool autocast = false;
 };
 
 // The programs of one transformer layer (a MoE layer where shape.moe_layer), and of the embedding

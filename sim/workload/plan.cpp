@@ -974,6 +974,8 @@ LayerShape stage_shape(const Plan& plan, int tensor_parallel) {
   shape.sequence_parallel = plan.sequence_parallel && tensor_parallel > 1;
   shape.flash_attention = plan.flash_attention;
   shape.precision = plan.precision;
+  shape.eager = plan.framework.eager_kernels;
+  shape.autocast = plan.framework.eager_kernels && plan.framework.autocast;
   return shape;
 }
 

@@ -102,7 +102,7 @@ class GroupBuilder {
       g_.ops.push_back(st.op);
       seg.ops.emplace_back(static_cast<uint32_t>(g_.ops.size() - 1), d);
       seg.duration += d;
-      host += cost_.host_time(st.op);
+      host += host_time(cost_, st.op, p_.framework);
       seg.flops += st.op.flops;
       seg.model_flops += st.op.model_flops;
       if (wait_after_next) {

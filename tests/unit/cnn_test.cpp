@@ -192,10 +192,10 @@ TEST(Cnn, ResNet50TrainsAtNvidiasPublishedRates) {
   // precision, 256 images a GPU (PyTorch/Classification/ConvNets/resnet50v1.5/README.md,
   // "Training performance results"): DGX A100 80GB 2470 img/s on one GPU, 16621 on eight;
   // DGX-1 V100 16GB 1200 on one. The datasheet model was not fitted on these (conv
-  // relative_to_gemm 0.8 and k_half 64 are set by hand); hetsim gives 2621 (+6%), 20963 (+26%:
+  // relative_to_gemm 0.8 and k_half 64 are set by hand); hetsim gives 2642 (+7%), 21135 (+27%:
   // NVIDIA's eight GPUs scale 6.7x, hetsim's 8.0x, its gradient all-reduce hidden under the
   // backward pass; NCCL's kernels taking SMs from the convolutions and the input pipeline are
-  // not modelled) and 1156 (-4%). Its fp32 rows are further off (A100 TF32 938 published, 1350
+  // not modelled) and 1157 (-4%). Its fp32 rows are further off (A100 TF32 938 published, 1350
   // replayed; V100 FP32 367, 230), not held here.
   const ModelConfig m = load_model("resnet50");
   auto rate = [&](const char* cluster, int gpus) {

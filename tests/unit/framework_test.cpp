@@ -356,3 +356,133 @@ TEST(Frameworks, DeepSpeedGathersAPartitionedPipelineTransferOverTheStagesRanks)
 
 }  // namespace
 }  // namespace hetsim::workload
+
+namespace hetsim::workload {
+namespace {
+
+// The bytes of the op named `name` in a program (0 when absent).
+double bytes_of(const std::vector<Step>& steps, const std::string& name) {
+  for (const Step& st : steps)
+    if (st.comm == CommKind::none && st.op.name == name) return st.op.bytes;
+  return 0;
+}
+
+double flops_of(const std::vector<Step>& steps) {
+  double f = 0;
+  for (const Step& st : steps) f += st.op.flops;
+  return f;
+}
+
+TEST(EagerKernels, AutocastsKernelsAreWorkedOutByHand) {
+  // Hidden 64, 8 tokens, bf16 (e = 2 B) under autocast (fp32 residual stream, r = 4 B).
+  const ModelConfig m = load_model_yaml_text(
+      "name: tiny\nfamily: gpt\nlayers: 1\nhidden: 64\nheads: 4\nvocab: 128\nsequence: 8\n"
+      "activation: gelu\nnorm: layernorm\nposition: learned\ntied_embeddings: true\n"
+      "causal: true\nbias: true\n",
+      "tiny.yaml");
+  LayerShape fused;
+  fused.micro_batch = 1;
+  fused.sequence = 8;
+  fused.precision = Precision::bf16;
+  LayerShape eager = fused, autocast = fused;
+  eager.eager = true;
+  autocast.eager = autocast.autocast = true;
+  const double T = 8, h = 64;
+  const auto f = layer_forward(m, autocast), b = layer_backward(m, autocast);
+  EXPECT_EQ(bytes_of(f, "norm1"), 4 * T * h * 2);              // fp32 in, fp32 out
+  EXPECT_EQ(bytes_of(f, "norm1.cast"), (4 + 2) * T * h);       // fp32 read, bf16 written
+  EXPECT_EQ(bytes_of(f, "qkv.weight_cast"), 6 * h * 3 * h);    // the h x 3h weight
+  EXPECT_EQ(bytes_of(f, "attention.reshape"), 2 * 2 * T * h);  // read and write, bf16
+  EXPECT_EQ(bytes_of(f, "dropout_residual1.dropout"), (2 * 2 + 1) * T * h);  // + 1 B mask
+  EXPECT_EQ(bytes_of(f, "dropout_residual1.add"), (4 + 2 + 4) * T * h);      // fp32 stream
+  EXPECT_EQ(bytes_of(b, "fc1.grad_cast"), (2 + 4) * h * 4 * h);
+  EXPECT_EQ(bytes_of(b, "fc1.grad_accumulate"), 12 * h * 4 * h);  // read two fp32, write one
+  EXPECT_EQ(bytes_of(b, "dropout_residual2.cast.bwd"), (4 + 2) * T * h);
+  EXPECT_EQ(bytes_of(b, "dropout_residual2.dropout.bwd"), (2 * 2 + 1) * T * h);
+  EXPECT_EQ(bytes_of(b, "residual2.sum"), 3 * 4 * T * h);
+  EXPECT_EQ(bytes_of(b, "norm1.bwd"), 4 * T * h * 3);
+  // Eager without autocast: the same separate kernels in the plan's precision, no casts.
+  const auto ef = layer_forward(m, eager);
+  EXPECT_EQ(bytes_of(ef, "norm1"), 2 * T * h * 2);
+  EXPECT_EQ(bytes_of(ef, "norm1.cast"), 0);
+  EXPECT_EQ(bytes_of(ef, "qkv.weight_cast"), 0);
+  EXPECT_EQ(bytes_of(ef, "dropout_residual1.add"), 3 * 2 * T * h);
+  // Fused: one kernel for the dropout and the add, no separate ones.
+  const auto ff = layer_forward(m, fused);
+  EXPECT_EQ(bytes_of(ff, "dropout_residual1"), 3 * 2 * T * h);
+  EXPECT_EQ(bytes_of(ff, "dropout_residual1.dropout"), 0);
+  EXPECT_EQ(ff.size() + 3, ef.size());  // + two dropouts and the attention reshape, - 0
+  // The arithmetic is the same in all three (the extra kernels are memory-bound).
+  EXPECT_EQ(flops_of(ff), flops_of(f));
+  EXPECT_EQ(flops_of(layer_backward(m, fused)), flops_of(b));
+  // The embedding's gradient: its dense fp32 table written and added to .grad (16 B a weight).
+  EXPECT_EQ(bytes_of(embedding_backward(m, autocast), "embedding.grad_accumulate"),
+            16.0 * 128 * 64);
+}
+
+TEST(EagerKernels, AFrameworksHostTimePerKernelReplacesTheCostModels) {
+  // One GPU, a framework that takes 1 ms of host time per kernel: every segment of kernels
+  // takes the longer of its GPU time and its kernel count in ms (all but the few kernels over
+  // 1 ms, the logits and the optimizer, are host-bound); without it, the datasheet model's
+  // 100 us a kernel.
+  const ModelConfig m = small_gpt(2);
+  const platform::Cluster c = dgx(1);
+  const DatasheetCostModel cost;
+  const std::string fw = ::testing::TempDir() + "fw_host.yaml";
+  std::ofstream(fw) << "name: h\ngradient_reduction: overlapped\npipeline_p2p: async\n"
+                       "host: {per_pass: 0s, per_step: 0s, per_kernel: 1ms}\n";
+  const std::string base = "devices: [0]\nmicro_batch_size: 1\nglobal_batch_size: 2\n";
+  const Plan with = load_plan_text(base + "framework: " + fw + "\n", "p.yaml", m, c);
+  const Plan without = load_plan_text(base, "p.yaml", m, c);
+  const TrainingJob j = build_training_job(m, with, c, cost);
+  const TrainingJob j0 = build_training_job(m, without, c, cost);
+  auto segments_take = [](const TrainingJob& job, Time per_kernel) {
+    size_t host_bound = 0;
+    for (const Segment& s : job.groups[0].segments) {
+      if (s.ops.empty()) continue;
+      Time gpu;
+      for (const auto& [op, d] : s.ops) gpu += d;
+      const Time host = per_kernel * static_cast<int64_t>(s.ops.size());
+      EXPECT_EQ(s.duration, std::max(gpu, host));
+      if (host > gpu) ++host_bound;
+    }
+    return host_bound;
+  };
+  EXPECT_GT(segments_take(j, Time::from_seconds(1e-3)), 5u);
+  segments_take(j0, Time::from_seconds(100e-6));
+  EXPECT_GT(replay(j).iteration, replay(j0).iteration);
+  // The planner's estimate of one GPU is the replay's, under an eager framework too.
+  const Plan ddp = load_plan_text(base + "framework: pytorch-ddp\n", "p.yaml", m, c);
+  policy::Estimator est(m, c, cost);
+  for (const Plan* p : {&with, &ddp}) {
+    EXPECT_NEAR(est.estimate(*p).iteration_s,
+                replay(build_training_job(m, *p, c, cost)).iteration.seconds(), 1e-9);
+  }
+}
+
+TEST(EagerKernels, BadKernelsAndHostTimesAreClearErrors) {
+  EXPECT_EQ(error_of([] {
+              load_framework_text(
+                  "name: x\ngradient_reduction: overlapped\npipeline_p2p: async\nkernels: jit\n"
+                  "host: {per_pass: 0s, per_step: 0s}\n",
+                  "f.yaml");
+            }),
+            "f.yaml:4: kernels: unknown value \"jit\" (expected one of fused, eager, "
+            "eager_autocast)");
+  EXPECT_EQ(error_of([] {
+              load_framework_text(
+                  "name: x\ngradient_reduction: overlapped\npipeline_p2p: async\n"
+                  "host: {per_pass: 0s, per_step: 0s, per_kernel: 20ms}\n",
+                  "f.yaml");
+            }),
+            "f.yaml:4: host.per_kernel: expected a time from 0 s to 10 ms");
+  const Framework ddp = load_framework("pytorch-ddp");
+  EXPECT_TRUE(ddp.eager_kernels);
+  EXPECT_TRUE(ddp.autocast);
+  ASSERT_TRUE(ddp.host_per_kernel.has_value());
+  EXPECT_FALSE(load_framework("megatron").eager_kernels);
+  EXPECT_FALSE(load_framework("megatron").host_per_kernel.has_value());
+}
+
+}  // namespace
+}  // namespace hetsim::workload

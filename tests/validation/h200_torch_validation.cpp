@@ -4,17 +4,24 @@
 // is replayed on one H200 with the shipped calibration database (calibrate/data/) and with the
 // datasheet model, under `framework: pytorch-ddp`; prints predicted against measured.
 //
-// A baseline, as the AMP set's was (issue 10): on 2026-11-30 hetsim with the H200 database is
-// 23.7% off on average, in two regimes. Where the GPU is busy (larger models and micro-batches)
-// it is 10-15% too fast: eager PyTorch's extra kernels (autocast's weight casts each micro-batch,
-// the fp32 copy of the logits for the loss) are not in hetsim's kernel list. Where the host is the
-// bottleneck (350M at micro-batch 1-4) it is up to 76% too slow: the datasheet model's
-// host_per_kernel (100 us, fitted on vTrain's 2021 A100 host) is far above a 2026 host's. The
-// ceiling holds the line until the framework carries its own host time and kernels.
+// On 2026-11-30, with Megatron-LM's fused kernel list and the datasheet model's host time per
+// kernel (100 us, fitted on vTrain's 2021 host), hetsim was 23.7% off with the H200 database and
+// 25.1% with the datasheet model, in two regimes: 10-15% too fast where the GPU is busy (eager
+// PyTorch's kernels that a fused list leaves out) and up to 76% too slow where the host is.
+// pytorch-ddp now runs eager PyTorch's kernels under autocast (frameworks/pytorch-ddp.yaml,
+// `kernels: eager_autocast`: unfused dropout and residual adds, fp32 residual stream and norms,
+// each weight cast every forward and its gradient cast back and accumulated every backward),
+// and its host time per kernel (31 us) is fitted on the even rows (scripts/fit_h200_torch.py):
+// datasheet model 7.3% on the fitted half, 5.2% held out, 6.3% on all; with the H200 database
+// 18.3%. The database's elementwise kernels are scalar bf16 loops (1.8-2.5 TB/s, where a copy
+// and PyTorch's vectorised kernels reach about 3.9), and its attention is cuDNN's at head sizes
+// where PyTorch's SDPA runs flash attention, so with it the busy rows come out 4-36% too slow.
+// The ceilings hold those lines.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -37,7 +44,8 @@ namespace {
 namespace fs = std::filesystem;
 using namespace hetsim;
 
-constexpr double kCeilingPct = 25.0;  // measured 23.7% with the H200 database
+constexpr double kCeilingPct = 20.0;          // measured 18.3% with the H200 database
+constexpr double kDatasheetCeilingPct = 7.5;  // measured 6.3% with the datasheet model
 
 struct Row {
   std::string model;
@@ -78,7 +86,8 @@ std::vector<Row> read_rows(const fs::path& file) {
   return rows;
 }
 
-double replay_s(const Row& r, const platform::Cluster& cluster, const workload::CostModel& cost) {
+double replay_s(const Row& r, const platform::Cluster& cluster, const workload::CostModel& cost,
+                const std::string& framework) {
   std::ostringstream m;
   m << "name: " << r.model << "\nfamily: gpt\nlayers: " << r.layers << "\nhidden: " << r.hidden
     << "\nheads: " << r.heads << "\nffn_hidden: " << r.ffn << "\nvocab: " << r.vocab
@@ -89,7 +98,7 @@ double replay_s(const Row& r, const platform::Cluster& cluster, const workload::
   std::ostringstream p;
   p << "devices: \"0\"\nmicro_batch_size: " << r.micro_batch
     << "\nglobal_batch_size: " << r.micro_batch * r.accum << "\nsequence_length: " << r.sequence
-    << "\nprecision: bf16\nattention: flash\nframework: pytorch-ddp\n";
+    << "\nprecision: bf16\nattention: flash\nframework: " << framework << "\n";
   const workload::Plan plan = workload::load_plan_text(p.str(), "plan.yaml", model, cluster);
   const workload::TrainingJob job = workload::build_training_job(model, plan, cluster, cost);
   return workload::replay(job).iteration.seconds();
@@ -100,6 +109,10 @@ TEST(TrainingValidation, H200SingleGpuPyTorchIterations) {
       fs::path(HETSIM_SOURCE_DIR) / "tests/data/ground_truth/h200_torch/h200_torch_iterations.csv";
   std::vector<Row> rows = read_rows(data);
   ASSERT_EQ(rows.size(), 24u);
+  // For scripts/fit_h200_torch.py: the framework (a built-in name or a file) from the
+  // environment; without it, the built-in pytorch-ddp.
+  const char* env = std::getenv("HETSIM_H200_FRAMEWORK");
+  const std::string framework = env && *env ? env : "pytorch-ddp";
   config::ClusterOptions o;
   o.nodes = 1;
   o.sets = {"node_types[0].gpu=h200-sxm-141gb"};
@@ -117,8 +130,8 @@ TEST(TrainingValidation, H200SingleGpuPyTorchIterations) {
                 "measured", "calibrated", "err%", "datasheet", "err%");
   os << buf;
   for (Row& r : rows) {
-    r.calibrated_s = replay_s(r, cluster, measured);
-    r.datasheet_s = replay_s(r, cluster, datasheet);
+    r.calibrated_s = replay_s(r, cluster, measured, framework);
+    r.datasheet_s = replay_s(r, cluster, datasheet, framework);
     const double ec = (r.calibrated_s - r.measured_s) / r.measured_s * 100;
     const double ed = (r.datasheet_s - r.measured_s) / r.measured_s * 100;
     cal += std::abs(ec);
@@ -128,6 +141,12 @@ TEST(TrainingValidation, H200SingleGpuPyTorchIterations) {
                   r.datasheet_s, ed);
     os << buf;
   }
+  if (std::getenv("HETSIM_H200_FIT")) {
+    // One line per row (CSV order) for scripts/fit_h200_torch.py.
+    for (size_t i = 0; i < rows.size(); ++i)
+      std::printf("fit_row %zu %.6f %.6f %.6f\n", i, rows[i].measured_s, rows[i].calibrated_s,
+                  rows[i].datasheet_s);
+  }
   cal /= static_cast<double>(rows.size());
   ds /= static_cast<double>(rows.size());
   std::snprintf(buf, sizeof buf,
@@ -136,6 +155,7 @@ TEST(TrainingValidation, H200SingleGpuPyTorchIterations) {
   os << buf;
   std::cout << os.str();
   EXPECT_LT(cal, kCeilingPct);
+  EXPECT_LT(ds, kDatasheetCeilingPct);
 }
 
 }  // namespace
