@@ -1,5 +1,5 @@
-// Memory-bound kernels: straightforward, coalesced, vectorised where it is free; one block per
-// row for the row-wise ones. They stand for what a framework runs, not for the fastest possible.
+// Memory-bound kernels: straightforward, coalesced, elementwise ones in 16-byte vectors; one
+// block per row for the row-wise ones. They stand for what a framework runs, not for the fastest possible.
 #include "memory_kernels.h"
 
 #include <stdexcept>
@@ -136,45 +136,95 @@ __global__ void softmax_backward_kernel(const bf16* p, bf16* dy, std::int64_t ro
   }
 }
 
-__global__ void gelu_kernel(const bf16* in, bf16* out, std::int64_t n) {
-  for (std::int64_t i = global_index(); i < n; i += global_stride()) {
-    const float x = __bfloat162float(in[i]);
-    const float t = tanhf(0.7978845608f * (x + 0.044715f * x * x * x));  // tanh approximation
-    out[i] = __float2bfloat16(0.5f * x * (1.0f + t));
+// Eight bf16 values moved as one 16-byte load or store, as frameworks' elementwise kernels move
+// them (PyTorch's vectorised loops, Megatron's fused kernels); the element counts of these
+// kernels are multiples of 8 (kMemoryKernels). Scalar 2-byte loads reached 1.8-2.5 TB/s on an
+// H200 where a copy reaches 3.9 (experiments/h200-calibration/README.md).
+struct alignas(16) Bf16x8 {
+  bf16 v[8];
+};
+
+__global__ void gelu_kernel(const Bf16x8* in, Bf16x8* out, std::int64_t vectors) {
+  for (std::int64_t i = global_index(); i < vectors; i += global_stride()) {
+    const Bf16x8 a = in[i];
+    Bf16x8 y;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float x = __bfloat162float(a.v[j]);
+      const float t = tanhf(0.7978845608f * (x + 0.044715f * x * x * x));  // tanh approximation
+      y.v[j] = __float2bfloat16(0.5f * x * (1.0f + t));
+    }
+    out[i] = y;
   }
 }
 
-__global__ void swiglu_kernel(const bf16* gate, const bf16* up, bf16* out, std::int64_t n) {
-  for (std::int64_t i = global_index(); i < n; i += global_stride()) {
-    const float g = __bfloat162float(gate[i]);
-    out[i] = __float2bfloat16(g / (1.0f + __expf(-g)) * __bfloat162float(up[i]));
+__global__ void swiglu_kernel(const Bf16x8* gate, const Bf16x8* up, Bf16x8* out,
+                              std::int64_t vectors) {
+  for (std::int64_t i = global_index(); i < vectors; i += global_stride()) {
+    const Bf16x8 g8 = gate[i], u8 = up[i];
+    Bf16x8 y;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float g = __bfloat162float(g8.v[j]);
+      y.v[j] = __float2bfloat16(g / (1.0f + __expf(-g)) * __bfloat162float(u8.v[j]));
+    }
+    out[i] = y;
   }
 }
 
-__global__ void dropout_kernel(const bf16* in, bf16* out, std::uint8_t* mask, std::int64_t n,
+__global__ void dropout_kernel(const Bf16x8* in, Bf16x8* out, uint2* mask, std::int64_t vectors,
                                float p, std::uint32_t seed) {
   const float keep_scale = 1.0f / (1.0f - p);
-  for (std::int64_t i = global_index(); i < n; i += global_stride()) {
-    const bool keep = hash_uniform(i, seed) >= p;
-    mask[i] = keep;
-    out[i] = __float2bfloat16(keep ? __bfloat162float(in[i]) * keep_scale : 0.0f);
+  for (std::int64_t i = global_index(); i < vectors; i += global_stride()) {
+    const Bf16x8 a = in[i];
+    Bf16x8 y;
+    union {
+      std::uint8_t b[8];
+      uint2 word;
+    } m;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const bool keep = hash_uniform(i * 8 + j, seed) >= p;
+      m.b[j] = keep;
+      y.v[j] = __float2bfloat16(keep ? __bfloat162float(a.v[j]) * keep_scale : 0.0f);
+    }
+    out[i] = y;
+    mask[i] = m.word;
   }
 }
 
-__global__ void residual_add_kernel(const bf16* x, const bf16* r, bf16* out, std::int64_t n) {
-  for (std::int64_t i = global_index(); i < n; i += global_stride())
-    out[i] = __float2bfloat16(__bfloat162float(x[i]) + __bfloat162float(r[i]));
+__global__ void residual_add_kernel(const Bf16x8* x, const Bf16x8* r, Bf16x8* out,
+                                    std::int64_t vectors) {
+  for (std::int64_t i = global_index(); i < vectors; i += global_stride()) {
+    const Bf16x8 a = x[i], b = r[i];
+    Bf16x8 y;
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+      y.v[j] = __float2bfloat16(__bfloat162float(a.v[j]) + __bfloat162float(b.v[j]));
+    out[i] = y;
+  }
 }
 
-__global__ void adam_kernel(float* p, const float* g, float* m, float* v, std::int64_t n) {
+// Four fp32 values of each tensor per 16-byte load (element counts are multiples of 4).
+__global__ void adam_kernel(float4* p, const float4* g, float4* m, float4* v,
+                            std::int64_t vectors) {
   constexpr float lr = 1e-4f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, decay = 0.1f;
-  for (std::int64_t i = global_index(); i < n; i += global_stride()) {
-    const float grad = g[i];
-    const float mi = beta1 * m[i] + (1 - beta1) * grad;
-    const float vi = beta2 * fabsf(v[i]) + (1 - beta2) * grad * grad;
+  for (std::int64_t i = global_index(); i < vectors; i += global_stride()) {
+    float4 pi = p[i], mi = m[i], vi = v[i];
+    const float4 gi = g[i];
+    float* pp = &pi.x;
+    float* mp = &mi.x;
+    float* vp = &vi.x;
+    const float* gp = &gi.x;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      mp[j] = beta1 * mp[j] + (1 - beta1) * gp[j];
+      vp[j] = beta2 * fabsf(vp[j]) + (1 - beta2) * gp[j] * gp[j];
+      pp[j] -= lr * (mp[j] * rsqrtf(vp[j] + eps) + decay * pp[j]);
+    }
+    p[i] = pi;
     m[i] = mi;
     v[i] = vi;
-    p[i] -= lr * (mi * rsqrtf(vi + eps) + decay * p[i]);
   }
 }
 
@@ -217,25 +267,36 @@ void launch_memory_kernel(const std::string& name, void* arena, std::int64_t n, 
     launch_row_softmax(in, carve.take<bf16>(n), n / kRowWidth, kRowWidth, 1.0f, false, stream);
     return;
   } else if (name == "gelu") {
-    const bf16* in = carve.take<bf16>(n);
-    gelu_kernel<<<grid, kThreads, 0, stream>>>(in, carve.take<bf16>(n), n);
+    const std::int64_t vectors = n / 8;
+    const Bf16x8* in = carve.take<Bf16x8>(vectors);
+    gelu_kernel<<<grid_for(vectors), kThreads, 0, stream>>>(in, carve.take<Bf16x8>(vectors),
+                                                            vectors);
   } else if (name == "swiglu") {
-    const bf16* gate = carve.take<bf16>(n);
-    const bf16* up = carve.take<bf16>(n);
-    swiglu_kernel<<<grid, kThreads, 0, stream>>>(gate, up, carve.take<bf16>(n), n);
+    const std::int64_t vectors = n / 8;
+    const Bf16x8* gate = carve.take<Bf16x8>(vectors);
+    const Bf16x8* up = carve.take<Bf16x8>(vectors);
+    swiglu_kernel<<<grid_for(vectors), kThreads, 0, stream>>>(gate, up,
+                                                              carve.take<Bf16x8>(vectors), vectors);
   } else if (name == "dropout") {
-    const bf16* in = carve.take<bf16>(n);
-    bf16* out = carve.take<bf16>(n);
-    dropout_kernel<<<grid, kThreads, 0, stream>>>(in, out, carve.take<std::uint8_t>(n), n, 0.1f, 1234u);
+    const std::int64_t vectors = n / 8;
+    const Bf16x8* in = carve.take<Bf16x8>(vectors);
+    Bf16x8* out = carve.take<Bf16x8>(vectors);
+    dropout_kernel<<<grid_for(vectors), kThreads, 0, stream>>>(in, out, carve.take<uint2>(vectors),
+                                                               vectors, 0.1f, 1234u);
   } else if (name == "residual_add") {
-    const bf16* x = carve.take<bf16>(n);
-    const bf16* r = carve.take<bf16>(n);
-    residual_add_kernel<<<grid, kThreads, 0, stream>>>(x, r, carve.take<bf16>(n), n);
+    const std::int64_t vectors = n / 8;
+    const Bf16x8* x = carve.take<Bf16x8>(vectors);
+    const Bf16x8* r = carve.take<Bf16x8>(vectors);
+    residual_add_kernel<<<grid_for(vectors), kThreads, 0, stream>>>(x, r,
+                                                                    carve.take<Bf16x8>(vectors),
+                                                                    vectors);
   } else if (name == "adam") {
-    float* p = carve.take<float>(n);
-    const float* g = carve.take<float>(n);
-    float* m = carve.take<float>(n);
-    adam_kernel<<<grid, kThreads, 0, stream>>>(p, g, m, carve.take<float>(n), n);
+    const std::int64_t vectors = n / 4;
+    float4* p = carve.take<float4>(vectors);
+    const float4* g = carve.take<float4>(vectors);
+    float4* m = carve.take<float4>(vectors);
+    adam_kernel<<<grid_for(vectors), kThreads, 0, stream>>>(p, g, m, carve.take<float4>(vectors),
+                                                            vectors);
   } else if (name == "reduce") {
     CHECK_CUDA(cudaMemsetAsync(reduce_out, 0, sizeof(float), stream));
     reduce_kernel<<<grid, kThreads, 0, stream>>>(carve.take<float>(n), n, reduce_out);
