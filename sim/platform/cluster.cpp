@@ -349,6 +349,12 @@ void Cluster::build_switch_routes() {
     const uint32_t b = vertex_switch_[links_[l].dst];
     if (a != kNone && b != kNone && !link_failed(l)) switch_out_[a].push_back({l, b});
   }
+  switch_out_by_to_ = switch_out_;
+  for (std::vector<SwitchHop>& hops : switch_out_by_to_) {
+    std::sort(hops.begin(), hops.end(), [](const SwitchHop& x, const SwitchHop& y) {
+      return x.to != y.to ? x.to < y.to : x.link < y.link;
+    });
+  }
   switch_dist_.assign(s * s, kFar);
   // BFS backwards is the same as forwards: every switch link comes in a pair.
   for (uint32_t from = 0; from < s; ++from) {
@@ -476,10 +482,20 @@ void Cluster::append_switch_path(std::vector<LinkId>& out, uint32_t from_sw, uin
   while (u != to_sw) {
     // The links one hop nearer: counted, then the hash picks one (no list is kept).
     const uint16_t want = static_cast<uint16_t>(switch_dist_[u * s + to_sw] - 1);
+    const uint64_t draw = splitmix64(hash ^ (static_cast<uint64_t>(u) << 40));
+    if (want == 0) {
+      // The last hop: the links to `to_sw` itself, in switch_out_'s order, found by bisection.
+      const std::vector<SwitchHop>& by_to = switch_out_by_to_[u];
+      const auto [first, last] =
+          std::equal_range(by_to.begin(), by_to.end(), SwitchHop{0, to_sw},
+                           [](const SwitchHop& x, const SwitchHop& y) { return x.to < y.to; });
+      out.push_back(first[static_cast<ptrdiff_t>(draw % static_cast<uint64_t>(last - first))].link);
+      return;
+    }
     auto nearer = [&](const SwitchHop& h) { return switch_dist_[h.to * s + to_sw] == want; };
     size_t options = 0;
     for (const SwitchHop& h : switch_out_[u]) options += nearer(h);
-    size_t k = splitmix64(hash ^ (static_cast<uint64_t>(u) << 40)) % options;
+    size_t k = draw % options;
     SwitchHop pick{0, to_sw};
     for (const SwitchHop& h : switch_out_[u]) {
       if (nearer(h) && k-- == 0) {

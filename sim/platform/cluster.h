@@ -140,8 +140,12 @@ class Cluster {
     uint32_t to;  // the switch it leads to
   };
   std::vector<std::vector<SwitchHop>> switch_out_;  // switch -> links to other switches
-  std::vector<uint16_t> switch_dist_;               // [from * S + to], hop count
-  std::vector<uint32_t> vertex_switch_;             // vertex -> switch index, or UINT32_MAX
+  // The same hops sorted by the switch they lead to (then by link, so the hops to one switch keep
+  // switch_out_'s order): the last hop of a switch path, to a neighbour, is a binary search
+  // among a spine's hundreds of links rather than a scan of them.
+  std::vector<std::vector<SwitchHop>> switch_out_by_to_;
+  std::vector<uint16_t> switch_dist_;    // [from * S + to], hop count
+  std::vector<uint32_t> vertex_switch_;  // vertex -> switch index, or UINT32_MAX
   bool pxn_ = false;
   bool links_scaled_ = false;
   std::vector<char> failed_;    // by link; empty when none failed
