@@ -45,6 +45,7 @@ FlowNetwork::FlowNetwork(Engine& engine, std::vector<double> capacity_Bps)
   }
   link_flows_.resize(capacity_.size());
   link_hash_.assign(capacity_.size(), 0);
+  joining_.assign(capacity_.size(), 0);
   local_.assign(capacity_.size(), kNone);
 }
 
@@ -138,6 +139,19 @@ void FlowNetwork::update() {
   for (FlowId id : done) free_ids_.push_back(id);
   std::vector<FlowId> started;
   started.swap(pending_);
+  // Each link's list grows once by all the flows that join it here, not by doubling: a
+  // collective's channels start together and meet on every node's links.
+  for (FlowId id : started) {
+    for (const LinkUse& u : flows_[id].spec.links) ++joining_[u.link];
+  }
+  for (FlowId id : started) {
+    for (const LinkUse& u : flows_[id].spec.links) {
+      if (joining_[u.link] == 0) continue;
+      auto& on = link_flows_[u.link];
+      on.reserve(on.size() + joining_[u.link]);
+      joining_[u.link] = 0;
+    }
+  }
   for (FlowId id : started) {
     Flow& f = flows_[id];
     f.active = true;
@@ -160,21 +174,28 @@ void FlowNetwork::update() {
 std::vector<FlowId> FlowNetwork::component(const std::vector<FlowId>& seeds) {
   ++mark_;
   std::vector<FlowId> out;
-  for (FlowId s : seeds) {
-    if (flows_[s].mark == mark_ || !flows_[s].active) continue;
-    flows_[s].mark = mark_;
-    out.push_back(s);
-    for (size_t k = out.size() - 1; k < out.size(); ++k) {
-      for (const LinkUse& u : flows_[out[k]].spec.links) {
-        for (FlowId g : link_flows_[u.link]) {
-          if (flows_[g].mark != mark_) {
-            flows_[g].mark = mark_;
-            out.push_back(g);
+  // Once every active flow is in, there is nothing left to find: where all flows share links (a
+  // collective's channels meet on every node's NVSwitch) the search ends after a few links
+  // instead of crossing every link of every flow.
+  auto search = [&] {
+    for (FlowId s : seeds) {
+      if (flows_[s].mark == mark_ || !flows_[s].active) continue;
+      flows_[s].mark = mark_;
+      out.push_back(s);
+      for (size_t k = out.size() - 1; k < out.size(); ++k) {
+        for (const LinkUse& u : flows_[out[k]].spec.links) {
+          for (FlowId g : link_flows_[u.link]) {
+            if (flows_[g].mark != mark_) {
+              flows_[g].mark = mark_;
+              out.push_back(g);
+            }
           }
+          if (out.size() == active_count_) return;
         }
       }
     }
-  }
+  };
+  search();
   std::sort(out.begin(), out.end());  // a fixed order, whatever the seeds' order
   return out;
 }
