@@ -472,7 +472,10 @@ std::string Cluster::link_name(LinkId l) const {
 void Cluster::append_node_path(std::vector<LinkId>& out, uint32_t node, uint32_t from_ep,
                                uint32_t to_ep) const {
   const Node& n = nodes_[node];
-  for (uint32_t tl : templates_[n.type].path(from_ep, to_ep)) out.push_back(n.link_base + tl);
+  const std::vector<uint32_t>& path = templates_[n.type].path(from_ep, to_ep);
+  const size_t at = out.size();
+  out.resize(at + path.size());
+  for (size_t i = 0; i < path.size(); ++i) out[at + i] = n.link_base + path[i];
 }
 
 void Cluster::append_switch_path(std::vector<LinkId>& out, uint32_t from_sw, uint32_t to_sw,
@@ -510,12 +513,17 @@ void Cluster::append_switch_path(std::vector<LinkId>& out, uint32_t from_sw, uin
 
 std::vector<LinkId> Cluster::route(GpuId a, GpuId b) const {
   std::vector<LinkId> out;
-  if (a == b) return out;
+  append_route(out, a, b);
+  return out;
+}
+
+void Cluster::append_route(std::vector<LinkId>& out, GpuId a, GpuId b) const {
+  if (a == b) return;
   const Gpu& ga = gpus_[a];
   const Gpu& gb = gpus_[b];
   if (ga.node == gb.node) {
     append_node_path(out, ga.node, ga.local, gb.local);
-    return out;
+    return;
   }
   const Node& na = nodes_[ga.node];
   const Node& nb = nodes_[gb.node];
@@ -558,7 +566,6 @@ std::vector<LinkId> Cluster::route(GpuId a, GpuId b) const {
       splitmix64((static_cast<uint64_t>(na.first_nic + src_nic) << 32) | (nb.first_nic + dst_nic)));
   out.push_back(pb.down);
   append_node_path(out, gb.node, b_gpus + dst_nic, gb.local);
-  return out;
 }
 
 config::LinkKind Cluster::route_kind(std::span<const LinkId> route) const {

@@ -62,6 +62,8 @@ class Cluster {
 
   // Directional route from GPU a to GPU b; empty when a == b. Deterministic.
   std::vector<LinkId> route(GpuId a, GpuId b) const;
+  // The same route appended to `out`, for callers that keep many routes in one vector.
+  void append_route(std::vector<LinkId>& out, GpuId a, GpuId b) const;
   // The slowest kind of link on a route (network > socket > pcie > nvlink), as NCCL classes paths.
   config::LinkKind route_kind(std::span<const LinkId> route) const;
   Time route_latency(std::span<const LinkId> route) const;
