@@ -119,6 +119,8 @@ class Cluster {
   void build_nodes();
   void build_fabric();
   void build_switch_routes();
+  Link make_link(VertexId a, VertexId b, double bandwidth, const std::string& cls,
+                 Time extra_latency, const std::string& where) const;
   LinkId add_link(VertexId a, VertexId b, double bandwidth, const std::string& cls,
                   Time extra_latency, const std::string& where);
   void append_node_path(std::vector<LinkId>& out, uint32_t node, uint32_t from_ep,
