@@ -159,6 +159,7 @@ class Builder {
       kind_latency_[k] = step_latency(a, p, static_cast<config::LinkKind>(k));
     plan_ = &plan;
     ordinal_ = 0;
+    ring_ordinal_ = 0;
     refs_.clear();
     last_ref_ = nullptr;
     const double wire = r_.bytes / payload_fraction(p);  // bytes the protocol puts on the wire
@@ -374,8 +375,16 @@ class Builder {
   std::vector<uint32_t> add_ring(const std::vector<GpuId>& ring, size_t steps, double chunk,
                                  const std::vector<uint32_t>& deps) {
     const size_t n = ring.size();
-    std::vector<const Edge*> edges;
-    for (size_t i = 0; i < n; ++i) edges.push_back(&edge(ring[i], ring[(i + 1) % n]));
+    // The ring's edges, looked up once: the k-th ring of every candidate of one algorithm is the
+    // same ring (as its steps' links are, step_links).
+    auto& cache = ring_edges_[static_cast<int>(a_)];
+    const size_t which = ring_ordinal_++;
+    if (which >= cache.size()) {
+      std::vector<const Edge*>& fresh = cache.emplace_back();
+      fresh.reserve(n);
+      for (size_t i = 0; i < n; ++i) fresh.push_back(&edge(ring[i], ring[(i + 1) % n]));
+    }
+    const std::vector<const Edge*>& edges = cache[which];
     if (r_.expansion == Expansion::stepwise) {
       if (n * steps > 2'000'000) {
         throw InputError("stepwise expansion would need " + std::to_string(2 * n * steps) +
@@ -624,6 +633,9 @@ class Builder {
   std::vector<uint32_t> crossings_;  // merge's dense counts, by link; all zero between calls
   const std::vector<LinkUse>* last_ref_ = nullptr;
   size_t ordinal_ = 0;
+  // add_ring's edges by algorithm and call (deque: references stay valid), and the next call's.
+  std::map<int, std::deque<std::vector<const Edge*>>> ring_edges_;
+  size_t ring_ordinal_ = 0;
 };
 
 std::vector<double> link_rates(const Cluster& c, const CollectivePlan& p, const LinkRefs* refs) {

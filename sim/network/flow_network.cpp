@@ -120,8 +120,9 @@ void FlowNetwork::update() {
     f.remaining = 0;
     --active_count_;
     finished_bytes_ += f.spec.bytes * f.weight;
+    const uint64_t once = crossing_hash(id, 1);  // most links are crossed once
     for (const LinkUse& u : f.spec.links) {
-      link_hash_[u.link] -= crossing_hash(id, u.count);
+      link_hash_[u.link] -= u.count == 1 ? once : crossing_hash(id, u.count);
       auto& on = link_flows_[u.link];
       on.erase(std::find(on.begin(), on.end(), id));
       if (!on.empty()) seeds.push_back(on.front());
@@ -157,9 +158,10 @@ void FlowNetwork::update() {
     f.active = true;
     f.since = now;
     ++active_count_;
+    const uint64_t once = crossing_hash(id, 1);
     for (const LinkUse& u : f.spec.links) {
       link_flows_[u.link].push_back(id);
-      link_hash_[u.link] += crossing_hash(id, u.count);
+      link_hash_[u.link] += u.count == 1 ? once : crossing_hash(id, u.count);
     }
     if (f.spec.links.empty()) unlinked_.push_back(id);
     seeds.push_back(id);

@@ -69,6 +69,10 @@ class Cluster {
   Time route_latency(std::span<const LinkId> route) const;
   // Line-rate bottleneck of a route (bytes/s), ignoring other traffic.
   double route_capacity(std::span<const LinkId> route) const;
+  // The NIC (index in its node) that the node type assigns GPU g; -1 when the node has none.
+  int gpu_nic(GpuId g) const {
+    return templates_[nodes_[gpus_[g].node].type].gpu_nic[gpus_[g].local];
+  }
   // Local GPU pairs joined by direct NVLink in a node type (for ring search), with link count.
   const std::vector<config::MeshLink>& direct_links(uint32_t node_type) const;
 
