@@ -309,9 +309,9 @@ class Builder {
     auto& cache = link_cache_[static_cast<int>(a_)];
     const size_t k = ordinal_++;
     if (k >= cache.size()) {
-      std::vector<platform::LinkId> ids;
-      collect(ids);
-      cache.push_back(merge(ids));
+      step_ids_.clear();  // kept between steps: a tree's 10^5 crossings are not regrown each time
+      collect(step_ids_);
+      cache.push_back(merge(step_ids_));
     }
     if (bare_) {
       last_ref_ = &cache[k];
@@ -353,6 +353,7 @@ class Builder {
       return out;
     }
     if (crossings_.size() < c_.links().size()) crossings_.assign(c_.links().size(), 0);
+    out.reserve(std::min(ids.size(), span));
     const platform::LinkId first = *lo, last = *hi;
     for (platform::LinkId l : ids) ++crossings_[l];
     for (platform::LinkId l = first; l <= last; ++l) {
@@ -452,10 +453,11 @@ class Builder {
     // only in the step latency per link kind, not in routes.
     const std::vector<Depth>& depths = tree_depths(t);
     std::vector<LinkUse> links = step_links([&](auto& ids) {
-      for (const auto& [child, par] : t.edges) {
-        const Edge& up = edge(child, par);
-        const Edge& down = edge(par, child);  // routed after `up`: take edge_links() only now
-        ids.insert(ids.end(), edge_links(up).begin(), edge_links(up).end());
+      const std::vector<const Edge*>& ups = tree_up_[static_cast<size_t>(&t - trees_.data())];
+      for (size_t i = 0; i < t.edges.size(); ++i) {
+        const auto& [child, par] = t.edges[i];
+        const Edge& down = edge(par, child);  // may route: take edge_links() only after it
+        ids.insert(ids.end(), edge_links(*ups[i]).begin(), edge_links(*ups[i]).end());
         ids.insert(ids.end(), edge_links(down).begin(), edge_links(down).end());
       }
     });
@@ -487,9 +489,14 @@ class Builder {
   // negative quantities; NCCL's step latencies are positive), so the deepest rank is a leaf.
   const std::vector<Depth>& tree_depths(const TreeEdges& t) {
     const size_t which = static_cast<size_t>(&t - trees_.data());
-    if (tree_depths_.size() < trees_.size()) tree_depths_.resize(trees_.size());
+    if (tree_depths_.size() < trees_.size()) {
+      tree_depths_.resize(trees_.size());
+      tree_up_.resize(trees_.size());
+    }
     std::vector<Depth>& out = tree_depths_[which];
     if (!out.empty() || t.edges.empty()) return out;
+    std::vector<const Edge*>& ups = tree_up_[which];
+    ups.reserve(t.edges.size());
     // Dense per-GPU scratch; `tree_mark_` stamps what this call has set.
     const size_t gpus = c_.gpu_count();
     if (tree_mark_.size() != gpus) {
@@ -503,6 +510,7 @@ class Builder {
     const uint32_t mark = ++tree_stamp_;
     for (const auto& [child, par] : t.edges) {
       const Edge& e = edge(child, par);
+      ups.push_back(&e);
       tree_parent_[child] = par;
       tree_hop_[child] = {e.kind, e.wire_latency};
       tree_mark_[child] = mark;
@@ -613,9 +621,10 @@ class Builder {
   std::vector<TreeEdges> trees_;
   EdgeIndex edge_index_;
   std::deque<Edge> edges_;
-  std::vector<platform::LinkId> edge_links_;     // every edge's links, one after another
-  Time kind_latency_[4];                         // step_latency(a_, p_, kind) by LinkKind
-  std::vector<std::vector<Depth>> tree_depths_;  // by tree in trees_
+  std::vector<platform::LinkId> edge_links_;       // every edge's links, one after another
+  Time kind_latency_[4];                           // step_latency(a_, p_, kind) by LinkKind
+  std::vector<std::vector<Depth>> tree_depths_;    // by tree in trees_
+  std::vector<std::vector<const Edge*>> tree_up_;  // by tree: its edges, child to parent
   std::vector<uint32_t> tree_mark_, tree_done_, tree_inner_;  // tree_depths' scratch, by GPU
   std::vector<GpuId> tree_parent_;
   std::vector<std::pair<config::LinkKind, Time>> tree_hop_;  // to the parent
@@ -630,7 +639,8 @@ class Builder {
   bool bare_ = false;
   LinkRefs refs_;
   std::map<int, std::vector<double>> rates_;  // by algorithm: rates()
-  std::vector<uint32_t> crossings_;  // merge's dense counts, by link; all zero between calls
+  std::vector<uint32_t> crossings_;         // merge's dense counts, by link; all zero between calls
+  std::vector<platform::LinkId> step_ids_;  // step_links' crossings of the step being merged
   const std::vector<LinkUse>* last_ref_ = nullptr;
   size_t ordinal_ = 0;
   // add_ring's edges by algorithm and call (deque: references stay valid), and the next call's.

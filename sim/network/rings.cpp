@@ -218,6 +218,9 @@ std::vector<std::vector<GpuId>> build_rings(const platform::Cluster& c, const No
   // Several nodes: one channel per NIC in use on every node.
   for (const auto& per_node : channel_orders(c, nodes)) {
     std::vector<GpuId> ring;
+    size_t size = 0;
+    for (const auto& o : per_node) size += o.size();
+    ring.reserve(size);
     for (const auto& o : per_node) ring.insert(ring.end(), o.begin(), o.end());
     rings.push_back(std::move(ring));
   }
@@ -243,6 +246,9 @@ std::vector<TreeEdges> build_trees(const platform::Cluster& c, const NodeOrders&
   for (const auto& per_node : channel_orders(c, nodes)) {
     for (int which = 0; which < 2; ++which) {
       TreeEdges t;
+      size_t ranks = 0;
+      for (const auto& o : per_node) ranks += o.size();
+      t.edges.reserve(ranks - 1);
       auto node_at = [&](size_t pos) { return which == 0 ? pos : m - 1 - pos; };
       t.root = per_node[node_at(0)].front();
       for (size_t pos = 0; pos < m; ++pos) {
