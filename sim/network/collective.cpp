@@ -84,13 +84,12 @@ struct Edge {
   Time wire_latency;
 };
 
-// Edge indices by (source, destination) GPU: open addressing with linear probing. A request over
+// Edges by (source, destination) GPU: open addressing with linear probing. A request over
 // thousands of nodes asks for 10^5 edges; a node-based map would allocate (and free) each.
 class EdgeIndex {
  public:
-  static constexpr uint32_t kAbsent = std::numeric_limits<uint32_t>::max();
-  // The value slot of the key, kAbsent when it was not there (the caller then fills it).
-  uint32_t& slot(GpuId a, GpuId b) {
+  // The value slot of the key, null when it was not there (the caller then fills it).
+  const Edge*& slot(GpuId a, GpuId b) {
     if (2 * (used_ + 1) > keys_.size()) grow();
     const uint64_t key = (static_cast<uint64_t>(a) << 32) | b;
     const size_t mask = keys_.size() - 1;
@@ -98,7 +97,7 @@ class EdgeIndex {
     while (keys_[i] != kNoKey && keys_[i] != key) i = (i + 1) & mask;
     if (keys_[i] == kNoKey) {
       keys_[i] = key;
-      values_[i] = kAbsent;
+      values_[i] = nullptr;
       ++used_;
     }
     return values_[i];
@@ -108,7 +107,7 @@ class EdgeIndex {
   static constexpr uint64_t kNoKey = std::numeric_limits<uint64_t>::max();  // no GPU pair
   void grow() {
     std::vector<uint64_t> keys(std::max<size_t>(64, 2 * keys_.size()), kNoKey);
-    std::vector<uint32_t> values(keys.size(), kAbsent);
+    std::vector<const Edge*> values(keys.size(), nullptr);
     const size_t mask = keys.size() - 1;
     for (size_t j = 0; j < keys_.size(); ++j) {
       if (keys_[j] == kNoKey) continue;
@@ -121,7 +120,7 @@ class EdgeIndex {
     values_.swap(values);
   }
   std::vector<uint64_t> keys_;
-  std::vector<uint32_t> values_;
+  std::vector<const Edge*> values_;
   size_t used_ = 0;
 };
 
@@ -259,16 +258,16 @@ class Builder {
   // The edge from a to b, routed on first use. The reference stays valid (edges_ is a deque);
   // its edge_links() do not once another edge is routed.
   const Edge& edge(GpuId a, GpuId b) {
-    uint32_t& index = edge_index_.slot(a, b);
-    if (index != EdgeIndex::kAbsent) return edges_[index];
+    const Edge*& found = edge_index_.slot(a, b);
+    if (found) return *found;
     Edge e;
     e.first = static_cast<uint32_t>(edge_links_.size());
     c_.append_route(edge_links_, a, b);
     e.size = static_cast<uint32_t>(edge_links_.size() - e.first);
     e.kind = c_.route_kind(edge_links(e));
     e.wire_latency = c_.route_latency(edge_links(e));
-    index = static_cast<uint32_t>(edges_.size());
-    return edges_.emplace_back(e);
+    found = &edges_.emplace_back(e);
+    return *found;
   }
   std::span<const platform::LinkId> edge_links(const Edge& e) const {
     return {edge_links_.data() + e.first, e.size};
