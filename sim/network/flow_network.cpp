@@ -24,6 +24,12 @@ uint64_t crossing_hash(FlowId id, uint32_t count) {
 }  // namespace
 
 void merge_links(std::vector<LinkUse>& links) {
+  // Already in that form (a collective plan's steps are): one pass, no rewrite.
+  if (std::adjacent_find(links.begin(), links.end(), [](const LinkUse& a, const LinkUse& b) {
+        return a.link >= b.link;
+      }) == links.end()) {
+    return;
+  }
   auto by_link = [](const LinkUse& a, const LinkUse& b) { return a.link < b.link; };
   if (!std::is_sorted(links.begin(), links.end(), by_link))
     std::sort(links.begin(), links.end(), by_link);
@@ -125,7 +131,9 @@ void FlowNetwork::update() {
       link_hash_[u.link] -= u.count == 1 ? once : crossing_hash(id, u.count);
       auto& on = link_flows_[u.link];
       on.erase(std::find(on.begin(), on.end(), id));
-      if (!on.empty()) seeds.push_back(on.front());
+      // One seed per run of links that the same flow leads (a flow's links are in order, and
+      // its neighbours cross many of them): the component search skips repeats anyway.
+      if (!on.empty() && (seeds.empty() || seeds.back() != on.front())) seeds.push_back(on.front());
     }
     if (f.spec.links.empty()) unlinked_.erase(std::find(unlinked_.begin(), unlinked_.end(), id));
     for (FlowObserver* o : observers_) o->on_flow_end(*this, id, now);
