@@ -124,10 +124,6 @@ ClusterConfig load_cluster_text(const std::string& text, const std::string& file
 
 // The built-in GPU profiles and link classes (topologies/gpus/*.yaml, link_classes.yaml).
 const std::map<std::string, GpuProfile>& builtin_gpus();
-// One built-in GPU profile, its file read on first use (a cluster names one or two of the
-// two dozen); null when there is none of that name.
-const GpuProfile* builtin_gpu(const std::string& name);
-std::vector<std::string> builtin_gpu_names();
 const std::map<std::string, LinkClass>& builtin_link_classes();
 std::vector<std::string> builtin_cluster_names();
 

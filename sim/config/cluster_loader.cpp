@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <mutex>
 #include <set>
 #include <sstream>
 
@@ -201,7 +200,7 @@ class ClusterParser {
       }
     }
     classes_ = &c.link_classes;
-    std::map<std::string, GpuProfile> known;  // the file's own profiles, then built-in ones
+    std::map<std::string, GpuProfile> known = builtin_gpus();
     if (const YAML::Node g = root_["gpu_types"]) {
       if (!g.IsSequence()) throw InputError(where(file_, g) + ": gpu_types: expected a list");
       for (size_t i = 0; i < g.size(); ++i) {
@@ -222,18 +221,13 @@ class ClusterParser {
         }
       }
       auto it = known.find(t.gpu);
-      const GpuProfile* profile = it != known.end() ? &it->second : builtin_gpu(t.gpu);
-      if (!profile) {
-        std::vector<std::string> names = builtin_gpu_names();
-        for (const auto& [name, _] : known) names.push_back(name);
-        std::sort(names.begin(), names.end());
-        names.erase(std::unique(names.begin(), names.end()), names.end());
+      if (it == known.end()) {
         throw InputError(where(file_, types[i]["gpu"]) + ": " + idx("node_types", i) +
                          ".gpu: unknown GPU type \"" + t.gpu +
                          "\" (no profile; add one under gpu_types or use a built-in one)" +
-                         did_you_mean(t.gpu, names));
+                         did_you_mean(t.gpu, keys_of(known)));
       }
-      c.gpu_types[t.gpu] = *profile;
+      c.gpu_types[t.gpu] = it->second;
       c.node_types.push_back(std::move(t));
     }
     const YAML::Node groups = require(file_, root_, "", "groups");
@@ -510,55 +504,23 @@ class ClusterParser {
 
 }  // namespace
 
-namespace {
-// A built-in GPU profile from its embedded file, whose name must be the profile's.
-GpuProfile parse_builtin_gpu(const EmbeddedFile& f) {
-  const std::string path = f.path;
-  GpuProfile g = parse_gpu(path, load_yaml(f.text, path), "");
-  const std::string expected = std::filesystem::path(path).stem().string();
-  if (g.name != expected) {
-    throw InputError(path + ": name: \"" + g.name + "\" must match the file name \"" + expected +
-                     "\"");
-  }
-  return g;
-}
-constexpr std::string_view kGpuFolder = "topologies/gpus/";
-}  // namespace
-
 const std::map<std::string, GpuProfile>& builtin_gpus() {
   static const std::map<std::string, GpuProfile> gpus = [] {
     std::map<std::string, GpuProfile> m;
     for (const EmbeddedFile& f : embedded_files()) {
-      if (std::string_view(f.path).rfind(kGpuFolder, 0) != 0) continue;
-      GpuProfile g = parse_builtin_gpu(f);
+      const std::string path = f.path;
+      if (path.rfind("topologies/gpus/", 0) != 0) continue;
+      GpuProfile g = parse_gpu(path, load_yaml(f.text, path), "");
+      const std::string expected = std::filesystem::path(path).stem().string();
+      if (g.name != expected) {
+        throw InputError(path + ": name: \"" + g.name + "\" must match the file name \"" +
+                         expected + "\"");
+      }
       m[g.name] = g;
     }
     return m;
   }();
   return gpus;
-}
-
-const GpuProfile* builtin_gpu(const std::string& name) {
-  // Parsed profiles by name, kept for the process (each is immutable embedded data); map nodes
-  // do not move, so the pointers handed out stay valid. Threads of a study share it.
-  static std::mutex mutex;
-  static std::map<std::string, GpuProfile> parsed;
-  const std::lock_guard<std::mutex> lock(mutex);
-  if (auto it = parsed.find(name); it != parsed.end()) return &it->second;
-  const EmbeddedFile* f = find_embedded(std::string(kGpuFolder) + name + ".yaml");
-  if (!f) return nullptr;
-  return &parsed.emplace(name, parse_builtin_gpu(*f)).first->second;
-}
-
-std::vector<std::string> builtin_gpu_names() {
-  std::vector<std::string> names;
-  for (const EmbeddedFile& f : embedded_files()) {
-    const std::string_view path = f.path;
-    if (path.rfind(kGpuFolder, 0) != 0) continue;
-    names.push_back(std::filesystem::path(path).stem().string());
-  }
-  std::sort(names.begin(), names.end());
-  return names;
 }
 
 const std::map<std::string, LinkClass>& builtin_link_classes() {
