@@ -2,6 +2,7 @@
 #include "sim/network/collective.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <deque>
 #include <limits>
@@ -10,6 +11,7 @@
 #include <utility>
 
 #include "sim/core/error.h"
+#include "sim/core/hash.h"
 #include "sim/network/rings.h"
 
 namespace hetsim::network {
@@ -68,18 +70,58 @@ namespace {
 // The links of each step of a bare plan (Builder::set_bare), by step; null: the step's own.
 using LinkRefs = std::vector<const std::vector<LinkUse>*>;
 
-double estimate(const Cluster& c, const CollectivePlan& p, bool latency,
-                const LinkRefs* refs = nullptr);
+// Each step's rate on an idle network from the links it crosses alone (its own cap not
+// applied; infinity for a step without links).
+std::vector<double> link_rates(const Cluster& c, const CollectivePlan& p,
+                               const LinkRefs* refs = nullptr);
+// The analytic estimate of a plan whose steps move at `rates` (link_rates), capped by their own.
+double estimate(const CollectivePlan& p, const std::vector<double>& rates, bool with_latency);
 
-// The time a plan spends moving bytes on an idle network, without its latencies.
-double transfer_seconds(const Cluster& c, const CollectivePlan& p, const LinkRefs* refs) {
-  return estimate(c, p, false, refs);
-}
-
+// A route between two ranks, its links kept in the builder's one vector of them.
 struct Edge {
-  std::vector<platform::LinkId> links;
+  uint32_t first = 0, size = 0;  // its links: Builder::edge_links_[first, first + size)
   config::LinkKind kind = config::LinkKind::nvlink;
   Time wire_latency;
+};
+
+// Edges by (source, destination) GPU: open addressing with linear probing. A request over
+// thousands of nodes asks for 10^5 edges; a node-based map would allocate (and free) each.
+class EdgeIndex {
+ public:
+  // The value slot of the key, null when it was not there (the caller then fills it).
+  const Edge*& slot(GpuId a, GpuId b) {
+    if (2 * (used_ + 1) > keys_.size()) grow();
+    const uint64_t key = (static_cast<uint64_t>(a) << 32) | b;
+    const size_t mask = keys_.size() - 1;
+    size_t i = splitmix64(key) & mask;
+    while (keys_[i] != kNoKey && keys_[i] != key) i = (i + 1) & mask;
+    if (keys_[i] == kNoKey) {
+      keys_[i] = key;
+      values_[i] = nullptr;
+      ++used_;
+    }
+    return values_[i];
+  }
+
+ private:
+  static constexpr uint64_t kNoKey = std::numeric_limits<uint64_t>::max();  // no GPU pair
+  void grow() {
+    std::vector<uint64_t> keys(std::max<size_t>(64, 2 * keys_.size()), kNoKey);
+    std::vector<const Edge*> values(keys.size(), nullptr);
+    const size_t mask = keys.size() - 1;
+    for (size_t j = 0; j < keys_.size(); ++j) {
+      if (keys_[j] == kNoKey) continue;
+      size_t i = splitmix64(keys_[j]) & mask;
+      while (keys[i] != kNoKey) i = (i + 1) & mask;
+      keys[i] = keys_[j];
+      values[i] = values_[j];
+    }
+    keys_.swap(keys);
+    values_.swap(values);
+  }
+  std::vector<uint64_t> keys_;
+  std::vector<const Edge*> values_;
+  size_t used_ = 0;
 };
 
 // Builds the flows of one plan; routes are cached across the plans tried for one request.
@@ -112,8 +154,11 @@ class Builder {
                        (r_.op == Op::halo ? Time() : base_latency(a, p));
     a_ = a;
     p_ = p;
+    for (int k = 0; k < 4; ++k)
+      kind_latency_[k] = step_latency(a, p, static_cast<config::LinkKind>(k));
     plan_ = &plan;
     ordinal_ = 0;
+    ring_ordinal_ = 0;
     refs_.clear();
     last_ref_ = nullptr;
     const double wire = r_.bytes / payload_fraction(p);  // bytes the protocol puts on the wire
@@ -141,7 +186,7 @@ class Builder {
           }
         }
         if (caps_trees() && !ring_rate_.count(static_cast<int>(p))) {
-          const double t = transfer_seconds(c_, plan, bare_ ? &refs_ : nullptr);
+          const double t = estimate(plan, rates(plan), false);  // moving bytes, no latencies
           ring_rate_[static_cast<int>(p)] = t > 0 ? r_.bytes / t : 0;
         }
         break;
@@ -210,18 +255,27 @@ class Builder {
            tree_size_factor(p, r_.bytes) / payload_fraction(p);
   }
 
+  // The edge from a to b, routed on first use. The reference stays valid (edges_ is a deque);
+  // its edge_links() do not once another edge is routed.
   const Edge& edge(GpuId a, GpuId b) {
-    const uint64_t key = (static_cast<uint64_t>(a) << 32) | b;
-    auto it = edges_.find(key);
-    if (it != edges_.end()) return it->second;
+    const Edge*& found = edge_index_.slot(a, b);
+    if (found) return *found;
     Edge e;
-    e.links = c_.route(a, b);
-    e.kind = c_.route_kind(e.links);
-    e.wire_latency = c_.route_latency(e.links);
-    return edges_.emplace(key, std::move(e)).first->second;
+    e.first = static_cast<uint32_t>(edge_links_.size());
+    c_.append_route(edge_links_, a, b);
+    e.size = static_cast<uint32_t>(edge_links_.size() - e.first);
+    e.kind = c_.route_kind(edge_links(e));
+    e.wire_latency = c_.route_latency(edge_links(e));
+    found = &edges_.emplace_back(e);
+    return *found;
+  }
+  std::span<const platform::LinkId> edge_links(const Edge& e) const {
+    return {edge_links_.data() + e.first, e.size};
   }
 
-  Time step_lat(const Edge& e) const { return step_latency(a_, p_, e.kind) + e.wire_latency; }
+  Time step_lat(const Edge& e) const {
+    return kind_latency_[static_cast<int>(e.kind)] + e.wire_latency;
+  }
 
   const std::vector<TreeEdges>& trees() {
     if (trees_.empty()) trees_ = build_trees(c_, nodes_);
@@ -233,17 +287,30 @@ class Builder {
     return rings_;
   }
 
+  // Per node, the rings of its ranks alone (the hierarchical all-reduce's first and last phase).
+  const std::vector<std::vector<std::vector<GpuId>>>& intra_rings() {
+    if (intra_rings_.empty()) {
+      for (size_t i = 0; i < nodes_.nodes.size(); ++i) {
+        NodeOrders one;
+        one.nodes = {nodes_.nodes[i]};
+        one.order = {nodes_.order[i]};
+        intra_rings_.push_back(build_rings(c_, one));
+      }
+    }
+    return intra_rings_;
+  }
+
   // The merged links of the next step. A request's candidate plans for one algorithm differ
   // only in protocol, so their k-th steps cross the same links: merged once, then reused.
-  // Bare (set_bare), the step gets no copy: its links stay in the cache, named by refs().
+  // Bare (set_bare), the step gets no copy: its links stay in the cache, named by refs_.
   template <typename Collect>
   std::vector<LinkUse> step_links(Collect collect) {
     auto& cache = link_cache_[static_cast<int>(a_)];
     const size_t k = ordinal_++;
     if (k >= cache.size()) {
-      std::vector<platform::LinkId> ids;
-      collect(ids);
-      cache.push_back(merge(ids));
+      step_ids_.clear();  // kept between steps: a tree's 10^5 crossings are not regrown each time
+      collect(step_ids_);
+      cache.push_back(merge(step_ids_));
     }
     if (bare_) {
       last_ref_ = &cache[k];
@@ -253,10 +320,16 @@ class Builder {
   }
 
  public:
-  // Bare plans carry no links of their own (refs() names them): the candidates of a request are
+  // Bare plans carry no links of their own (refs_ names them): the candidates of a request are
   // estimated without copying every step's links for every protocol tried.
   void set_bare(bool bare) { bare_ = bare; }
-  const LinkRefs& refs() const { return refs_; }
+  // Each step's rate by its links (link_rates), worked out once per algorithm: the candidates
+  // of one algorithm cross the same links step by step, whatever their protocol.
+  const std::vector<double>& rates(const CollectivePlan& plan) {
+    std::vector<double>& r = rates_[static_cast<int>(plan.algorithm)];
+    if (r.size() != plan.steps.size()) r = link_rates(c_, plan, bare_ ? &refs_ : nullptr);
+    return r;
+  }
 
  private:
   // Crossings sorted by link, repeats merged. A step over many links (a tree or ring over a
@@ -279,6 +352,7 @@ class Builder {
       return out;
     }
     if (crossings_.size() < c_.links().size()) crossings_.assign(c_.links().size(), 0);
+    out.reserve(std::min(ids.size(), span));
     const platform::LinkId first = *lo, last = *hi;
     for (platform::LinkId l : ids) ++crossings_[l];
     for (platform::LinkId l = first; l <= last; ++l) {
@@ -301,8 +375,16 @@ class Builder {
   std::vector<uint32_t> add_ring(const std::vector<GpuId>& ring, size_t steps, double chunk,
                                  const std::vector<uint32_t>& deps) {
     const size_t n = ring.size();
-    std::vector<const Edge*> edges;
-    for (size_t i = 0; i < n; ++i) edges.push_back(&edge(ring[i], ring[(i + 1) % n]));
+    // The ring's edges, looked up once: the k-th ring of every candidate of one algorithm is the
+    // same ring (as its steps' links are, step_links).
+    auto& cache = ring_edges_[static_cast<int>(a_)];
+    const size_t which = ring_ordinal_++;
+    if (which >= cache.size()) {
+      std::vector<const Edge*>& fresh = cache.emplace_back();
+      fresh.reserve(n);
+      for (size_t i = 0; i < n; ++i) fresh.push_back(&edge(ring[i], ring[(i + 1) % n]));
+    }
+    const std::vector<const Edge*>& edges = cache[which];
     if (r_.expansion == Expansion::stepwise) {
       if (n * steps > 2'000'000) {
         throw InputError("stepwise expansion would need " + std::to_string(2 * n * steps) +
@@ -316,8 +398,11 @@ class Builder {
         for (size_t i = 0; i < n; ++i) {
           std::vector<uint32_t> d =
               k == 0 ? deps : std::vector<uint32_t>{sent[i], arrived[(i + n - 1) % n]};
-          next_sent[i] = add_step(step_links([&](auto& ids) { ids = edges[i]->links; }), chunk,
-                                  Time(), std::move(d));
+          next_sent[i] =
+              add_step(step_links([&](auto& ids) {
+                         ids.assign(edge_links(*edges[i]).begin(), edge_links(*edges[i]).end());
+                       }),
+                       chunk, Time(), std::move(d));
           next_arrived[i] = add_step({}, 0, step_lat(*edges[i]), {next_sent[i]});
         }
         std::swap(sent, next_sent);
@@ -328,8 +413,10 @@ class Builder {
     // Steady: one flow over every edge; latency of the longest chain of `steps` consecutive edges.
     std::vector<int64_t> lat(2 * n + 1, 0);
     std::vector<LinkUse> links = step_links([&](auto& ids) {
-      for (size_t i = 0; i < n; ++i)
-        ids.insert(ids.end(), edges[i]->links.begin(), edges[i]->links.end());
+      for (size_t i = 0; i < n; ++i) {
+        const std::span<const platform::LinkId> l = edge_links(*edges[i]);
+        ids.insert(ids.end(), l.begin(), l.end());
+      }
     });
     for (size_t i = 0; i < 2 * n; ++i) lat[i + 1] = lat[i] + step_lat(*edges[i % n]).ps();
     int64_t worst = 0;
@@ -352,7 +439,7 @@ class Builder {
     add_step(step_links([&](auto& ids) {
                for (size_t k = 0; k + 1 < n; ++k) {
                  const Edge& e = edge(ring[(start + k) % n], ring[(start + k + 1) % n]);
-                 ids.insert(ids.end(), e.links.begin(), e.links.end());
+                 ids.insert(ids.end(), edge_links(e).begin(), edge_links(e).end());
                }
              }),
              bytes, latency, {});
@@ -361,48 +448,77 @@ class Builder {
   // Tree all-reduce, pipelined: reduce up and broadcast down at once; each edge carries all of
   // its tree's bytes in each direction.
   void add_tree(const TreeEdges& t, double bytes) {
+    // The tree's depths, worked out once per tree: the protocols tried for one request differ
+    // only in the step latency per link kind, not in routes.
+    const std::vector<Depth>& depths = tree_depths(t);
+    std::vector<LinkUse> links = step_links([&](auto& ids) {
+      const std::vector<const Edge*>& ups = tree_up_[static_cast<size_t>(&t - trees_.data())];
+      for (size_t i = 0; i < t.edges.size(); ++i) {
+        const auto& [child, par] = t.edges[i];
+        const Edge& down = edge(par, child);  // may route: take edge_links() only after it
+        ids.insert(ids.end(), edge_links(*ups[i]).begin(), edge_links(*ups[i]).end());
+        ids.insert(ids.end(), edge_links(down).begin(), edge_links(down).end());
+      }
+    });
+    Time deepest;
+    for (const Depth& d : depths) deepest = std::max(deepest, latency(d));
+    add_step(std::move(links), bytes, deepest * 2, {});
+  }
+
+  // A rank's path to its tree's root: the wire latency and the hops of each kind of link, so
+  // that its latency under a protocol is a sum (exact: Time is an integer).
+  struct Depth {
+    Time wire;
+    std::array<uint32_t, 4> hops{};  // by LinkKind
+    Depth plus(config::LinkKind kind, Time w) const {
+      Depth d = *this;
+      d.wire += w;
+      ++d.hops[static_cast<int>(kind)];
+      return d;
+    }
+  };
+  Time latency(const Depth& d) const {
+    Time t = d.wire;
+    for (int k = 0; k < 4; ++k) t += kind_latency_[k] * d.hops[k];
+    return t;
+  }
+
+  // The depths of the tree's leaves (the ranks that are no other's parent): a parent's depth
+  // is its child's less one hop, and latencies are not negative (the unit parser refuses
+  // negative quantities; NCCL's step latencies are positive), so the deepest rank is a leaf.
+  const std::vector<Depth>& tree_depths(const TreeEdges& t) {
+    const size_t which = static_cast<size_t>(&t - trees_.data());
+    if (tree_depths_.size() < trees_.size()) {
+      tree_depths_.resize(trees_.size());
+      tree_up_.resize(trees_.size());
+    }
+    std::vector<Depth>& out = tree_depths_[which];
+    if (!out.empty() || t.edges.empty()) return out;
+    std::vector<const Edge*>& ups = tree_up_[which];
+    ups.reserve(t.edges.size());
     // Dense per-GPU scratch; `tree_mark_` stamps what this call has set.
     const size_t gpus = c_.gpu_count();
     if (tree_mark_.size() != gpus) {
       tree_mark_.assign(gpus, 0);
       tree_done_.assign(gpus, 0);
+      tree_inner_.assign(gpus, 0);
       tree_parent_.resize(gpus);
-      tree_lat_.resize(gpus);
+      tree_hop_.resize(gpus);
       tree_depth_.resize(gpus);
     }
     const uint32_t mark = ++tree_stamp_;
-    // The tree's hops, looked up once per tree: the protocols tried for one request differ only
-    // in the step latency per link kind, not in routes.
-    auto [cached, fresh] = tree_hops_.try_emplace(&t);
-    std::vector<TreeHop>& hops = cached->second;
-    if (fresh) {
-      hops.reserve(t.edges.size());
-      for (const auto& [child, par] : t.edges) {
-        const Edge& e = edge(child, par);
-        hops.push_back({child, par, e.kind, e.wire_latency});
-      }
+    for (const auto& [child, par] : t.edges) {
+      const Edge& e = edge(child, par);
+      ups.push_back(&e);
+      tree_parent_[child] = par;
+      tree_hop_[child] = {e.kind, e.wire_latency};
+      tree_mark_[child] = mark;
+      tree_inner_[par] = mark;
     }
-    Time per_kind[4];
-    for (int k = 0; k < 4; ++k)
-      per_kind[k] = step_latency(a_, p_, static_cast<config::LinkKind>(k));
-    for (const TreeHop& h : hops) {
-      tree_parent_[h.child] = h.parent;
-      tree_lat_[h.child] = per_kind[static_cast<int>(h.kind)] + h.wire;
-      tree_mark_[h.child] = mark;
-    }
-    std::vector<LinkUse> links = step_links([&](auto& ids) {
-      for (const auto& [child, par] : t.edges) {
-        const Edge& up = edge(child, par);
-        const Edge& down = edge(par, child);
-        ids.insert(ids.end(), up.links.begin(), up.links.end());
-        ids.insert(ids.end(), down.links.begin(), down.links.end());
-      }
-    });
-    // Latency from each rank to the root, memoised along the parent chain: O(ranks).
+    // Depth of each rank, memoised along the parent chain: O(ranks).
     tree_done_[t.root] = mark;
-    tree_depth_[t.root] = Time();
+    tree_depth_[t.root] = Depth{};
     std::vector<GpuId> chain;
-    Time deepest;
     for (const auto& [child, _] : t.edges) {
       chain.clear();
       GpuId g = child;
@@ -412,12 +528,13 @@ class Builder {
         g = tree_parent_[g];
       }
       for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
-        tree_depth_[*it] = tree_depth_[tree_parent_[*it]] + tree_lat_[*it];
+        const auto [kind, wire] = tree_hop_[*it];
+        tree_depth_[*it] = tree_depth_[tree_parent_[*it]].plus(kind, wire);
         tree_done_[*it] = mark;
       }
-      deepest = std::max(deepest, tree_depth_[child]);
+      if (tree_inner_[child] != mark) out.push_back(tree_depth_[child]);
     }
-    add_step(std::move(links), bytes, deepest * 2, {});
+    return out;
   }
 
   // Intra-node reduce-scatter, inter-node all-reduce per local rank (rail), intra-node all-gather.
@@ -425,14 +542,7 @@ class Builder {
     const size_t g = nodes_.order.front().size();
     const size_t m = nodes_.nodes.size();
     std::vector<uint32_t> phase1, phase2;
-    auto local_rings = [&](size_t i) {
-      NodeOrders one;
-      one.nodes = {nodes_.nodes[i]};
-      one.order = {nodes_.order[i]};
-      return build_rings(c_, one);
-    };
-    std::vector<std::vector<std::vector<GpuId>>> intra(m);
-    for (size_t i = 0; i < m; ++i) intra[i] = local_rings(i);
+    const auto& intra = intra_rings();
     plan_->channels = static_cast<int>(g);
     if (g > 1) {
       for (size_t i = 0; i < m; ++i) {
@@ -485,7 +595,7 @@ class Builder {
           classes.push_back(Class{e.kind, e.wire_latency, step_lat(e), {}});
           it = classes.end() - 1;
         }
-        it->ids.insert(it->ids.end(), e.links.begin(), e.links.end());
+        it->ids.insert(it->ids.end(), edge_links(e).begin(), edge_links(e).end());
       }
     }
     std::sort(classes.begin(), classes.end(), [](const Class& a, const Class& b) {
@@ -498,24 +608,26 @@ class Builder {
 
   void add_p2p(GpuId a, GpuId b, double bytes) {
     const Edge& e = edge(a, b);
-    add_step(step_links([&](auto& ids) { ids = e.links; }), bytes, step_lat(e), {}, false);
+    add_step(step_links([&](auto& ids) { ids.assign(edge_links(e).begin(), edge_links(e).end()); }),
+             bytes, step_lat(e), {}, false);
   }
 
   const Cluster& c_;
   const CollectiveRequest& r_;
   NodeOrders nodes_;
   std::vector<std::vector<GpuId>> rings_;
+  std::vector<std::vector<std::vector<GpuId>>> intra_rings_;  // by node in nodes_
   std::vector<TreeEdges> trees_;
-  std::unordered_map<uint64_t, Edge> edges_;
-  struct TreeHop {
-    GpuId child, parent;
-    config::LinkKind kind;
-    Time wire;
-  };
-  std::unordered_map<const TreeEdges*, std::vector<TreeHop>> tree_hops_;  // by tree in trees_
-  std::vector<uint32_t> tree_mark_, tree_done_;  // add_tree's scratch, by GPU
+  EdgeIndex edge_index_;
+  std::deque<Edge> edges_;
+  std::vector<platform::LinkId> edge_links_;       // every edge's links, one after another
+  Time kind_latency_[4];                           // step_latency(a_, p_, kind) by LinkKind
+  std::vector<std::vector<Depth>> tree_depths_;    // by tree in trees_
+  std::vector<std::vector<const Edge*>> tree_up_;  // by tree: its edges, child to parent
+  std::vector<uint32_t> tree_mark_, tree_done_, tree_inner_;  // tree_depths' scratch, by GPU
   std::vector<GpuId> tree_parent_;
-  std::vector<Time> tree_lat_, tree_depth_;
+  std::vector<std::pair<config::LinkKind, Time>> tree_hop_;  // to the parent
+  std::vector<Depth> tree_depth_;
   uint32_t tree_stamp_ = 0;
   Algorithm a_ = Algorithm::ring;
   Protocol p_ = Protocol::simple;
@@ -525,13 +637,17 @@ class Builder {
   std::map<int, std::deque<std::vector<LinkUse>>> link_cache_;  // deque: refs_ stay valid
   bool bare_ = false;
   LinkRefs refs_;
-  std::vector<uint32_t> crossings_;  // merge's dense counts, by link; all zero between calls
+  std::map<int, std::vector<double>> rates_;  // by algorithm: rates()
+  std::vector<uint32_t> crossings_;         // merge's dense counts, by link; all zero between calls
+  std::vector<platform::LinkId> step_ids_;  // step_links' crossings of the step being merged
   const std::vector<LinkUse>* last_ref_ = nullptr;
   size_t ordinal_ = 0;
+  // add_ring's edges by algorithm and call (deque: references stay valid), and the next call's.
+  std::map<int, std::deque<std::vector<const Edge*>>> ring_edges_;
+  size_t ring_ordinal_ = 0;
 };
 
-double estimate(const Cluster& c, const CollectivePlan& p, bool with_latency,
-                const LinkRefs* refs) {
+std::vector<double> link_rates(const Cluster& c, const CollectivePlan& p, const LinkRefs* refs) {
   auto links_of = [&](size_t i) -> const std::vector<LinkUse>& {
     return refs && (*refs)[i] ? *(*refs)[i] : p.steps[i].links;
   };
@@ -551,34 +667,45 @@ double estimate(const Cluster& c, const CollectivePlan& p, bool with_latency,
   // thread, so that a cluster of 10^5 links is not cleared for every small collective.
   thread_local std::vector<double> load;
   if (load.size() < c.links().size()) load.resize(c.links().size(), 0.0);
-  std::vector<double> finish(n, 0);
-  double end = 0;
+  std::vector<double> rates(n, std::numeric_limits<double>::infinity());
   for (const std::vector<uint32_t>& level : at) {
     for (uint32_t i : level) {
       for (const LinkUse& u : links_of(i)) load[u.link] += u.count;
     }
     for (uint32_t i : level) {
-      double start = 0;
-      for (uint32_t d : p.steps[i].deps) start = std::max(start, finish[d]);
-      double rate = std::numeric_limits<double>::infinity();
       for (const LinkUse& u : links_of(i)) {
-        rate = std::min(rate, c.links()[u.link].capacity_Bps / load[u.link]);
+        rates[i] = std::min(rates[i], c.links()[u.link].capacity_Bps / load[u.link]);
       }
-      if (p.steps[i].max_rate_Bps > 0) rate = std::min(rate, p.steps[i].max_rate_Bps);
-      finish[i] = start + (with_latency ? p.steps[i].latency.seconds() : 0) +
-                  (std::isinf(rate) ? 0 : p.steps[i].bytes / rate);
-      end = std::max(end, finish[i]);
     }
     for (uint32_t i : level) {
       for (const LinkUse& u : links_of(i)) load[u.link] = 0;
     }
+  }
+  return rates;
+}
+
+double estimate(const CollectivePlan& p, const std::vector<double>& rates, bool with_latency) {
+  // Steps in order: a step's dependencies come before it.
+  const size_t n = p.steps.size();
+  std::vector<double> finish(n, 0);
+  double end = 0;
+  for (size_t i = 0; i < n; ++i) {
+    double start = 0;
+    for (uint32_t d : p.steps[i].deps) start = std::max(start, finish[d]);
+    double rate = rates[i];
+    if (p.steps[i].max_rate_Bps > 0) rate = std::min(rate, p.steps[i].max_rate_Bps);
+    finish[i] = start + (with_latency ? p.steps[i].latency.seconds() : 0) +
+                (std::isinf(rate) ? 0 : p.steps[i].bytes / rate);
+    end = std::max(end, finish[i]);
   }
   return (with_latency ? p.start_delay.seconds() : 0) + end;
 }
 
 }  // namespace
 
-double estimate_seconds(const Cluster& c, const CollectivePlan& p) { return estimate(c, p, true); }
+double estimate_seconds(const Cluster& c, const CollectivePlan& p) {
+  return estimate(p, link_rates(c, p), true);
+}
 
 bool ll128_by_default(const Cluster& c, const std::vector<GpuId>& ranks) {
   // NCCL enables LL128 by default only where its 128-byte stores are known to arrive in order
@@ -640,7 +767,7 @@ CollectivePlan plan_collective(const Cluster& c, const CollectiveRequest& r) {
   for (Algorithm a : algorithms) {
     for (Protocol p : protocols) {
       const CollectivePlan plan = b.build(a, p);
-      const double s = estimate(c, plan, true, &b.refs());
+      const double s = estimate(plan, b.rates(plan), true);
       if (s < best_s) best_a = a, best_p = p, best_s = s;
     }
   }

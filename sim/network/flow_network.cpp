@@ -24,6 +24,12 @@ uint64_t crossing_hash(FlowId id, uint32_t count) {
 }  // namespace
 
 void merge_links(std::vector<LinkUse>& links) {
+  // Already in that form (a collective plan's steps are): one pass, no rewrite.
+  if (std::adjacent_find(links.begin(), links.end(), [](const LinkUse& a, const LinkUse& b) {
+        return a.link >= b.link;
+      }) == links.end()) {
+    return;
+  }
   auto by_link = [](const LinkUse& a, const LinkUse& b) { return a.link < b.link; };
   if (!std::is_sorted(links.begin(), links.end(), by_link))
     std::sort(links.begin(), links.end(), by_link);
@@ -45,6 +51,7 @@ FlowNetwork::FlowNetwork(Engine& engine, std::vector<double> capacity_Bps)
   }
   link_flows_.resize(capacity_.size());
   link_hash_.assign(capacity_.size(), 0);
+  joining_.assign(capacity_.size(), 0);
   local_.assign(capacity_.size(), kNone);
 }
 
@@ -119,11 +126,14 @@ void FlowNetwork::update() {
     f.remaining = 0;
     --active_count_;
     finished_bytes_ += f.spec.bytes * f.weight;
+    const uint64_t once = crossing_hash(id, 1);  // most links are crossed once
     for (const LinkUse& u : f.spec.links) {
-      link_hash_[u.link] -= crossing_hash(id, u.count);
+      link_hash_[u.link] -= u.count == 1 ? once : crossing_hash(id, u.count);
       auto& on = link_flows_[u.link];
       on.erase(std::find(on.begin(), on.end(), id));
-      if (!on.empty()) seeds.push_back(on.front());
+      // One seed per run of links that the same flow leads (a flow's links are in order, and
+      // its neighbours cross many of them): the component search skips repeats anyway.
+      if (!on.empty() && (seeds.empty() || seeds.back() != on.front())) seeds.push_back(on.front());
     }
     if (f.spec.links.empty()) unlinked_.erase(std::find(unlinked_.begin(), unlinked_.end(), id));
     for (FlowObserver* o : observers_) o->on_flow_end(*this, id, now);
@@ -138,14 +148,28 @@ void FlowNetwork::update() {
   for (FlowId id : done) free_ids_.push_back(id);
   std::vector<FlowId> started;
   started.swap(pending_);
+  // Each link's list grows once by all the flows that join it here, not by doubling: a
+  // collective's channels start together and meet on every node's links.
+  for (FlowId id : started) {
+    for (const LinkUse& u : flows_[id].spec.links) ++joining_[u.link];
+  }
+  for (FlowId id : started) {
+    for (const LinkUse& u : flows_[id].spec.links) {
+      if (joining_[u.link] == 0) continue;
+      auto& on = link_flows_[u.link];
+      on.reserve(on.size() + joining_[u.link]);
+      joining_[u.link] = 0;
+    }
+  }
   for (FlowId id : started) {
     Flow& f = flows_[id];
     f.active = true;
     f.since = now;
     ++active_count_;
+    const uint64_t once = crossing_hash(id, 1);
     for (const LinkUse& u : f.spec.links) {
       link_flows_[u.link].push_back(id);
-      link_hash_[u.link] += crossing_hash(id, u.count);
+      link_hash_[u.link] += u.count == 1 ? once : crossing_hash(id, u.count);
     }
     if (f.spec.links.empty()) unlinked_.push_back(id);
     seeds.push_back(id);
@@ -160,21 +184,28 @@ void FlowNetwork::update() {
 std::vector<FlowId> FlowNetwork::component(const std::vector<FlowId>& seeds) {
   ++mark_;
   std::vector<FlowId> out;
-  for (FlowId s : seeds) {
-    if (flows_[s].mark == mark_ || !flows_[s].active) continue;
-    flows_[s].mark = mark_;
-    out.push_back(s);
-    for (size_t k = out.size() - 1; k < out.size(); ++k) {
-      for (const LinkUse& u : flows_[out[k]].spec.links) {
-        for (FlowId g : link_flows_[u.link]) {
-          if (flows_[g].mark != mark_) {
-            flows_[g].mark = mark_;
-            out.push_back(g);
+  // Once every active flow is in, there is nothing left to find: where all flows share links (a
+  // collective's channels meet on every node's NVSwitch) the search ends after a few links
+  // instead of crossing every link of every flow.
+  auto search = [&] {
+    for (FlowId s : seeds) {
+      if (flows_[s].mark == mark_ || !flows_[s].active) continue;
+      flows_[s].mark = mark_;
+      out.push_back(s);
+      for (size_t k = out.size() - 1; k < out.size(); ++k) {
+        for (const LinkUse& u : flows_[out[k]].spec.links) {
+          for (FlowId g : link_flows_[u.link]) {
+            if (flows_[g].mark != mark_) {
+              flows_[g].mark = mark_;
+              out.push_back(g);
+            }
           }
+          if (out.size() == active_count_) return;
         }
       }
     }
-  }
+  };
+  search();
   std::sort(out.begin(), out.end());  // a fixed order, whatever the seeds' order
   return out;
 }

@@ -112,6 +112,7 @@ class FlowNetwork {
   // Per link: the sum of crossing_hash(flow, count) over the active flows crossing it, so that
   // links crossed by the same flows the same number of times are found in one lookup.
   std::vector<uint64_t> link_hash_;
+  std::vector<uint32_t> joining_;  // update's scratch: flows joining each link, zero between calls
   struct Fingerprint {
     uint64_t hash;
     double capacity;

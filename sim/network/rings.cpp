@@ -159,18 +159,14 @@ NodeOrders order_by_node(const platform::Cluster& c, std::span<const GpuId> rank
 std::vector<std::vector<std::vector<GpuId>>> channel_orders(const platform::Cluster& c,
                                                             const NodeOrders& nodes) {
   size_t channels = SIZE_MAX;
-  std::vector<std::vector<int>> nic_of(nodes.nodes.size());
-  std::vector<std::vector<int>> nic_list(nodes.nodes.size());
-  for (size_t i = 0; i < nodes.nodes.size(); ++i) {
-    const config::NodeType& t = c.node_type(nodes.nodes[i]);
+  const size_t m = nodes.nodes.size();
+  // Per node: each rank's NIC in ring order, and the node's NICs in ascending order.
+  std::vector<std::vector<int>> nic_of(m);
+  std::vector<std::vector<int>> nic_list(m);
+  for (size_t i = 0; i < m; ++i) {
+    nic_of[i].reserve(nodes.order[i].size());
     for (GpuId g : nodes.order[i]) {
-      int nic = -1;
-      for (size_t k = 0; k < t.nics.size(); ++k) {
-        const auto& gs = t.nics[k].gpus;
-        if (std::find(gs.begin(), gs.end(), static_cast<int>(c.gpu(g).local)) != gs.end()) {
-          nic = static_cast<int>(k);
-        }
-      }
+      const int nic = c.gpu_nic(g);
       nic_of[i].push_back(nic);
       if (std::find(nic_list[i].begin(), nic_list[i].end(), nic) == nic_list[i].end()) {
         nic_list[i].push_back(nic);
@@ -181,14 +177,15 @@ std::vector<std::vector<std::vector<GpuId>>> channel_orders(const platform::Clus
   }
   std::vector<std::vector<std::vector<GpuId>>> out(channels);
   for (size_t ch = 0; ch < channels; ++ch) {
-    for (size_t i = 0; i < nodes.nodes.size(); ++i) {
+    out[ch].reserve(m);
+    for (size_t i = 0; i < m; ++i) {
       const std::vector<GpuId>& o = nodes.order[i];
       const int want = nic_list[i][ch];
       size_t start = 0;
       while (nic_of[i][start] != want) ++start;
-      std::vector<GpuId> rotated;
+      std::vector<GpuId>& rotated = out[ch].emplace_back();
+      rotated.reserve(o.size());
       for (size_t k = 0; k < o.size(); ++k) rotated.push_back(o[(start + k) % o.size()]);
-      out[ch].push_back(std::move(rotated));
     }
   }
   return out;
@@ -221,6 +218,9 @@ std::vector<std::vector<GpuId>> build_rings(const platform::Cluster& c, const No
   // Several nodes: one channel per NIC in use on every node.
   for (const auto& per_node : channel_orders(c, nodes)) {
     std::vector<GpuId> ring;
+    size_t size = 0;
+    for (const auto& o : per_node) size += o.size();
+    ring.reserve(size);
     for (const auto& o : per_node) ring.insert(ring.end(), o.begin(), o.end());
     rings.push_back(std::move(ring));
   }
@@ -246,6 +246,9 @@ std::vector<TreeEdges> build_trees(const platform::Cluster& c, const NodeOrders&
   for (const auto& per_node : channel_orders(c, nodes)) {
     for (int which = 0; which < 2; ++which) {
       TreeEdges t;
+      size_t ranks = 0;
+      for (const auto& o : per_node) ranks += o.size();
+      t.edges.reserve(ranks - 1);
       auto node_at = [&](size_t pos) { return which == 0 ? pos : m - 1 - pos; };
       t.root = per_node[node_at(0)].front();
       for (size_t pos = 0; pos < m; ++pos) {

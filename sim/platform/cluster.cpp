@@ -2,6 +2,7 @@
 #include "sim/platform/cluster.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstdio>
 #include <deque>
 #include <limits>
@@ -155,8 +156,8 @@ void Cluster::build_template(const config::NodeType& t) {
   templates_.push_back(std::move(tp));
 }
 
-LinkId Cluster::add_link(VertexId a, VertexId b, double bandwidth, const std::string& cls,
-                         Time extra_latency, const std::string& where) {
+Link Cluster::make_link(VertexId a, VertexId b, double bandwidth, const std::string& cls,
+                        Time extra_latency, const std::string& where) const {
   auto it = cfg_.link_classes.find(cls);
   if (it == cfg_.link_classes.end()) {
     throw InputError(where + ": unknown link class \"" + cls + "\"");
@@ -168,12 +169,35 @@ LinkId Cluster::add_link(VertexId a, VertexId b, double bandwidth, const std::st
   l.capacity_Bps = bandwidth * it->second.efficiency;
   l.latency = Time::from_seconds(it->second.latency_s) + extra_latency;
   l.cls = &it->second;
-  links_.push_back(l);
+  return l;
+}
+
+LinkId Cluster::add_link(VertexId a, VertexId b, double bandwidth, const std::string& cls,
+                         Time extra_latency, const std::string& where) {
+  links_.push_back(make_link(a, b, bandwidth, cls, extra_latency, where));
   return static_cast<LinkId>(links_.size() - 1);
 }
 
 void Cluster::build_nodes() {
   uint32_t nic_count = 0;
+  // Each node type's links made once (class, capacity, latency; vertices local to the node),
+  // when its first node is: every node of the type copies them at its own offset.
+  std::vector<std::vector<Link>> type_links(cfg_.node_types.size());
+  std::vector<bool> made(cfg_.node_types.size(), false);
+  size_t nodes = 0, vertices = 0, links = 0, gpus = 0;
+  for (const config::Group& group : cfg_.groups) {
+    uint32_t type = 0;
+    while (cfg_.node_types[type].name != group.node_type) ++type;
+    const size_t count = static_cast<size_t>(std::max(0, group.count));
+    nodes += count;
+    vertices += count * templates_[type].kinds.size();
+    links += count * templates_[type].links.size();
+    gpus += count * static_cast<size_t>(cfg_.node_types[type].gpus);
+  }
+  nodes_.reserve(nodes);
+  vertex_kind_.reserve(vertices);
+  links_.reserve(links);
+  gpus_.reserve(gpus);
   for (size_t gi = 0; gi < cfg_.groups.size(); ++gi) {
     const config::Group& group = cfg_.groups[gi];
     uint32_t type = 0;
@@ -181,6 +205,14 @@ void Cluster::build_nodes() {
     const config::NodeType& t = cfg_.node_types[type];
     const NodeTemplate& tp = templates_[type];
     const config::GpuProfile* profile = &cfg_.gpu_types.at(t.gpu);
+    if (group.count > 0 && !made[type]) {
+      const std::string where = cfg_.file + ": node_types: \"" + t.name + "\"";
+      for (const TemplateLink& tl : tp.links) {
+        type_links[type].push_back(
+            make_link(tl.src, tl.dst, tl.bandwidth_Bps, tl.cls, Time(), where));
+      }
+      made[type] = true;
+    }
     for (int c = 0; c < group.count; ++c) {
       Node n;
       n.type = type;
@@ -192,9 +224,10 @@ void Cluster::build_nodes() {
       nic_count += static_cast<uint32_t>(t.nics.size());
       const uint32_t node_index = static_cast<uint32_t>(nodes_.size());
       vertex_kind_.insert(vertex_kind_.end(), tp.kinds.begin(), tp.kinds.end());
-      for (const TemplateLink& tl : tp.links) {
-        add_link(n.vertex_base + tl.src, n.vertex_base + tl.dst, tl.bandwidth_Bps, tl.cls, Time(),
-                 cfg_.file + ": node_types: \"" + t.name + "\"");
+      for (Link l : type_links[type]) {
+        l.src += n.vertex_base;
+        l.dst += n.vertex_base;
+        links_.push_back(l);
       }
       for (int g = 0; g < t.gpus; ++g) {
         gpus_.push_back(Gpu{node_index, static_cast<uint32_t>(g), profile});
@@ -222,9 +255,10 @@ void Cluster::build_fabric() {
     return nodes_[p.node].vertex_base + templates_[nodes_[p.node].type].nic_vertex[p.index];
   };
   const Time hop = Time::from_seconds(f.latency_s);
+  const std::string where = cfg_.file + ": fabric";
+  links_.reserve(links_.size() + 2 * nics_.size());
   auto attach = [&](NicPort& p, uint32_t sw, Time switch_latency) {
     const config::NicSpec& spec = nic_spec(p);
-    const std::string where = cfg_.file + ": fabric";
     p.fabric_switch = sw;
     p.up = add_link(nic_vertex(p), switch_vertex_[sw], spec.bandwidth_Bps, spec.link_class, Time(),
                     where);
@@ -247,8 +281,8 @@ void Cluster::build_fabric() {
       if (total[l] == 0) continue;
       const double bw = total[l] / f.oversubscription / s_count;
       for (uint32_t s : spine) {
-        add_link(switch_vertex_[l], switch_vertex_[s], bw, cls[l], hop, cfg_.file + ": fabric");
-        add_link(switch_vertex_[s], switch_vertex_[l], bw, cls[l], hop, cfg_.file + ": fabric");
+        add_link(switch_vertex_[l], switch_vertex_[s], bw, cls[l], hop, where);
+        add_link(switch_vertex_[s], switch_vertex_[l], bw, cls[l], hop, where);
       }
     }
   };
@@ -349,22 +383,50 @@ void Cluster::build_switch_routes() {
     const uint32_t b = vertex_switch_[links_[l].dst];
     if (a != kNone && b != kNone && !link_failed(l)) switch_out_[a].push_back({l, b});
   }
+  switch_out_by_to_ = switch_out_;
+  for (std::vector<SwitchHop>& hops : switch_out_by_to_) {
+    std::sort(hops.begin(), hops.end(), [](const SwitchHop& x, const SwitchHop& y) {
+      return x.to != y.to ? x.to < y.to : x.link < y.link;
+    });
+  }
   switch_dist_.assign(s * s, kFar);
-  // BFS backwards is the same as forwards: every switch link comes in a pair.
+  // Breadth-first from every switch (BFS backwards is the same as forwards: every switch link
+  // comes in a pair), a level at a time over sets of switches as bits: the next level is the
+  // union of the level's neighbour sets, S / 64 words per switch reached instead of one step
+  // per link (a spine of a 1024-node fabric has 256 links, and there are 272 sources).
+  const size_t words = (s + 63) / 64;
+  std::vector<uint64_t> neighbours(s * words, 0);
+  for (uint32_t u = 0; u < s; ++u) {
+    for (const SwitchHop& h : switch_out_[u]) {
+      neighbours[u * words + h.to / 64] |= uint64_t{1} << (h.to % 64);
+    }
+  }
+  std::vector<uint64_t> seen(words), level(words), next(words);
   for (uint32_t from = 0; from < s; ++from) {
     uint16_t* dist = &switch_dist_[from * s];
     dist[from] = 0;
-    std::deque<uint32_t> queue{from};
-    while (!queue.empty()) {
-      const uint32_t u = queue.front();
-      queue.pop_front();
-      for (const SwitchHop& h : switch_out_[u]) {
-        const uint32_t v = h.to;
-        if (dist[v] == kFar) {
-          dist[v] = static_cast<uint16_t>(dist[u] + 1);
-          queue.push_back(v);
+    std::fill(seen.begin(), seen.end(), 0);
+    std::fill(level.begin(), level.end(), 0);
+    seen[from / 64] = level[from / 64] = uint64_t{1} << (from % 64);
+    for (uint16_t d = 1;; ++d) {
+      std::fill(next.begin(), next.end(), 0);
+      for (size_t w = 0; w < words; ++w) {
+        for (uint64_t bits = level[w]; bits != 0; bits &= bits - 1) {
+          const uint64_t* row = &neighbours[(w * 64 + std::countr_zero(bits)) * words];
+          for (size_t k = 0; k < words; ++k) next[k] |= row[k];
         }
       }
+      bool any = false;
+      for (size_t w = 0; w < words; ++w) {
+        next[w] &= ~seen[w];
+        seen[w] |= next[w];
+        any = any || next[w] != 0;
+        for (uint64_t bits = next[w]; bits != 0; bits &= bits - 1) {
+          dist[w * 64 + std::countr_zero(bits)] = d;
+        }
+      }
+      if (!any) break;
+      level.swap(next);
     }
   }
   // Every switch that holds a NIC must reach every other such switch.
@@ -466,7 +528,10 @@ std::string Cluster::link_name(LinkId l) const {
 void Cluster::append_node_path(std::vector<LinkId>& out, uint32_t node, uint32_t from_ep,
                                uint32_t to_ep) const {
   const Node& n = nodes_[node];
-  for (uint32_t tl : templates_[n.type].path(from_ep, to_ep)) out.push_back(n.link_base + tl);
+  const std::vector<uint32_t>& path = templates_[n.type].path(from_ep, to_ep);
+  const size_t at = out.size();
+  out.resize(at + path.size());
+  for (size_t i = 0; i < path.size(); ++i) out[at + i] = n.link_base + path[i];
 }
 
 void Cluster::append_switch_path(std::vector<LinkId>& out, uint32_t from_sw, uint32_t to_sw,
@@ -476,10 +541,20 @@ void Cluster::append_switch_path(std::vector<LinkId>& out, uint32_t from_sw, uin
   while (u != to_sw) {
     // The links one hop nearer: counted, then the hash picks one (no list is kept).
     const uint16_t want = static_cast<uint16_t>(switch_dist_[u * s + to_sw] - 1);
+    const uint64_t draw = splitmix64(hash ^ (static_cast<uint64_t>(u) << 40));
+    if (want == 0) {
+      // The last hop: the links to `to_sw` itself, in switch_out_'s order, found by bisection.
+      const std::vector<SwitchHop>& by_to = switch_out_by_to_[u];
+      const auto [first, last] =
+          std::equal_range(by_to.begin(), by_to.end(), SwitchHop{0, to_sw},
+                           [](const SwitchHop& x, const SwitchHop& y) { return x.to < y.to; });
+      out.push_back(first[static_cast<ptrdiff_t>(draw % static_cast<uint64_t>(last - first))].link);
+      return;
+    }
     auto nearer = [&](const SwitchHop& h) { return switch_dist_[h.to * s + to_sw] == want; };
     size_t options = 0;
     for (const SwitchHop& h : switch_out_[u]) options += nearer(h);
-    size_t k = splitmix64(hash ^ (static_cast<uint64_t>(u) << 40)) % options;
+    size_t k = draw % options;
     SwitchHop pick{0, to_sw};
     for (const SwitchHop& h : switch_out_[u]) {
       if (nearer(h) && k-- == 0) {
@@ -494,12 +569,17 @@ void Cluster::append_switch_path(std::vector<LinkId>& out, uint32_t from_sw, uin
 
 std::vector<LinkId> Cluster::route(GpuId a, GpuId b) const {
   std::vector<LinkId> out;
-  if (a == b) return out;
+  append_route(out, a, b);
+  return out;
+}
+
+void Cluster::append_route(std::vector<LinkId>& out, GpuId a, GpuId b) const {
+  if (a == b) return;
   const Gpu& ga = gpus_[a];
   const Gpu& gb = gpus_[b];
   if (ga.node == gb.node) {
     append_node_path(out, ga.node, ga.local, gb.local);
-    return out;
+    return;
   }
   const Node& na = nodes_[ga.node];
   const Node& nb = nodes_[gb.node];
@@ -542,7 +622,6 @@ std::vector<LinkId> Cluster::route(GpuId a, GpuId b) const {
       splitmix64((static_cast<uint64_t>(na.first_nic + src_nic) << 32) | (nb.first_nic + dst_nic)));
   out.push_back(pb.down);
   append_node_path(out, gb.node, b_gpus + dst_nic, gb.local);
-  return out;
 }
 
 config::LinkKind Cluster::route_kind(std::span<const LinkId> route) const {

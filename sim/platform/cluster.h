@@ -62,11 +62,17 @@ class Cluster {
 
   // Directional route from GPU a to GPU b; empty when a == b. Deterministic.
   std::vector<LinkId> route(GpuId a, GpuId b) const;
+  // The same route appended to `out`, for callers that keep many routes in one vector.
+  void append_route(std::vector<LinkId>& out, GpuId a, GpuId b) const;
   // The slowest kind of link on a route (network > socket > pcie > nvlink), as NCCL classes paths.
   config::LinkKind route_kind(std::span<const LinkId> route) const;
   Time route_latency(std::span<const LinkId> route) const;
   // Line-rate bottleneck of a route (bytes/s), ignoring other traffic.
   double route_capacity(std::span<const LinkId> route) const;
+  // The NIC (index in its node) that the node type assigns GPU g; -1 when the node has none.
+  int gpu_nic(GpuId g) const {
+    return templates_[nodes_[gpus_[g].node].type].gpu_nic[gpus_[g].local];
+  }
   // Local GPU pairs joined by direct NVLink in a node type (for ring search), with link count.
   const std::vector<config::MeshLink>& direct_links(uint32_t node_type) const;
 
@@ -117,6 +123,8 @@ class Cluster {
   void build_nodes();
   void build_fabric();
   void build_switch_routes();
+  Link make_link(VertexId a, VertexId b, double bandwidth, const std::string& cls,
+                 Time extra_latency, const std::string& where) const;
   LinkId add_link(VertexId a, VertexId b, double bandwidth, const std::string& cls,
                   Time extra_latency, const std::string& where);
   void append_node_path(std::vector<LinkId>& out, uint32_t node, uint32_t from_ep,
@@ -140,8 +148,12 @@ class Cluster {
     uint32_t to;  // the switch it leads to
   };
   std::vector<std::vector<SwitchHop>> switch_out_;  // switch -> links to other switches
-  std::vector<uint16_t> switch_dist_;               // [from * S + to], hop count
-  std::vector<uint32_t> vertex_switch_;             // vertex -> switch index, or UINT32_MAX
+  // The same hops sorted by the switch they lead to (then by link, so the hops to one switch keep
+  // switch_out_'s order): the last hop of a switch path, to a neighbour, is a binary search
+  // among a spine's hundreds of links rather than a scan of them.
+  std::vector<std::vector<SwitchHop>> switch_out_by_to_;
+  std::vector<uint16_t> switch_dist_;    // [from * S + to], hop count
+  std::vector<uint32_t> vertex_switch_;  // vertex -> switch index, or UINT32_MAX
   bool pxn_ = false;
   bool links_scaled_ = false;
   std::vector<char> failed_;    // by link; empty when none failed
