@@ -42,14 +42,19 @@ std::string error_of(const std::function<void()>& f) {
   return "(no error)";
 }
 
-// An all-reduce with nothing beside it, as the replay launches one (no host launch cost).
-Time allreduce_alone(const platform::Cluster& c, double bytes, std::vector<platform::GpuId> ranks) {
+// A collective with nothing beside it, as the replay launches one (no host launch cost).
+Time collective_alone(const platform::Cluster& c, network::Op op, double bytes,
+                      std::vector<platform::GpuId> ranks) {
   network::CollectiveRequest req;
-  req.op = network::Op::allreduce;
+  req.op = op;
   req.bytes = bytes;
   req.ranks = std::move(ranks);
   req.host_launch = false;
   return network::simulate_collective(c, req).time;
+}
+
+Time allreduce_alone(const platform::Cluster& c, double bytes, std::vector<platform::GpuId> ranks) {
+  return collective_alone(c, network::Op::allreduce, bytes, std::move(ranks));
 }
 
 const char* kFramework =
@@ -269,16 +274,6 @@ TEST(Frameworks, TheTiedEmbeddingIsReducedBetweenTheEndStages) {
 namespace hetsim::workload {
 namespace {
 
-// An all-gather with nothing beside it, as the replay launches a tensor-parallel one.
-Time allgather_alone(const platform::Cluster& c, double bytes, std::vector<platform::GpuId> ranks) {
-  network::CollectiveRequest req;
-  req.op = network::Op::allgather;
-  req.bytes = bytes;
-  req.ranks = std::move(ranks);
-  req.host_launch = false;
-  return network::simulate_collective(c, req).time;
-}
-
 size_t gathers_in(const Group& g, Pass pass) {
   return static_cast<size_t>(std::count_if(g.program.begin(), g.program.end(), [&](const Task& t) {
     return t.kind == TaskKind::tp_comm && t.pass == pass && g.comms[t.index].name == "pp.gather";
@@ -323,8 +318,8 @@ TEST(Frameworks, DeepSpeedGathersAPartitionedPipelineTransferOverTheStagesRanks)
   EXPECT_EQ(gathers_in(j0.groups[0], Pass::backward), 0u);
   const double bytes = 2.0 * 1024 * 1024;
   EXPECT_DOUBLE_EQ(j.activation_bytes_per_transfer, bytes);
-  const Time gather = allgather_alone(c, bytes, {0, 1});
-  EXPECT_EQ(allgather_alone(c, bytes, {2, 3}), gather);
+  const Time gather = collective_alone(c, network::Op::allgather, bytes, {0, 1});
+  EXPECT_EQ(collective_alone(c, network::Op::allgather, bytes, {2, 3}), gather);
   EXPECT_GT(gather, Time());
   const ReplayResult r = replay(j), r0 = replay(j0);
   EXPECT_EQ(r.iteration - r0.iteration, gather * 3);
