@@ -443,6 +443,8 @@ Estimate Estimator::estimate(const Plan& plan) {
   const double activation =
       e * static_cast<double>(plan.micro_batch_size) * plan.sequence_length * model_.hidden;
   const workload::Framework& fw = plan.framework;
+  // What a framework's pipeline gather collects (Framework::pipeline_gathers_*).
+  const double gathered = workload::boundary_activation_bytes(model_, plan);
   const double per_pass = fw.host_per_pass.seconds();
   Layout& lay = layout(plan, scanned.key);
   const double* const hop_rows = hop_values(lay, plan, activation);
@@ -514,12 +516,9 @@ Estimate Estimator::estimate(const Plan& plan) {
       const Pieces& ps = stage_pieces(plan, gpu, lay.tp[i][s]);
       // The framework's all-gathers of a received pipeline slice (Framework::pipeline_gathers_*),
       // on the stage's critical path as the job builder puts them.
-      const bool gathers = st.tensor_parallel() > 1 && !plan.sequence_parallel &&
-                           fw.pipeline_gathers_forward + fw.pipeline_gathers_backward > 0;
-      const double pipe_gather =
-          gathers
-              ? collectives_s(CommKind::allgather, activation / plan.context_parallel, lay.tp[i][s])
-              : 0.0;
+      const double pipe_gather = workload::gathers_pipeline_slices(plan, st.tensor_parallel())
+                                     ? collectives_s(CommKind::allgather, gathered, lay.tp[i][s])
+                                     : 0.0;
       // ZeRO-3: each layer's weights gathered before each use and waited for; in the backward
       // pass the gather queues behind the previous layer's gradient reduce-scatter on the one
       // data-parallel stream.

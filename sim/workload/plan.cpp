@@ -965,6 +965,16 @@ std::vector<int> layer_segments(const Plan& plan, int layers) {
   return {cuts.begin(), cuts.end()};
 }
 
+double boundary_activation_bytes(const ModelConfig& model, const Plan& plan) {
+  return element_bytes(plan.precision) * static_cast<double>(plan.micro_batch_size) *
+         (plan.sequence_length / plan.context_parallel) * model.hidden;
+}
+
+bool gathers_pipeline_slices(const Plan& plan, int tensor_parallel) {
+  return tensor_parallel > 1 && !plan.sequence_parallel &&
+         plan.framework.pipeline_gathers_forward + plan.framework.pipeline_gathers_backward > 0;
+}
+
 LayerShape stage_shape(const Plan& plan, int tensor_parallel) {
   LayerShape shape;
   shape.micro_batch = plan.micro_batch_size;

@@ -142,6 +142,15 @@ Precision default_precision(const std::vector<const config::GpuProfile*>& gpus);
 
 // The shape of one dense layer on a stage of `tensor_parallel` ranks under this plan.
 LayerShape stage_shape(const Plan& plan, int tensor_parallel);
+
+// One micro-batch's activation at a layer boundary, whole (a context-parallel rank's share of the
+// sequence): what a pipeline transfer carries, split over the tensor-parallel ranks.
+double boundary_activation_bytes(const ModelConfig& model, const Plan& plan);
+
+// Whether a stage of `tensor_parallel` ranks all-gathers the pipeline transfers it receives in
+// slices (Framework::pipeline_gathers_*): tensor-parallel, without sequence parallelism (whose
+// stage input is already split by sequence), on a framework that gathers.
+bool gathers_pipeline_slices(const Plan& plan, int tensor_parallel);
 // The same shape as a MoE layer's whose most loaded expert-parallel rank takes `load` times an
 // even share (expert_loads).
 LayerShape moe_shape(LayerShape dense, const Plan& plan, double load);

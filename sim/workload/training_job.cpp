@@ -225,9 +225,7 @@ TrainingJob skeleton_job(const ModelConfig& model, const Plan& plan,
   job.plan = &plan;
   job.cluster = &cluster;
   job.chunks = plan.interleave;
-  job.activation_bytes_per_transfer = element_bytes(plan.precision) *
-                                      static_cast<double>(plan.micro_batch_size) *
-                                      (plan.sequence_length / plan.context_parallel) * model.hidden;
+  job.activation_bytes_per_transfer = boundary_activation_bytes(model, plan);
   for (size_t r = 0; r < plan.replicas.size(); ++r) {
     job.first_group.push_back(static_cast<uint32_t>(job.groups.size()));
     const int P = plan.stages(r);
@@ -517,8 +515,7 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
   }
   const double e = element_bytes(plan.precision);
   const double grad_bytes = plan.fp32_main_grads ? 4 : e;
-  job.activation_bytes_per_transfer = e * static_cast<double>(plan.micro_batch_size) *
-                                      (plan.sequence_length / plan.context_parallel) * model.hidden;
+  job.activation_bytes_per_transfer = boundary_activation_bytes(model, plan);
   // Mixture of experts: each MoE layer's load (routing imbalance), and whether the experts'
   // gradients are reduced apart from the rest, among the replicas of one expert-parallel rank.
   const std::vector<double> loads = model.moe() ? expert_loads(model, plan) : std::vector<double>{};
@@ -568,7 +565,7 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
       const auto& ar = b.piece("attention.recompute", attention_recompute(model, shape));
       // The framework's all-gathers of a received pipeline slice (Framework::pipeline_gathers_*).
       std::vector<Step> gather_steps;
-      if (t > 1 && !plan.sequence_parallel) {
+      if (gathers_pipeline_slices(plan, t)) {
         Step gs;
         gs.op.name = "pp.gather";
         gs.comm = CommKind::allgather;
