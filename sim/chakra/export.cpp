@@ -362,6 +362,13 @@ class Exporter {
 
 }  // namespace
 
-Exported export_job(const TrainingJob& job) { return Exporter(job).run(); }
+Exported export_job(const TrainingJob& job) {
+  if (job.plan->staged()) {
+    throw InputError("plan " + job.plan->source +
+                     ": stages: a staged plan's re-sharded transfers (one stage's groups to the "
+                     "next's, by shared samples) are not exported to Chakra");
+  }
+  return Exporter(job).run();
+}
 
 }  // namespace hetsim::chakra

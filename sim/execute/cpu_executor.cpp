@@ -47,6 +47,12 @@ void check_cpu_job(const workload::TrainingJob& job, int ranks) {
         "on a grid plan: grid: {{rows, columns}}, split: gholami)",
         job.model->name, "execute"));
   }
+  if (plan.staged()) {
+    throw InputError("plan " + plan.source +
+                     ": stages: a staged plan (each stage its own data-parallel groups, the "
+                     "activations re-sharded between them) is replayed by hetsim simulate; "
+                     "execute does not run its re-sharded transfers");
+  }
   if (plan.precision != workload::Precision::fp32) {
     throw InputError("plan " + plan.source +
                      ": precision: the CPU backend runs fp32 kernels "

@@ -1,5 +1,7 @@
 // What every launcher needs from a plan: one set of degrees and batch figures, the layer split and
 // the rank order, with the lines that say where a heterogeneous plan cannot be followed.
+#include <fmt/format.h>
+
 #include <cmath>
 #include <numeric>
 
@@ -86,9 +88,39 @@ Layout uniform_layout(const Target& t, const std::string& framework) {
                               " gives every data-parallel replica the same share of the batch");
     }
   }
+  for (size_t s = 0; s < p.dp_stages.size(); ++s) {
+    const workload::DataParallelStage& ds = p.dp_stages[s];
+    const size_t dp0 = p.dp_stages[0].groups.size();
+    bool even = true;
+    for (size_t j = 0; j < ds.groups.size(); ++j) {
+      even = even && ds.groups[j].tensor_parallel() == l.tp && ds.batch[j] == ds.batch[0];
+    }
+    if (ds.groups.size() == dp0 && even) continue;
+    same_shape = false;
+    const std::string why =
+        ": " + framework +
+        " runs one data-parallel degree, tensor-parallel degree and batch share throughout (the "
+        "activations are not re-sharded between stages)";
+    if (s == 0) {
+      l.unsupported.push_back(
+          "stage 0's data-parallel groups differ in tensor-parallel degree or "
+          "batch share" +
+          why);
+    } else {
+      l.unsupported.push_back(fmt::format(
+          "stage {} holds {} data-parallel groups{} where stage 0 holds {} of tensor parallel {}{}",
+          s, ds.groups.size(), even ? "" : " of other tensor-parallel degrees or batch shares", dp0,
+          l.tp, why));
+    }
+  }
+  if (p.staged()) {
+    l.dp = static_cast<int>(p.dp_stages[0].groups.size());
+    l.micro_batch = p.dp_stages[0].batch[0];
+  }
   long total = 0;
   for (const auto& r : reps) total += r.micro_batches;
   l.micro_batches = std::max(1, static_cast<int>(std::lround(static_cast<double>(total) / l.dp)));
+  if (p.staged()) l.micro_batches = reps.front().micro_batches;  // every group runs them all
   l.cp = p.context_parallel;
   l.global_batch = l.micro_batches * l.micro_batch * (l.dp / l.cp);
   for (int c = 0; c < l.interleave; ++c) {
@@ -99,7 +131,8 @@ Layout uniform_layout(const Target& t, const std::string& framework) {
     for (int s = 0; s < l.pp; ++s) {
       for (int r = 0; r < l.dp; ++r) {
         for (int k = 0; k < l.tp; ++k) {
-          l.ranks[k + static_cast<size_t>(l.tp) * (r + l.dp * s)] = reps[r].stages[s].devices[k];
+          l.ranks[k + static_cast<size_t>(l.tp) * (r + l.dp * s)] =
+              p.stage_plan(static_cast<size_t>(r), static_cast<size_t>(s)).devices[k];
         }
       }
     }

@@ -12,6 +12,7 @@
 #include "sim/network/collective.h"
 #include "sim/network/protocol.h"
 #include "sim/workload/ops.h"
+#include "sim/workload/replay.h"
 #include "sim/workload/training_job.h"
 
 namespace hetsim::policy {
@@ -430,7 +431,21 @@ const Estimator::Pieces& Estimator::stage_pieces(const Plan& plan, const config:
   return ps;
 }
 
+Estimate Estimator::staged(const Plan& plan) {
+  const workload::TrainingJob job = workload::build_training_job(model_, plan, cluster_, cost_);
+  const workload::ReplayResult r = workload::replay(job);
+  Estimate out;
+  out.iteration_s = r.iteration.seconds();
+  for (const workload::GroupTimes& g : r.groups) {
+    out.compute_s = std::max(out.compute_s, g.compute.seconds());
+    out.dp_exposed_s = std::max(out.dp_exposed_s, g.dp_wait.seconds());
+  }
+  out.pipeline_s = out.iteration_s - out.dp_exposed_s;
+  return out;
+}
+
 Estimate Estimator::estimate(const Plan& plan) {
+  if (plan.staged()) return staged(plan);
   const Scan scanned = scan(plan);
   if (scanned.asymmetric) return asymmetric(plan);
   const int S = plan.stages();

@@ -40,6 +40,13 @@ bool rebalance_batch(workload::Plan& plan, const std::vector<double>& compute_fa
 }
 
 bool holds_node(const workload::Plan& plan, const platform::Cluster& cluster, uint32_t node) {
+  for (const workload::DataParallelStage& ds : plan.dp_stages) {
+    for (const workload::StagePlan& st : ds.groups) {
+      for (platform::GpuId g : st.devices) {
+        if (cluster.gpu(g).node == node) return true;
+      }
+    }
+  }
   for (const workload::ReplicaPlan& r : plan.replicas) {
     for (const workload::StagePlan& st : r.stages) {
       for (platform::GpuId g : st.devices) {
@@ -52,6 +59,13 @@ bool holds_node(const workload::Plan& plan, const platform::Cluster& cluster, ui
 
 Shrunk drop_node(workload::Plan& plan, const platform::Cluster& cluster, uint32_t node) {
   Shrunk out;
+  if (plan.staged() && holds_node(plan, cluster, node)) {
+    throw InputError(fmt::format(
+        "perturbation lost.node: node{} holds GPUs of a staged plan (each stage its own "
+        "data-parallel groups), which hetsim does not shrink; replace: spare runs the plan on a "
+        "spare node",
+        node));
+  }
   const size_t n = plan.replicas.size();
   out.replicas_before = n;
   out.global_batch_before = plan.global_batch_size;

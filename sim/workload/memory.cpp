@@ -102,9 +102,9 @@ std::vector<DeviceMemory> memory_per_group(const TrainingJob& job) {
         shard((params - experts) * grad_bytes, 2) + shard_experts(experts * grad_bytes, 2);
     mem.optimizer =
         shard((params - experts) * (master + 8), 1) + shard_experts(experts * (master + 8), 1);
-    const LayerShape s = stage_shape(p, static_cast<int>(g.devices.size()));
+    const LayerShape s = stage_shape(p, static_cast<int>(g.devices.size()), g.batch);
     const double per_layer = layer_activation_bytes(m, s, p.recompute);
-    const StagePlan& st = p.replicas[g.replica].stages[g.stage];
+    const StagePlan& st = p.stage_plan(g.replica, g.stage);
     // Each chunk's stored activations: dense layers alike, MoE layers by their load.
     std::vector<double> chunk_act(static_cast<size_t>(std::max(1, job.chunks)), 0.0);
     for (size_t c = 0; c < chunk_act.size(); ++c) {
@@ -121,7 +121,7 @@ std::vector<DeviceMemory> memory_per_group(const TrainingJob& job) {
     // GPipe does.
     const auto order = stage_schedule(
         p.layered ? Schedule::gpipe : p.schedule, static_cast<int>(g.stage), p.stages(g.replica),
-        p.replicas[g.replica].micro_batches, job.chunks, p.microbatch_group);
+        p.micro_batches_of(g.replica), job.chunks, p.microbatch_group);
     double live = 0, peak = 0;
     for (const ScheduleItem& it : order) {
       const double chunk_bytes = chunk_act[it.chunk];
@@ -149,7 +149,7 @@ std::vector<DeviceMemory> memory_per_group(const TrainingJob& job) {
       work +=
           2.0 * 4 * static_cast<double>(s.micro_batch) * s.sequence * m.vocab / s.tensor_parallel;
     }
-    if (p.replicas.size() > 1) work += 2 * std::min(p.bucket_bytes, mem.gradients);
+    if (p.data_parallel_of(g.stage) > 1) work += 2 * std::min(p.bucket_bytes, mem.gradients);
     work += p.framework.reserved_memory;  // the process's own: context, libraries, allocator
     mem.workspace = work;
     mem.peak = mem.weights + mem.gradients + mem.optimizer + mem.activations + mem.workspace;

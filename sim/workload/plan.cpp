@@ -134,6 +134,9 @@ namespace {
 // Shards a layer segment's gradients may be reduced in (asymmetric replicas of mixed
 // tensor-parallel degrees): lcm(8, 6) = 24 is plenty.
 constexpr long kMaxShards = 64;
+// Data-parallel groups a staged plan's stage may hold: a group receives a transfer from each
+// group of the stage before whose samples it shares (the replay counts arrivals in a byte).
+constexpr size_t kMaxStageGroups = 128;
 
 void check_layered(const std::string& file, const YAML::Node& root, const Plan& p) {
   if (!p.layered) return;
@@ -295,11 +298,15 @@ void check_moe(const std::string& file, const YAML::Node& root, const ModelConfi
 void resolve_precision(const std::string& file, const YAML::Node& root,
                        const platform::Cluster& cluster, Plan& p) {
   std::vector<const config::GpuProfile*> gpus;
+  auto add = [&](const StagePlan& st) {
+    const config::GpuProfile* g = cluster.gpu(st.devices.front()).profile;
+    if (std::find(gpus.begin(), gpus.end(), g) == gpus.end()) gpus.push_back(g);
+  };
   for (const ReplicaPlan& r : p.replicas) {
-    for (const StagePlan& st : r.stages) {
-      const config::GpuProfile* g = cluster.gpu(st.devices.front()).profile;
-      if (std::find(gpus.begin(), gpus.end(), g) == gpus.end()) gpus.push_back(g);
-    }
+    for (const StagePlan& st : r.stages) add(st);
+  }
+  for (const DataParallelStage& ds : p.dp_stages) {
+    for (const StagePlan& st : ds.groups) add(st);
   }
   if (!root["precision"]) {
     p.precision = default_precision(gpus);
@@ -534,6 +541,182 @@ Plan load_grid_plan(const YAML::Node& root, const std::string& file, const Model
 }
 
 }  // namespace
+namespace {
+
+// A staged plan (`stages:`, Plan::dp_stages): each stage its layers and its data-parallel
+// groups, given as `groups: [{devices, batch}, ...]` or as `devices` cut into groups of
+// `tensor_parallel` (with `batch: [...]` per group, or even shares).
+Plan load_staged_plan(const YAML::Node& root, const std::string& file, const ModelConfig& model,
+                      const platform::Cluster& cluster, Plan& p) {
+  p.uniform = false;
+  for (const char* k : {"tensor_parallel", "pipeline_parallel", "data_parallel", "devices",
+                        "stage_layers", "context_parallel", "replicas"}) {
+    if (root[k]) {
+      throw InputError(where(file, root[k]) + ": " + k +
+                       ": a staged plan gives each stage its own groups (stages:); leave " + k +
+                       " out");
+    }
+  }
+  // What a staged plan cannot express (yet), each with its reason.
+  if (p.schedule == Schedule::interleaved) {
+    throw InputError(where(file, root["schedule"]) +
+                     ": schedule: interleaved applies to uniform plans only");
+  }
+  if (p.layered) {
+    throw InputError(where(file, root["gradient_accumulation"]) +
+                     ": gradient_accumulation: layered runs one stage a replica; a staged plan "
+                     "is a pipeline");
+  }
+  if (p.zero_stage != 0) {
+    throw InputError(where(file, root["zero_stage"] ? root["zero_stage"] : root) +
+                     ": zero_stage: " + std::to_string(p.zero_stage) +
+                     ": a staged plan keeps each stage's training state whole on every group "
+                     "(Metis does); use zero_stage 0" +
+                     (root["zero_stage"] ? "" : " (the framework's default is ZeRO)"));
+  }
+  if (p.expert_parallel > 1) {
+    throw InputError(where(file, root["expert_parallel"]) +
+                     ": expert_parallel: expert groups span replicas; a staged plan has none");
+  }
+  const YAML::Node stages = root["stages"];
+  if (!stages.IsSequence() || stages.size() == 0) {
+    throw InputError(where(file, stages) + ": stages: expected a non-empty list");
+  }
+  const int64_t mb = p.micro_batch_size;
+  std::set<platform::GpuId> used;
+  int next_layer = 0;
+  long units = 0;
+  for (size_t s = 0; s < stages.size(); ++s) {
+    const std::string sp = "stages[" + std::to_string(s) + "]";
+    const YAML::Node n = stages[s];
+    if (!n.IsMap()) throw InputError(where(file, n) + ": " + sp + ": expected a map");
+    config::check_keys(file, n, sp, {"layers", "groups", "devices", "tensor_parallel", "batch"});
+    DataParallelStage st;
+    st.first_layer = next_layer;
+    st.layers = static_cast<int>(get_int(file, n, sp, "layers", 1, limits::kLayers));
+    next_layer += st.layers;
+    std::vector<std::vector<platform::GpuId>> groups;
+    std::vector<int64_t> batch;
+    if (n["groups"]) {
+      for (const char* k : {"devices", "tensor_parallel", "batch"}) {
+        if (n[k]) {
+          throw InputError(where(file, n[k]) + ": " + sp + "." + k +
+                           ": give either groups or devices, not both");
+        }
+      }
+      const YAML::Node gs = n["groups"];
+      if (!gs.IsSequence() || gs.size() == 0) {
+        throw InputError(where(file, gs) + ": " + sp + ".groups: expected a non-empty list");
+      }
+      for (size_t j = 0; j < gs.size(); ++j) {
+        const std::string gp = sp + ".groups[" + std::to_string(j) + "]";
+        if (!gs[j].IsMap()) throw InputError(where(file, gs[j]) + ": " + gp + ": expected a map");
+        config::check_keys(file, gs[j], gp, {"devices", "batch"});
+        groups.push_back(device_list(file, config::require(file, gs[j], gp, "devices"),
+                                     gp + ".devices", cluster.gpu_count()));
+        batch.push_back(gs[j]["batch"] ? get_int(file, gs[j], gp, "batch", 1, limits::kBatch) : 0);
+      }
+    } else {
+      const std::vector<platform::GpuId> devices = device_list(
+          file, config::require(file, n, sp, "devices"), sp + ".devices", cluster.gpu_count());
+      const long tp = get_int(file, n, sp, "tensor_parallel", 1, limits::kGpus, 1);
+      if (devices.size() % static_cast<size_t>(tp) != 0) {
+        throw InputError(fmt::format(
+            "{}: {}: tensor_parallel {} does not divide the stage's {} devices into groups",
+            where(file, n), sp, tp, devices.size()));
+      }
+      for (size_t a = 0; a < devices.size(); a += static_cast<size_t>(tp))
+        groups.emplace_back(devices.begin() + static_cast<long>(a),
+                            devices.begin() + static_cast<long>(a) + tp);
+      batch.assign(groups.size(), 0);
+      if (const YAML::Node b = n["batch"]) {
+        if (!b.IsSequence() || b.size() != groups.size()) {
+          throw InputError(fmt::format(
+              "{}: {}.batch: expected a list of {} sample counts, one per group of {} devices",
+              where(file, b), sp, groups.size(), tp));
+        }
+        for (size_t j = 0; j < groups.size(); ++j)
+          batch[j] =
+              config::int_value(file, b[j], fmt::format("{}.batch[{}]", sp, j), 1, limits::kBatch);
+      }
+    }
+    if (groups.size() > kMaxStageGroups) {
+      throw InputError(fmt::format(
+          "{}: {}: {} data-parallel groups; hetsim re-shards a stage's activations among at most "
+          "{}",
+          where(file, n), sp, groups.size(), kMaxStageGroups));
+    }
+    // Shares: all given, adding up to the micro-batch, or none (even, when they divide).
+    const size_t given = static_cast<size_t>(
+        std::count_if(batch.begin(), batch.end(), [](int64_t b) { return b > 0; }));
+    if (given == 0) {
+      if (mb % static_cast<int64_t>(groups.size()) != 0) {
+        throw InputError(fmt::format(
+            "{}: {}: micro_batch_size {} does not split evenly over the stage's {} groups; give "
+            "each group's batch",
+            where(file, n), sp, mb, groups.size()));
+      }
+      batch.assign(groups.size(), mb / static_cast<int64_t>(groups.size()));
+    } else {
+      const int64_t sum = std::accumulate(batch.begin(), batch.end(), int64_t{0});
+      if (given != groups.size() || sum != mb) {
+        throw InputError(fmt::format(
+            "{}: {}: the groups' batch shares must be given for every group and add up to "
+            "micro_batch_size {} (given for {} of {}, adding up to {})",
+            where(file, n), sp, mb, given, groups.size(), sum));
+      }
+    }
+    for (size_t j = 0; j < groups.size(); ++j) {
+      StagePlan g;
+      g.first_layer = st.first_layer;
+      g.layers = st.layers;
+      g.devices = std::move(groups[j]);
+      for (platform::GpuId d : g.devices) {
+        if (!used.insert(d).second) {
+          throw InputError(where(file, n) + ": " + sp + ": GPU " + std::to_string(d) +
+                           " is already used by another group");
+        }
+      }
+      check_stage(where(file, n) + ": " + sp + " group " + std::to_string(j), model, cluster, g);
+      units += static_cast<long>(g.tensor_parallel()) * st.layers;
+      st.groups.push_back(std::move(g));
+    }
+    st.batch = std::move(batch);
+    p.dp_stages.push_back(std::move(st));
+  }
+  if (next_layer != model.layers) {
+    throw InputError(where(file, stages) + ": stages: the layers add up to " +
+                     std::to_string(next_layer) + ", but " + model.name + " has " +
+                     std::to_string(model.layers));
+  }
+  p.global_batch_size = get_int(file, root, "", "global_batch_size", 1, limits::kBatch, mb);
+  if (p.global_batch_size % mb != 0) {
+    throw InputError(fmt::format(
+        "{}: global_batch_size: {} is not a multiple of micro_batch_size {} (each micro-batch "
+        "runs through every stage, split over its groups)",
+        where(file, root["global_batch_size"]), p.global_batch_size, mb));
+  }
+  const int64_t M = p.global_batch_size / mb;
+  if (M > limits::kMicroBatches) {
+    throw InputError(
+        fmt::format("{}: global_batch_size / micro_batch_size = {} micro-batches, "
+                    "more than hetsim simulates ({})",
+                    where(file, root["global_batch_size"]), M, limits::kMicroBatches));
+  }
+  check_work(file, units * M);
+  // The stages' first groups as the one replica: the layer split and the micro-batches.
+  ReplicaPlan rep;
+  rep.micro_batches = static_cast<int>(M);
+  for (const DataParallelStage& st : p.dp_stages) rep.stages.push_back(st.groups.front());
+  p.replicas.push_back(std::move(rep));
+  p.tensor_parallel = p.dp_stages[0].groups[0].tensor_parallel();
+  p.pipeline_parallel = p.stages();
+  p.data_parallel = static_cast<int>(p.dp_stages[0].groups.size());
+  resolve_precision(file, root, cluster, p);
+  return p;
+}
+
+}  // namespace
 
 Plan uniform_plan(const ModelConfig& model, const platform::Cluster& cluster, int tp, int pp,
                   int dp, int64_t micro_batch, int64_t global_batch, int64_t sequence) {
@@ -587,6 +770,7 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
                       "bucket_size",
                       "devices",
                       "replicas",
+                      "stages",
                       "stage_layers",
                       "framework",
                       "gradient_reduction",
@@ -644,6 +828,7 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
                                  {"micro_batch", "layered"}, "micro_batch") == 1;
   read_moe(file, root, model, p);
   const int v = p.interleave;
+  if (root["stages"]) return load_staged_plan(root, file, model, cluster, p);
   if (root["replicas"]) {
     // Heterogeneous: replicas and stages spelled out.
     p.uniform = false;
@@ -975,9 +1160,9 @@ bool gathers_pipeline_slices(const Plan& plan, int tensor_parallel) {
          plan.framework.pipeline_gathers_forward + plan.framework.pipeline_gathers_backward > 0;
 }
 
-LayerShape stage_shape(const Plan& plan, int tensor_parallel) {
+LayerShape stage_shape(const Plan& plan, int tensor_parallel, int64_t batch) {
   LayerShape shape;
-  shape.micro_batch = plan.micro_batch_size;
+  shape.micro_batch = batch > 0 ? batch : plan.micro_batch_size;
   shape.sequence = plan.sequence_length / plan.context_parallel;
   shape.context_parallel = plan.context_parallel;
   shape.tensor_parallel = tensor_parallel;

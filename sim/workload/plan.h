@@ -41,6 +41,15 @@ struct ReplicaPlan {
   double state_share = 0;
 };
 
+// A pipeline stage of a staged plan (Plan::dp_stages; Metis): its devices form data-parallel
+// groups, each a tensor-parallel group of its own degree that takes `batch[j]` samples of every
+// micro-batch; the groups of one stage reduce its gradients among them.
+struct DataParallelStage {
+  int first_layer = 0, layers = 0;
+  std::vector<StagePlan> groups;  // each with the stage's layers and its own devices
+  std::vector<int64_t> batch;     // per group: samples of each micro-batch, adding up to it
+};
+
 struct Plan {
   std::string source;
   // The plan file's own what-ifs (`perturbations:`, the same map as a study's entry), applied by
@@ -104,10 +113,33 @@ struct Plan {
   std::vector<LayerSplit> layer_splits;
   std::string split_policy;  // how they were chosen: "gholami", "model", "domain", "listed"
   std::vector<ReplicaPlan> replicas;
+  // A staged plan (`stages:`): one pipeline whose stages each hold their own data-parallel
+  // groups (Metis), every micro-batch split over each stage's groups and its activations
+  // re-sharded between stages. Then `replicas` holds one replica, the stages' first groups (the
+  // layer split and micro-batch count), and a group is (replica j, stage s): group j of stage s.
+  std::vector<DataParallelStage> dp_stages;
+  bool staged() const { return !dp_stages.empty(); }
+  // The stage of replica r (of a staged plan: group r of stage s).
+  const StagePlan& stage_plan(size_t r, size_t s) const {
+    return staged() ? dp_stages[s].groups[r] : replicas[r].stages[s];
+  }
+  // Samples of each micro-batch that replica r's stage s takes.
+  int64_t batch_of(size_t r, size_t s) const {
+    return staged() ? dp_stages[s].batch[r] : micro_batch_size;
+  }
+  // The copies among which stage s of replica r reduces its gradients.
+  size_t data_parallel_of(size_t s) const {
+    return staged() ? dp_stages[s].groups.size() : replicas.size();
+  }
 
   // Replica r's pipeline stages. Replicas may differ in their stages (asymmetric pipelines:
   // HetPipe's virtual workers, FlashFlex): see asymmetric().
-  int stages(size_t r = 0) const { return static_cast<int>(replicas[r].stages.size()); }
+  int stages(size_t r = 0) const {
+    return static_cast<int>(staged() ? dp_stages.size() : replicas[r].stages.size());
+  }
+  int micro_batches_of(size_t r) const {
+    return staged() ? replicas[0].micro_batches : replicas[r].micro_batches;
+  }
   // What each device of replica r holds of `x` sharded: its state_share, else x / replicas.
   double sharded(double x, size_t r) const {
     return replicas[r].state_share > 0 ? x * replicas[r].state_share
@@ -140,8 +172,9 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
 // else fp16 (V100, T4 and P100 train in fp16 with loss scaling).
 Precision default_precision(const std::vector<const config::GpuProfile*>& gpus);
 
-// The shape of one dense layer on a stage of `tensor_parallel` ranks under this plan.
-LayerShape stage_shape(const Plan& plan, int tensor_parallel);
+// The shape of one dense layer on a stage of `tensor_parallel` ranks under this plan, for
+// `batch` samples a micro-batch (0: the plan's micro_batch_size; a staged plan's group its share).
+LayerShape stage_shape(const Plan& plan, int tensor_parallel, int64_t batch = 0);
 
 // One micro-batch's activation at a layer boundary, whole (a context-parallel rank's share of the
 // sequence): what a pipeline transfer carries, split over the tensor-parallel ranks.

@@ -133,9 +133,17 @@ class Replayer {
     st_.resize(n);
     const int chunks = job.chunks;
     for (size_t g = 0; g < n; ++g) {
-      const uint32_t mbs = job.plan->replicas[job.groups[g].replica].micro_batches;
+      const Group& grp = job.groups[g];
+      const uint32_t mbs = grp.micro_batches > 0
+                               ? grp.micro_batches
+                               : static_cast<uint32_t>(job.plan->micro_batches_of(grp.replica));
       st_[g].arrived.assign(2 * chunks * mbs, 0);
       st_[g].mbs = mbs;
+      if (job.staged()) {
+        // A staged plan's receive waits for a transfer from every peer that shares its samples.
+        st_[g].need[0] = static_cast<uint8_t>(std::max<size_t>(1, job.prev_peers[g].size()));
+        st_[g].need[1] = static_cast<uint8_t>(std::max<size_t>(1, job.next_peers[g].size()));
+      }
     }
   }
 
@@ -198,7 +206,8 @@ class Replayer {
     uint32_t dp_issued = 0, dp_done = 0;
     uint32_t ep_reached = 0, cp_reached = 0;  // expert- and context-parallel collectives so far
     bool dp_busy = false;
-    std::vector<uint8_t> arrived;  // [dir][chunk][mb]
+    std::vector<uint8_t> arrived;  // [dir][chunk][mb]: transfers arrived
+    uint8_t need[2] = {1, 1};      // transfers a receive waits for: forward, backward
     uint32_t mbs = 0;
     GroupTimes times;
   };
@@ -297,7 +306,8 @@ class Replayer {
           block(g, WaitReason::tensor_parallel);
           return;
         case TaskKind::recv:
-          if (s.arrived[key(g, t.pass == Pass::backward, t.chunk, t.micro_batch)]) {
+          if (s.arrived[key(g, t.pass == Pass::backward, t.chunk, t.micro_batch)] >=
+              s.need[t.pass == Pass::backward]) {
             ++s.pc;
             continue;
           }
@@ -375,6 +385,16 @@ class Replayer {
         } else {
           tp_plan(g, i);
         }
+      }
+      if (job_.staged()) {
+        // A staged plan's peers: the groups that share samples with this one.
+        for (const auto* peers : {&job_.next_peers[g], &job_.prev_peers[g]}) {
+          for (const TrainingJob::Peer& q : *peers) {
+            const size_t n = std::max(grp.devices.size(), job_.groups[q.group].devices.size());
+            for (uint32_t j = 0; j < n; ++j) path_of(g, q.group, j);
+          }
+        }
+        continue;
       }
       const uint32_t s = grp.stage, first = g - s, P = job_.stages_of(grp.replica);
       // Where send() can go: the next stage forward (the first, past the last: interleaved),
@@ -545,6 +565,10 @@ class Replayer {
   // ---- pipeline --------------------------------------------------------------------------
   // A pipeline transfer; with `blocking`, the sending group resumes when it has arrived.
   void send(uint32_t g, const Task& t, bool blocking) {
+    if (job_.staged()) {
+      send_resharded(g, t, blocking);
+      return;
+    }
     const Group& src = job_.groups[g];
     const bool backward = t.pass == Pass::backward;
     const uint32_t P = job_.stages_of(src.replica);
@@ -604,6 +628,46 @@ class Replayer {
     }
   }
 
+  // A staged plan's pipeline transfer: to every group of the next stage (forward) or of the one
+  // before (backward) that shares samples with this group, each peer's share of the activation
+  // in 1/t slices as between any two stages; with `blocking`, the sender resumes when all have
+  // arrived.
+  void send_resharded(uint32_t g, const Task& t, bool blocking) {
+    const Group& src = job_.groups[g];
+    const bool backward = t.pass == Pass::backward;
+    const auto& peers = backward ? job_.prev_peers[g] : job_.next_peers[g];
+    auto pending = std::make_shared<size_t>(peers.size());
+    const Time start = engine_.now();
+    auto one_done = [this, g, t, start, blocking, pending](uint32_t dst, size_t k) {
+      if (obs_) obs_->on_transfer(job_, g, dst, t, start, engine_.now());
+      arrive(dst, k);
+      if (--*pending == 0 && blocking) resume(g);
+    };
+    for (const TrainingJob::Peer& q : peers) {
+      const uint32_t dst = q.group;
+      const size_t k = key(dst, backward, t.chunk, t.micro_batch);
+      if (opt_.free_communication) {
+        engine_.schedule_in(Time(), [one_done, dst, k] { one_done(dst, k); });
+        continue;
+      }
+      const size_t n = std::max(src.devices.size(), job_.groups[dst].devices.size());
+      const double bytes = job_.activation_bytes_per_transfer * q.share / static_cast<double>(n);
+      auto left = std::make_shared<size_t>(n);
+      for (size_t j = 0; j < n; ++j) {
+        const Path& path = path_of(g, dst, static_cast<uint32_t>(j));
+        network::FlowSpec f;
+        f.bytes = bytes;
+        f.links = path.links;
+        f.latency = path.latency;
+        f.on_done = [left, one_done, dst, k] {
+          if (--*left == 0) one_done(dst, k);
+        };
+        ++flows_;
+        net_.start(std::move(f));
+      }
+    }
+  }
+
   // The links and latency of tensor-parallel rank j's slice of a pipeline transfer between two
   // groups; folded, the routes of every replica's copy, with the latency of the slowest.
   struct Path {
@@ -631,10 +695,13 @@ class Replayer {
 
   void arrive(uint32_t dst, size_t k) {
     State& d = st_[dst];
-    d.arrived[k] = 1;
+    ++d.arrived[k];
     if (d.blocked == WaitReason::pipeline) {
       const Task& want = job_.groups[dst].program[d.pc];
-      if (key(dst, want.pass == Pass::backward, want.chunk, want.micro_batch) == k) resume(dst);
+      const bool backward = want.pass == Pass::backward;
+      if (want.kind == TaskKind::recv && key(dst, backward, want.chunk, want.micro_batch) == k &&
+          d.arrived[k] >= d.need[backward])
+        resume(dst);
     }
   }
 

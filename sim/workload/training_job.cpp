@@ -226,19 +226,29 @@ TrainingJob skeleton_job(const ModelConfig& model, const Plan& plan,
   job.cluster = &cluster;
   job.chunks = plan.interleave;
   job.activation_bytes_per_transfer = boundary_activation_bytes(model, plan);
-  for (size_t r = 0; r < plan.replicas.size(); ++r) {
-    job.first_group.push_back(static_cast<uint32_t>(job.groups.size()));
+  auto add = [&](size_t r, int s) {
+    const StagePlan& st = plan.stage_plan(r, static_cast<size_t>(s));
     const int P = plan.stages(r);
-    for (int s = 0; s < P; ++s) {
-      const StagePlan& st = plan.replicas[r].stages[s];
-      Group g;
-      g.replica = static_cast<uint32_t>(r);
-      g.stage = static_cast<uint32_t>(s);
-      g.devices = st.devices;
-      g.gpu = cluster.gpu(st.devices.front()).profile;
-      g.params = group_params(model, st, s, P, plan.expert_group_replicas());
-      g.expert_params = group_expert_params(model, st, plan.expert_group_replicas());
-      job.groups.push_back(std::move(g));
+    Group g;
+    g.replica = static_cast<uint32_t>(r);
+    g.stage = static_cast<uint32_t>(s);
+    g.micro_batches = static_cast<uint32_t>(plan.micro_batches_of(r));
+    g.batch = plan.batch_of(r, static_cast<size_t>(s));
+    g.devices = st.devices;
+    g.gpu = cluster.gpu(st.devices.front()).profile;
+    g.params = group_params(model, st, s, P, plan.expert_group_replicas());
+    g.expert_params = group_expert_params(model, st, plan.expert_group_replicas());
+    job.groups.push_back(std::move(g));
+  };
+  if (plan.staged()) {
+    job.first_group.push_back(0);
+    for (int s = 0; s < plan.stages(); ++s) {
+      for (size_t j = 0; j < plan.data_parallel_of(static_cast<size_t>(s)); ++j) add(j, s);
+    }
+  } else {
+    for (size_t r = 0; r < plan.replicas.size(); ++r) {
+      job.first_group.push_back(static_cast<uint32_t>(job.groups.size()));
+      for (int s = 0; s < plan.stages(r); ++s) add(r, s);
     }
   }
   job.first_group.push_back(static_cast<uint32_t>(job.groups.size()));
@@ -361,9 +371,10 @@ void measured_collectives(TrainingJob& job, const CostModel& cost) {
       dc.measured = cost.collective_time(dc.kind, dc.bytes, static_cast<int>(peers.size()),
                                          nodes(peers), *g.gpu);
     }
+    if (g.tied_bytes <= 0) continue;
     const Group& a = job.group(g.replica, 0);
     const Group& b = job.group(g.replica, job.stages_of(g.replica) - 1);
-    if (g.tied_bytes > 0 && one_type({a.devices.front(), b.devices.front()})) {
+    if (one_type({a.devices.front(), b.devices.front()})) {
       g.tied_measured =
           cost.collective_time(CommKind::allreduce, tied_pair_bytes(job, g.replica), 2,
                                nodes({a.devices.front(), b.devices.front()}), *g.gpu);
@@ -444,6 +455,8 @@ TrainingJob build_grid_job(const ModelConfig& model, const Plan& plan,
     job.first_group.push_back(static_cast<uint32_t>(job.groups.size()));
     Group g;
     g.replica = static_cast<uint32_t>(r);
+    g.micro_batches = static_cast<uint32_t>(rep.micro_batches);
+    g.batch = plan.micro_batch_size;
     g.devices = rep.stages.front().devices;
     g.gpu = cluster.gpu(g.devices.front()).profile;
     GroupBuilder b(g, model, plan, cost, stage_shape(plan, rows));
@@ -495,7 +508,6 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
   job.cluster = &cluster;
   const int v = plan.interleave;
   job.chunks = v;
-  const bool dp = plan.replicas.size() > 1;
   // Asymmetric replicas reduce gradients by layer segment; the others stage by stage.
   const bool asymmetric = plan.asymmetric();
   const std::vector<int> cuts =
@@ -525,22 +537,65 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
   const bool split_experts = model.moe() && ep > 1;
   const uint32_t edp = static_cast<uint32_t>(plan.replicas.size()) / static_cast<uint32_t>(ep);
   const bool expert_sync = split_experts && edp > 1;
-  for (size_t r = 0; r < plan.replicas.size(); ++r) {
-    const ReplicaPlan& rep = plan.replicas[r];
+  // The groups to build, replica by replica (a staged plan's stage by stage).
+  struct Spec {
+    size_t r;
+    int s;
+    bool opens_replica;
+  };
+  std::vector<Spec> specs;
+  if (plan.staged()) {
+    for (int s = 0; s < plan.stages(); ++s) {
+      for (size_t j = 0; j < plan.data_parallel_of(static_cast<size_t>(s)); ++j)
+        specs.push_back({j, s, false});
+    }
+    job.first_group.push_back(0);
+  } else {
+    for (size_t r = 0; r < plan.replicas.size(); ++r) {
+      for (int s = 0; s < plan.stages(r); ++s) specs.push_back({r, s, s == 0});
+    }
+  }
+  const int S = plan.stages();
+  // A staged plan's tied embedding: its gradients all-reduced among every group of the first
+  // and the last stage at once (every copy's, the data-parallel reduction and Megatron's
+  // first-last exchange in one), keyed apart from the stages'.
+  const uint32_t tied_key = 0x40000000u;
+  const bool staged_tied = plan.staged() && model.tied_embeddings && S > 1 &&
+                           plan.framework.tied_embedding_reduction != TiedReduction::none;
+  for (const Spec& spec : specs) {
+    const size_t r = spec.r;
+    const int s = spec.s;
     const int P = plan.stages(r);
     const int V = P * v;
-    job.first_group.push_back(static_cast<uint32_t>(job.groups.size()));
-    for (int s = 0; s < P; ++s) {
-      const StagePlan& st = rep.stages[s];
+    const int micro_batches = plan.micro_batches_of(r);
+    // The copies of this stage that reduce its gradients together (0: every replica).
+    const uint32_t among =
+        plan.staged() ? static_cast<uint32_t>(plan.data_parallel_of(static_cast<size_t>(s))) : 0;
+    const bool dp = plan.data_parallel_of(static_cast<size_t>(s)) > 1;
+    if (spec.opens_replica) job.first_group.push_back(static_cast<uint32_t>(job.groups.size()));
+    {
+      const StagePlan& st = plan.stage_plan(r, static_cast<size_t>(s));
       Group g;
       g.replica = static_cast<uint32_t>(r);
       g.stage = static_cast<uint32_t>(s);
+      g.micro_batches = static_cast<uint32_t>(micro_batches);
+      g.batch = plan.batch_of(r, static_cast<size_t>(s));
       g.devices = st.devices;
       g.gpu = cluster.gpu(st.devices.front()).profile;
       const int t = st.tensor_parallel();
       g.params = group_params(model, st, s, P, ep);
       g.expert_params = group_expert_params(model, st, ep);
-      const LayerShape shape = stage_shape(plan, t);
+      const LayerShape shape = stage_shape(plan, t, g.batch);
+      // A staged plan's groups cut their buckets at the same layers, by the bytes per rank of
+      // the stage's narrowest group (as asymmetric replicas do by segment).
+      int stage_min_tp = t;
+      if (plan.staged()) {
+        for (const StagePlan& x : plan.dp_stages[static_cast<size_t>(s)].groups)
+          stage_min_tp = std::min(stage_min_tp, x.tensor_parallel());
+      }
+      // One micro-batch's boundary activation for this group's samples.
+      const double act = job.activation_bytes_per_transfer * static_cast<double>(g.batch) /
+                         static_cast<double>(plan.micro_batch_size);
       // Layers of each chunk: uniform plans interleave chunks over stages (Megatron).
       auto chunk_first = [&](int c) { return st.first_of(c); };
       const bool first_virtual_holder = s == 0;
@@ -569,7 +624,7 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
         Step gs;
         gs.op.name = "pp.gather";
         gs.comm = CommKind::allgather;
-        gs.comm_bytes = job.activation_bytes_per_transfer;
+        gs.comm_bytes = act;
         gather_steps.push_back(gs);
       }
       const auto& pg = b.piece("pipeline.gather", gather_steps);
@@ -613,7 +668,7 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
       };
       const uint32_t ep_rank = static_cast<uint32_t>(r % static_cast<size_t>(ep));
       const auto order =
-          stage_schedule(plan.schedule, s, P, rep.micro_batches, v, plan.microbatch_group);
+          stage_schedule(plan.schedule, s, P, micro_batches, v, plan.microbatch_group);
       // The last backward of each chunk is where its gradients become final.
       std::vector<int> last_bwd_mb(v, -1);
       for (const ScheduleItem& it : order) {
@@ -632,7 +687,7 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
         if (!dp || bucket <= 0) return;
         issued =
             b.dp_collective(plan.zero_stage >= 1 ? CommKind::reducescatter : CommKind::allreduce,
-                            bucket, "dp.grads", bucket_key);
+                            bucket, "dp.grads", bucket_key, among);
         bucket = 0;
       };
       // The experts' gradients fill buckets of their own (Megatron-LM's expert-data-parallel
@@ -665,8 +720,9 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
         if (bucket > 0 && k != bucket_key) flush_bucket();
         bucket_key = k;
         bucket += bytes;
-        const bool full =
-            asymmetric ? bucket * t >= plan.bucket_bytes * min_tp[k] : bucket >= plan.bucket_bytes;
+        const bool full = asymmetric      ? bucket * t >= plan.bucket_bytes * min_tp[k]
+                          : plan.staged() ? bucket * t >= plan.bucket_bytes * stage_min_tp
+                                          : bucket >= plan.bucket_bytes;
         if (full) flush_bucket();
       };
       const double head_grad = grad_bytes * model.output_params() / t;
@@ -675,7 +731,7 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
       // Layered accumulation (one stage): each layer for every micro-batch in turn, forward then
       // backward; a sharded layer gathered once per pass, its gradients reduced once.
       if (plan.layered) {
-        const uint32_t M = static_cast<uint32_t>(rep.micro_batches);
+        const uint32_t M = static_cast<uint32_t>(micro_batches);
         const bool gather = dp && plan.zero_stage == 3;
         for (uint32_t mb = 0; mb < M; ++mb) {
           b.host(per_pass, Pass::forward, mb, 0);
@@ -763,9 +819,16 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
       }
       // The tied embedding's gradients, between the first and the last stage.
       const TiedReduction tied = plan.framework.tied_embedding_reduction;
-      if (tied != TiedReduction::none && model.tied_embeddings && P > 1 && (s == 0 || s == P - 1)) {
-        const double bytes = tied == TiedReduction::main_grads ? grad_bytes : e;
-        g.tied_bytes = bytes * static_cast<double>(model.vocab) * model.hidden / t;
+      const double tied_grads = static_cast<double>(model.vocab) * model.hidden / t *
+                                (tied == TiedReduction::main_grads ? grad_bytes : e);
+      if (staged_tied && (s == 0 || s == P - 1)) {
+        issued = b.dp_collective(
+            CommKind::allreduce, tied_grads, "tied.embedding.grads", tied_key,
+            static_cast<uint32_t>(plan.data_parallel_of(0) +
+                                  plan.data_parallel_of(static_cast<size_t>(P - 1))));
+      } else if (tied != TiedReduction::none && model.tied_embeddings && P > 1 &&
+                 (s == 0 || s == P - 1)) {
+        g.tied_bytes = tied_grads;
         b.emit_one(TaskKind::tied, Pass::other, 0, 0);
       }
       // After the backward pass: every layer's gradients, in the order backward produced them
@@ -782,8 +845,10 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
       // Embedding (and, with shared stages, head) gradients join the last bucket.
       if (dp && plan.zero_stage < 2) {
         if (bucket <= 0) bucket_key = key_of(st.first_layer);
+        // (A staged plan's tied word embedding is reduced on its own, above.)
+        const double word = staged_tied ? static_cast<double>(model.vocab) * model.hidden : 0.0;
         bucket += grad_bytes *
-                  ((first_virtual_holder ? model.embedding_params() : 0) +
+                  ((first_virtual_holder ? model.embedding_params() - word : 0) +
                    (last_virtual_holder && !asymmetric ? model.output_params() : 0)) /
                   t;
         flush_bucket();
@@ -811,6 +876,38 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
         b.dp_wait(experts);
       }
       job.groups.push_back(std::move(g));
+    }
+  }
+  if (plan.staged()) {
+    // Each micro-batch's samples in order over a stage's groups: a group sends its activation
+    // to the next stage's groups whose samples overlap its own, and they send back the
+    // gradients of those samples.
+    job.next_peers.resize(job.groups.size());
+    job.prev_peers.resize(job.groups.size());
+    const double whole = static_cast<double>(plan.micro_batch_size);
+    uint32_t first = 0;
+    for (int s = 0; s + 1 < S; ++s) {
+      const DataParallelStage& a = plan.dp_stages[static_cast<size_t>(s)];
+      const DataParallelStage& b = plan.dp_stages[static_cast<size_t>(s) + 1];
+      const auto next = static_cast<uint32_t>(first + a.groups.size());
+      int64_t from_a = 0;
+      for (size_t j = 0; j < a.groups.size(); ++j) {
+        int64_t from_b = 0;
+        for (size_t k = 0; k < b.groups.size(); ++k) {
+          const int64_t lo = std::max(from_a, from_b);
+          const int64_t hi = std::min(from_a + a.batch[j], from_b + b.batch[k]);
+          if (hi > lo) {
+            const double share = static_cast<double>(hi - lo) / whole;
+            const auto gj = static_cast<uint32_t>(first + j);
+            const auto gk = static_cast<uint32_t>(next + k);
+            job.next_peers[gj].push_back({gk, share});
+            job.prev_peers[gk].push_back({gj, share});
+          }
+          from_b += b.batch[k];
+        }
+        from_a += a.batch[j];
+      }
+      first = next;
     }
   }
   finish_job(job, cost);

@@ -98,7 +98,9 @@ struct DpSync {
 };
 
 struct Group {
-  uint32_t replica = 0, stage = 0;
+  uint32_t replica = 0, stage = 0;  // of a staged plan: group `replica` of stage `stage`
+  uint32_t micro_batches = 0;       // micro-batches the group runs
+  int64_t batch = 0;                // samples of each micro-batch it takes
   std::vector<platform::GpuId> devices;
   const config::GpuProfile* gpu = nullptr;
   std::vector<Op> ops;
@@ -127,6 +129,17 @@ struct TrainingJob {
   std::vector<std::vector<uint32_t>> dp_peers;  // the distinct member sets of dp_syncs
   double activation_bytes_per_transfer = 0;     // one micro-batch's layer-boundary activation
   int chunks = 1;
+  // A staged plan's pipeline transfers (Plan::staged; its groups are stage-major, and
+  // first_group does not apply): per group, the groups of the next stage (forward) and of the
+  // stage before (backward) that share samples of each micro-batch with it, and the share of a
+  // whole micro-batch's activation each transfer carries (the shared samples over the
+  // micro-batch). A group's receive waits for every peer's transfer.
+  struct Peer {
+    uint32_t group = 0;
+    double share = 0;
+  };
+  std::vector<std::vector<Peer>> next_peers, prev_peers;
+  bool staged() const { return !next_peers.empty(); }
   std::vector<std::string> op_sources;  // "datasheet", ... by GPU type, for the report
 
   const Group& group(uint32_t replica, uint32_t stage) const {

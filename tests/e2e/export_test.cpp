@@ -103,6 +103,19 @@ TEST(ExportCommand, HeterogeneousPlanIsRefusedWithEachReasonAndExitCode2) {
   EXPECT_EQ(r.output.find("torchrun"), std::string::npos) << "printed a command:\n" << r.output;
 }
 
+TEST(ExportCommand, AStagedPlanSaysWhereItsStagesDiffer) {
+  const CommandResult r =
+      run_hetsim({"export", "--model", "gpt3-1.3b", "--cluster", "mixed-a100-v100", "--plan",
+                  kSource + "/tests/data/plans/staged.yaml", "--framework", "deepspeed"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  expect_contains(r.output,
+                  "\n  stage 1 holds 3 data-parallel groups of other tensor-parallel degrees or "
+                  "batch shares where stage 0 holds 4 of tensor parallel 2: DeepSpeed runs one "
+                  "data-parallel degree, tensor-parallel degree and batch share throughout (the "
+                  "activations are not re-sharded between stages)\n");
+  EXPECT_EQ(r.output.find("stage 0's"), std::string::npos) << r.output;
+}
+
 TEST(ExportCommand, ForceExportsTheClosestUniformPlanWithWarningsOnStderr) {
   for (const char* fw : {"megatron", "deepspeed", "torchrun"}) {
     std::vector<std::string> args = hetero(fw);

@@ -160,6 +160,29 @@ TEST(Simulate, AsymmetricReplicasRunEachPipelineAndReduceGradientsBetweenThem) {
   EXPECT_EQ(f["breakdown_s"]["communication_exposed"].get<double>(), 0.0);
 }
 
+TEST(Simulate, AStagedPlanReshardsBetweenStagesOfTheirOwnDataParallelGroups) {
+  // Stages of their own data-parallel degree, tensor-parallel degrees and batch shares
+  // (tests/data/plans/staged.yaml): every device is listed, the batch is the micro-batches', and
+  // the V100 stage's gradients cross nodes over Ethernet, so data-parallel time is exposed.
+  const CommandResult r =
+      run_hetsim({"simulate", "--model", "gpt3-1.3b", "--cluster", "mixed-a100-v100", "--plan",
+                  kPlans + "staged.yaml", "--json"},
+                 Capture::stdout_only);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  ASSERT_EQ(j["devices"].size(), 12u);
+  const double t = j["iteration_time_s"];
+  EXPECT_NEAR(j["throughput_samples_per_s"].get<double>(), 64 / t, 1e-9 * 64 / t);
+  EXPECT_EQ(j["oom"], false);
+  EXPECT_GT(j["breakdown_s"]["communication_exposed"].get<double>(), 0.0);
+  const CommandResult free =
+      run_hetsim({"simulate", "--model", "gpt3-1.3b", "--cluster", "mixed-a100-v100", "--plan",
+                  kPlans + "staged.yaml", "--json", "--free-communication"},
+                 Capture::stdout_only);
+  ASSERT_EQ(free.exit_code, 0) << free.output;
+  EXPECT_LT(nlohmann::json::parse(free.output)["iteration_time_s"].get<double>(), t);
+}
+
 TEST(Simulate, TraceFileParsesAndTheSummarySaysWhereItWent) {
   const std::string path = ::testing::TempDir() + "hetsim-trace.json";
   const CommandResult r =
