@@ -11,24 +11,37 @@
 // (M - 1) x the slowest stage + the sum of the stages + the data-parallel all-reduce over the
 // group's slowest link + the transfers between stages.
 //
-// Where hetsim's version differs: stages are equal groups of GPUs with one data and tensor
-// degree throughout (hetsim's plans cannot yet give each stage its own degrees, nor split a
-// mixed-type stage's batch unevenly: issue 12's plan shapes), so a stage's groups follow the type
-// order and a stage that mixes types runs at its slowest type's pace; the memory-driven step
-// from data to tensor parallelism is left to the planner (every tensor degree is proposed, data
-// parallel first, and the memory model drops what cannot fit); the layer balancer is exact (the
-// split that minimises the slowest stage, amp_partition with the micro-batch count's weight),
-// where Metis fills sub-layer units greedily and refines by swaps.
+// hetsim proposes two kinds of plan. Staged plans (workload::Plan::staged) are Metis's own
+// shape: stages of their own device-group sizes (powers of two near G / S), each with its own
+// data- and tensor-parallel degrees, a mixed-type stage's micro-batch split over its groups in
+// proportion to their speed (the data balancer, by largest remainder), and each stage's tensor
+// degree doubled, starting from pure data parallelism, on the stage nearest to running out of
+// memory until every group fits (the intra-stage step, with hetsim's memory model in place of
+// Metis's profiled memory x 5); they are ranked by Metis's cost model and its best few proposed.
+// Uniform plans (every stage one data and tensor degree, in the uniform form) are proposed
+// beside them for every degree, with the stages' types in order; there a stage that mixes types
+// runs at its slowest type's pace, and the memory model drops what cannot fit.
+//
+// Where hetsim's version differs: the layer balancer is exact (the split that minimises the
+// slowest stage, amp_partition with the micro-batch count's weight), where Metis fills sub-layer
+// units greedily and refines by swaps; a batch share is costed at its own size, not as the sum
+// of its binary pieces; staged plans are proposed on clusters of more than one GPU type only.
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <map>
+#include <memory>
 #include <optional>
+#include <tuple>
 
+#include "sim/core/error.h"
 #include "sim/policy/policy.h"
 #include "sim/workload/cost_model.h"
+#include "sim/workload/memory.h"
 #include "sim/workload/plan.h"
+#include "sim/workload/training_job.h"
 
 namespace hetsim::policy {
 
@@ -81,10 +94,266 @@ class Metis final : public Policy {
         }
       }
     } while (std::next_permutation(perm.begin(), perm.end()));
+    if (types.size() > 1) staged(r, types, of_type, precision, out);
     return out;
   }
 
  private:
+  // Kernel times per (tensor degree, samples, full recompute), as Metis profiles them.
+  class Profiles {
+   public:
+    Profiles(const Request& r, workload::Precision p) : r_(r), p_(p) {}
+    const LayerProfiler::Times& of(int tp, int64_t b, bool full, const config::GpuProfile& gpu) {
+      auto& slot = profilers_[{tp, b, full}];
+      if (!slot) slot = std::make_unique<LayerProfiler>(r_, p_, tp, b, full);
+      return slot->of(gpu);
+    }
+
+   private:
+    const Request& r_;
+    workload::Precision p_;
+    std::map<std::tuple<int, int64_t, bool>, std::unique_ptr<LayerProfiler>> profilers_;
+  };
+  struct Ranked {
+    double predicted = 0;
+    Proposal proposal;
+  };
+
+  // Staged proposals: Metis's best few by its own cost model (see the file's comment).
+  void staged(const Request& r, const std::vector<const config::GpuProfile*>& types,
+              const std::map<const config::GpuProfile*, std::vector<platform::GpuId>>& of_type,
+              workload::Precision precision, std::vector<Proposal>& out) const {
+    const platform::Cluster& c = *r.cluster;
+    const workload::ModelConfig& m = *r.model;
+    const auto G = static_cast<int>(c.gpu_count());
+    const std::vector<int> degrees = tensor_parallel_degrees(m, min_gpus_per_node(c));
+    const std::string sets = plan_set_lines(r.plan_sets);
+    Profiles profiles(r, precision);
+    // Metis's best by its prediction for each stage count, micro-batch and recompute (the
+    // layouts and type orders of one such choice differ little, and the planner's replay judges
+    // what Metis's model ranks): the first found first in ties.
+    std::map<std::tuple<int, int64_t, bool>, Ranked> best;
+    std::vector<size_t> perm(types.size());
+    for (size_t i = 0; i < perm.size(); ++i) perm[i] = i;
+    do {
+      std::vector<platform::GpuId> order;
+      std::string type_order;
+      for (size_t i : perm) {
+        const auto& gpus = of_type.at(types[i]);
+        order.insert(order.end(), gpus.begin(), gpus.end());
+        type_order += (type_order.empty() ? "" : " > ") + types[i]->name;
+      }
+      for (int S = 2; S <= std::min({G, m.layers, 16}); S *= 2) {
+        for (const std::vector<int>& sizes : stage_sizes(G, S)) {
+          for (int64_t mbt = 1; mbt <= std::min<int64_t>(r.global_batch, 64); mbt *= 2) {
+            if (r.global_batch % mbt != 0) continue;
+            for (const bool full : {false, true}) {
+              std::optional<Ranked> x =
+                  staged_candidate(r, order, type_order, sizes, mbt, full, degrees, sets, profiles);
+              if (!x) continue;
+              auto [it, fresh] = best.try_emplace({S, mbt, full}, *x);
+              if (!fresh && x->predicted < it->second.predicted) it->second = std::move(*x);
+            }
+          }
+        }
+      }
+    } while (std::next_permutation(perm.begin(), perm.end()));
+    for (auto& [key, x] : best) out.push_back(std::move(x.proposal));
+  }
+
+  // Stage sizes for S stages of G GPUs: powers of two from half to twice G / S, adding up to G
+  // (Metis's device groups; at most 32 layouts), and G / S each where that is whole but not a
+  // power of two.
+  static std::vector<std::vector<int>> stage_sizes(int G, int S) {
+    std::vector<std::vector<int>> out;
+    std::vector<int> cur;
+    const double even = static_cast<double>(G) / S;
+    std::function<void(int)> fill = [&](int left) {
+      if (out.size() >= 32) return;
+      if (static_cast<int>(cur.size()) == S) {
+        if (left == 0) out.push_back(cur);
+        return;
+      }
+      for (int p = 1; p <= left; p *= 2) {
+        if (p < even / 2 || p > 2 * even) continue;
+        cur.push_back(p);
+        fill(left - p);
+        cur.pop_back();
+      }
+    };
+    fill(G);
+    if (G % S == 0 && ((G / S) & (G / S - 1)) != 0) out.emplace_back(S, G / S);
+    return out;
+  }
+
+  // One staged plan: the stages' GPUs in `order` by `sizes`, micro-batches of `mbt` samples.
+  // Every stage starts at tensor degree 1; while a group does not fit, the stage nearest to its
+  // memory's end doubles its degree (Metis's intra-stage step). nullopt: no degree fits.
+  std::optional<Ranked> staged_candidate(const Request& r,
+                                         const std::vector<platform::GpuId>& order,
+                                         const std::string& type_order,
+                                         const std::vector<int>& sizes, int64_t mbt, bool full,
+                                         const std::vector<int>& degrees, const std::string& sets,
+                                         Profiles& profiles) const {
+    const platform::Cluster& c = *r.cluster;
+    const workload::ModelConfig& m = *r.model;
+    const auto S = static_cast<int>(sizes.size());
+    const int64_t M = r.global_batch / mbt;
+    std::vector<size_t> degree(static_cast<size_t>(S), 0);  // index into `degrees`
+    for (int attempt = 0; attempt < 4 * S; ++attempt) {
+      // Each stage's groups (tensor-parallel groups inside one node), their GPU type and share.
+      std::vector<std::vector<std::vector<platform::GpuId>>> groups(static_cast<size_t>(S));
+      std::vector<std::vector<int64_t>> shares(static_cast<size_t>(S));
+      std::vector<std::vector<double>> cost(static_cast<size_t>(S),
+                                            std::vector<double>(static_cast<size_t>(m.layers)));
+      std::vector<double> fixed(static_cast<size_t>(S), 0.0);
+      size_t first = 0;
+      for (int s = 0; s < S; ++s) {
+        const int tp = degrees[degree[static_cast<size_t>(s)]];
+        const auto size = static_cast<size_t>(sizes[static_cast<size_t>(s)]);
+        if (size % static_cast<size_t>(tp) != 0) return std::nullopt;
+        auto& gs = groups[static_cast<size_t>(s)];
+        for (size_t a = first; a < first + size; a += static_cast<size_t>(tp)) {
+          gs.emplace_back(order.begin() + static_cast<long>(a),
+                          order.begin() + static_cast<long>(a) + tp);
+          for (platform::GpuId g : gs.back()) {
+            if (c.gpu(g).node != c.gpu(gs.back().front()).node) return std::nullopt;
+          }
+        }
+        first += size;
+        if (static_cast<int64_t>(gs.size()) > mbt) return std::nullopt;  // a sample each at least
+        // The data balancer: shares in proportion to each group's speed at one sample.
+        std::vector<double> speed;
+        double sum = 0;
+        for (const auto& g : gs) {
+          speed.push_back(1 / profiles.of(tp, 1, full, *c.gpu(g.front()).profile).layer);
+          sum += speed.back();
+        }
+        std::vector<double> exact;
+        for (double v : speed) exact.push_back(static_cast<double>(mbt) * v / sum);
+        shares[static_cast<size_t>(s)] = whole_shares(mbt, exact);
+        // The stage runs at its slowest group's pace.
+        double layer = 0, embedding = 0, head = 0;
+        for (size_t j = 0; j < gs.size(); ++j) {
+          const LayerProfiler::Times& t = profiles.of(tp, shares[static_cast<size_t>(s)][j], full,
+                                                      *c.gpu(gs[j].front()).profile);
+          layer = std::max(layer, t.layer);
+          embedding = std::max(embedding, t.embedding);
+          head = std::max(head, t.head);
+        }
+        std::fill(cost[static_cast<size_t>(s)].begin(), cost[static_cast<size_t>(s)].end(), layer);
+        if (s == 0) fixed[0] += embedding;
+        if (s == S - 1) fixed[static_cast<size_t>(s)] += head;
+      }
+      const std::vector<int> layers = amp_partition(cost, fixed, M);
+      if (layers.empty()) return std::nullopt;
+      // The plan, and whether every group fits.
+      std::string label_stages, yaml;
+      for (int s = 0; s < S; ++s) {
+        const auto& gs = groups[static_cast<size_t>(s)];
+        const int tp = degrees[degree[static_cast<size_t>(s)]];
+        std::string share_text;  // "3*12,7*4": 12 groups of 3 samples, then 4 of 7
+        const auto& sh = shares[static_cast<size_t>(s)];
+        yaml += fmt::format("  - layers: {}\n    groups:\n", layers[static_cast<size_t>(s)]);
+        for (size_t j = 0, run = 1; j < gs.size(); ++j, ++run) {
+          yaml += fmt::format("      - {{devices: \"{}\", batch: {}}}\n", ranges(gs[j]), sh[j]);
+          if (j + 1 < gs.size() && sh[j + 1] == sh[j]) continue;
+          share_text += fmt::format("{}{}", share_text.empty() ? "" : ",", sh[j]);
+          if (run > 1) share_text += fmt::format("*{}", run);
+          run = 0;
+        }
+        label_stages +=
+            fmt::format("{}{} x tp {} [{}]", s == 0 ? "" : " | ", gs.size(), tp, share_text);
+      }
+      std::string split;
+      for (int l : layers) split += (split.empty() ? "" : "/") + std::to_string(l);
+      const char* recompute = full ? "full" : "none";
+      std::string plan = fmt::format(
+          "micro_batch_size: {}\nglobal_batch_size: {}\nsequence_length: {}\nrecompute: {}\n"
+          "sequence_parallel: true\nzero_stage: 0\n",
+          mbt, r.global_batch, r.sequence, recompute);
+      if (!r.framework.empty()) plan += "framework: " + r.framework + "\n";
+      plan += "stages:\n" + yaml;
+      int worst = -1;
+      double worst_fill = 0;
+      try {
+        const workload::Plan p = workload::load_plan_text(plan + sets, "metis", m, c);
+        const workload::TrainingJob skeleton = workload::skeleton_job(m, p, c);
+        const std::vector<workload::DeviceMemory> memory = workload::memory_per_group(skeleton);
+        for (size_t g = 0; g < memory.size(); ++g) {
+          const double fill = memory[g].peak / memory[g].capacity;
+          if (memory[g].oom() && fill > worst_fill) {
+            worst_fill = fill;
+            worst = static_cast<int>(skeleton.groups[g].stage);
+          }
+        }
+      } catch (const InputError&) {
+        return std::nullopt;
+      }
+      if (worst >= 0) {
+        if (degree[static_cast<size_t>(worst)] + 1 >= degrees.size()) return std::nullopt;
+        ++degree[static_cast<size_t>(worst)];
+        continue;
+      }
+      // Metis's prediction: (M - 1) x the slowest stage + the sum of the stages + the largest
+      // stage all-reduce over its group's slowest link + the transfers between stages.
+      const double e = workload::element_bytes(precision_of(r));
+      double slowest = 0, sum = 0, allreduce = 0, transfers = 0;
+      for (int s = 0, at = 0; s < S; ++s) {
+        double t = fixed[static_cast<size_t>(s)];
+        for (int l = at; l < at + layers[static_cast<size_t>(s)]; ++l)
+          t += cost[static_cast<size_t>(s)][static_cast<size_t>(l)];
+        slowest = std::max(slowest, t);
+        sum += t;
+        const auto& gs = groups[static_cast<size_t>(s)];
+        const int tp = degrees[degree[static_cast<size_t>(s)]];
+        const double dp = static_cast<double>(gs.size());
+        if (gs.size() > 1) {
+          double bw = std::numeric_limits<double>::infinity();
+          for (size_t j = 0; j + 1 < gs.size(); ++j)
+            bw = std::min(bw, c.route_capacity(c.route(gs[j].front(), gs[j + 1].front())));
+          const double params =
+              static_cast<double>(m.layer_params()) * layers[static_cast<size_t>(s)] / tp +
+              (s == 0 ? static_cast<double>(m.embedding_params()) / tp : 0.0);
+          allreduce = std::max(allreduce, 2.0 * (dp - 1) / dp * e * params / bw);
+        }
+        if (s + 1 < S) {
+          transfers += e * static_cast<double>(mbt) * r.sequence * m.hidden /
+                       c.route_capacity(c.route(
+                           gs.back().front(), groups[static_cast<size_t>(s) + 1].front().front()));
+        }
+        at += layers[static_cast<size_t>(s)];
+      }
+      Ranked out;
+      out.predicted = static_cast<double>(M - 1) * slowest + sum + allreduce + transfers;
+      out.proposal.policy = name();
+      out.proposal.label = fmt::format(
+          "{}: staged, {} stages ({}), micro-batches {} x {}, layers {}, recompute {} (Metis "
+          "predicts {:.4g} s)",
+          type_order, S, label_stages, M, mbt, split, recompute, out.predicted);
+      out.proposal.plan = fmt::format("# {} policy: {}\n", name(), out.proposal.label) + plan;
+      return out;
+    }
+    return std::nullopt;
+  }
+
+  static workload::Precision precision_of(const Request& r) {
+    return cluster_precision(*r.cluster);
+  }
+
+  // "0-3,8" for a list of GPU ids.
+  static std::string ranges(const std::vector<platform::GpuId>& ids) {
+    std::string out;
+    for (size_t i = 0; i < ids.size();) {
+      size_t j = i;
+      while (j + 1 < ids.size() && ids[j + 1] == ids[j] + 1) ++j;
+      out += fmt::format("{}{}", out.empty() ? "" : ",", ids[i]);
+      if (j > i) out += fmt::format("-{}", ids[j]);
+      i = j + 1;
+    }
+    return out;
+  }
+
   std::optional<Proposal> candidate(const Request& r, const std::vector<platform::GpuId>& order,
                                     const std::string& type_order, workload::Precision precision,
                                     int S, int tp, int dp, int64_t mb,

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -257,6 +258,50 @@ TEST(Policies, MetisOrdersTheGpuTypesAndGivesTheFasterStageMoreLayers) {
   }
   EXPECT_GT(a100_first, 0u);
   EXPECT_GT(v100_first, 0u);
+}
+
+TEST(Policies, MetisStagedPlansGiveEachStageItsOwnDegreesAndSplitMixedStagesBySpeed) {
+  // GPT-3 13B on 16 A100 80GB and 16 V100 32GB: Metis's staged proposals (each stage its own
+  // groups) start every stage at pure data parallelism and double a stage's tensor degree while
+  // its groups do not fit; a stage that mixes the types gives each A100 group at least the
+  // samples of each V100 group of its degree.
+  const workload::ModelConfig m = workload::load_model("gpt3-13b");
+  const platform::Cluster c(config::load_cluster("mixed-a100-v100", {}));
+  const workload::DatasheetCostModel cost;
+  Request r = request(m, c, 64);
+  r.cost = &cost;
+  size_t staged = 0, own_degrees = 0, mixed = 0;
+  for (const Proposal& p : metis_policy().propose(r)) {
+    const workload::Plan plan = workload::load_plan_text(p.plan, "metis", m, c);
+    if (!plan.staged()) continue;
+    SCOPED_TRACE(p.label);
+    ++staged;
+    // Every group fits: the intra-stage step stops there.
+    for (const workload::DeviceMemory& d :
+         workload::memory_per_group(workload::skeleton_job(m, plan, c)))
+      EXPECT_FALSE(d.oom());
+    std::set<std::pair<size_t, int>> shapes;  // (groups, tensor degree) per stage
+    for (const workload::DataParallelStage& ds : plan.dp_stages) {
+      shapes.insert({ds.groups.size(), ds.groups.front().tensor_parallel()});
+      int64_t a100 = 0, v100 = std::numeric_limits<int64_t>::max();
+      for (size_t j = 0; j < ds.groups.size(); ++j) {
+        const bool fast = c.gpu(ds.groups[j].devices.front()).profile->name.rfind("a100", 0) == 0;
+        if (fast) {
+          a100 = std::max(a100, ds.batch[j]);
+        } else {
+          v100 = std::min(v100, ds.batch[j]);
+        }
+      }
+      if (a100 > 0 && v100 != std::numeric_limits<int64_t>::max()) {
+        ++mixed;
+        EXPECT_GE(a100, v100);
+      }
+    }
+    if (shapes.size() > 1) ++own_degrees;
+  }
+  EXPECT_GT(staged, 0u);
+  EXPECT_GT(own_degrees, 0u);
+  EXPECT_GT(mixed, 0u);
 }
 
 TEST(Policies, HetPipeVirtualWorkersByNodeAndByEqualMix) {
