@@ -399,9 +399,9 @@ Estimator::Piece Estimator::piece(const std::vector<workload::Step>& steps,
 }
 
 const Estimator::Pieces& Estimator::pieces(const Plan& plan, const config::GpuProfile& gpu,
-                                           const Groups& tp) {
+                                           const Groups& tp, int64_t batch) {
   const int t = static_cast<int>(tp.ranks.front().size());
-  const workload::LayerShape shape = workload::stage_shape(plan, t);
+  const workload::LayerShape shape = workload::stage_shape(plan, t, batch);
   auto [it, fresh] = pieces_.try_emplace(
       {&gpu, shape.micro_batch, shape.sequence, shape.sequence_parallel, shape.flash_attention,
        static_cast<int>(shape.precision), tp.key, shape.context_parallel, shape.expert_parallel,
@@ -432,15 +432,220 @@ const Estimator::Pieces& Estimator::stage_pieces(const Plan& plan, const config:
 }
 
 Estimate Estimator::staged(const Plan& plan) {
-  const workload::TrainingJob job = workload::build_training_job(model_, plan, cluster_, cost_);
-  const workload::ReplayResult r = workload::replay(job);
+  const int S = plan.stages();
+  const int m = plan.micro_batches_of(0);
+  const workload::Framework& fw = plan.framework;
+  const double e = workload::element_bytes(plan.precision);
+  const double grad_bytes = plan.fp32_main_grads ? 4 : e;
+  const double per_pass = fw.host_per_pass.seconds();
+  const double whole = workload::boundary_activation_bytes(model_, plan);
+  const double mb = static_cast<double>(plan.micro_batch_size);
+  const int64_t layer_params = model_.layer_params();
+  const auto n = static_cast<size_t>(S);
+  std::vector<double> fwd(n, 0.0), bwd(n, 0.0), w(n, 0.0), hop(n, 0.0), layer_backward(n, 0.0),
+      optimizer(n, 0.0);
   Estimate out;
-  out.iteration_s = r.iteration.seconds();
-  for (const workload::GroupTimes& g : r.groups) {
-    out.compute_s = std::max(out.compute_s, g.compute.seconds());
-    out.dp_exposed_s = std::max(out.dp_exposed_s, g.dp_wait.seconds());
+  // The transfers from each stage to the next: every pair of peers' slices at once, sharing
+  // the links they cross (a group sends to several peers, several groups to one). Each
+  // boundary's slices (ends and bytes) are hashed first and estimated once.
+  for (int s = 0; s + 1 < S; ++s) {
+    const workload::DataParallelStage& a = plan.dp_stages[static_cast<size_t>(s)];
+    const workload::DataParallelStage& b = plan.dp_stages[static_cast<size_t>(s) + 1];
+    // Calls f(from, to, bytes) for every slice of the boundary.
+    auto slices = [&](auto&& f) {
+      int64_t from_a = 0;
+      for (size_t j = 0; j < a.groups.size(); ++j) {
+        int64_t from_b = 0;
+        for (size_t k = 0; k < b.groups.size(); ++k) {
+          const int64_t shared =
+              std::min(from_a + a.batch[j], from_b + b.batch[k]) - std::max(from_a, from_b);
+          from_b += b.batch[k];
+          if (shared <= 0) continue;
+          const auto& da = a.groups[j].devices;
+          const auto& db = b.groups[k].devices;
+          const size_t n = std::max(da.size(), db.size());
+          const double bytes = whole * static_cast<double>(shared) / mb / static_cast<double>(n);
+          for (size_t q = 0; q < n; ++q) f(da[q % da.size()], db[q % db.size()], bytes);
+        }
+        from_a += a.batch[j];
+      }
+    };
+    Hash h;
+    slices([&](platform::GpuId x, platform::GpuId y, double bytes) {
+      h.add(x);
+      h.add(y);
+      h.add(bits_of(bytes));
+    });
+    auto [it, fresh] = hops_.try_emplace(std::tuple<uint64_t, double>{h.h, -1.0}, 0.0);
+    if (fresh) {
+      network::CollectivePlan all;
+      slices([&](platform::GpuId x, platform::GpuId y, double bytes) {
+        const auto route = cluster_.route(x, y);
+        network::PlanStep step;
+        for (platform::LinkId l : route) step.links.push_back({l, 1});
+        network::merge_links(step.links);
+        step.bytes = bytes;
+        step.latency = network::step_latency(network::Algorithm::direct, network::Protocol::simple,
+                                             cluster_.route_kind(route)) +
+                       cluster_.route_latency(route);
+        all.steps.push_back(std::move(step));
+      });
+      it->second = network::estimate_seconds(cluster_, all);
+    }
+    hop[static_cast<size_t>(s)] = it->second;
   }
-  out.pipeline_s = out.iteration_s - out.dp_exposed_s;
+  // Each stage: its slowest group's passes.
+  for (int s = 0; s < S; ++s) {
+    const auto si = static_cast<size_t>(s);
+    const workload::DataParallelStage& ds = plan.dp_stages[si];
+    for (size_t j = 0; j < ds.groups.size(); ++j) {
+      const StagePlan& st = ds.groups[j];
+      const config::GpuProfile& gpu = *cluster_.gpu(st.devices.front()).profile;
+      const Groups tp = groups({st.devices});
+      const Pieces& ps = pieces(plan, gpu, tp, ds.batch[j]);
+      const double pipe_gather =
+          workload::gathers_pipeline_slices(plan, st.tensor_parallel())
+              ? collectives_s(CommKind::allgather, whole * static_cast<double>(ds.batch[j]) / mb,
+                              tp)
+              : 0.0;
+      const double rc = plan.recompute == workload::Recompute::full        ? ps.layer_f.total()
+                        : plan.recompute == workload::Recompute::selective ? ps.recompute.total()
+                                                                           : 0.0;
+      const double rc_kernels = plan.recompute == workload::Recompute::full ? ps.layer_f.kernels_s
+                                : plan.recompute == workload::Recompute::selective
+                                    ? ps.recompute.kernels_s
+                                    : 0.0;
+      double f = per_pass + st.layers * ps.layer_f.total();
+      double b = per_pass + st.layers * (ps.layer_b.total() + rc);
+      double kernels = st.layers * (ps.layer_f.kernels_s + ps.layer_b.kernels_s + rc_kernels);
+      if (s == 0) {
+        f += ps.embedding_f.total();
+        b += ps.embedding_b.total();
+        kernels += ps.embedding_f.kernels_s + ps.embedding_b.kernels_s;
+      }
+      if (s == S - 1) {
+        f += ps.head_f.total();
+        b += ps.head_b.total();
+        kernels += ps.head_f.kernels_s + ps.head_b.kernels_s;
+      }
+      if (s > 0) f += fw.pipeline_gathers_forward * pipe_gather;
+      if (s < S - 1) b += fw.pipeline_gathers_backward * pipe_gather;
+      if (fw.blocking_p2p) {
+        if (s < S - 1) f += hop[si];
+        if (s > 0) b += hop[si - 1];
+      }
+      const double opt =
+          optimizer_s(gpu, workload::group_params(model_, st, s, S), plan.precision, fw);
+      optimizer[si] = std::max(optimizer[si], opt);
+      out.compute_s = std::max(out.compute_s, m * kernels + opt);
+      fwd[si] = std::max(fwd[si], f);
+      bwd[si] = std::max(bwd[si], b);
+      layer_backward[si] = std::max(layer_backward[si], ps.layer_b.total() + rc);
+    }
+    w[si] = fwd[si] + bwd[si];
+  }
+  // The pipeline, as for one replica of a uniform plan.
+  double slowest = *std::max_element(w.begin(), w.end());
+  for (int s = 0; s + 1 < S; ++s)
+    slowest = std::max(slowest, (w[static_cast<size_t>(s)] + w[static_cast<size_t>(s) + 1]) / 2 +
+                                    hop[static_cast<size_t>(s)]);
+  double sum = 0, hops = 0;
+  for (int s = 0; s < S; ++s) sum += w[static_cast<size_t>(s)];
+  for (int s = 0; s + 1 < S; ++s) hops += 2 * hop[static_cast<size_t>(s)];
+  double pipeline;
+  if (plan.schedule == workload::Schedule::gpipe) {
+    pipeline = sum +
+               (m - 1) * (*std::max_element(fwd.begin(), fwd.end()) +
+                          *std::max_element(bwd.begin(), bwd.end())) +
+               hops;
+  } else {
+    pipeline = (m - 1.0) * slowest + sum + hops;
+  }
+  out.pipeline_s = pipeline;
+  std::vector<double> end(n, 0.0);
+  double before = 0;
+  for (int s = 0; s < S; ++s) {
+    end[static_cast<size_t>(s)] = pipeline - before;
+    before += bwd[static_cast<size_t>(s)] + hop[static_cast<size_t>(s)];
+  }
+  // The holders of a set of groups' shards: shard p on rank p x t / shards of each group.
+  auto holders = [&](const std::vector<const StagePlan*>& gs) {
+    int shards = 1;
+    for (const StagePlan* g : gs) shards = std::lcm(shards, g->tensor_parallel());
+    std::vector<std::vector<platform::GpuId>> ranks(static_cast<size_t>(shards));
+    for (int p = 0; p < shards; ++p) {
+      for (const StagePlan* g : gs)
+        ranks[static_cast<size_t>(p)].push_back(
+            g->devices[static_cast<size_t>(p) * g->devices.size() / static_cast<size_t>(shards)]);
+    }
+    return std::make_pair(shards, groups(std::move(ranks)));
+  };
+  // The tied embedding: one all-reduce among both end stages' groups once both are done.
+  const workload::TiedReduction tied = fw.tied_embedding_reduction;
+  const bool staged_tied = model_.tied_embeddings && S > 1 && tied != workload::TiedReduction::none;
+  const double word = static_cast<double>(model_.vocab) * model_.hidden;
+  double ready_front = end.front(), ready_back = end.back();
+  if (staged_tied) {
+    std::vector<const StagePlan*> ends;
+    for (const StagePlan& g : plan.dp_stages.front().groups) ends.push_back(&g);
+    for (const StagePlan& g : plan.dp_stages.back().groups) ends.push_back(&g);
+    const auto [shards, peers] = holders(ends);
+    const double bytes = (tied == workload::TiedReduction::main_grads ? grad_bytes : e) * word;
+    const double both = std::max(end.front(), end.back()) +
+                        collectives_s(CommKind::allreduce, bytes / shards, peers);
+    ready_front = both;
+    ready_back = both;
+  }
+  const bool overlapped = plan.gradient_reduction == workload::GradReduction::overlapped;
+  double iteration = 0;
+  for (int s = 0; s < S; ++s) {
+    const auto si = static_cast<size_t>(s);
+    const workload::DataParallelStage& ds = plan.dp_stages[si];
+    const double ready = s == 0 ? ready_front : s == S - 1 ? ready_back : end[si];
+    double finish = ready;
+    if (ds.groups.size() > 1) {
+      std::vector<const StagePlan*> gs;
+      int narrowest = ds.groups.front().tensor_parallel();
+      for (const StagePlan& g : ds.groups) {
+        gs.push_back(&g);
+        narrowest = std::min(narrowest, g.tensor_parallel());
+      }
+      const auto [shards, peers] = holders(gs);
+      // Buckets of whole layers' gradients, cut by the narrowest group's bytes per rank, each
+      // reduced in shards; the last takes the embedding and the head.
+      const double layer_grad = grad_bytes * static_cast<double>(layer_params);
+      const double extra =
+          grad_bytes *
+          ((s == 0 ? static_cast<double>(model_.embedding_params()) - (staged_tied ? word : 0.0)
+                   : 0.0) +
+           (s == S - 1 ? static_cast<double>(model_.output_params()) : 0.0));
+      double stream = overlapped ? end[si] - bwd[si] : finish;
+      double bucket = 0;
+      int layers_done = 0, in_bucket = 0;
+      for (int l = 0; l < ds.layers; ++l) {
+        bucket += layer_grad;
+        ++in_bucket;
+        if (bucket >= plan.bucket_bytes * narrowest) {
+          layers_done += in_bucket;
+          in_bucket = 0;
+          const double issue =
+              overlapped ? end[si] - bwd[si] + layers_done * layer_backward[si] : stream;
+          stream =
+              std::max(stream, issue) + collectives_s(CommKind::allreduce, bucket / shards, peers);
+          bucket = 0;
+        }
+      }
+      bucket += extra;
+      if (bucket > 0)
+        stream =
+            std::max(stream, finish) + collectives_s(CommKind::allreduce, bucket / shards, peers);
+      finish = std::max(finish, stream);
+      out.dp_exposed_s = std::max(out.dp_exposed_s, finish - ready);
+    }
+    finish += fw.host_per_step.seconds() + optimizer[si];
+    iteration = std::max(iteration, finish);
+  }
+  out.iteration_s = iteration;
   return out;
 }
 

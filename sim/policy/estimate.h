@@ -11,8 +11,7 @@
 // What it leaves out, and so where it differs from the replay: contention between different
 // kinds of traffic (pipeline transfers beside gradient buckets), the exact order of interleaved
 // chunks, and the waits a heterogeneous pipeline's slower stages cause beyond its slowest stage.
-// tests/unit/estimate_test.cpp bounds the difference over hundreds of plans. Staged plans (each
-// stage its own data-parallel groups, Metis) are replayed instead: their estimate is the replay.
+// tests/unit/estimate_test.cpp bounds the difference over hundreds of plans.
 //
 // An Estimator caches kernel pieces and collective times by shape, so it is cheap after the
 // first plans of a search; the caches make it single-threaded (one per thread). Replicas spelled
@@ -117,11 +116,14 @@ class Estimator {
   // Replicas whose stages differ (Plan::asymmetric): each replica's pipeline on its own, then
   // each layer segment's gradient buckets among the stages that hold it.
   Estimate asymmetric(const workload::Plan& plan);
-  // A staged plan (Plan::staged): replayed, not estimated; there is no closed form yet for its
-  // re-sharded transfers and the stages' uneven groups.
+  // A staged plan (Plan::staged): one pipeline whose stage takes its slowest group's time, the
+  // re-sharded transfers between stages as the slowest pair of peers, and each stage's gradient
+  // buckets over its own groups (in lcm shards over their tensor-parallel degrees).
   Estimate staged(const workload::Plan& plan);
   Groups groups(std::vector<std::vector<platform::GpuId>> ranks) const;
-  const Pieces& pieces(const workload::Plan& plan, const config::GpuProfile& gpu, const Groups& tp);
+  // `batch`: samples a micro-batch (0: the plan's micro_batch_size; a staged plan's group share).
+  const Pieces& pieces(const workload::Plan& plan, const config::GpuProfile& gpu, const Groups& tp,
+                       int64_t batch = 0);
   // pieces(), remembered for the plan being estimated (its stages share a few GPU types and
   // groups).
   const Pieces& stage_pieces(const workload::Plan& plan, const config::GpuProfile& gpu,
