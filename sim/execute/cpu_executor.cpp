@@ -47,12 +47,6 @@ void check_cpu_job(const workload::TrainingJob& job, int ranks) {
         "on a grid plan: grid: {{rows, columns}}, split: gholami)",
         job.model->name, "execute"));
   }
-  if (plan.staged()) {
-    throw InputError("plan " + plan.source +
-                     ": stages: a staged plan (each stage its own data-parallel groups, the "
-                     "activations re-sharded between them) is replayed by hetsim simulate; "
-                     "execute does not run its re-sharded transfers");
-  }
   if (plan.precision != workload::Precision::fp32) {
     throw InputError("plan " + plan.source +
                      ": precision: the CPU backend runs fp32 kernels "
@@ -251,7 +245,9 @@ class Rank {
         }
       }
     }
-    const uint32_t replicas = static_cast<uint32_t>(job.plan->replicas.size());
+    // The tied embedding's first-last pairs (a staged plan reduces it as a data-parallel
+    // collective among both ends' groups instead).
+    const uint32_t replicas = job.staged() ? 0 : static_cast<uint32_t>(job.plan->replicas.size());
     for (uint32_t r = 0; r < replicas; ++r) {
       const uint32_t stages = job.stages_of(r);
       if (stages < 2) continue;
@@ -268,12 +264,33 @@ class Rank {
     if (g_ < 0) return;
     const Group& grp = job.groups[g_];
     kernels_ = std::make_unique<Kernels>(grp);
-    const uint32_t mbs = job.plan->replicas[grp.replica].micro_batches;
+    const uint32_t mbs = grp.micro_batches;
     // Every transfer of the program, its peers and slices (as the replay's send()).
     for (const Task& t : grp.program) {
       if (t.kind != TaskKind::send && t.kind != TaskKind::recv) continue;
       const bool backward = t.pass == workload::Pass::backward;
       const bool send = t.kind == TaskKind::send;
+      if (job.staged()) {
+        // A staged plan: to (from) every group of the next stage or the one before that shares
+        // samples with this one, its share in slices; tagged by the receiver's key.
+        const bool downstream = send ? !backward : backward;
+        const auto& peers = downstream ? job.next_peers[g_] : job.prev_peers[g_];
+        const int tag = static_cast<int>(uint32_t{backward} * mbs + t.micro_batch);
+        std::vector<Transfer> list;
+        for (const workload::TrainingJob::Peer& q : peers) {
+          const auto& mine = grp.devices;
+          const auto& theirs = job.groups[q.group].devices;
+          const size_t n = std::max(mine.size(), theirs.size());
+          for (size_t j = 0; j < n; ++j) {
+            if (j % mine.size() != j_) continue;
+            const int count = std::max(2, floats(job.activation_bytes_per_transfer * q.share / n));
+            list.push_back(Transfer{static_cast<int>(theirs[j % theirs.size()]), tag, count,
+                                    q.group, std::vector<float>(count, 0.0f)});
+          }
+        }
+        transfers_.push_back(std::move(list));
+        continue;
+      }
       // The sender's stage and chunk: a receive gets what the neighbour sent.
       const uint32_t stages = job.stages_of(grp.replica);
       uint32_t stage = grp.stage, chunk = t.chunk;

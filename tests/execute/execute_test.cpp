@@ -233,6 +233,28 @@ TEST_F(Execute, ReplicasAtDifferentTensorParallelDegreesReduceTheirGradientsInSh
   EXPECT_LT(std::abs(std::log1p(j["replayed_error"].get<double>())), std::log(2.0)) << j.dump(2);
 }
 
+// A staged plan: two groups on the first stage, one on the second. Each micro-batch's halves
+// fan in to rank 2 and their gradients fan back out; stage 0 reduces its gradients between ranks
+// 0 and 1. The run must finish with the pipeline and data-parallel waits measured where the
+// replay predicts them, and the replay with the measured compute within a factor of 2.
+TEST_F(Execute, AStagedPlanReshardsBetweenItsStages) {
+  const CommandResult r =
+      shell("mpirun --allow-run-as-root --oversubscribe -np 3 " + shell_quote(HETSIM_BINARY) +
+            " execute --model " + shell_quote(kModel) + " --cluster " +
+            shell_quote(kData + "cpu-host-4.yaml") + " --plan " +
+            shell_quote(kData + "staged.yaml") + " --calibration " + shell_quote(*db_) +
+            " --iterations 4 --warmup 1 --timeout 120 --json 2>/dev/null");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.output;
+  print(j, "staged");
+  EXPECT_EQ(j["ranks"], 3);
+  EXPECT_GT(kind(j, "pipeline wait", "predicted_s"), 0);
+  EXPECT_GT(kind(j, "pipeline wait", "measured_s"), 0);
+  EXPECT_GT(kind(j, "data-parallel wait", "predicted_s"), 0);
+  EXPECT_LT(std::abs(std::log1p(j["replayed_error"].get<double>())), std::log(2.0)) << j.dump(2);
+}
+
 // Expert and context parallelism across the two ranks: the collectives run over the peers in
 // the other replica. Their waits on a shared two-core machine are mostly the other rank's
 // compute jitter, so the calibrated prediction is printed, not held; the run must finish, the
