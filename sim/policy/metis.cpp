@@ -109,10 +109,32 @@ class Metis final : public Policy {
       return slot->of(gpu);
     }
 
+    // A staged plan with every key but its stages (one placeholder stage), loaded once per
+    // micro-batch and recompute: the candidates' memory is checked on copies of it, their
+    // stages filled in, without parsing each one.
+    const workload::Plan& base(int64_t mbt, bool full, const std::string& sets) {
+      auto& slot = bases_[{mbt, full}];
+      if (!slot) {
+        const workload::ModelConfig& m = *r_.model;
+        std::string text = fmt::format(
+            "micro_batch_size: {}\nglobal_batch_size: {}\nsequence_length: {}\nrecompute: {}\n"
+            "sequence_parallel: true\nzero_stage: 0\n",
+            mbt, r_.global_batch, r_.sequence, full ? "full" : "none");
+        if (!r_.framework.empty()) text += "framework: " + r_.framework + "\n";
+        text += fmt::format("stages:\n  - {{layers: {}, devices: [0]}}\n", m.layers);
+        slot = std::make_unique<workload::Plan>(
+            workload::load_plan_text(text + sets, "metis", m, *r_.cluster));
+        // The whole cluster's precision, not GPU 0's (a staged plan uses every GPU).
+        if (slot->precision_defaulted) slot->precision = p_;
+      }
+      return *slot;
+    }
+
    private:
     const Request& r_;
     workload::Precision p_;
     std::map<std::tuple<int, int64_t, bool>, std::unique_ptr<LayerProfiler>> profilers_;
+    std::map<std::pair<int64_t, bool>, std::unique_ptr<workload::Plan>> bases_;
   };
   struct Ranked {
     double predicted = 0;
@@ -247,7 +269,48 @@ class Metis final : public Policy {
       }
       const std::vector<int> layers = amp_partition(cost, fixed, M);
       if (layers.empty()) return std::nullopt;
-      // The plan, and whether every group fits.
+      // Whether every group fits; if not, the stage nearest its memory's end doubles its degree.
+      int worst = -1;
+      try {
+        workload::Plan p = profiles.base(mbt, full, sets);
+        p.replicas.assign(1, workload::ReplicaPlan{});
+        p.replicas[0].micro_batches = static_cast<int>(M);
+        p.dp_stages.clear();
+        for (int s = 0, at = 0; s < S; ++s) {
+          workload::DataParallelStage ds;
+          ds.first_layer = at;
+          ds.layers = layers[static_cast<size_t>(s)];
+          for (const auto& g : groups[static_cast<size_t>(s)]) {
+            workload::StagePlan st;
+            st.first_layer = ds.first_layer;
+            st.layers = ds.layers;
+            st.devices = g;
+            ds.groups.push_back(std::move(st));
+          }
+          ds.batch = shares[static_cast<size_t>(s)];
+          p.replicas[0].stages.push_back(ds.groups.front());
+          p.dp_stages.push_back(std::move(ds));
+          at += layers[static_cast<size_t>(s)];
+        }
+        const workload::TrainingJob skeleton = workload::skeleton_job(m, p, c);
+        const std::vector<workload::DeviceMemory> memory = workload::memory_per_group(skeleton);
+        double worst_fill = 0;
+        for (size_t g = 0; g < memory.size(); ++g) {
+          const double fill = memory[g].peak / memory[g].capacity;
+          if (memory[g].oom() && fill > worst_fill) {
+            worst_fill = fill;
+            worst = static_cast<int>(skeleton.groups[g].stage);
+          }
+        }
+      } catch (const InputError&) {
+        return std::nullopt;
+      }
+      if (worst >= 0) {
+        if (degree[static_cast<size_t>(worst)] + 1 >= degrees.size()) return std::nullopt;
+        ++degree[static_cast<size_t>(worst)];
+        continue;
+      }
+      // The plan's text and label.
       std::string label_stages, yaml;
       for (int s = 0; s < S; ++s) {
         const auto& gs = groups[static_cast<size_t>(s)];
@@ -274,27 +337,6 @@ class Metis final : public Policy {
           mbt, r.global_batch, r.sequence, recompute);
       if (!r.framework.empty()) plan += "framework: " + r.framework + "\n";
       plan += "stages:\n" + yaml;
-      int worst = -1;
-      double worst_fill = 0;
-      try {
-        const workload::Plan p = workload::load_plan_text(plan + sets, "metis", m, c);
-        const workload::TrainingJob skeleton = workload::skeleton_job(m, p, c);
-        const std::vector<workload::DeviceMemory> memory = workload::memory_per_group(skeleton);
-        for (size_t g = 0; g < memory.size(); ++g) {
-          const double fill = memory[g].peak / memory[g].capacity;
-          if (memory[g].oom() && fill > worst_fill) {
-            worst_fill = fill;
-            worst = static_cast<int>(skeleton.groups[g].stage);
-          }
-        }
-      } catch (const InputError&) {
-        return std::nullopt;
-      }
-      if (worst >= 0) {
-        if (degree[static_cast<size_t>(worst)] + 1 >= degrees.size()) return std::nullopt;
-        ++degree[static_cast<size_t>(worst)];
-        continue;
-      }
       // Metis's prediction: (M - 1) x the slowest stage + the sum of the stages + the largest
       // stage all-reduce over its group's slowest link + the transfers between stages.
       const double e = workload::element_bytes(precision_of(r));
