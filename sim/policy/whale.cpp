@@ -8,18 +8,27 @@
 // plan format all-reduces gradients stage by stage, so the replicas' stages must match), for each
 // degree that divides the heads and the smallest node; micro-batch sizes and recompute as the
 // other policies. Shares are whole micro-batches (largest remainder, at least one each).
-// Where hetsim's version differs: Whale's memory-constrained greedy step (move load off a GPU
-// over its memory) has nothing to move here, since with gradient accumulation a replica's peak
-// memory does not grow with its share (one micro-batch in flight); plans that still do not fit
-// are dropped by the planner's memory check. Its pipeline-level balancing (layers by stage
-// capacity) needs plans with per-replica stage layouts: not proposed yet.
+// With pipelines (Whale's intra-TaskGraph balancing), the layers are shared over the stages in
+// proportion to each stage's capacity instead (the slowest replica's copy of the stage, as all
+// replicas run the same split), and then Whale's memory-constrained step: while a stage's GPUs
+// do not fit, a layer moves off the fullest of them to the stage with the most memory left.
+// Stages take node-aligned tensor-parallel groups in Megatron-LM's rank order (so on clusters
+// whose GPU types lie in id order, stages take the types in turn).
+//
+// Where hetsim's version differs: in pure data parallelism the memory step has nothing to move,
+// since with gradient accumulation a replica's peak memory does not grow with its share (one
+// micro-batch in flight); plans that still do not fit are dropped by the planner's memory check.
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 
+#include "sim/core/error.h"
 #include "sim/policy/policy.h"
 #include "sim/workload/cost_model.h"
+#include "sim/workload/memory.h"
 #include "sim/workload/plan.h"
+#include "sim/workload/training_job.h"
 
 namespace hetsim::policy {
 
@@ -67,7 +76,105 @@ class Whale final : public Policy {
         }
       }
     }
+    // Pipelines where the GPUs differ (on one type the split is even: megatron's plans).
+    if (gpu_types(c).size() > 1) pipelines(r, precision, out);
     return out;
+  }
+
+ private:
+  // Pipelines: layers by stage capacity, then moved off stages over their memory.
+  void pipelines(const Request& r, workload::Precision precision,
+                 std::vector<Proposal>& out) const {
+    const platform::Cluster& c = *r.cluster;
+    const workload::ModelConfig& m = *r.model;
+    const std::string sets = plan_set_lines(r.plan_sets);
+    for (int tp : tensor_parallel_degrees(m, min_gpus_per_node(c))) {
+      const auto groups = node_groups(c, tp);
+      const auto n = static_cast<int>(groups.size());
+      for (int S = 2; S <= std::min(n, m.layers); S *= 2) {
+        if (n % S != 0) continue;
+        const int R = n / S;
+        if (r.global_batch % R != 0) continue;
+        // Stage s of replica q: group s x R + q; a stage's capacity is its slowest copy's.
+        std::vector<double> capacity(static_cast<size_t>(S), 0.0);
+        std::vector<std::vector<std::vector<platform::GpuId>>> devices(static_cast<size_t>(R));
+        double sum = 0;
+        for (int s = 0; s < S; ++s) {
+          double least = 0;
+          for (int q = 0; q < R; ++q) {
+            const auto& g = groups[static_cast<size_t>(s * R + q)];
+            devices[static_cast<size_t>(q)].push_back(g);
+            double flops = 0;
+            for (platform::GpuId d : g) flops += workload::peak_flops(*c.gpu(d).profile, precision);
+            least = q == 0 ? flops : std::min(least, flops);
+          }
+          capacity[static_cast<size_t>(s)] = least;
+          sum += least;
+        }
+        std::vector<double> exact;
+        for (double f : capacity) exact.push_back(static_cast<double>(m.layers) * f / sum);
+        const std::vector<int64_t> by_capacity = whole_shares(m.layers, exact);
+        for (int64_t mb : micro_batch_sizes(r.global_batch / R)) {
+          const int64_t M = r.global_batch / R / mb;
+          for (const char* recompute : {"none", "full"}) {
+            std::vector<int> layers(by_capacity.begin(), by_capacity.end());
+            int moved = 0;
+            std::string plan;
+            for (;;) {
+              plan = pipelines_plan(r, "", mb, M, recompute, tp, layers, devices);
+              // The fullest stage over its memory, and the stage with the most memory left (a
+              // stage's fill and room are its fullest copy's).
+              int fullest = -1, roomiest = -1;
+              try {
+                const workload::Plan p = workload::load_plan_text(plan + sets, "whale", m, c);
+                const workload::TrainingJob job = workload::skeleton_job(m, p, c);
+                const std::vector<workload::DeviceMemory> mem = workload::memory_per_group(job);
+                std::vector<double> fill(static_cast<size_t>(S), 0.0);
+                std::vector<double> room(static_cast<size_t>(S),
+                                         std::numeric_limits<double>::infinity());
+                for (size_t g = 0; g < mem.size(); ++g) {
+                  const size_t st = job.groups[g].stage;
+                  fill[st] = std::max(fill[st], mem[g].peak / mem[g].capacity);
+                  room[st] = std::min(room[st], mem[g].capacity - mem[g].peak);
+                }
+                double worst = 1, most = 0;
+                for (int st = 0; st < S; ++st) {
+                  if (fill[static_cast<size_t>(st)] > worst) {
+                    worst = fill[static_cast<size_t>(st)];
+                    fullest = st;
+                  }
+                  if (room[static_cast<size_t>(st)] > most) {
+                    most = room[static_cast<size_t>(st)];
+                    roomiest = st;
+                  }
+                }
+              } catch (const InputError&) {
+                fullest = -2;
+              }
+              if (fullest == -2) break;
+              if (fullest < 0) break;  // every stage fits
+              if (roomiest < 0 || roomiest == fullest ||
+                  layers[static_cast<size_t>(fullest)] <= 1 || moved >= m.layers) {
+                break;  // nothing can move: the planner drops it
+              }
+              --layers[static_cast<size_t>(fullest)];
+              ++layers[static_cast<size_t>(roomiest)];
+              ++moved;
+            }
+            std::string split;
+            for (int l : layers) split += (split.empty() ? "" : "/") + std::to_string(l);
+            Proposal p;
+            p.policy = name();
+            p.label = fmt::format(
+                "pp {} x dp {} x tp {}, layers {} by FLOP/s{}, micro-batch {}, recompute {}", S, R,
+                tp, split, moved > 0 ? fmt::format(" ({} moved for memory)", moved) : "", mb,
+                recompute);
+            p.plan = fmt::format("# {} policy: {}\n", name(), p.label) + plan;
+            out.push_back(std::move(p));
+          }
+        }
+      }
+    }
   }
 };
 

@@ -3,6 +3,7 @@
 // the written plan replays to the predicted time, and impossible requests say why.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -77,6 +78,7 @@ TEST(Policies, WhaleSharesTheBatchInProportionToFlops) {
   size_t checked = 0;
   for (const Proposal& p : props) {
     const workload::Plan plan = workload::load_plan_text(p.plan, "whale", m, c);
+    if (plan.stages() > 1) continue;  // pipelines: WhaleSplitsPipelineLayersByFlops...
     double capacity = 0;
     int64_t total = 0;
     std::vector<double> cap;
@@ -233,6 +235,46 @@ TEST(Policies, AmpGivesTheSlowerGpusFewerLayers) {
     ++checked;
   }
   EXPECT_GT(checked, 0u);
+}
+
+TEST(Policies, WhaleSplitsPipelineLayersByFlopsThenMovesThemOffFullStages) {
+  // Two DGX A100 (312 TFLOP/s fp16) and four 4-GPU V100 PCIe nodes (112): with two stages, the
+  // A100s take stage 0 and 16 layers split 312 : 112, 11.77 : 4.23 -> 12 : 4.
+  const workload::ModelConfig m = gpt(16);
+  const platform::Cluster c(config::load_cluster("mixed-a100-v100", {}));
+  size_t two = 0;
+  for (const Proposal& p : whale_policy().propose(request(m, c, 64))) {
+    const workload::Plan plan = workload::load_plan_text(p.plan, "whale", m, c);
+    if (plan.stages() != 2) continue;
+    SCOPED_TRACE(p.label);
+    ++two;
+    const auto& st = plan.replicas.front().stages;
+    EXPECT_EQ(c.gpu(st[0].devices.front()).profile->name, "a100-sxm4-80gb");
+    EXPECT_EQ(c.gpu(st[1].devices.front()).profile->name, "v100-pcie-32gb");
+    EXPECT_EQ(st[0].layers, 12);
+    EXPECT_EQ(st[1].layers, 4);
+  }
+  EXPECT_GT(two, 0u);
+  // Llama 2 70B on 16 RTX 4090 (24 GB) and 16 A100 80GB: by FLOP/s the 4090 stages would hold
+  // more layers than fit, so layers move to the A100 stages until every stage fits.
+  const workload::ModelConfig big = workload::load_model("llama2-70b");
+  const platform::Cluster mixed(config::load_cluster("mixed-4090-a100", {}));
+  size_t moved = 0;
+  for (const Proposal& p : whale_policy().propose(request(big, mixed, 64))) {
+    if (p.label.find("moved for memory") == std::string::npos) continue;
+    SCOPED_TRACE(p.label);
+    const workload::Plan plan = workload::load_plan_text(p.plan, "whale", big, mixed);
+    const std::vector<workload::DeviceMemory> memory =
+        workload::memory_per_group(workload::skeleton_job(big, plan, mixed));
+    if (std::any_of(memory.begin(), memory.end(),
+                    [](const workload::DeviceMemory& d) { return d.oom(); }))
+      continue;  // nothing more could move: the planner drops it
+    ++moved;
+    // The A100 stages (the later ones) hold more layers than the 4090 stages.
+    const auto& st = plan.replicas.front().stages;
+    EXPECT_GT(st.back().layers, st.front().layers);
+  }
+  EXPECT_GT(moved, 0u);
 }
 
 TEST(Policies, MetisOrdersTheGpuTypesAndGivesTheFasterStageMoreLayers) {
