@@ -12,7 +12,8 @@ CASES = [
     ("4090-a100", "RTX 4090 + A100"),
     ("4090-a100-70b", "RTX 4090 + A100, memory-bound"),
 ]
-POLICIES = ["megatron", "zero", "whale", "cannikin", "amp", "metis", "hetpipe", "flashflex", "cephalo"]
+POLICIES = ["megatron", "zero", "whale", "cannikin", "amp", "metis", "hetpipe", "flashflex", "cephalo",
+            "search"]
 
 
 def main(folder):

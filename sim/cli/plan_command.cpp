@@ -35,7 +35,7 @@ void add_plan_command(CLI::App& app, Action& action) {
     int top = 5;
     long replay_limit = 0;
     std::vector<std::string> plan_sets;
-    bool json = false, quiet = false, replay_all = false;
+    bool no_search = false, json = false, quiet = false, replay_all = false;
     double progress_after_s = 2;
   };
   auto o = std::make_shared<Opts>();
@@ -73,6 +73,11 @@ void add_plan_command(CLI::App& app, Action& action) {
                   "Replay at most N plans, the best by the analytic estimate; list the rest by "
                   "their estimate (default 0: no limit)")
       ->check(CLI::Range(0L, 1L << 30));
+  cmd->add_flag("--no-search", o->no_search,
+                "Only the policies' proposals (default: also the plans a search reaches from the "
+                "best of them by one-step changes while the estimate improves: micro-batch, "
+                "recompute, ZeRO stage, schedule, a layer across a stage boundary, a batch share "
+                "between GPU types)");
   cmd->add_flag("--json", o->json, "Print JSON: the candidates best first, then the rejected");
   cmd->add_flag("--quiet", o->quiet, "No progress lines on standard error");
   cmd->add_option("--progress-after", o->progress_after_s,
@@ -103,6 +108,7 @@ void add_plan_command(CLI::App& app, Action& action) {
       sopt.prune = !o->replay_all;
       sopt.keep = static_cast<size_t>(o->top);
       sopt.replay_limit = static_cast<size_t>(o->replay_limit);
+      sopt.explore = !o->no_search;
       const policy::Search s =
           policy::search(req, chosen, cost, sopt, [&](const policy::SearchProgress& p) {
             if (!o->quiet && !o->json) meter.update_count(p.done, p.total, "plans");
@@ -145,6 +151,8 @@ void add_plan_command(CLI::App& app, Action& action) {
         j["global_batch_size"] = o->global_batch;
         j["sequence_length"] = req.sequence;
         j["proposed"] = s.proposed;
+        j["search_explored"] = s.explored;
+        j["search_reached"] = s.reached;
         auto& cands = j["candidates"] = nlohmann::ordered_json::array();
         for (const policy::Candidate& c : s.ranked) {
           nlohmann::ordered_json x;
@@ -178,23 +186,29 @@ void add_plan_command(CLI::App& app, Action& action) {
           fmt::format("{} on {} ({} GPUs), global batch {} x {} tokens\n", model.name,
                       cluster.config().name, cluster.gpu_count(), o->global_batch, req.sequence);
       t += fmt::format(
-          "  searched       {} plans from {}: {} replayed, {} out of memory, {} invalid, {} not "
-          "replayed (their compute alone is slower than the top {} and their policy's best){} "
-          "({:.1f} s)\n",
+          "  searched       {} plans from {}{}: {} replayed, {} out of memory, {} invalid, {} "
+          "not replayed (their compute alone is slower than the top {} and their policy's "
+          "best){} ({:.1f} s)\n",
           s.proposed, o->policy == "all" ? "every policy" : "policy " + o->policy,
+          s.explored > 0 ? fmt::format(", and {} more estimated by the search around them, {} kept",
+                                       s.explored, s.reached)
+                         : "",
           s.ranked.size() - estimated, oom, invalid, pruned, o->top,
           estimated > 0 ? fmt::format(", {} estimated only (--replay-limit)", estimated) : "",
           wall);
       t += fmt::format("  best           {}: {}\n                 {}\n", best.proposal.policy,
                        best.proposal.label, figures(best));
       t += "  best per policy\n";
-      for (const policy::Policy* p : chosen) {
+      std::vector<std::string> names;
+      for (const policy::Policy* p : chosen) names.emplace_back(p->name());
+      if (s.reached > 0) names.emplace_back("search");
+      for (const std::string& name : names) {
         const auto it = std::find_if(s.ranked.begin(), s.ranked.end(),
-                                     [&](const auto& c) { return c.proposal.policy == p->name(); });
+                                     [&](const auto& c) { return c.proposal.policy == name; });
         if (it == s.ranked.end()) {
-          t += fmt::format("    {:<12} no plan that fits\n", p->name());
+          t += fmt::format("    {:<12} no plan that fits\n", name);
         } else {
-          t += fmt::format("    {:<12} {}  {}  ({:.2f}x the best)\n", p->name(), figures(*it),
+          t += fmt::format("    {:<12} {}  {}  ({:.2f}x the best)\n", name, figures(*it),
                            it->proposal.label, it->iteration_s / best.iteration_s);
         }
       }

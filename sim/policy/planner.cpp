@@ -5,16 +5,124 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "sim/config/units.h"
 #include "sim/core/error.h"
 #include "sim/policy/estimate.h"
+#include "sim/policy/neighbours.h"
 #include "sim/workload/memory.h"
 #include "sim/workload/plan.h"
 #include "sim/workload/replay.h"
 #include "sim/workload/training_job.h"
 
 namespace hetsim::policy {
+
+namespace {
+
+// The fullest GPU of a plan by the memory model (its groups only).
+workload::DeviceMemory fullest_gpu(const Request& r, const workload::Plan& plan) {
+  const workload::TrainingJob job = workload::skeleton_job(*r.model, plan, *r.cluster);
+  const std::vector<workload::DeviceMemory> memory = workload::memory_per_group(job);
+  const workload::DeviceMemory* fullest = &memory.front();
+  for (const workload::DeviceMemory& m : memory) {
+    if (m.peak - m.capacity > fullest->peak - fullest->capacity) fullest = &m;
+  }
+  return *fullest;
+}
+
+// SearchOptions::explore: from each policy's best estimate and the best few overall, the best
+// one-step change while it improves the estimate by 0.5% or more; each plan reached (that no
+// proposal is) joins `fits` as a candidate of policy "search".
+void explore(const Request& r, const SearchOptions& options, Estimator& estimator, size_t first,
+             std::vector<Candidate>& fits, std::vector<workload::Plan>& plans,
+             std::vector<double>& bounds, Search& out) {
+  std::vector<size_t> by_estimate(fits.size());
+  for (size_t i = 0; i < by_estimate.size(); ++i) by_estimate[i] = i;
+  std::stable_sort(by_estimate.begin(), by_estimate.end(),
+                   [&](size_t a, size_t b) { return fits[a].estimate_s < fits[b].estimate_s; });
+  std::vector<size_t> starts;
+  std::map<std::string, bool> policy_seen;
+  for (size_t i : by_estimate) {
+    const bool top = starts.size() < options.explore_starts;
+    const bool first_of_policy = policy_seen.emplace(fits[i].proposal.policy, true).second;
+    if (top || first_of_policy) starts.push_back(i);
+  }
+  std::set<std::string> seen;  // plan texts already estimated
+  for (const Candidate& c : fits) seen.insert(c.proposal.plan);
+  const size_t proposals = fits.size();
+  for (size_t start : starts) {
+    std::string text = fits[start].proposal.plan;
+    workload::Plan plan = plans[start];
+    double estimate = fits[start].estimate_s, bound = bounds[start];
+    workload::DeviceMemory memory;
+    std::vector<std::string> changes;
+    for (int round = 0; round < options.explore_rounds; ++round) {
+      std::optional<workload::Plan> best_plan;
+      std::string best_text, best_change;
+      double best = estimate * (1 - 0.005), best_bound = 0;
+      workload::DeviceMemory best_memory;
+      for (Neighbour& n : neighbours(text, plan, *r.cluster)) {
+        if (!seen.insert(n.plan).second) continue;
+        ++out.explored;
+        try {
+          workload::Plan p = workload::load_plan_text(n.plan, "search", *r.model, *r.cluster);
+          const workload::DeviceMemory m = fullest_gpu(r, p);
+          if (m.oom()) continue;
+          const Estimate e = estimator.estimate(p);
+          if (e.iteration_s < best) {
+            best = e.iteration_s;
+            best_bound = e.compute_s;
+            best_plan = std::move(p);
+            best_text = std::move(n.plan);
+            best_change = std::move(n.change);
+            best_memory = m;
+          }
+        } catch (const InputError&) {
+          continue;  // a change the loader refuses
+        }
+      }
+      if (!best_plan) break;
+      text = std::move(best_text);
+      plan = std::move(*best_plan);
+      estimate = best;
+      bound = best_bound;
+      memory = best_memory;
+      changes.push_back(std::move(best_change));
+    }
+    if (changes.empty()) continue;
+    Candidate c;
+    c.proposal.policy = "search";
+    // The changes in the order first taken, each with how many times ("a layer from stage 2 to
+    // 1 x3").
+    std::vector<std::pair<std::string, int>> counted;
+    for (const std::string& x : changes) {
+      auto it =
+          std::find_if(counted.begin(), counted.end(), [&](const auto& c) { return c.first == x; });
+      if (it == counted.end()) {
+        counted.emplace_back(x, 1);
+      } else {
+        ++it->second;
+      }
+    }
+    std::string steps;
+    for (const auto& [x, n] : counted)
+      steps += (steps.empty() ? "" : ", ") + x + (n > 1 ? fmt::format(" x{}", n) : "");
+    c.proposal.label = fmt::format("from {} ({}): {}", fits[start].proposal.policy,
+                                   fits[start].proposal.label, steps);
+    c.proposal.plan = "# search: " + c.proposal.label + "\n" + text;
+    c.index = first + (fits.size() - proposals);
+    c.estimate_s = estimate;
+    c.peak_bytes = memory.peak;
+    c.capacity_bytes = memory.capacity;
+    fits.push_back(std::move(c));
+    plans.push_back(std::move(plan));
+    bounds.push_back(bound);
+    ++out.reached;
+  }
+}
+
+}  // namespace
 
 Search search(const Request& r, const std::vector<const Policy*>& policies,
               const workload::CostModel& cost, const SearchOptions& options,
@@ -94,6 +202,10 @@ Search search(const Request& r, const std::vector<const Policy*>& policies,
     }
     ++status.done;
     if (progress) progress(status);
+  }
+  if (options.explore && !fits.empty()) {
+    explore(r, options, estimator, proposals.size(), fits, plans, bounds, out);
+    status.total = status.done + fits.size();
   }
   std::vector<size_t> order(fits.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;

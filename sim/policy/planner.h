@@ -3,7 +3,9 @@
 // reason), and the rest replayed (identical replicas folded, so a replay of a 1024-GPU job takes a
 // fraction of a second), fastest bound first, skipping those that cannot make the list
 // (SearchOptions), in the order of the analytic estimate (estimate.h) so that the best are found
-// early and the bound prunes more. Candidates come back best first.
+// early and the bound prunes more. Before the replays, a search walks from the best proposals by
+// one-step changes while the estimate improves (SearchOptions::explore). Candidates come back best
+// first.
 #pragma once
 
 #include <functional>
@@ -48,6 +50,13 @@ struct SearchOptions {
   // Replay at most this many plans, the best by the analytic estimate (0: no limit). The others
   // come back as `estimated`, ranked by their estimate after the replayed ones.
   size_t replay_limit = 0;
+  // The search around the proposals: from each policy's best estimate and the `explore_starts`
+  // best overall, one-step changes (neighbours.h) taken while the estimate improves by at least
+  // 0.5%, at most `explore_rounds` of them; each plan it reaches is a candidate of its own
+  // (policy "search"), replayed like the others.
+  bool explore = true;
+  size_t explore_starts = 4;
+  int explore_rounds = 8;
 };
 
 struct Search {
@@ -55,6 +64,8 @@ struct Search {
                                     // estimated (replay_limit), best estimate first
   std::vector<Candidate> rejected;  // invalid, out of memory (proposal order), then pruned
   size_t proposed = 0;
+  size_t explored = 0;  // plans the search around the proposals estimated (SearchOptions::explore)
+  size_t reached = 0;   // of which it kept as candidates (policy "search")
 };
 
 // Throws InputError when nothing can run: no proposal is a valid plan (with the first reason), or

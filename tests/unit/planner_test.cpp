@@ -12,6 +12,7 @@
 
 #include "sim/core/error.h"
 #include "sim/policy/estimate.h"
+#include "sim/policy/neighbours.h"
 #include "sim/policy/planner.h"
 #include "sim/workload/memory.h"
 #include "sim/workload/plan.h"
@@ -277,6 +278,63 @@ TEST(Policies, WhaleSplitsPipelineLayersByFlopsThenMovesThemOffFullStages) {
   EXPECT_GT(moved, 0u);
 }
 
+TEST(Neighbours, EachChangesOneThingAndLoads) {
+  // A uniform four-stage pipeline: the micro-batch doubled and halved, two other recomputes,
+  // ZeRO 1, interleaved by 2, and a layer across each of the three boundaries both ways.
+  const workload::ModelConfig m = gpt(16);
+  const platform::Cluster c = cluster("dgx-a100", 1);
+  const std::string text =
+      "micro_batch_size: 2\nglobal_batch_size: 32\npipeline_parallel: 4\ndata_parallel: 2\n";
+  const workload::Plan p = workload::load_plan_text(text, "p.yaml", m, c);
+  std::set<std::string> changes;
+  for (const Neighbour& n : neighbours(text, p, c)) {
+    SCOPED_TRACE(n.change);
+    changes.insert(n.change);
+    const workload::Plan q = workload::load_plan_text(n.plan, "n.yaml", m, c);
+    EXPECT_EQ(q.global_batch_size, 32);
+    if (n.change.rfind("a layer from stage 1 to 2", 0) == 0) {
+      EXPECT_EQ(q.replicas[0].stages[1].layers, 3);
+      EXPECT_EQ(q.replicas[0].stages[2].layers, 5);
+      EXPECT_EQ(q.replicas[1].stages[2].layers, 5);
+    }
+    if (n.change == "micro-batch 4") {
+      EXPECT_EQ(q.replicas[0].micro_batches, 4);
+    }
+  }
+  EXPECT_EQ(changes,
+            (std::set<std::string>{"micro-batch 4", "micro-batch 1", "recompute selective",
+                                   "recompute full", "ZeRO 1", "interleaved by 2",
+                                   "a layer from stage 0 to 1", "a layer from stage 1 to 0",
+                                   "a layer from stage 1 to 2", "a layer from stage 2 to 1",
+                                   "a layer from stage 2 to 3", "a layer from stage 3 to 2"}));
+}
+
+TEST(Planner, TheSearchAroundTheProposalsImprovesWhalesSplit) {
+  // Whale splits the layers by FLOP/s; on A100 + V100 behind 25 GbE the V100 stages should hold
+  // fewer, and the search moves layers onto the A100 stages. Never worse than the proposals alone,
+  // and every plan it keeps fits and replays to its reported time.
+  const workload::ModelConfig m = gpt(16);
+  const platform::Cluster c(config::load_cluster("mixed-a100-v100", {}));
+  const workload::DatasheetCostModel cost;
+  const Request r = request(m, c, 64);
+  SearchOptions off;
+  off.explore = false;
+  const Search without = search(r, {&whale_policy()}, cost, off);
+  const Search with = search(r, {&whale_policy()}, cost);
+  EXPECT_EQ(without.explored, 0u);
+  EXPECT_GT(with.explored, 0u);
+  EXPECT_GT(with.reached, 0u);
+  EXPECT_LT(with.ranked.front().iteration_s, without.ranked.front().iteration_s);
+  EXPECT_EQ(with.ranked.front().proposal.policy, "search");
+  EXPECT_NE(with.ranked.front().proposal.label.find("a layer from stage"), std::string::npos);
+  for (const Candidate& x : with.ranked) {
+    if (x.proposal.policy != "search" || !x.report) continue;
+    SCOPED_TRACE(x.proposal.label);
+    EXPECT_NEAR(replay_seconds(m, c, x.proposal.plan, cost), x.iteration_s, 1e-12);
+    EXPECT_FALSE(x.report->oom);
+  }
+}
+
 TEST(Policies, MetisOrdersTheGpuTypesAndGivesTheFasterStageMoreLayers) {
   // Mixed A100 / V100: both type orders are proposed, and in each two-stage plan the A100 stage
   // holds more layers than the V100 stage, whichever comes first.
@@ -536,7 +594,8 @@ TEST(Planner, IsAtLeastAsFastAsHandWrittenMegatronPlansAndItsPlanReplaysToThePre
     EXPECT_LE(s.ranked[i - 1].iteration_s, s.ranked[i].iteration_s);
   }
   EXPECT_EQ(replay_seconds(m, c, best.proposal.plan, cost), best.iteration_s);
-  EXPECT_EQ(s.proposed, s.ranked.size() + s.rejected.size());
+  // Every proposal, and every plan the search kept, comes back ranked or rejected.
+  EXPECT_EQ(s.proposed + s.reached, s.ranked.size() + s.rejected.size());
 }
 
 TEST(Planner, SkippingPlansWhoseComputeAloneIsSlowerLeavesTheTopListExact) {

@@ -1,0 +1,209 @@
+// One-step changes to a plan; see neighbours.h.
+#include "sim/policy/neighbours.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+
+namespace hetsim::policy {
+
+namespace {
+
+std::string emit(const YAML::Node& root) {
+  YAML::Emitter e;
+  e << root;
+  return std::string(e.c_str()) + "\n";
+}
+
+// Replicas (or a staged stage's groups) by the GPU type and tensor degree of their devices, in
+// order of first appearance: the sets a batch share moves between.
+template <typename Key>
+std::vector<std::vector<size_t>> by_kind(const std::vector<Key>& keys) {
+  std::vector<Key> seen;
+  std::vector<std::vector<size_t>> out;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const auto it = std::find(seen.begin(), seen.end(), keys[i]);
+    if (it == seen.end()) {
+      seen.push_back(keys[i]);
+      out.push_back({i});
+    } else {
+      out[static_cast<size_t>(it - seen.begin())].push_back(i);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<Neighbour> neighbours(const std::string& text, const workload::Plan& plan,
+                                  const platform::Cluster& cluster) {
+  std::vector<Neighbour> out;
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception&) {
+    return out;
+  }
+  auto add = [&](const std::string& change, const YAML::Node& n) {
+    out.push_back({change, emit(n)});
+  };
+  const int64_t mb = plan.micro_batch_size;
+  const YAML::Node& croot = root;
+  const bool replicas = static_cast<bool>(croot["replicas"]);
+  const bool staged = plan.staged();
+  // The micro-batch size, the global batch kept.
+  for (const bool up : {true, false}) {
+    if (!up && mb % 2 != 0) continue;
+    YAML::Node n = YAML::Clone(root);
+    const int64_t to = up ? mb * 2 : mb / 2;
+    n["micro_batch_size"] = to;
+    bool ok = true;
+    if (replicas) {
+      for (YAML::Node rep : n["replicas"]) {
+        const int m = rep["micro_batches"].as<int>();
+        if (up && m % 2 != 0) ok = false;
+        rep["micro_batches"] = up ? m / 2 : m * 2;
+      }
+    } else if (staged) {
+      for (YAML::Node st : n["stages"]) {
+        if (!st["groups"]) {
+          ok = false;
+          break;
+        }
+        for (YAML::Node g : st["groups"]) {
+          if (!g["batch"]) {
+            ok = false;
+            break;
+          }
+          const int64_t b = g["batch"].as<int64_t>();
+          if (!up && b % 2 != 0) ok = false;
+          g["batch"] = up ? b * 2 : b / 2;
+        }
+      }
+    }
+    if (ok) add(fmt::format("micro-batch {}", to), n);
+  }
+  // Recompute.
+  for (const workload::Recompute rc :
+       {workload::Recompute::none, workload::Recompute::selective, workload::Recompute::full}) {
+    if (rc == plan.recompute) continue;
+    YAML::Node n = YAML::Clone(root);
+    n["recompute"] = workload::to_string(rc);
+    add("recompute " + workload::to_string(rc), n);
+  }
+  // ZeRO.
+  for (const int z : {plan.zero_stage - 1, plan.zero_stage + 1}) {
+    if (z < 0 || z > 3 || staged) continue;
+    YAML::Node n = YAML::Clone(root);
+    n["zero_stage"] = z;
+    add(fmt::format("ZeRO {}", z), n);
+  }
+  const int S = plan.stages();
+  // The schedule: 1F1B and interleaved by 2 (uniform pipelines).
+  if (plan.uniform && S > 1 && !croot["stage_layers"]) {
+    YAML::Node n = YAML::Clone(root);
+    if (plan.schedule == workload::Schedule::interleaved) {
+      n["schedule"] = "1f1b";
+      n.remove("interleave");
+      n.remove("microbatch_group");
+      add("schedule 1f1b", n);
+    } else if (plan.schedule == workload::Schedule::one_f_one_b) {
+      n["schedule"] = "interleaved";
+      n["interleave"] = 2;
+      add("interleaved by 2", n);
+    }
+  }
+  // One layer across each stage boundary, in every replica alike.
+  if (S > 1 && plan.interleave == 1 && !plan.asymmetric()) {
+    std::vector<int> layers;
+    for (int s = 0; s < S; ++s) layers.push_back(plan.replicas.front().stages[s].layers);
+    for (int s = 0; s + 1 < S; ++s) {
+      for (const bool down : {true, false}) {
+        const int from = down ? s : s + 1, to = down ? s + 1 : s;
+        if (layers[static_cast<size_t>(from)] <= 1) continue;
+        YAML::Node n = YAML::Clone(root);
+        if (staged) {
+          n["stages"][from]["layers"] = layers[static_cast<size_t>(from)] - 1;
+          n["stages"][to]["layers"] = layers[static_cast<size_t>(to)] + 1;
+        } else if (replicas) {
+          for (YAML::Node rep : n["replicas"]) {
+            rep["stages"][from]["layers"] = layers[static_cast<size_t>(from)] - 1;
+            rep["stages"][to]["layers"] = layers[static_cast<size_t>(to)] + 1;
+          }
+        } else {
+          std::vector<int> split = layers;
+          --split[static_cast<size_t>(from)];
+          ++split[static_cast<size_t>(to)];
+          n["stage_layers"] = split;
+          n["stage_layers"].SetStyle(YAML::EmitterStyle::Flow);
+        }
+        add(fmt::format("a layer from stage {} to {}", from, to), n);
+      }
+    }
+  }
+  // Batch shares: one micro-batch from each replica of one kind to one of another kind.
+  if (replicas && plan.replicas.size() > 1 && !(plan.zero_stage >= 2 && !plan.layered)) {
+    std::vector<std::pair<const config::GpuProfile*, int>> keys;
+    for (const workload::ReplicaPlan& rep : plan.replicas) {
+      keys.emplace_back(cluster.gpu(rep.stages.front().devices.front()).profile,
+                        rep.stages.front().tensor_parallel());
+    }
+    const auto kinds = by_kind(keys);
+    for (size_t a = 0; a < kinds.size(); ++a) {
+      for (size_t b = 0; b < kinds.size(); ++b) {
+        if (a == b) continue;
+        YAML::Node n = YAML::Clone(root);
+        const size_t k = std::min(kinds[a].size(), kinds[b].size());
+        bool ok = true;
+        for (size_t i = 0; i < k; ++i) {
+          const size_t x = kinds[a][i], y = kinds[b][i];
+          if (plan.replicas[x].micro_batches <= 1) ok = false;
+          n["replicas"][x]["micro_batches"] = plan.replicas[x].micro_batches - 1;
+          n["replicas"][y]["micro_batches"] = plan.replicas[y].micro_batches + 1;
+        }
+        if (ok) {
+          add(fmt::format("a micro-batch from {} replicas of {} to {}", k,
+                          keys[kinds[a][0]].first->name, keys[kinds[b][0]].first->name),
+              n);
+        }
+      }
+    }
+  }
+  // A staged stage's samples: one from each group of one kind to one of another kind.
+  if (staged) {
+    for (int s = 0; s < S; ++s) {
+      const workload::DataParallelStage& ds = plan.dp_stages[static_cast<size_t>(s)];
+      const YAML::Node& groups_of = static_cast<const YAML::Node&>(root)["stages"][s]["groups"];
+      if (!groups_of) continue;
+      std::vector<std::pair<const config::GpuProfile*, int>> keys;
+      for (const workload::StagePlan& g : ds.groups)
+        keys.emplace_back(cluster.gpu(g.devices.front()).profile, g.tensor_parallel());
+      const auto kinds = by_kind(keys);
+      for (size_t a = 0; a < kinds.size(); ++a) {
+        for (size_t b = 0; b < kinds.size(); ++b) {
+          if (a == b) continue;
+          YAML::Node n = YAML::Clone(root);
+          const size_t k = std::min(kinds[a].size(), kinds[b].size());
+          bool ok = true;
+          for (size_t i = 0; i < k; ++i) {
+            const size_t x = kinds[a][i], y = kinds[b][i];
+            if (ds.batch[x] <= 1) ok = false;
+            n["stages"][s]["groups"][x]["batch"] = ds.batch[x] - 1;
+            n["stages"][s]["groups"][y]["batch"] = ds.batch[y] + 1;
+          }
+          if (ok) {
+            add(fmt::format("a sample from {} groups of {} to {} in stage {}", k,
+                            keys[kinds[a][0]].first->name, keys[kinds[b][0]].first->name, s),
+                n);
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace hetsim::policy
