@@ -237,10 +237,20 @@ class Amp final : public Policy {
     std::vector<double> fixed(pp, 0.0);
     double largest_stage_params = 0;
     for (int s = 0; s < pp; ++s) {
-      // The stage's mix of GPU types over all its devices (every replica's).
-      std::map<const config::GpuProfile*, int> mix;
+      // The stage's mix of GPU types over all its devices (every replica's), in order of first
+      // appearance (so that the weighted sums below add up in an order the heap does not set).
+      std::vector<std::pair<const config::GpuProfile*, int>> mix;
       for (int rep = 0; rep < dp; ++rep) {
-        for (int j = 0; j < tp; ++j) ++mix[c.gpu(first_device(tp, dp, rep, s) + j).profile];
+        for (int j = 0; j < tp; ++j) {
+          const config::GpuProfile* gpu = c.gpu(first_device(tp, dp, rep, s) + j).profile;
+          auto it =
+              std::find_if(mix.begin(), mix.end(), [&](const auto& x) { return x.first == gpu; });
+          if (it == mix.end()) {
+            mix.emplace_back(gpu, 1);
+          } else {
+            ++it->second;
+          }
+        }
       }
       double layer = 0, embedding = 0, head = 0;
       for (const auto& [gpu, count] : mix) {

@@ -209,8 +209,9 @@ class FlashFlex final : public Policy {
     const double predicted = 1.8 * slowest_pipeline + 1.1 * dp;
     std::string share_list, degrees;
     for (int64_t s : shares) share_list += (share_list.empty() ? "" : "/") + std::to_string(s);
-    for (const auto& [gpu, t] : tp)
-      degrees += fmt::format("{}{} tp {}", degrees.empty() ? "" : ", ", gpu->name, t);
+    // The types in the cluster's order of first appearance (not the map's, which is by address).
+    for (const config::GpuProfile* gpu : gpu_types(*r.cluster))
+      degrees += fmt::format("{}{} tp {}", degrees.empty() ? "" : ", ", gpu->name, tp.at(gpu));
     Proposal p;
     p.policy = name();
     p.label = fmt::format(
