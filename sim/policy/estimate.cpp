@@ -431,6 +431,47 @@ const Estimator::Pieces& Estimator::stage_pieces(const Plan& plan, const config:
   return ps;
 }
 
+namespace {
+
+// One virtual stage's forward (`f`) and backward (`b`) pass of one micro-batch, its kernels
+// added to `kernels`: its layers, each with `extra_f` of collectives forward and `extra_b1` and
+// `extra_b2` backward beside its own pieces and `rc` of recompute; the embedding on the first
+// virtual stage, the head on the last; the framework's all-gathers of a received slice; its
+// blocking sends (`send_f` to the next stage, `send_b` to the one before). The sums in the order
+// the estimate has always taken them.
+struct StagePass {
+  double f = 0, b = 0;
+};
+template <typename Pieces>
+StagePass stage_pass(const Pieces& ps, int layers, double per_pass, double rc, double rc_kernels,
+                     double extra_f, double extra_b1, double extra_b2, bool first, bool last,
+                     const workload::Framework& fw, double pipe_gather, double send_f,
+                     double send_b, double& kernels) {
+  StagePass out;
+  out.f = per_pass + layers * (ps.layer_f.total() + extra_f);
+  out.b = per_pass + layers * (ps.layer_b.total() + rc + extra_b1 + extra_b2);
+  kernels += layers * (ps.layer_f.kernels_s + ps.layer_b.kernels_s + rc_kernels);
+  if (first) {
+    out.f += ps.embedding_f.total();
+    out.b += ps.embedding_b.total();
+    kernels += ps.embedding_f.kernels_s + ps.embedding_b.kernels_s;
+  }
+  if (last) {
+    out.f += ps.head_f.total();
+    out.b += ps.head_b.total();
+    kernels += ps.head_f.kernels_s + ps.head_b.kernels_s;
+  }
+  if (!first) out.f += fw.pipeline_gathers_forward * pipe_gather;
+  if (!last) out.b += fw.pipeline_gathers_backward * pipe_gather;
+  if (fw.blocking_p2p) {
+    if (!last) out.f += send_f;
+    if (!first) out.b += send_b;
+  }
+  return out;
+}
+
+}  // namespace
+
 Estimate Estimator::staged(const Plan& plan) {
   const int S = plan.stages();
   const int m = plan.micro_batches_of(0);
@@ -515,25 +556,11 @@ Estimate Estimator::staged(const Plan& plan) {
                                 : plan.recompute == workload::Recompute::selective
                                     ? ps.recompute.kernels_s
                                     : 0.0;
-      double f = per_pass + st.layers * ps.layer_f.total();
-      double b = per_pass + st.layers * (ps.layer_b.total() + rc);
-      double kernels = st.layers * (ps.layer_f.kernels_s + ps.layer_b.kernels_s + rc_kernels);
-      if (s == 0) {
-        f += ps.embedding_f.total();
-        b += ps.embedding_b.total();
-        kernels += ps.embedding_f.kernels_s + ps.embedding_b.kernels_s;
-      }
-      if (s == S - 1) {
-        f += ps.head_f.total();
-        b += ps.head_b.total();
-        kernels += ps.head_f.kernels_s + ps.head_b.kernels_s;
-      }
-      if (s > 0) f += fw.pipeline_gathers_forward * pipe_gather;
-      if (s < S - 1) b += fw.pipeline_gathers_backward * pipe_gather;
-      if (fw.blocking_p2p) {
-        if (s < S - 1) f += hop[si];
-        if (s > 0) b += hop[si - 1];
-      }
+      double kernels = 0;
+      const StagePass pass =
+          stage_pass(ps, st.layers, per_pass, rc, rc_kernels, 0, 0, 0, s == 0, s == S - 1, fw,
+                     pipe_gather, hop[si], s > 0 ? hop[si - 1] : 0.0, kernels);
+      const double f = pass.f, b = pass.b;
       const double opt =
           optimizer_s(gpu, workload::group_params(model_, st, s, S), plan.precision, fw);
       optimizer[si] = std::max(optimizer[si], opt);
@@ -762,28 +789,12 @@ Estimate Estimator::estimate(const Plan& plan) {
         // Layered accumulation gathers and reduce-scatters once per layer, not per micro-batch
         // (added to the pipeline below).
         const double g_mb = plan.layered ? 0 : gather, s_mb = plan.layered ? 0 : scatter;
-        double f = per_pass + layers * (ps.layer_f.total() + g_mb);
-        double b = per_pass + layers * (ps.layer_b.total() + rc + g_mb + s_mb);
         if (plan.layered) once = std::max(once, layers * (2 * gather + scatter));
-        kernels += layers * (ps.layer_f.kernels_s + ps.layer_b.kernels_s + rc_kernels);
-        if (vs == 0) {
-          f += ps.embedding_f.total();
-          b += ps.embedding_b.total();
-          kernels += ps.embedding_f.kernels_s + ps.embedding_b.kernels_s;
-        }
-        if (vs == V - 1) {
-          f += ps.head_f.total();
-          b += ps.head_b.total();
-          kernels += ps.head_f.kernels_s + ps.head_b.kernels_s;
-        }
-        if (vs > 0) f += fw.pipeline_gathers_forward * pipe_gather;
-        if (vs < V - 1) b += fw.pipeline_gathers_backward * pipe_gather;
-        if (fw.blocking_p2p) {
-          if (vs < V - 1) f += hop[s < S - 1 ? s : 0];
-          if (vs > 0) b += hop[s > 0 ? s - 1 : 0];
-        }
-        fwd[s] += f;
-        bwd[s] += b;
+        const StagePass pass =
+            stage_pass(ps, layers, per_pass, rc, rc_kernels, g_mb, g_mb, s_mb, vs == 0, vs == V - 1,
+                       fw, pipe_gather, hop[s < S - 1 ? s : 0], hop[s > 0 ? s - 1 : 0], kernels);
+        fwd[s] += pass.f;
+        bwd[s] += pass.b;
       }
       w[s] = fwd[s] + bwd[s];
       // With this group's optimizer step: the busiest group's compute, no more (a bound).

@@ -72,12 +72,7 @@ class Metis final : public Policy {
     std::vector<size_t> perm(types.size());
     for (size_t i = 0; i < perm.size(); ++i) perm[i] = i;
     do {
-      std::vector<platform::GpuId> order;
-      std::string type_order;
-      for (size_t i : perm) {
-        order.insert(order.end(), of_type[types[i]].begin(), of_type[types[i]].end());
-        type_order += (type_order.empty() ? "" : " > ") + types[i]->name;
-      }
+      const auto [order, type_order] = ordered(perm, types, of_type);
       for (int S = 1; S <= std::min(G, m.layers); S *= 2) {
         if (G % S != 0) continue;
         const int group = G / S;
@@ -99,6 +94,20 @@ class Metis final : public Policy {
   }
 
  private:
+  // The GPUs type by type in the order `perm` puts the types, and that order as text.
+  static std::pair<std::vector<platform::GpuId>, std::string> ordered(
+      const std::vector<size_t>& perm, const std::vector<const config::GpuProfile*>& types,
+      const std::map<const config::GpuProfile*, std::vector<platform::GpuId>>& of_type) {
+    std::vector<platform::GpuId> order;
+    std::string text;
+    for (size_t i : perm) {
+      const auto& gpus = of_type.at(types[i]);
+      order.insert(order.end(), gpus.begin(), gpus.end());
+      text += (text.empty() ? "" : " > ") + types[i]->name;
+    }
+    return {std::move(order), std::move(text)};
+  }
+
   // Kernel times per (tensor degree, samples, full recompute), as Metis profiles them.
   class Profiles {
    public:
@@ -158,13 +167,7 @@ class Metis final : public Policy {
     std::vector<size_t> perm(types.size());
     for (size_t i = 0; i < perm.size(); ++i) perm[i] = i;
     do {
-      std::vector<platform::GpuId> order;
-      std::string type_order;
-      for (size_t i : perm) {
-        const auto& gpus = of_type.at(types[i]);
-        order.insert(order.end(), gpus.begin(), gpus.end());
-        type_order += (type_order.empty() ? "" : " > ") + types[i]->name;
-      }
+      const auto [order, type_order] = ordered(perm, types, of_type);
       for (int S = 2; S <= std::min({G, m.layers, 16}); S *= 2) {
         for (const std::vector<int>& sizes : stage_sizes(G, S)) {
           for (int64_t mbt = 1; mbt <= std::min<int64_t>(r.global_batch, 64); mbt *= 2) {

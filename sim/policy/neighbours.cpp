@@ -144,13 +144,11 @@ std::vector<Neighbour> neighbours(const std::string& text, const workload::Plan&
       }
     }
   }
-  // Batch shares: one micro-batch from each replica of one kind to one of another kind.
-  if (replicas && plan.replicas.size() > 1 && !(plan.zero_stage >= 2 && !plan.layered)) {
-    std::vector<std::pair<const config::GpuProfile*, int>> keys;
-    for (const workload::ReplicaPlan& rep : plan.replicas) {
-      keys.emplace_back(cluster.gpu(rep.stages.front().devices.front()).profile,
-                        rep.stages.front().tensor_parallel());
-    }
+  // Batch shares: one unit from each of the first k members of one kind to the first k of
+  // another (k the smaller count), unless a member would be left with none; `set` writes member
+  // i's new count into the copy, `what` names the move (k, from, to).
+  auto share_moves = [&](const std::vector<std::pair<const config::GpuProfile*, int>>& keys,
+                         const std::vector<int64_t>& counts, auto&& set, auto&& what) {
     const auto kinds = by_kind(keys);
     for (size_t a = 0; a < kinds.size(); ++a) {
       for (size_t b = 0; b < kinds.size(); ++b) {
@@ -160,47 +158,44 @@ std::vector<Neighbour> neighbours(const std::string& text, const workload::Plan&
         bool ok = true;
         for (size_t i = 0; i < k; ++i) {
           const size_t x = kinds[a][i], y = kinds[b][i];
-          if (plan.replicas[x].micro_batches <= 1) ok = false;
-          n["replicas"][x]["micro_batches"] = plan.replicas[x].micro_batches - 1;
-          n["replicas"][y]["micro_batches"] = plan.replicas[y].micro_batches + 1;
+          if (counts[x] <= 1) ok = false;
+          set(n, x, counts[x] - 1);
+          set(n, y, counts[y] + 1);
         }
-        if (ok) {
-          add(fmt::format("a micro-batch from {} replicas of {} to {}", k,
-                          keys[kinds[a][0]].first->name, keys[kinds[b][0]].first->name),
-              n);
-        }
+        if (ok) add(what(k, keys[kinds[a][0]].first->name, keys[kinds[b][0]].first->name), n);
       }
     }
+  };
+  // Micro-batches between the replicas of one GPU type (and degree) and another's.
+  if (replicas && plan.replicas.size() > 1 && !(plan.zero_stage >= 2 && !plan.layered)) {
+    std::vector<std::pair<const config::GpuProfile*, int>> keys;
+    std::vector<int64_t> counts;
+    for (const workload::ReplicaPlan& rep : plan.replicas) {
+      keys.emplace_back(cluster.gpu(rep.stages.front().devices.front()).profile,
+                        rep.stages.front().tensor_parallel());
+      counts.push_back(rep.micro_batches);
+    }
+    share_moves(
+        keys, counts,
+        [](YAML::Node& n, size_t i, int64_t v) { n["replicas"][i]["micro_batches"] = v; },
+        [](size_t k, const std::string& from, const std::string& to) {
+          return fmt::format("a micro-batch from {} replicas of {} to {}", k, from, to);
+        });
   }
-  // A staged stage's samples: one from each group of one kind to one of another kind.
+  // A staged stage's samples between its groups of one GPU type (and degree) and another's.
   if (staged) {
     for (int s = 0; s < S; ++s) {
       const workload::DataParallelStage& ds = plan.dp_stages[static_cast<size_t>(s)];
-      const YAML::Node& groups_of = static_cast<const YAML::Node&>(root)["stages"][s]["groups"];
-      if (!groups_of) continue;
+      if (!croot["stages"][s]["groups"]) continue;
       std::vector<std::pair<const config::GpuProfile*, int>> keys;
       for (const workload::StagePlan& g : ds.groups)
         keys.emplace_back(cluster.gpu(g.devices.front()).profile, g.tensor_parallel());
-      const auto kinds = by_kind(keys);
-      for (size_t a = 0; a < kinds.size(); ++a) {
-        for (size_t b = 0; b < kinds.size(); ++b) {
-          if (a == b) continue;
-          YAML::Node n = YAML::Clone(root);
-          const size_t k = std::min(kinds[a].size(), kinds[b].size());
-          bool ok = true;
-          for (size_t i = 0; i < k; ++i) {
-            const size_t x = kinds[a][i], y = kinds[b][i];
-            if (ds.batch[x] <= 1) ok = false;
-            n["stages"][s]["groups"][x]["batch"] = ds.batch[x] - 1;
-            n["stages"][s]["groups"][y]["batch"] = ds.batch[y] + 1;
-          }
-          if (ok) {
-            add(fmt::format("a sample from {} groups of {} to {} in stage {}", k,
-                            keys[kinds[a][0]].first->name, keys[kinds[b][0]].first->name, s),
-                n);
-          }
-        }
-      }
+      share_moves(
+          keys, ds.batch,
+          [s](YAML::Node& n, size_t i, int64_t v) { n["stages"][s]["groups"][i]["batch"] = v; },
+          [s](size_t k, const std::string& from, const std::string& to) {
+            return fmt::format("a sample from {} groups of {} to {} in stage {}", k, from, to, s);
+          });
     }
   }
   return out;

@@ -2,6 +2,7 @@
 #include "sim/workload/replay.h"
 
 #include <deque>
+#include <functional>
 #include <list>
 #include <map>
 #include <memory>
@@ -608,20 +609,28 @@ class Replayer {
     const size_t n = std::max(a.size(), b.size());
     // Megatron's scatter-gather: each tensor-parallel rank sends its 1/t slice.
     const double bytes = job_.activation_bytes_per_transfer / static_cast<double>(n);
-    auto left = std::make_shared<size_t>(n);
     const Time start = engine_.now();
     const size_t k = key(dst, backward, chunk, t.micro_batch);
+    send_slices(g, dst, n, bytes, [this, g, dst, k, t, start, blocking, observed] {
+      observed(t, start);
+      arrive(dst, k);
+      if (blocking) resume(g);
+    });
+  }
+
+  // The n slices of a transfer from group g to dst, `bytes` each, slice j over tensor-parallel
+  // rank j's path; `done` runs when the last has arrived.
+  void send_slices(uint32_t g, uint32_t dst, size_t n, double bytes, std::function<void()> done) {
+    auto left = std::make_shared<size_t>(n);
+    auto finish = std::make_shared<std::function<void()>>(std::move(done));
     for (size_t j = 0; j < n; ++j) {
       const Path& path = path_of(g, dst, static_cast<uint32_t>(j));
       network::FlowSpec f;
       f.bytes = bytes;
       f.links = path.links;
       f.latency = path.latency;
-      f.on_done = [this, left, g, dst, k, t, start, blocking, observed] {
-        if (--*left > 0) return;
-        observed(t, start);
-        arrive(dst, k);
-        if (blocking) resume(g);
+      f.on_done = [left, finish] {
+        if (--*left == 0) (*finish)();
       };
       ++flows_;
       net_.start(std::move(f));
@@ -652,19 +661,7 @@ class Replayer {
       }
       const size_t n = std::max(src.devices.size(), job_.groups[dst].devices.size());
       const double bytes = job_.activation_bytes_per_transfer * q.share / static_cast<double>(n);
-      auto left = std::make_shared<size_t>(n);
-      for (size_t j = 0; j < n; ++j) {
-        const Path& path = path_of(g, dst, static_cast<uint32_t>(j));
-        network::FlowSpec f;
-        f.bytes = bytes;
-        f.links = path.links;
-        f.latency = path.latency;
-        f.on_done = [left, one_done, dst, k] {
-          if (--*left == 0) one_done(dst, k);
-        };
-        ++flows_;
-        net_.start(std::move(f));
-      }
+      send_slices(g, dst, n, bytes, [one_done, dst, k] { one_done(dst, k); });
     }
   }
 
