@@ -50,10 +50,10 @@ Framework load_framework_text(const std::string& text, const std::string& file) 
   using namespace config;
   const YAML::Node root = load_yaml(text, file);
   if (!root.IsMap()) throw InputError(file + ": expected a map at the top level");
-  check_keys(
-      file, root, "",
-      {"name", "description", "gradient_reduction", "bucket_size", "zero_stage", "pipeline_p2p",
-       "pipeline_gathers", "kernels", "host", "tied_embedding_reduction", "reserved_memory"});
+  check_keys(file, root, "",
+             {"name", "description", "gradient_reduction", "bucket_size", "zero_stage",
+              "pipeline_p2p", "pipeline_gathers", "pipeline_zero_max", "kernels", "host",
+              "tied_embedding_reduction", "reserved_memory"});
   Framework f;
   f.source = file;
   f.name = get_string(file, root, "", "name");
@@ -67,6 +67,7 @@ Framework load_framework_text(const std::string& text, const std::string& file) 
   }
   if (root["zero_stage"])
     f.zero_stage = static_cast<int>(get_int(file, root, "", "zero_stage", 0, 3));
+  f.pipeline_zero_max = static_cast<int>(get_int(file, root, "", "pipeline_zero_max", 0, 3, 3));
   f.blocking_p2p = get_choice(file, root, "", "pipeline_p2p", {"async", "blocking"}) == 1;
   if (root["pipeline_gathers"]) {
     const YAML::Node gathers = root["pipeline_gathers"];

@@ -31,9 +31,13 @@ struct Framework {
   GradReduction gradient_reduction = GradReduction::overlapped;
   std::optional<double> bucket_bytes;  // the framework's gradient bucket, when it has one
   std::optional<int> zero_stage;       // a plan's default ZeRO stage (FSDP: 3)
-  bool blocking_p2p = false;           // a pipeline send holds its stage until the data has arrived
-  Time host_per_pass;  // per forward or backward pass of one micro-batch on one stage
-  Time host_per_step;  // per iteration on every device, before the optimizer step
+  // The highest ZeRO stage the framework runs with a pipeline of more than one stage
+  // (DeepSpeed's PipelineEngine asserts stage < 2: ZeRO-2 and -3 reduce and gather every
+  // micro-batch, which its schedule does not); 3: no limit.
+  int pipeline_zero_max = 3;
+  bool blocking_p2p = false;  // a pipeline send holds its stage until the data has arrived
+  Time host_per_pass;         // per forward or backward pass of one micro-batch on one stage
+  Time host_per_step;         // per iteration on every device, before the optimizer step
   // The host's time to issue one kernel of hetsim's kernel list, where the framework's host
   // differs from the cost model's (CostModel::host_time); a segment of kernels takes the longer
   // of its GPU time and its host time.

@@ -149,6 +149,20 @@ void check_layered(const std::string& file, const YAML::Node& root, const Plan& 
   }
 }
 
+// A framework that runs pipelines with no more than a ZeRO stage (Framework::pipeline_zero_max).
+void check_pipeline_zero(const std::string& file, const YAML::Node& root, const Plan& p) {
+  if (p.zero_stage <= p.framework.pipeline_zero_max) return;
+  for (size_t r = 0; r < p.replicas.size(); ++r) {
+    if (p.replicas[r].stages.size() < 2) continue;
+    throw InputError(fmt::format(
+        "{}: zero_stage: {} with a pipeline of {} stages, which {} runs with ZeRO stage {} at "
+        "most ({}); use zero_stage {} or one stage",
+        where(file, root["zero_stage"] ? root["zero_stage"] : root), p.zero_stage,
+        p.replicas[r].stages.size(), p.framework.name, p.framework.pipeline_zero_max,
+        p.framework.source, p.framework.pipeline_zero_max));
+  }
+}
+
 // expert_parallel, capacity_factor, routing: read; checked against the replicas in check_moe.
 void read_moe(const std::string& file, const YAML::Node& root, const ModelConfig& model, Plan& p) {
   // At most 2^15: the expert gradients' keys hold the expert-parallel rank in 15 bits.
@@ -981,6 +995,7 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
     }
     p.tensor_parallel = p.replicas[0].stages[0].tensor_parallel();
     check_layered(file, root, p);
+    check_pipeline_zero(file, root, p);
     check_moe(file, root, model, p);
     p.pipeline_parallel = p.stages();
     p.data_parallel = static_cast<int>(p.replicas.size());
@@ -1125,6 +1140,7 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
     p.replicas.push_back(std::move(rep));
   }
   check_layered(file, root, p);
+  check_pipeline_zero(file, root, p);
   check_moe(file, root, model, p);
   resolve_precision(file, root, cluster, p);
   return p;

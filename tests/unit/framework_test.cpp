@@ -15,6 +15,7 @@
 #include "sim/workload/framework.h"
 #include "sim/workload/memory.h"
 #include "sim/workload/replay.h"
+#include "tests/unit/fixtures.h"
 
 namespace hetsim::workload {
 namespace {
@@ -477,6 +478,41 @@ TEST(EagerKernels, BadKernelsAndHostTimesAreClearErrors) {
   ASSERT_TRUE(ddp.host_per_kernel.has_value());
   EXPECT_FALSE(load_framework("megatron").eager_kernels);
   EXPECT_FALSE(load_framework("megatron").host_per_kernel.has_value());
+}
+
+}  // namespace
+}  // namespace hetsim::workload
+
+namespace hetsim::workload {
+namespace {
+
+// DeepSpeed's pipeline engine runs ZeRO 0 or 1 (PipelineEngine asserts stage < 2): a pipelined
+// DeepSpeed plan with ZeRO 2 is refused, naming the field and the framework; one stage is fine,
+// and so is Megatron-LM's pipeline with ZeRO 2.
+TEST(Framework, DeepSpeedPipelinesRunZeroOneAtMost) {
+  const platform::Cluster c = test::cluster("dgx-a100", 1);
+  const ModelConfig m = load_model("gpt3-1.3b");
+  const std::string err = test::plan_error(
+      "framework: deepspeed\nzero_stage: 2\npipeline_parallel: 2\ndata_parallel: 4\n"
+      "global_batch_size: 32\n",
+      m, c);
+  EXPECT_NE(err.find("p.yaml:2"), std::string::npos) << err;
+  EXPECT_NE(err.find("zero_stage: 2 with a pipeline of 2 stages, which deepspeed runs with ZeRO "
+                     "stage 1 at most"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(test::plan_error("framework: deepspeed\nzero_stage: 2\ndata_parallel: 8\n"
+                             "global_batch_size: 32\n",
+                             m, c),
+            "no error");
+  EXPECT_EQ(test::plan_error("framework: deepspeed\nzero_stage: 1\npipeline_parallel: 2\n"
+                             "data_parallel: 4\nglobal_batch_size: 32\n",
+                             m, c),
+            "no error");
+  EXPECT_EQ(test::plan_error("zero_stage: 2\npipeline_parallel: 2\ndata_parallel: 4\n"
+                             "global_batch_size: 32\n",
+                             m, c),
+            "no error");
 }
 
 }  // namespace
