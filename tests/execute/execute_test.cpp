@@ -5,6 +5,7 @@
 // One process for all of it (CTest runs it alone: measured times need the machine to
 // themselves), so the calibration is made once.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -33,7 +34,10 @@ class Execute : public ::testing::Test {
     // MPI's plugins keep allocations LeakSanitizer cannot attribute (see calibrate_test.cpp).
     setenv("OPENBLAS_NUM_THREADS", "1", 1);
     setenv("ASAN_OPTIONS", "detect_leaks=0", 1);
-    dir_ = new std::string(::testing::TempDir() + "hetsim-execute/");
+    // Per process: two test runs at once (a build tree's and a clean clone's) must not share
+    // the calibration they make and read.
+    dir_ =
+        new std::string(::testing::TempDir() + "hetsim-execute-" + std::to_string(getpid()) + "/");
     std::filesystem::remove_all(*dir_);
     std::filesystem::create_directories(*dir_);
     const CommandResult shapes =
@@ -50,6 +54,8 @@ class Execute : public ::testing::Test {
     ASSERT_EQ(cal.exit_code, 0) << cal.output;
   }
   static void TearDownTestSuite() {
+    std::error_code ignored;
+    std::filesystem::remove_all(*dir_, ignored);
     delete dir_;
     delete db_;
   }
