@@ -320,19 +320,21 @@ double Estimator::hop_s(uint64_t key,
   auto [it, fresh] = hops_.try_emplace(std::tuple<uint64_t, double>{key, bytes}, 0.0);
   if (!fresh) return it->second;
   network::CollectivePlan all;
-  for (const auto& [a, b] : ends) {
-    const auto route = cluster_.route(a, b);
-    network::PlanStep step;
-    for (platform::LinkId l : route) step.links.push_back({l, 1});
-    network::merge_links(step.links);
-    step.bytes = bytes;
-    step.latency = network::step_latency(network::Algorithm::direct, network::Protocol::simple,
-                                         cluster_.route_kind(route)) +
-                   cluster_.route_latency(route);
-    all.steps.push_back(std::move(step));
-  }
+  for (const auto& [a, b] : ends) all.steps.push_back(direct_step(a, b, bytes));
   it->second = network::estimate_seconds(cluster_, all);
   return it->second;
+}
+
+network::PlanStep Estimator::direct_step(platform::GpuId a, platform::GpuId b, double bytes) const {
+  const auto route = cluster_.route(a, b);
+  network::PlanStep step;
+  for (platform::LinkId l : route) step.links.push_back({l, 1});
+  network::merge_links(step.links);
+  step.bytes = bytes;
+  step.latency = network::step_latency(network::Algorithm::direct, network::Protocol::simple,
+                                       cluster_.route_kind(route)) +
+                 cluster_.route_latency(route);
+  return step;
 }
 
 double Estimator::optimizer_s(const config::GpuProfile& gpu, double params, workload::Precision p,
@@ -493,22 +495,15 @@ Estimate Estimator::staged(const Plan& plan) {
     const workload::DataParallelStage& a = plan.dp_stages[static_cast<size_t>(s)];
     const workload::DataParallelStage& b = plan.dp_stages[static_cast<size_t>(s) + 1];
     // Calls f(from, to, bytes) for every slice of the boundary.
+    const std::vector<workload::SharedSamples> shared =
+        workload::shared_samples(plan, static_cast<size_t>(s));
     auto slices = [&](auto&& f) {
-      int64_t from_a = 0;
-      for (size_t j = 0; j < a.groups.size(); ++j) {
-        int64_t from_b = 0;
-        for (size_t k = 0; k < b.groups.size(); ++k) {
-          const int64_t shared =
-              std::min(from_a + a.batch[j], from_b + b.batch[k]) - std::max(from_a, from_b);
-          from_b += b.batch[k];
-          if (shared <= 0) continue;
-          const auto& da = a.groups[j].devices;
-          const auto& db = b.groups[k].devices;
-          const size_t n = std::max(da.size(), db.size());
-          const double bytes = whole * static_cast<double>(shared) / mb / static_cast<double>(n);
-          for (size_t q = 0; q < n; ++q) f(da[q % da.size()], db[q % db.size()], bytes);
-        }
-        from_a += a.batch[j];
+      for (const workload::SharedSamples& x : shared) {
+        const auto& da = a.groups[x.from].devices;
+        const auto& db = b.groups[x.to].devices;
+        const size_t n = std::max(da.size(), db.size());
+        const double bytes = whole * static_cast<double>(x.samples) / mb / static_cast<double>(n);
+        for (size_t q = 0; q < n; ++q) f(da[q % da.size()], db[q % db.size()], bytes);
       }
     };
     Hash h;
@@ -521,15 +516,7 @@ Estimate Estimator::staged(const Plan& plan) {
     if (fresh) {
       network::CollectivePlan all;
       slices([&](platform::GpuId x, platform::GpuId y, double bytes) {
-        const auto route = cluster_.route(x, y);
-        network::PlanStep step;
-        for (platform::LinkId l : route) step.links.push_back({l, 1});
-        network::merge_links(step.links);
-        step.bytes = bytes;
-        step.latency = network::step_latency(network::Algorithm::direct, network::Protocol::simple,
-                                             cluster_.route_kind(route)) +
-                       cluster_.route_latency(route);
-        all.steps.push_back(std::move(step));
+        all.steps.push_back(direct_step(x, y, bytes));
       });
       it->second = network::estimate_seconds(cluster_, all);
     }

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "sim/core/hash.h"
+#include "sim/network/collective.h"
 #include "sim/platform/cluster.h"
 #include "sim/workload/cost_model.h"
 #include "sim/workload/plan.h"
@@ -136,6 +137,8 @@ class Estimator {
   // One micro-batch's activations across a stage boundary, every slice at once.
   double hop_s(uint64_t key, const std::vector<std::pair<platform::GpuId, platform::GpuId>>& ends,
                double bytes);
+  // One transfer of `bytes` from a to b over its route, as the replay sends a pipeline slice.
+  network::PlanStep direct_step(platform::GpuId a, platform::GpuId b, double bytes) const;
   double optimizer_s(const config::GpuProfile& gpu, double params, workload::Precision p,
                      const workload::Framework& fw);
 

@@ -39,9 +39,7 @@
 #include "sim/core/error.h"
 #include "sim/policy/policy.h"
 #include "sim/workload/cost_model.h"
-#include "sim/workload/memory.h"
 #include "sim/workload/plan.h"
-#include "sim/workload/training_job.h"
 
 namespace hetsim::policy {
 
@@ -112,6 +110,7 @@ class Metis final : public Policy {
   class Profiles {
    public:
     Profiles(const Request& r, workload::Precision p) : r_(r), p_(p) {}
+    workload::Precision precision() const { return p_; }
     const LayerProfiler::Times& of(int tp, int64_t b, bool full, const config::GpuProfile& gpu) {
       auto& slot = profilers_[{tp, b, full}];
       if (!slot) slot = std::make_unique<LayerProfiler>(r_, p_, tp, b, full);
@@ -295,14 +294,12 @@ class Metis final : public Policy {
           p.dp_stages.push_back(std::move(ds));
           at += layers[static_cast<size_t>(s)];
         }
-        const workload::TrainingJob skeleton = workload::skeleton_job(m, p, c);
-        const std::vector<workload::DeviceMemory> memory = workload::memory_per_group(skeleton);
-        double worst_fill = 0;
-        for (size_t g = 0; g < memory.size(); ++g) {
-          const double fill = memory[g].peak / memory[g].capacity;
-          if (memory[g].oom() && fill > worst_fill) {
-            worst_fill = fill;
-            worst = static_cast<int>(skeleton.groups[g].stage);
+        double worst_fill = 1;
+        const std::vector<StageMemory> mem = stage_memory(m, p, c);
+        for (int s = 0; s < S; ++s) {
+          if (mem[static_cast<size_t>(s)].fill > worst_fill) {
+            worst_fill = mem[static_cast<size_t>(s)].fill;
+            worst = s;
           }
         }
       } catch (const InputError&) {
@@ -322,7 +319,7 @@ class Metis final : public Policy {
         const auto& sh = shares[static_cast<size_t>(s)];
         yaml += fmt::format("  - layers: {}\n    groups:\n", layers[static_cast<size_t>(s)]);
         for (size_t j = 0, run = 1; j < gs.size(); ++j, ++run) {
-          yaml += fmt::format("      - {{devices: \"{}\", batch: {}}}\n", ranges(gs[j]), sh[j]);
+          yaml += fmt::format("      - {{devices: \"{}\", batch: {}}}\n", gpu_ranges(gs[j]), sh[j]);
           if (j + 1 < gs.size() && sh[j + 1] == sh[j]) continue;
           share_text += fmt::format("{}{}", share_text.empty() ? "" : ",", sh[j]);
           if (run > 1) share_text += fmt::format("*{}", run);
@@ -342,7 +339,7 @@ class Metis final : public Policy {
       plan += "stages:\n" + yaml;
       // Metis's prediction: (M - 1) x the slowest stage + the sum of the stages + the largest
       // stage all-reduce over its group's slowest link + the transfers between stages.
-      const double e = workload::element_bytes(precision_of(r));
+      const double e = workload::element_bytes(profiles.precision());
       double slowest = 0, sum = 0, allreduce = 0, transfers = 0;
       for (int s = 0, at = 0; s < S; ++s) {
         double t = fixed[static_cast<size_t>(s)];
@@ -380,23 +377,6 @@ class Metis final : public Policy {
       return out;
     }
     return std::nullopt;
-  }
-
-  static workload::Precision precision_of(const Request& r) {
-    return cluster_precision(*r.cluster);
-  }
-
-  // "0-3,8" for a list of GPU ids.
-  static std::string ranges(const std::vector<platform::GpuId>& ids) {
-    std::string out;
-    for (size_t i = 0; i < ids.size();) {
-      size_t j = i;
-      while (j + 1 < ids.size() && ids[j + 1] == ids[j] + 1) ++j;
-      out += fmt::format("{}{}", out.empty() ? "" : ",", ids[i]);
-      if (j > i) out += fmt::format("-{}", ids[j]);
-      i = j + 1;
-    }
-    return out;
   }
 
   std::optional<Proposal> candidate(const Request& r, const std::vector<platform::GpuId>& order,

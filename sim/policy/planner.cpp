@@ -20,7 +20,8 @@ namespace hetsim::policy {
 
 namespace {
 
-// The fullest GPU of a plan by the memory model (its groups only).
+// The fullest GPU of a plan by the memory model (the groups alone, not their programs): the
+// one furthest over (or least under) its capacity.
 workload::DeviceMemory fullest_gpu(const Request& r, const workload::Plan& plan) {
   const workload::TrainingJob job = workload::skeleton_job(*r.model, plan, *r.cluster);
   const std::vector<workload::DeviceMemory> memory = workload::memory_per_group(job);
@@ -172,20 +173,14 @@ Search search(const Request& r, const std::vector<const Policy*>& policies,
     try {
       workload::Plan plan = workload::load_plan_text(
           c.proposal.plan, c.proposal.policy + " proposal", *r.model, *r.cluster);
-      // The memory model needs the groups, not their programs.
-      const workload::TrainingJob job = workload::skeleton_job(*r.model, plan, *r.cluster);
-      const std::vector<workload::DeviceMemory> memory = workload::memory_per_group(job);
-      const workload::DeviceMemory* fullest = &memory.front();
-      for (const workload::DeviceMemory& m : memory) {
-        if (m.peak - m.capacity > fullest->peak - fullest->capacity) fullest = &m;
-      }
-      c.peak_bytes = fullest->peak;
-      c.capacity_bytes = fullest->capacity;
-      if (fullest->oom()) {
+      const workload::DeviceMemory fullest = fullest_gpu(r, plan);
+      c.peak_bytes = fullest.peak;
+      c.capacity_bytes = fullest.capacity;
+      if (fullest.oom()) {
         c.outcome = Candidate::Outcome::out_of_memory;
-        c.reason = fmt::format("needs {} per GPU where the GPU holds {}",
-                               config::format_bytes(fullest->peak),
-                               config::format_bytes(fullest->capacity));
+        c.reason =
+            fmt::format("needs {} per GPU where the GPU holds {}",
+                        config::format_bytes(fullest.peak), config::format_bytes(fullest.capacity));
         out.rejected.push_back(std::move(c));
       } else {
         // The busiest group's kernels back to back: no replay of the plan can take less.

@@ -9,7 +9,9 @@
 #include <numeric>
 
 #include "sim/core/error.h"
+#include "sim/workload/memory.h"
 #include "sim/workload/plan.h"
+#include "sim/workload/training_job.h"
 
 namespace hetsim::policy {
 
@@ -86,6 +88,31 @@ workload::Precision cluster_precision(const platform::Cluster& c) {
   return workload::default_precision(gpu_types(c));
 }
 
+std::string gpu_ranges(const std::vector<platform::GpuId>& ids) {
+  std::string out;
+  for (size_t i = 0; i < ids.size();) {
+    size_t j = i;
+    while (j + 1 < ids.size() && ids[j + 1] == ids[j] + 1) ++j;
+    out += fmt::format("{}{}", out.empty() ? "" : ",", ids[i]);
+    if (j > i) out += fmt::format("-{}", ids[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+std::vector<StageMemory> stage_memory(const workload::ModelConfig& m, const workload::Plan& plan,
+                                      const platform::Cluster& c) {
+  const workload::TrainingJob job = workload::skeleton_job(m, plan, c);
+  const std::vector<workload::DeviceMemory> memory = workload::memory_per_group(job);
+  std::vector<StageMemory> out(static_cast<size_t>(plan.stages()));
+  for (size_t g = 0; g < memory.size(); ++g) {
+    StageMemory& st = out[job.groups[g].stage];
+    st.fill = std::max(st.fill, memory[g].peak / memory[g].capacity);
+    st.room = std::min(st.room, memory[g].capacity - memory[g].peak);
+  }
+  return out;
+}
+
 std::string pipelines_plan(const Request& r, const std::string& header, int64_t micro_batch,
                            int64_t micro_batches, const char* recompute, int tp,
                            const std::vector<int>& layers,
@@ -99,14 +126,7 @@ std::string pipelines_plan(const Request& r, const std::string& header, int64_t 
   for (size_t s = 0; s < S; ++s)
     for (size_t q = 0; q < R; ++q)
       for (platform::GpuId g : devices[q][s]) order.push_back(g);
-  std::string ranges;
-  for (size_t i = 0; i < order.size();) {
-    size_t j = i;
-    while (j + 1 < order.size() && order[j + 1] == order[j] + 1) ++j;
-    ranges += fmt::format("{}{}", ranges.empty() ? "" : ",", order[i]);
-    if (j > i) ranges += fmt::format("-{}", order[j]);
-    i = j + 1;
-  }
+  const std::string ranges = gpu_ranges(order);
   std::string split;
   for (int l : layers) split += fmt::format("{}{}", split.empty() ? "" : ", ", l);
   std::string plan = fmt::format(

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "sim/workload/cost_model.h"
 #include "sim/workload/model.h"
 #include "sim/workload/ops.h"
+#include "sim/workload/plan.h"
 
 namespace hetsim::policy {
 
@@ -124,6 +126,18 @@ PipelineSplit split_pipeline(const PipelineCosts& p, int64_t micro_batches);
 // FlashFlex's pipelines) in proportion to each one's speed, 1 / its slowest stage when split for
 // an even share (whole_shares); empty when a pipeline has more stages than layers.
 std::vector<int64_t> speed_shares(const std::vector<PipelineCosts>& pipelines, int64_t total);
+
+// "0-7,16": GPU ids as a plan's `devices` text, runs of consecutive ids as ranges.
+std::string gpu_ranges(const std::vector<platform::GpuId>& ids);
+
+// Per pipeline stage of a plan, by the memory model over its groups alone: the fullest GPU's
+// peak over its capacity, and the least memory any of its GPUs has left (negative: over).
+struct StageMemory {
+  double fill = 0;
+  double room = std::numeric_limits<double>::infinity();
+};
+std::vector<StageMemory> stage_memory(const workload::ModelConfig& m, const workload::Plan& plan,
+                                      const platform::Cluster& c);
 
 // A plan in which every replica runs the same pipeline (the uniform form with stage_layers and
 // the devices in its rank order): stage s holds layers[s];

@@ -21,14 +21,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <limits>
 
 #include "sim/core/error.h"
 #include "sim/policy/policy.h"
 #include "sim/workload/cost_model.h"
-#include "sim/workload/memory.h"
 #include "sim/workload/plan.h"
-#include "sim/workload/training_job.h"
 
 namespace hetsim::policy {
 
@@ -124,34 +121,24 @@ class Whale final : public Policy {
               plan = pipelines_plan(r, "", mb, M, recompute, tp, layers, devices);
               // The fullest stage over its memory, and the stage with the most memory left (a
               // stage's fill and room are its fullest copy's).
-              int fullest = -1, roomiest = -1;
+              std::vector<StageMemory> mem;
               try {
-                const workload::Plan p = workload::load_plan_text(plan + sets, "whale", m, c);
-                const workload::TrainingJob job = workload::skeleton_job(m, p, c);
-                const std::vector<workload::DeviceMemory> mem = workload::memory_per_group(job);
-                std::vector<double> fill(static_cast<size_t>(S), 0.0);
-                std::vector<double> room(static_cast<size_t>(S),
-                                         std::numeric_limits<double>::infinity());
-                for (size_t g = 0; g < mem.size(); ++g) {
-                  const size_t st = job.groups[g].stage;
-                  fill[st] = std::max(fill[st], mem[g].peak / mem[g].capacity);
-                  room[st] = std::min(room[st], mem[g].capacity - mem[g].peak);
-                }
-                double worst = 1, most = 0;
-                for (int st = 0; st < S; ++st) {
-                  if (fill[static_cast<size_t>(st)] > worst) {
-                    worst = fill[static_cast<size_t>(st)];
-                    fullest = st;
-                  }
-                  if (room[static_cast<size_t>(st)] > most) {
-                    most = room[static_cast<size_t>(st)];
-                    roomiest = st;
-                  }
-                }
+                mem = stage_memory(m, workload::load_plan_text(plan + sets, "whale", m, c), c);
               } catch (const InputError&) {
-                fullest = -2;
+                break;  // the planner says why
               }
-              if (fullest == -2) break;
+              int fullest = -1, roomiest = -1;
+              double worst = 1, most = 0;
+              for (int st = 0; st < S; ++st) {
+                if (mem[static_cast<size_t>(st)].fill > worst) {
+                  worst = mem[static_cast<size_t>(st)].fill;
+                  fullest = st;
+                }
+                if (mem[static_cast<size_t>(st)].room > most) {
+                  most = mem[static_cast<size_t>(st)].room;
+                  roomiest = st;
+                }
+              }
               if (fullest < 0) break;  // every stage fits
               if (roomiest < 0 || roomiest == fullest ||
                   layers[static_cast<size_t>(fullest)] <= 1 || moved >= m.layers) {

@@ -1146,6 +1146,24 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
   return p;
 }
 
+std::vector<SharedSamples> shared_samples(const Plan& plan, size_t stage) {
+  const DataParallelStage& a = plan.dp_stages[stage];
+  const DataParallelStage& b = plan.dp_stages[stage + 1];
+  std::vector<SharedSamples> out;
+  int64_t from_a = 0;
+  for (size_t j = 0; j < a.groups.size(); ++j) {
+    int64_t from_b = 0;
+    for (size_t k = 0; k < b.groups.size(); ++k) {
+      const int64_t lo = std::max(from_a, from_b);
+      const int64_t hi = std::min(from_a + a.batch[j], from_b + b.batch[k]);
+      if (hi > lo) out.push_back({j, k, hi - lo});
+      from_b += b.batch[k];
+    }
+    from_a += a.batch[j];
+  }
+  return out;
+}
+
 bool Plan::asymmetric() const {
   for (size_t r = 1; r < replicas.size(); ++r) {
     const auto& a = replicas[0].stages;

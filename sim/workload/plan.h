@@ -151,6 +151,16 @@ struct Plan {
   bool asymmetric() const;
 };
 
+// A staged plan's re-sharding between stage `stage` and the next: each pair of groups (group
+// `from` of the stage, `to` of the next) whose samples of a micro-batch overlap, and how many
+// they share (a micro-batch's samples lie in order over each stage's groups). From first, then
+// to, ascending.
+struct SharedSamples {
+  size_t from = 0, to = 0;
+  int64_t samples = 0;
+};
+std::vector<SharedSamples> shared_samples(const Plan& plan, size_t stage);
+
 // The cut points of an asymmetric plan: every stage's first layer in any replica, and the layer
 // count; segment i is layers [cuts[i], cuts[i + 1]). Every replica holds each segment whole on one
 // of its stages. For a plan whose replicas share their stages, the stage boundaries.

@@ -134,10 +134,7 @@ class Replayer {
     st_.resize(n);
     const int chunks = job.chunks;
     for (size_t g = 0; g < n; ++g) {
-      const Group& grp = job.groups[g];
-      const uint32_t mbs = grp.micro_batches > 0
-                               ? grp.micro_batches
-                               : static_cast<uint32_t>(job.plan->micro_batches_of(grp.replica));
+      const uint32_t mbs = job.groups[g].micro_batches;
       st_[g].arrived.assign(2 * chunks * mbs, 0);
       st_[g].mbs = mbs;
       if (job.staged()) {

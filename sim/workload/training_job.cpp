@@ -887,25 +887,14 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
     const double whole = static_cast<double>(plan.micro_batch_size);
     uint32_t first = 0;
     for (int s = 0; s + 1 < S; ++s) {
-      const DataParallelStage& a = plan.dp_stages[static_cast<size_t>(s)];
-      const DataParallelStage& b = plan.dp_stages[static_cast<size_t>(s) + 1];
-      const auto next = static_cast<uint32_t>(first + a.groups.size());
-      int64_t from_a = 0;
-      for (size_t j = 0; j < a.groups.size(); ++j) {
-        int64_t from_b = 0;
-        for (size_t k = 0; k < b.groups.size(); ++k) {
-          const int64_t lo = std::max(from_a, from_b);
-          const int64_t hi = std::min(from_a + a.batch[j], from_b + b.batch[k]);
-          if (hi > lo) {
-            const double share = static_cast<double>(hi - lo) / whole;
-            const auto gj = static_cast<uint32_t>(first + j);
-            const auto gk = static_cast<uint32_t>(next + k);
-            job.next_peers[gj].push_back({gk, share});
-            job.prev_peers[gk].push_back({gj, share});
-          }
-          from_b += b.batch[k];
-        }
-        from_a += a.batch[j];
+      const auto next =
+          static_cast<uint32_t>(first + plan.data_parallel_of(static_cast<size_t>(s)));
+      for (const SharedSamples& x : shared_samples(plan, static_cast<size_t>(s))) {
+        const double share = static_cast<double>(x.samples) / whole;
+        const auto gj = static_cast<uint32_t>(first + x.from);
+        const auto gk = static_cast<uint32_t>(next + x.to);
+        job.next_peers[gj].push_back({gk, share});
+        job.prev_peers[gk].push_back({gj, share});
       }
       first = next;
     }
