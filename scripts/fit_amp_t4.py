@@ -3,14 +3,19 @@
 even rows (CSV data rows 0, 2, 4, ... that ran), and reports the error on both halves.
 
 Fitted, each inside physical bounds:
-  pcie3_host_staged efficiency and latency  (topologies/aws-g4dn-12xlarge.yaml: NCCL's SHM
-                                             transport through host memory, no GPU P2P)
+  pcie3_host_staged efficiency, latency and (topologies/aws-g4dn-12xlarge.yaml: NCCL's SHM
+    collective_overhead                      transport through host memory, no GPU P2P)
   ethernet_tcp efficiency and latency        (the same file: NCCL's socket transport over TCP)
-  deepspeed host per_pass and per_step       (frameworks/deepspeed.yaml)
-  turing memory efficiency                   (calibrate/datasheet_efficiency.yaml: the share of
-                                             the T4's bandwidth its memory-bound kernels reach)
+  deepspeed host per_pass, per_step and      (frameworks/deepspeed.yaml)
+    per_kernel
+  turing memory and parameter_memory         (calibrate/datasheet_efficiency.yaml: the share of
+                                             the T4's bandwidth its layers' memory-bound kernels,
+                                             and its kernels over parameter-sized buffers, reach)
 Everything else is fixed: the T4's sustained matmul rate (topologies/gpus/t4.yaml, cited), the
-datasheet efficiency constants (fitted on vTrain's A100 set), the model and the plans.
+datasheet efficiency constants (fitted on vTrain's A100 set), the NIC's plain PCIe Gen3 link
+(pcie3, cited), the model and the plans. --write also copies the two link classes into
+topologies/aws-p3-g4dn.yaml, whose T4 node is the same. Nelder-Mead finds a local minimum: start
+it from the files' values (as it does), and a parameter at exactly 0 stays there.
 
 Each evaluation replays the 52 trials in-process through the validation test binary
 (TrainingValidation.AmpT4DeepSpeedTrials), which reads the candidate files from HETSIM_AMP_*
@@ -31,20 +36,27 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLUSTER = os.path.join(ROOT, "topologies", "aws-g4dn-12xlarge.yaml")
 FRAMEWORK = os.path.join(ROOT, "frameworks", "deepspeed.yaml")
+# AMP's heterogeneous cluster holds the same g4dn node: its copies of the two link classes are
+# kept equal to CLUSTER's on --write.
+CLUSTER_COPIES = [os.path.join(ROOT, "topologies", "aws-p3-g4dn.yaml")]
 
 # name, low, high, unit, (file, regex locating the value)
 PARAMS = [
     ("pcie_efficiency", 0.1, 0.8, "", CLUSTER, r"(pcie3_host_staged:\s*\n\s*kind: pcie\s*\n\s*efficiency: )([0-9.e+-]+)"),
     ("pcie_latency_us", 0.5, 200.0, "us", CLUSTER, r"(pcie3_host_staged:\s*\n\s*kind: pcie\s*\n\s*efficiency: [^\n]*\n\s*latency: )([0-9.e+-]+)us"),
     ("tcp_efficiency", 0.3, 0.9, "", CLUSTER, r"(ethernet_tcp:\s*\n\s*kind: network\s*\n\s*efficiency: )([0-9.e+-]+)"),
-    ("tcp_latency_us", 1.0, 50.0, "us", CLUSTER, r"(ethernet_tcp:\s*\n\s*kind: network\s*\n\s*efficiency: [^\n]*\n\s*latency: )([0-9.e+-]+)us"),
+    ("tcp_latency_us", 1.0, 100.0, "us", CLUSTER, r"(ethernet_tcp:\s*\n\s*kind: network\s*\n\s*efficiency: [^\n]*\n\s*latency: )([0-9.e+-]+)us"),
     ("per_pass_ms", 0.0, 20.0, "ms", FRAMEWORK, r"(per_pass: )([0-9.e+-]+)ms"),
     ("per_step_ms", 0.0, 1000.0, "ms", FRAMEWORK, r"(per_step: )([0-9.e+-]+)ms"),
+    ("per_kernel_us", 0.0, 1000.0, "us", FRAMEWORK, r"(per_kernel: )([0-9.e+-]+)us"),
+    ("collective_overhead_us", 0.0, 3000.0, "us", CLUSTER, r"(pcie3_host_staged:\s*\n\s*kind: pcie\s*\n\s*efficiency: [^\n]*\n\s*latency: [^\n]*\n\s*collective_overhead: )([0-9.e+-]+)us"),
 ]
 # The T4's memory-bound efficiency (calibrate/datasheet_efficiency.yaml, architectures.turing).
 EFFICIENCY = os.path.join(ROOT, "calibrate", "datasheet_efficiency.yaml")
 PARAMS.append(("turing_memory", 0.2, 0.95, "", EFFICIENCY,
                r"(turing:\s*\n(?:\s*#[^\n]*\n)*\s*memory: )([0-9.e+-]+)"))
+PARAMS.append(("turing_parameter_memory", 0.2, 0.9, "", EFFICIENCY,
+               r"(turing:\s*\n(?:\s*#[^\n]*\n)*\s*memory: [^\n]*\n(?:\s*#[^\n]*\n)*\s*parameter_memory: )([0-9.e+-]+)"))
 
 
 def substitute(text, regex, value, unit):
@@ -176,7 +188,13 @@ def main(argv=None):
     if args.write:
         for path, text in render(values).items():
             open(path, "w").write(text)
-        print("wrote", CLUSTER, FRAMEWORK, "and", EFFICIENCY)
+        for copy in CLUSTER_COPIES:
+            text = open(copy).read()
+            for (name, lo, hi, unit, path, regex), v in zip(PARAMS, values):
+                if path == CLUSTER:
+                    text = substitute(text, regex, v, unit)
+            open(copy, "w").write(text)
+        print("wrote", CLUSTER, FRAMEWORK, EFFICIENCY, "and", ", ".join(CLUSTER_COPIES))
     return 0
 
 

@@ -35,6 +35,9 @@ struct LinkClass {
   LinkKind kind = LinkKind::network;
   double efficiency = 1;  // usable share of the line rate
   double latency_s = 0;   // per hop
+  // Per collective call whose links include this class: the time before its transfer starts,
+  // beyond the protocol's base latency (`collective_overhead`; point-to-point sends pay none).
+  double collective_overhead_s = 0;
 };
 
 enum class IntraKind { nvswitch, nvlink_mesh, pcie };
@@ -46,6 +49,10 @@ struct MeshLink {
 struct PcieTree {
   bool present = false;
   std::string link_class;
+  // The class of the links that attach NICs to the tree, where it differs from the GPUs'
+  // (`nic_link_class`): a NIC's DMA from host memory is a plain PCIe transfer where GPU pairs
+  // without peer-to-peer go through NCCL's host-staged copies. link_class when not given.
+  std::string nic_class;
   double bandwidth_Bps = 0;
   std::vector<std::vector<int>> switches;  // GPUs under each PCIe switch
   std::vector<std::vector<int>> sockets;   // switches under each CPU socket

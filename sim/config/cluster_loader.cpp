@@ -157,7 +157,7 @@ std::map<std::string, LinkClass> parse_link_classes(const std::string& file, con
     const std::string name = kv.first.as<std::string>();
     const std::string p = join_path(path, name);
     const YAML::Node c = kv.second;
-    check_keys(file, c, p, {"kind", "efficiency", "latency"});
+    check_keys(file, c, p, {"kind", "efficiency", "latency", "collective_overhead"});
     LinkClass lc;
     lc.name = name;
     const std::string kind = choice_of(file, c, p, "kind", {"nvlink", "pcie", "socket", "network"});
@@ -171,6 +171,12 @@ std::map<std::string, LinkClass> parse_link_classes(const std::string& file, con
                        ": expected a number in (0, 1]");
     }
     lc.latency_s = get_quantity(file, c, p, "latency", Dimension::time, 0.0);
+    lc.collective_overhead_s =
+        get_quantity(file, c, p, "collective_overhead", Dimension::time, 0.0);
+    if (!(lc.collective_overhead_s >= 0 && lc.collective_overhead_s <= 0.01)) {
+      throw InputError(where(file, c["collective_overhead"]) + ": " +
+                       join_path(p, "collective_overhead") + ": expected a time from 0 s to 10 ms");
+    }
     out[name] = lc;
   }
   return out;
@@ -304,10 +310,11 @@ class ClusterParser {
     }
   }
 
-  std::string link_class(const YAML::Node& n, std::string_view path) {
-    const std::string v = get_string(file_, n, path, "link_class");
+  std::string link_class(const YAML::Node& n, std::string_view path,
+                         const char* key = "link_class") {
+    const std::string v = get_string(file_, n, path, key);
     if (!classes_->count(v)) {
-      throw InputError(where(file_, n["link_class"]) + ": " + join_path(path, "link_class") +
+      throw InputError(where(file_, n[key]) + ": " + join_path(path, key) +
                        ": unknown link class \"" + v + "\" (expected one of " +
                        join_names(keys_of(*classes_)) + ")" + did_you_mean(v, keys_of(*classes_)));
     }
@@ -355,11 +362,14 @@ class ClusterParser {
     }
     if (const YAML::Node pcie = n["pcie"]) {
       const std::string pp = join_path(path, "pcie");
-      check_keys(file_, pcie, pp,
-                 {"link_class", "bandwidth", "switches", "sockets", "inter_socket"});
+      check_keys(
+          file_, pcie, pp,
+          {"link_class", "nic_link_class", "bandwidth", "switches", "sockets", "inter_socket"});
       PcieTree& tree = t.pcie;
       tree.present = true;
       tree.link_class = link_class(pcie, pp);
+      tree.nic_class =
+          pcie["nic_link_class"] ? link_class(pcie, pp, "nic_link_class") : tree.link_class;
       tree.bandwidth_Bps = positive(file_, pcie, pp, "bandwidth", Dimension::bandwidth);
       const std::string sp = join_path(pp, "switches");
       tree.switches = int_lists(file_, require(file_, pcie, pp, "switches"), sp, t.gpus, "GPU");

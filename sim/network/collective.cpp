@@ -235,6 +235,16 @@ class Builder {
         break;
       }
     }
+    // The largest per-call cost of the link classes the collective crosses
+    // (LinkClass::collective_overhead_s); point-to-point sends pay none, as no base latency.
+    if (r_.op != Op::halo && r_.op != Op::sendrecv) {
+      double overhead = 0;
+      for (const PlanStep& s : plan.steps) {
+        for (const LinkUse& u : s.links)
+          overhead = std::max(overhead, c_.links()[u.link].cls->collective_overhead_s);
+      }
+      plan.start_delay += Time::from_seconds(overhead);
+    }
     return plan;
   }
 

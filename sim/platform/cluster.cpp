@@ -102,7 +102,7 @@ void Cluster::build_template(const config::NodeType& t) {
           std::all_of(nic.gpus.begin(), nic.gpus.end(), [&](int g) { return gpu_switch[g] == sw; });
       const auto sock = switch_socket.find(sw);
       add_pair(v, one_switch || sock == switch_socket.end() ? sw : sock->second,
-               t.pcie.bandwidth_Bps, t.pcie.link_class);
+               t.pcie.bandwidth_Bps, t.pcie.nic_class);
     } else {
       for (int g : nic.gpus) add_pair(tp.gpu_vertex[g], v, nic.bandwidth_Bps, nic.link_class);
     }

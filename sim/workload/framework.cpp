@@ -53,7 +53,7 @@ Framework load_framework_text(const std::string& text, const std::string& file) 
   check_keys(file, root, "",
              {"name", "description", "gradient_reduction", "bucket_size", "zero_stage",
               "pipeline_p2p", "pipeline_gathers", "pipeline_zero_max", "kernels", "host",
-              "tied_embedding_reduction", "reserved_memory"});
+              "tied_embedding_reduction", "reserved_memory", "gradient_accumulation"});
   Framework f;
   f.source = file;
   f.name = get_string(file, root, "", "name");
@@ -84,6 +84,8 @@ Framework load_framework_text(const std::string& text, const std::string& file) 
       get_choice(file, root, "", "kernels", {"fused", "eager", "eager_autocast"}, "fused");
   f.eager_kernels = kernels >= 1;
   f.autocast = kernels == 2;
+  f.separate_grad_accumulation =
+      get_choice(file, root, "", "gradient_accumulation", {"fused", "add"}, "fused") == 1;
   f.tied_embedding_reduction = static_cast<TiedReduction>(get_choice(
       file, root, "", "tied_embedding_reduction", {"none", "model_grads", "main_grads"}, "none"));
   if (root["reserved_memory"]) {

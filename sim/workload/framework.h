@@ -48,6 +48,13 @@ struct Framework {
   // the residual add separate kernels, the attention output copied back to token-major order,
   // the logits copied to fp32 for the loss.
   bool eager_kernels = false;
+  // Whether each micro-batch's weight gradients are added into the parameters' gradients by a
+  // kernel of their own (`gradient_accumulation: add`: PyTorch autograd's AccumulateGrad, as
+  // DeepSpeed's engine without ZeRO runs fp16 training: param.grad += the new gradient, a read of
+  // both and a write per parameter) rather than inside the weight-gradient GEMM (`fused`:
+  // Megatron-LM's gradient accumulation fusion into fp32 main gradients). Under autocast the
+  // add is already in the kernel list (LayerShape::autocast).
+  bool separate_grad_accumulation = false;
   // torch.autocast over fp32 parameters (eager only): the residual stream and layer norms in
   // fp32, each norm's output cast to the low precision for the next matmul, each weight cast in
   // every forward pass, and its gradient cast back to fp32 and added to the parameter's .grad in

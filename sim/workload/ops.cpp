@@ -77,6 +77,9 @@ struct Builder {
   }
   void linear_wgrad(const std::string& name, int64_t in, int64_t out) {
     gemm(name + ".wgrad", in, out, tokens());
+    // A separate accumulation (Framework::separate_grad_accumulation): .grad += the new gradient,
+    // in the plan's precision (counted in every micro-batch, as below).
+    if (s.grad_accumulate) memory(name + ".grad_accumulate", 3 * e * static_cast<double>(in) * out);
     if (!s.autocast) return;
     // The weight's gradient cast back to fp32 and added to the parameter's .grad (counted in
     // every micro-batch; the first one's gradient is taken over without the add).
@@ -515,6 +518,10 @@ std::vector<Step> embedding_backward(const ModelConfig& m, const LayerShape& s) 
   if (s.autocast)
     b.memory("embedding.grad_accumulate",
              16.0 * static_cast<double>(m.vocab) / s.tensor_parallel * m.hidden);
+  // A separate accumulation: the table's gradient added into its .grad (3 e bytes an entry).
+  if (s.grad_accumulate)
+    b.memory("embedding.grad_accumulate",
+             3.0 * b.e * static_cast<double>(m.vocab) / s.tensor_parallel * m.hidden);
   return b.steps;
 }
 

@@ -108,6 +108,9 @@ struct LayerShape {
   // every weight gradient is cast back and added to the parameter's fp32 gradient.
   bool eager = false;
   bool autocast = false;
+  // Framework::separate_grad_accumulation outside autocast: every weight gradient added into the
+  // parameter's gradient (in the plan's precision) by a kernel of its own, each micro-batch.
+  bool grad_accumulate = false;
 };
 
 // The programs of one transformer layer (a MoE layer where shape.moe_layer), and of the embedding
@@ -125,6 +128,14 @@ std::vector<Step> attention_recompute(const ModelConfig& m, const LayerShape& s)
 // The optimizer step over `params` local parameters (mixed-precision Adam: master weights and
 // moments in fp32), as one memory-bound kernel.
 Op optimizer_step(double params, Precision p);
+// Whether an op streams parameter-sized buffers: an optimizer step (optimizer_step, the CNN's
+// SGD step: one fused multi-tensor kernel over every parameter's state) or a gradient
+// accumulation (".grad_accumulate": one add over a weight's gradient), long contiguous
+// vectorised passes unlike a layer's elementwise kernels over activations.
+inline bool streams_parameters(const Op& op) {
+  return op.name.rfind("optimizer.", 0) == 0 ||
+         op.name.find(".grad_accumulate") != std::string::npos;
+}
 
 // Model FLOPs of one iteration over `tokens` tokens (forward + backward, no recompute), the
 // sum of the ops above: equals 72 B s l h^2 (1 + s/(6h) + V/(12 l h)) for GPT (formulas.md).

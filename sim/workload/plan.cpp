@@ -1205,6 +1205,7 @@ LayerShape stage_shape(const Plan& plan, int tensor_parallel, int64_t batch) {
   shape.precision = plan.precision;
   shape.eager = plan.framework.eager_kernels;
   shape.autocast = plan.framework.eager_kernels && plan.framework.autocast;
+  shape.grad_accumulate = plan.framework.separate_grad_accumulation && !shape.autocast;
   return shape;
 }
 

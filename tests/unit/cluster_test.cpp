@@ -176,3 +176,38 @@ TEST(ClusterFile, SingleSwitchFabricLatencyIsNicHopsPlusSwitchHop) {
 
 }  // namespace
 }  // namespace hetsim::platform
+
+namespace hetsim::platform {
+namespace {
+
+// pcie.nic_link_class: on a g4dn node the GPUs' links are NCCL's host-staged class and the NIC's
+// is a plain Gen3 link (pcie3: 0.76 of 15.75 GB/s), so four GPUs sending off the node share the
+// 50 Gb/s NIC (0.9 of it by the fitted TCP class), not one staged link; without the key the NIC's
+// link takes the tree's class.
+TEST(Cluster, ANicsPcieLinkTakesItsOwnClass) {
+  const Cluster c = builtin("aws-g4dn-12xlarge");
+  const auto r = c.route(0, 4);  // node 0 to node 1
+  EXPECT_EQ(hops(c, r),
+            (std::vector<VertexKind>{VertexKind::pcie_switch, VertexKind::socket, VertexKind::nic,
+                                     VertexKind::fabric_switch, VertexKind::nic, VertexKind::socket,
+                                     VertexKind::pcie_switch, VertexKind::gpu}));
+  const config::LinkClass& staged = c.config().link_classes.at("pcie3_host_staged");
+  const config::LinkClass& tcp = c.config().link_classes.at("ethernet_tcp");
+  EXPECT_EQ(c.links()[r[0]].cls, &staged);        // GPU to its root port
+  EXPECT_EQ(c.links()[r[1]].cls, &staged);        // root port to the socket
+  EXPECT_EQ(c.links()[r[2]].cls->name, "pcie3");  // socket to the NIC
+  EXPECT_DOUBLE_EQ(c.links()[r[2]].capacity_Bps, 15.75e9 * 0.76);
+  EXPECT_DOUBLE_EQ(c.links()[r[3]].capacity_Bps, 50e9 / 8 * tcp.efficiency);
+  EXPECT_GT(c.links()[r[2]].capacity_Bps, c.links()[r[3]].capacity_Bps);
+  // One GPU's own traffic is bounded by its staged link.
+  EXPECT_DOUBLE_EQ(c.route_capacity(r), 15.75e9 * staged.efficiency);
+  // Without the key (a DGX's PCIe tree) the NIC's link is of the tree's class.
+  const Cluster d = builtin("dgx-a100");
+  const auto rd = d.route(0, 8);
+  ASSERT_GE(rd.size(), 3u);
+  EXPECT_EQ(d.vertex_kind(d.links()[rd[1]].dst), VertexKind::nic);
+  EXPECT_EQ(d.links()[rd[1]].cls, d.links()[rd[0]].cls);
+}
+
+}  // namespace
+}  // namespace hetsim::platform

@@ -394,3 +394,52 @@ TEST(Collective, SendRecvBetweenTwoGpusIsOneTransferEachWay) {
 
 }  // namespace
 }  // namespace hetsim::network
+
+namespace hetsim::network {
+namespace {
+
+// LinkClass::collective_overhead_s: a collective over a class with a per-call cost starts that
+// much later, exactly, whatever its size; a point-to-point send over the same links pays none.
+TEST(Collective, ALinkClassesPerCallCostDelaysEachCollectiveOverItExactly) {
+  config::ClusterOptions zero;
+  zero.sets = {"link_classes.pcie3_host_staged.collective_overhead=0s"};
+  const Cluster with(config::load_cluster("aws-g4dn-12xlarge"));
+  const Cluster without(config::load_cluster("aws-g4dn-12xlarge", zero));
+  ASSERT_DOUBLE_EQ(with.config().link_classes.at("pcie3_host_staged").collective_overhead_s * 1e6,
+                   743.0);
+  auto run = [](const Cluster& c, Op op, double bytes, std::vector<GpuId> ranks) {
+    CollectiveRequest r;
+    r.op = op;
+    r.bytes = bytes;
+    r.ranks = std::move(ranks);
+    r.host_launch = false;
+    return simulate_collective(c, r).time;
+  };
+  for (double bytes : {2e6, 64e6}) {
+    EXPECT_EQ(run(with, Op::allreduce, bytes, {0, 1}) - run(without, Op::allreduce, bytes, {0, 1}),
+              Time::from_seconds(743e-6));
+    // Across nodes the ring still crosses the staged links: the same cost once.
+    EXPECT_EQ(run(with, Op::allgather, bytes, {0, 4}) - run(without, Op::allgather, bytes, {0, 4}),
+              Time::from_seconds(743e-6));
+    EXPECT_EQ(run(with, Op::sendrecv, bytes, {0, 1}), run(without, Op::sendrecv, bytes, {0, 1}));
+  }
+  // A DGX's classes have none.
+  const Cluster dgx(config::load_cluster("dgx-a100"));
+  for (const auto& [name, cls] : dgx.config().link_classes) EXPECT_EQ(cls.collective_overhead_s, 0);
+  // Bad values say where.
+  config::ClusterOptions bad;
+  bad.sets = {"link_classes.pcie3_host_staged.collective_overhead=20ms"};
+  try {
+    config::load_cluster("aws-g4dn-12xlarge", bad);
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "link_classes.pcie3_host_staged.collective_overhead: expected a time from 0 s to "
+                  "10 ms"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace hetsim::network

@@ -517,3 +517,100 @@ TEST(Framework, DeepSpeedPipelinesRunZeroOneAtMost) {
 
 }  // namespace
 }  // namespace hetsim::workload
+
+namespace hetsim::workload {
+namespace {
+
+// gradient_accumulation: add puts one add of 3 x 2 bytes per weight (fp16: read .grad and the
+// new gradient, write .grad) after each weight-gradient GEMM: over a layer's four linear layers
+// (qkv h x 3h, proj h x h, fc1 h x 4h, fc2 4h x h: 12 h^2 weights) 6 x 12 x 1024^2 bytes, and
+// over the embedding table 6 x 50304 x 1024.
+TEST(Frameworks, SeparateGradientAccumulationAddsEveryWeightOnce) {
+  const ModelConfig m = small_gpt(2);
+  LayerShape s;
+  s.micro_batch = 1;
+  s.sequence = 1024;
+  s.precision = Precision::fp16;
+  auto accumulated = [](const std::vector<Step>& steps) {
+    double bytes = 0;
+    for (const Step& st : steps)
+      if (st.op.name.find(".grad_accumulate") != std::string::npos) bytes += st.op.bytes;
+    return bytes;
+  };
+  EXPECT_EQ(accumulated(layer_backward(m, s)), 0.0);
+  s.grad_accumulate = true;
+  EXPECT_EQ(accumulated(layer_backward(m, s)), 6.0 * 12 * 1024 * 1024);
+  EXPECT_EQ(accumulated(embedding_backward(m, s)), 6.0 * 50304 * 1024);
+  // The head's logits share the embedding's weight, and accumulate their own gradient of it.
+  EXPECT_EQ(accumulated(head_backward(m, s)), 6.0 * 50304 * 1024);
+  EXPECT_EQ(accumulated(layer_forward(m, s)), 0.0);
+  // DeepSpeed's profile accumulates separately, Megatron-LM's fuses; a plan's layer shape follows.
+  EXPECT_TRUE(load_framework("deepspeed").separate_grad_accumulation);
+  EXPECT_FALSE(load_framework("megatron").separate_grad_accumulation);
+  const platform::Cluster c = dgx(1);
+  EXPECT_TRUE(stage_shape(load_plan_text("framework: deepspeed\nglobal_batch_size: 8\n"
+                                         "devices: \"0\"\nmicro_batch_size: 1\n",
+                                         "p.yaml", m, c),
+                          1, 0)
+                  .grad_accumulate);
+  // Under autocast the add is already in the kernel list: not counted twice.
+  const std::string fw = ::testing::TempDir() + "fw_acc.yaml";
+  std::ofstream(fw) << "name: a\ngradient_reduction: overlapped\npipeline_p2p: async\n"
+                       "kernels: eager_autocast\ngradient_accumulation: add\n"
+                       "host: {per_pass: 0s, per_step: 0s}\n";
+  EXPECT_FALSE(stage_shape(load_plan_text("framework: " + fw +
+                                              "\nglobal_batch_size: 8\n"
+                                              "devices: \"0\"\nmicro_batch_size: 1\n",
+                                          "p.yaml", m, c),
+                           1, 0)
+                   .grad_accumulate);
+}
+
+}  // namespace
+}  // namespace hetsim::workload
+
+namespace hetsim::workload {
+namespace {
+
+// In the replay: a one-stage TP 2 plan on a g4dn node takes exactly the link class's per-call
+// cost more per tensor-parallel collective it waits for, and a two-stage
+// pipeline without tensor parallelism on the same GPUs takes none (its sends pay none).
+TEST(Frameworks, ALinkClassesPerCallCostAddsOncePerTensorParallelCollective) {
+  const ModelConfig m = small_gpt(2);
+  config::ClusterOptions zero;
+  zero.sets = {"link_classes.pcie3_host_staged.collective_overhead=0s"};
+  const platform::Cluster with(config::load_cluster("aws-g4dn-12xlarge"));
+  const platform::Cluster without(config::load_cluster("aws-g4dn-12xlarge", zero));
+  const DatasheetCostModel cost;
+  auto iteration = [&](const platform::Cluster& c, const std::string& plan) {
+    return replay(build_training_job(m, load_plan_text(plan, "p.yaml", m, c), c, cost)).iteration;
+  };
+  const std::string tp =
+      "tensor_parallel: 2\ndevices: \"0-1\"\nmicro_batch_size: 1\n"
+      "global_batch_size: 3\nprecision: fp16\n";
+  const TrainingJob job = build_training_job(m, load_plan_text(tp, "p.yaml", m, with), with, cost);
+  int64_t collectives = 0, waited = 0;
+  for (const Task& t : job.groups[0].program) {
+    if (t.kind != TaskKind::tp_comm) continue;
+    ++collectives;
+    waited += job.groups[0].comms[t.index].async ? 0 : 1;
+  }
+  // Per micro-batch: 2 all-reduces in each layer's forward and 2 in its backward, the
+  // embedding's, and the head's cross-entropy and input-gradient ones: 4 x 2 + 1 + 2 = 11. The
+  // 6 forward ones are waited for; the 5 input-gradient ones (qkv and fc1 of each layer, the
+  // logits) run beside the weight-gradient GEMM after them. A layer's GEMMs at one 1024-token
+  // sample take 0.2-0.5 ms on a T4, less than such an all-reduce (0.6 ms) with its cost, so those
+  // 4 show in full; the logits' weight gradient (1024 x 25152 per rank) takes about 3 ms and hides
+  // its one.
+  EXPECT_EQ(collectives, 3 * 11);
+  EXPECT_EQ(waited, 3 * 6);
+  EXPECT_EQ(iteration(with, tp) - iteration(without, tp),
+            Time::from_seconds(743e-6) * (3 * (6 + 4)));
+  const std::string pp =
+      "pipeline_parallel: 2\ndevices: \"0-1\"\nmicro_batch_size: 1\n"
+      "global_batch_size: 4\nprecision: fp16\n";
+  EXPECT_EQ(iteration(with, pp), iteration(without, pp));
+}
+
+}  // namespace
+}  // namespace hetsim::workload

@@ -8,9 +8,10 @@
 //
 // Issue 10 (fidelity on commodity clusters): the plans run on `framework: deepspeed`; the T4's
 // sustained matmul rate is cited (topologies/gpus/t4.yaml); the constants this set constrains
-// (the network's two link classes, DeepSpeed's host times, the T4's memory-bound efficiency) are
-// fitted on the even CSV rows by scripts/fit_amp_t4.py, which runs this test with the candidate
-// files named in HETSIM_AMP_* variables. The baseline before that work: 61.7%, all too fast.
+// (the network's two link classes, DeepSpeed's host times, the T4's two memory-bound
+// efficiencies) are fitted on the even CSV rows by scripts/fit_amp_t4.py, which runs this test
+// with the candidate files named in HETSIM_AMP_* variables. The baseline before that work: 61.7%,
+// all too fast.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -41,20 +42,21 @@ namespace {
 namespace fs = std::filesystem;
 using namespace hetsim;
 
-// Measured with this test on 2026-11-30 (datasheet cost model, no calibration): see the note of
-// issue 10's baseline. A ceiling, not a goal.
 // Bounds the issue sets (issue 10): at most 20% mean error on the whole set and on the held-out
-// half, a rank correlation of at least 0.9. Reached on 2026-11-30 (fitted half 5.2%, held-out
-// half 5.7%, all 5.4%, Spearman 0.969); 2026-12-03, with DeepSpeed's partitioned pipeline
-// transfers gathered over the receiving stage's tensor-parallel ranks (frameworks/deepspeed.yaml,
-// pipeline_gathers): fitted half 4.8%, held-out half 5.4%, all 5.1%, Spearman 0.973 (a refit of
-// the constants with it moves the whole set by less than 0.1%, so they stay as fitted).
+// half, a rank correlation of at least 0.9. Reached: 2026-11-30 fitted half 5.2%, held-out half
+// 5.7%, all 5.4%, Spearman 0.969; 2026-12-03 with DeepSpeed's partitioned pipeline transfers
+// gathered (frameworks/deepspeed.yaml, pipeline_gathers) 4.8% / 5.4% / 5.1%, 0.973; 2026-12-03
+// (later) with the NIC's PCIe link its own class (the node's network no longer capped by the
+// staged GPU class), DeepSpeed's separate gradient accumulation, the optimizer's and the
+// accumulation's kernels at their own share of the T4's bandwidth, and a cost per collective
+// call over the host-staged PCIe path (collective_overhead), refitted: 3.6% / 3.7% / 3.6%, 0.987.
 // kCeilingPct holds that line so fidelity work can only move it down. The fastest plan: hetsim
 // picks tp1 dp2 pp8 mb1 (measured 1.23 s), the second fastest measured, 2.5% slower than tp1 dp4
-// pp4 mb1 (1.20 s); the issue asks for the fastest itself, which is not reached yet, so the test
-// holds the 2.5% (within 5%).
+// pp4 mb1 (1.20 s); the issue asks for the fastest itself, which is not reached (hetsim puts the
+// two 1.3% apart the other way, inside its error on either), so the test holds the 2.5% (within
+// 5%).
 constexpr double kMaxMapePct = 20.0;
-constexpr double kCeilingPct = 5.5;
+constexpr double kCeilingPct = 4.0;
 constexpr double kMinSpearman = 0.9;
 constexpr double kFastestWithin = 0.05;
 
