@@ -207,6 +207,18 @@ TEST(Cluster, ANicsPcieLinkTakesItsOwnClass) {
   ASSERT_GE(rd.size(), 3u);
   EXPECT_EQ(d.vertex_kind(d.links()[rd[1]].dst), VertexKind::nic);
   EXPECT_EQ(d.links()[rd[1]].cls, d.links()[rd[0]].cls);
+  // An unknown class names the field and the classes there are.
+  config::ClusterOptions bad;
+  bad.sets = {"node_types[0].pcie.nic_link_class=pcie9"};
+  try {
+    builtin("aws-g4dn-12xlarge", bad);
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "node_types[0].pcie.nic_link_class: unknown link class \"pcie9\""),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

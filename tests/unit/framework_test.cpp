@@ -553,6 +553,14 @@ TEST(Frameworks, SeparateGradientAccumulationAddsEveryWeightOnce) {
                                          "p.yaml", m, c),
                           1, 0)
                   .grad_accumulate);
+  EXPECT_EQ(
+      error_of([] {
+        load_framework_text(
+            "name: x\ngradient_reduction: overlapped\npipeline_p2p: async\n"
+            "gradient_accumulation: later\nhost: {per_pass: 0s, per_step: 0s}\n",
+            "f.yaml");
+      }),
+      "f.yaml:4: gradient_accumulation: unknown value \"later\" (expected one of fused, add)");
   // Under autocast the add is already in the kernel list: not counted twice.
   const std::string fw = ::testing::TempDir() + "fw_acc.yaml";
   std::ofstream(fw) << "name: a\ngradient_reduction: overlapped\npipeline_p2p: async\n"
@@ -566,15 +574,9 @@ TEST(Frameworks, SeparateGradientAccumulationAddsEveryWeightOnce) {
                    .grad_accumulate);
 }
 
-}  // namespace
-}  // namespace hetsim::workload
-
-namespace hetsim::workload {
-namespace {
-
 // In the replay: a one-stage TP 2 plan on a g4dn node takes exactly the link class's per-call
-// cost more per tensor-parallel collective it waits for, and a two-stage
-// pipeline without tensor parallelism on the same GPUs takes none (its sends pay none).
+// cost more per tensor-parallel collective it waits for, and a two-stage pipeline without tensor
+// parallelism on the same GPUs takes none (its sends pay none).
 TEST(Frameworks, ALinkClassesPerCallCostAddsOncePerTensorParallelCollective) {
   const ModelConfig m = small_gpt(2);
   config::ClusterOptions zero;
