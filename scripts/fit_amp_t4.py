@@ -73,10 +73,12 @@ def current(text, regex):
     return float(m.group(2))
 
 
-def render(values):
-    texts = {p: open(p).read() for p in {P[4] for P in PARAMS}}
+def render(values, copies=()):
+    """The files' texts with the values put in; a copy of CLUSTER's classes takes its values."""
+    texts = {p: open(p).read() for p in {P[4] for P in PARAMS} | set(copies)}
     for (name, lo, hi, unit, path, regex), v in zip(PARAMS, values):
-        texts[path] = substitute(texts[path], regex, v, unit)
+        for target in [path] + (list(copies) if path == CLUSTER else []):
+            texts[target] = substitute(texts[target], regex, v, unit)
     return texts
 
 
@@ -186,14 +188,8 @@ def main(argv=None):
     print(f"MAPE: fitted half (even rows, {len(even)}) {mape(even):.2f}%, held-out half "
           f"(odd rows, {len(odd)}) {mape(odd):.2f}%, all {len(rows)} {mape(rows):.2f}%")
     if args.write:
-        for path, text in render(values).items():
+        for path, text in render(values, CLUSTER_COPIES).items():
             open(path, "w").write(text)
-        for copy in CLUSTER_COPIES:
-            text = open(copy).read()
-            for (name, lo, hi, unit, path, regex), v in zip(PARAMS, values):
-                if path == CLUSTER:
-                    text = substitute(text, regex, v, unit)
-            open(copy, "w").write(text)
         print("wrote", CLUSTER, FRAMEWORK, EFFICIENCY, "and", ", ".join(CLUSTER_COPIES))
     return 0
 

@@ -129,8 +129,6 @@ class Builder {
  public:
   Builder(const Cluster& c, const CollectiveRequest& r) : c_(c), r_(r) {
     nodes_ = order_by_node(c, r.ranks);
-    for (const auto& [name, cls] : c.config().link_classes)
-      any_call_overhead_ = any_call_overhead_ || cls.collective_overhead_s > 0;
     // An NCCL channel crosses one NVLink per hop of a mesh: its bandwidth is one link's
     // (NCCL's per-channel NVLink figure, [nccl-topo]), however many links join the pair.
     for (uint32_t node : nodes_.nodes) {
@@ -239,7 +237,7 @@ class Builder {
     }
     // The largest per-call cost of the link classes the collective crosses
     // (LinkClass::collective_overhead_s); point-to-point sends pay none, as no base latency.
-    if (r_.op != Op::halo && r_.op != Op::sendrecv && any_call_overhead_) {
+    if (r_.op != Op::halo && r_.op != Op::sendrecv && c_.has_collective_overhead()) {
       double overhead = 0;
       for (const PlanStep& s : plan.steps) {
         for (const LinkUse& u : s.links)
@@ -645,7 +643,6 @@ class Builder {
   Protocol p_ = Protocol::simple;
   CollectivePlan* plan_ = nullptr;
   double channel_cap_ = 0;
-  bool any_call_overhead_ = false;             // some link class of the cluster has a per-call cost
   std::unordered_map<int, double> ring_rate_;  // by protocol: the ring's payload bytes/s
   std::map<int, std::deque<std::vector<LinkUse>>> link_cache_;  // deque: refs_ stay valid
   bool bare_ = false;

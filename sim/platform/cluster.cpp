@@ -33,6 +33,8 @@ int kind_rank(config::LinkKind k) {
 }  // namespace
 
 Cluster::Cluster(config::ClusterConfig cfg) : cfg_(std::move(cfg)) {
+  for (const auto& [name, cls] : cfg_.link_classes)
+    has_collective_overhead_ = has_collective_overhead_ || cls.collective_overhead_s > 0;
   for (const config::NodeType& t : cfg_.node_types) build_template(t);
   build_nodes();
   build_fabric();

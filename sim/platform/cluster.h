@@ -48,6 +48,9 @@ class Cluster {
   explicit Cluster(config::ClusterConfig cfg);
 
   const config::ClusterConfig& config() const { return cfg_; }
+  // Whether some link class has a cost per collective call (LinkClass::collective_overhead_s),
+  // so that planning a collective need not look for one otherwise.
+  bool has_collective_overhead() const { return has_collective_overhead_; }
   size_t gpu_count() const { return gpus_.size(); }
   size_t node_count() const { return nodes_.size(); }
   const Gpu& gpu(GpuId g) const { return gpus_[g]; }
@@ -135,6 +138,7 @@ class Cluster {
   int working_nic(uint32_t node, int nic) const;
 
   config::ClusterConfig cfg_;
+  bool has_collective_overhead_ = false;
   std::vector<NodeTemplate> templates_;
   std::vector<Gpu> gpus_;
   std::vector<Node> nodes_;

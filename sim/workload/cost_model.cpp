@@ -125,14 +125,16 @@ DatasheetEfficiency load_datasheet_efficiency(const std::string& path) {
       const std::string name = kv.first.as<std::string>();
       const std::string path = "architectures." + name;
       check_keys(file, kv.second, path, {"memory", "parameter_memory"});
-      for (const char* key : {"memory", "parameter_memory"}) {
+      const std::pair<const char*, std::map<std::string, double>*> keys[] = {
+          {"memory", &e.memory_by_architecture},
+          {"parameter_memory", &e.parameter_memory_by_architecture}};
+      for (const auto& [key, into] : keys) {
         if (!kv.second[key]) continue;
         const double m = get_number(file, kv.second, path, key);
         if (!(m > 0 && m <= 1))
           throw InputError(where(file, kv.second[key]) + ": " + path + "." + key +
                            ": expected an efficiency in (0, 1]");
-        (std::string(key) == "memory" ? e.memory_by_architecture
-                                      : e.parameter_memory_by_architecture)[name] = m;
+        (*into)[name] = m;
       }
     }
   }
@@ -172,8 +174,8 @@ double DatasheetCostModel::conv_shape_efficiency(const Op& op,
 
 Time DatasheetCostModel::duration(const Op& op, const config::GpuProfile& gpu, Precision p) const {
   const double bw =
-      gpu.memory_bandwidth_Bps * (streams_parameters(op) ? e_.parameter_memory_for(gpu.architecture)
-                                                         : e_.memory_for(gpu.architecture));
+      gpu.memory_bandwidth_Bps * (op.over_parameters ? e_.parameter_memory_for(gpu.architecture)
+                                                     : e_.memory_for(gpu.architecture));
   // A power- or clock-capped board lowers its SM clock under sustained matmul load: GEMMs and
   // attention slow by the same factor; memory-bound kernels keep their bandwidth. 1 (exactly)
   // for a profile without `sustained:`.

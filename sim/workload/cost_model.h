@@ -61,7 +61,7 @@ struct DatasheetEfficiency {
   std::map<std::string, double> memory_by_architecture;
   // Per GPU architecture: the share its kernels over parameter-sized buffers reach (the
   // optimizer step, one fused multi-tensor kernel as DeepSpeed's FusedAdam and apex's Adam, and
-  // gradient accumulation: workload::streams_parameters), where the file gives one apart from
+  // gradient accumulation: Op::over_parameters), where the file gives one apart from
   // the layers' elementwise kernels (`architectures.NAME.parameter_memory`).
   std::map<std::string, double> parameter_memory_by_architecture;
   double memory_for(const std::string& architecture) const {

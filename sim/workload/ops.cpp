@@ -79,13 +79,13 @@ struct Builder {
     gemm(name + ".wgrad", in, out, tokens());
     // A separate accumulation (Framework::separate_grad_accumulation): .grad += the new gradient,
     // in the plan's precision (counted in every micro-batch, as below).
-    if (s.grad_accumulate) memory(name + ".grad_accumulate", 3 * e * static_cast<double>(in) * out);
+    if (s.grad_accumulate) grad_accumulate(name, 3 * e * static_cast<double>(in) * out);
     if (!s.autocast) return;
     // The weight's gradient cast back to fp32 and added to the parameter's .grad (counted in
     // every micro-batch; the first one's gradient is taken over without the add).
     const double params = static_cast<double>(in) * out;
     memory(name + ".grad_cast", (e + 4) * params);
-    memory(name + ".grad_accumulate", 12 * params);
+    grad_accumulate(name, 12 * params);
   }
   // Autocast: a norm's fp32 output cast for the matmul after it (forward), and the gradient of
   // that cast's output cast back to fp32 for the norm's backward.
@@ -136,6 +136,11 @@ struct Builder {
     op.bytes = bytes;
     op.flops = flops;
     steps.push_back(Step{op});
+  }
+  // A gradient added into a parameter's .grad: a pass over a parameter-sized buffer.
+  void grad_accumulate(const std::string& name, double bytes) {
+    memory(name + ".grad_accumulate", bytes);
+    steps.back().op.over_parameters = true;
   }
   void attention(bool forward) {
     const int64_t heads = m.heads / s.tensor_parallel;
@@ -516,12 +521,12 @@ std::vector<Step> embedding_backward(const ModelConfig& m, const LayerShape& s) 
   b.memory("embedding.bwd", b.r * b.tokens() * m.hidden * 3);
   // Autocast: the table's dense fp32 gradient written from zero, then added to its .grad.
   if (s.autocast)
-    b.memory("embedding.grad_accumulate",
-             16.0 * static_cast<double>(m.vocab) / s.tensor_parallel * m.hidden);
+    b.grad_accumulate("embedding",
+                      16.0 * static_cast<double>(m.vocab) / s.tensor_parallel * m.hidden);
   // A separate accumulation: the table's gradient added into its .grad (3 e bytes an entry).
   if (s.grad_accumulate)
-    b.memory("embedding.grad_accumulate",
-             3.0 * b.e * static_cast<double>(m.vocab) / s.tensor_parallel * m.hidden);
+    b.grad_accumulate("embedding",
+                      3.0 * b.e * static_cast<double>(m.vocab) / s.tensor_parallel * m.hidden);
   return b.steps;
 }
 
@@ -564,6 +569,7 @@ Op optimizer_step(double params, Precision p) {
   Op op;
   op.name = "optimizer.adam";
   op.kind = OpKind::memory;
+  op.over_parameters = true;
   // Reads the gradient, reads and writes fp32 master weights, first and second moments, and
   // writes the low-precision weights: 4 + 24 + (2 or 0) bytes per parameter.
   const double grad = p == Precision::fp32 ? 4 : 4;  // main gradients are fp32 (Megatron)

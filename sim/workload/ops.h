@@ -48,7 +48,11 @@ struct Op {
   // attention: batch, local heads, sequence, head size
   int64_t batch = 0, heads = 0, seq = 0, head_dim = 0;
   bool causal = false;
-  bool fused = false;      // attention: one fused (flash) kernel; else GEMMs and a softmax
+  bool fused = false;  // attention: one fused (flash) kernel; else GEMMs and a softmax
+  // memory: a pass over parameter-sized flat buffers (an optimizer step, a gradient
+  // accumulation), long and vectorised unlike a layer's elementwise kernels over activations;
+  // the cost model may give it its own share of bandwidth (DatasheetEfficiency).
+  bool over_parameters = false;
   double flops = 0;        // executed floating-point operations
   double model_flops = 0;  // the MFU numerator's count (Narayanan et al.: GEMMs and attention)
   double bytes = 0;        // bytes moved to and from device memory
@@ -128,14 +132,6 @@ std::vector<Step> attention_recompute(const ModelConfig& m, const LayerShape& s)
 // The optimizer step over `params` local parameters (mixed-precision Adam: master weights and
 // moments in fp32), as one memory-bound kernel.
 Op optimizer_step(double params, Precision p);
-// Whether an op streams parameter-sized buffers: an optimizer step (optimizer_step, the CNN's
-// SGD step: one fused multi-tensor kernel over every parameter's state) or a gradient
-// accumulation (".grad_accumulate": one add over a weight's gradient), long contiguous
-// vectorised passes unlike a layer's elementwise kernels over activations.
-inline bool streams_parameters(const Op& op) {
-  return op.name.rfind("optimizer.", 0) == 0 ||
-         op.name.find(".grad_accumulate") != std::string::npos;
-}
 
 // Model FLOPs of one iteration over `tokens` tokens (forward + backward, no recompute), the
 // sum of the ops above: equals 72 B s l h^2 (1 + s/(6h) + V/(12 l h)) for GPT (formulas.md).

@@ -264,8 +264,10 @@ TEST(DatasheetCostModel, ParameterKernelsTakeTheirArchitecturesOwnShare) {
   const config::GpuProfile& t4 = gpu("t4");
   Op adam = memory(1e9);
   adam.name = "optimizer.adam";
+  adam.over_parameters = true;
   Op acc = memory(1e9);
   acc.name = "fc1.grad_accumulate";
+  acc.over_parameters = true;
   Op gelu = memory(1e9);
   gelu.name = "gelu";
   EXPECT_NEAR(seconds(cost.duration(adam, t4, Precision::fp16)), 1e9 / (320e9 * 0.9) + 10e-6,
