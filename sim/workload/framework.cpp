@@ -50,10 +50,11 @@ Framework load_framework_text(const std::string& text, const std::string& file) 
   using namespace config;
   const YAML::Node root = load_yaml(text, file);
   if (!root.IsMap()) throw InputError(file + ": expected a map at the top level");
-  check_keys(file, root, "",
-             {"name", "description", "gradient_reduction", "bucket_size", "zero_stage",
-              "pipeline_p2p", "pipeline_gathers", "pipeline_zero_max", "kernels", "host",
-              "tied_embedding_reduction", "reserved_memory", "gradient_accumulation"});
+  check_keys(
+      file, root, "",
+      {"name", "description", "gradient_reduction", "bucket_size", "zero_stage", "pipeline_p2p",
+       "pipeline_gathers", "pipeline_zero_max", "kernels", "host", "tied_embedding_reduction",
+       "reserved_memory", "gradient_accumulation", "pipeline_send_grad", "pipeline_p2p_buffer"});
   Framework f;
   f.source = file;
   f.name = get_string(file, root, "", "name");
@@ -69,6 +70,25 @@ Framework load_framework_text(const std::string& text, const std::string& file) 
     f.zero_stage = static_cast<int>(get_int(file, root, "", "zero_stage", 0, 3));
   f.pipeline_zero_max = static_cast<int>(get_int(file, root, "", "pipeline_zero_max", 0, 3, 3));
   f.blocking_p2p = get_choice(file, root, "", "pipeline_p2p", {"async", "blocking"}) == 1;
+  f.send_grad_after_next_receive =
+      get_choice(file, root, "", "pipeline_send_grad", {"after_backward", "after_next_receive"},
+                 "after_backward") == 1;
+  if (root["pipeline_p2p_buffer"]) {
+    const double b = get_quantity(file, root, "", "pipeline_p2p_buffer", Dimension::bytes);
+    if (!(b >= 0 && b <= 64.0 * (1ull << 30)))
+      throw InputError(where(file, root["pipeline_p2p_buffer"]) +
+                       ": pipeline_p2p_buffer: expected a size from 0 to 64 GiB");
+    if (!f.blocking_p2p)
+      throw InputError(where(file, root["pipeline_p2p_buffer"]) +
+                       ": pipeline_p2p_buffer: needs pipeline_p2p: blocking (an asynchronous "
+                       "send's receiver posts its receive ahead)");
+    if (!f.send_grad_after_next_receive)
+      throw InputError(where(file, root["pipeline_p2p_buffer"]) +
+                       ": pipeline_p2p_buffer: needs pipeline_send_grad: after_next_receive (with "
+                       "each gradient sent right after its backward pass, two stages that both "
+                       "send first wait for each other)");
+    f.p2p_buffer_bytes = b;
+  }
   if (root["pipeline_gathers"]) {
     const YAML::Node gathers = root["pipeline_gathers"];
     if (!gathers.IsMap())

@@ -36,8 +36,21 @@ struct Framework {
   // micro-batch, which its schedule does not); 3: no limit.
   int pipeline_zero_max = 3;
   bool blocking_p2p = false;  // a pipeline send holds its stage until the data has arrived
-  Time host_per_pass;         // per forward or backward pass of one micro-batch on one stage
-  Time host_per_step;         // per iteration on every device, before the optimizer step
+  // Where a stage sends the gradient of its backward pass to the stage before. After the
+  // backward pass (false: Megatron-LM, which sends as soon as it is computed), or, when the next
+  // pass is a forward pass, after that pass's activation has been received (true: DeepSpeed's
+  // TrainSchedule, deepspeed/runtime/pipe/schedule.py, whose forward step runs RecvActivation
+  // before SendGrad of the previous step's backward pass). Both ends of a stage pair then issue
+  // their transfers in one order, activation and gradient alternating.
+  bool send_grad_after_next_receive = false;
+  // A blocking send of more than this many bytes (per tensor-parallel rank) waits for its
+  // receiver to reach the matching receive before any of it moves: NCCL's broadcast between two
+  // ranks, which DeepSpeed's 2021 point-to-point is, pushes at most its connection buffer
+  // (NCCL_BUFFSIZE, 4 MiB) ahead of a receiver whose kernel has not started. Unset: every send
+  // moves as soon as it is issued.
+  std::optional<double> p2p_buffer_bytes;
+  Time host_per_pass;  // per forward or backward pass of one micro-batch on one stage
+  Time host_per_step;  // per iteration on every device, before the optimizer step
   // The host's time to issue one kernel of hetsim's kernel list, where the framework's host
   // differs from the cost model's (CostModel::host_time); a segment of kernels takes the longer
   // of its GPU time and its host time.

@@ -163,6 +163,17 @@ void check_pipeline_zero(const std::string& file, const YAML::Node& root, const 
   }
 }
 
+// A framework whose pipeline sends wait for their receivers (Framework::p2p_buffer_bytes) runs
+// its own schedule's order, which has one chunk per stage: interleaving would deadlock it.
+void check_pipeline_schedule(const std::string& file, const YAML::Node& root, const Plan& p) {
+  if (!p.framework.p2p_buffer_bytes || p.schedule != Schedule::interleaved) return;
+  throw InputError(fmt::format(
+      "{}: schedule: interleaved, which {} does not run ({}: its pipeline sends wait for their "
+      "receivers in an order with one chunk per stage); use 1f1b or gpipe",
+      where(file, root["schedule"] ? root["schedule"] : root), p.framework.name,
+      p.framework.source));
+}
+
 // expert_parallel, capacity_factor, routing: read; checked against the replicas in check_moe.
 void read_moe(const std::string& file, const YAML::Node& root, const ModelConfig& model, Plan& p) {
   // At most 2^15: the expert gradients' keys hold the expert-parallel rank in 15 bits.
@@ -996,6 +1007,7 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
     p.tensor_parallel = p.replicas[0].stages[0].tensor_parallel();
     check_layered(file, root, p);
     check_pipeline_zero(file, root, p);
+    check_pipeline_schedule(file, root, p);
     check_moe(file, root, model, p);
     p.pipeline_parallel = p.stages();
     p.data_parallel = static_cast<int>(p.replicas.size());
@@ -1141,6 +1153,7 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
   }
   check_layered(file, root, p);
   check_pipeline_zero(file, root, p);
+  check_pipeline_schedule(file, root, p);
   check_moe(file, root, model, p);
   resolve_precision(file, root, cluster, p);
   return p;

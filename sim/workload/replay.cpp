@@ -136,6 +136,7 @@ class Replayer {
     for (size_t g = 0; g < n; ++g) {
       const uint32_t mbs = job.groups[g].micro_batches;
       st_[g].arrived.assign(2 * chunks * mbs, 0);
+      if (rendezvous()) st_[g].posted.assign(2 * chunks * mbs, 0);
       st_[g].mbs = mbs;
       if (job.staged()) {
         // A staged plan's receive waits for a transfer from every peer that shares its samples.
@@ -205,6 +206,7 @@ class Replayer {
     uint32_t ep_reached = 0, cp_reached = 0;  // expert- and context-parallel collectives so far
     bool dp_busy = false;
     std::vector<uint8_t> arrived;  // [dir][chunk][mb]: transfers arrived
+    std::vector<uint8_t> posted;   // [dir][chunk][mb]: receives reached (with rendezvous())
     uint8_t need[2] = {1, 1};      // transfers a receive waits for: forward, backward
     uint32_t mbs = 0;
     GroupTimes times;
@@ -303,14 +305,24 @@ class Replayer {
           }
           block(g, WaitReason::tensor_parallel);
           return;
-        case TaskKind::recv:
-          if (s.arrived[key(g, t.pass == Pass::backward, t.chunk, t.micro_batch)] >=
-              s.need[t.pass == Pass::backward]) {
+        case TaskKind::recv: {
+          const size_t k = key(g, t.pass == Pass::backward, t.chunk, t.micro_batch);
+          if (!s.posted.empty() && !s.posted[k]) {
+            s.posted[k] = 1;
+            // A send that waited for this receive to be posted moves now.
+            if (auto w = waiting_sends_.find({g, k}); w != waiting_sends_.end()) {
+              const std::function<void()> go = std::move(w->second);
+              waiting_sends_.erase(w);
+              go();
+            }
+          }
+          if (s.arrived[k] >= s.need[t.pass == Pass::backward]) {
             ++s.pc;
             continue;
           }
           block(g, WaitReason::pipeline);
           return;
+        }
         case TaskKind::send:
           if (job_.plan->framework.blocking_p2p) {
             // A blocking send (DeepSpeed's pipeline engine): the stage waits for its transfer.
@@ -606,13 +618,30 @@ class Replayer {
     const size_t n = std::max(a.size(), b.size());
     // Megatron's scatter-gather: each tensor-parallel rank sends its 1/t slice.
     const double bytes = job_.activation_bytes_per_transfer / static_cast<double>(n);
-    const Time start = engine_.now();
     const size_t k = key(dst, backward, chunk, t.micro_batch);
-    send_slices(g, dst, n, bytes, [this, g, dst, k, t, start, blocking, observed] {
-      observed(t, start);
-      arrive(dst, k);
-      if (blocking) resume(g);
-    });
+    auto go = [this, g, dst, n, bytes, k, t, blocking, observed] {
+      const Time start = engine_.now();
+      send_slices(g, dst, n, bytes, [this, g, dst, k, t, start, blocking, observed] {
+        observed(t, start);
+        arrive(dst, k);
+        if (blocking) resume(g);
+      });
+    };
+    // Rendezvous: more than the connection's buffer moves only once the receiver is there.
+    if (blocking && rendezvous() && bytes > *job_.plan->framework.p2p_buffer_bytes &&
+        !st_[dst].posted[k]) {
+      waiting_sends_.emplace(std::make_pair(dst, k), std::move(go));
+      return;
+    }
+    go();
+  }
+
+  // Whether a blocking send larger than the framework's point-to-point buffer waits for its
+  // receiver (Framework::p2p_buffer_bytes); not between shared stages (staged plans), whose
+  // receives gather from several peers.
+  bool rendezvous() const {
+    return job_.plan->framework.blocking_p2p && job_.plan->framework.p2p_buffer_bytes &&
+           !job_.staged() && !opt_.free_communication;
   }
 
   // The n slices of a transfer from group g to dst, `bytes` each, slice j over tensor-parallel
@@ -946,6 +975,8 @@ class Replayer {
   std::map<std::tuple<uint32_t, uint32_t, bool, uint32_t>, std::vector<std::pair<uint32_t, size_t>>>
       group_ready_;
   std::map<uint32_t, uint32_t> tied_ready_;  // replica -> end stages waiting
+  // Rendezvous sends issued before their receive: (receiving group, key) -> start the transfer.
+  std::map<std::pair<uint32_t, size_t>, std::function<void()>> waiting_sends_;
   std::map<std::pair<uint32_t, uint32_t>, std::unique_ptr<Plans>> tied_plans_;
   std::list<std::unique_ptr<network::CollectiveRun>> runs_;
   std::map<std::tuple<uint32_t, uint32_t, uint32_t>, std::unique_ptr<Path>> paths_;

@@ -764,16 +764,29 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
         }
         for (uint32_t mb = 0; mb < M; ++mb) b.emit(eb, Pass::backward, -1, mb, 0);
       }
+      // DeepSpeed's order (Framework::send_grad_after_next_receive; one chunk per stage, as its
+      // TrainSchedule has): a backward pass's gradient waits here until the next forward pass
+      // has received its activation, or goes before the next backward pass.
+      const bool defer_grad = plan.framework.send_grad_after_next_receive && v == 1;
+      ScheduleItem unsent_grad{};
+      bool grad_unsent = false;
+      auto send_grad = [&] {
+        if (!grad_unsent) return;
+        b.emit_one(TaskKind::send, Pass::backward, unsent_grad.micro_batch, unsent_grad.chunk);
+        grad_unsent = false;
+      };
       for (const ScheduleItem& it : order) {
         if (plan.layered) break;
         const int vs = it.chunk * P + s;
         const int first = chunk_first(it.chunk);
+        if (!it.forward) send_grad();
         b.host(per_pass, it.forward ? Pass::forward : Pass::backward, it.micro_batch, it.chunk);
         if (it.forward) {
           if (vs > 0) {
             b.emit_one(TaskKind::recv, Pass::forward, it.micro_batch, it.chunk);
             gathers(plan.framework.pipeline_gathers_forward, Pass::forward, it);
           }
+          send_grad();
           if (vs == 0) b.emit(ef, Pass::forward, -1, it.micro_batch, it.chunk);
           for (int l = first; l < first + st.layers_of(it.chunk); ++l) {
             if (dp && plan.zero_stage == 3)
@@ -814,9 +827,17 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
             }
           }
           if (vs == 0) b.emit(eb, Pass::backward, -1, it.micro_batch, it.chunk);
-          if (vs > 0) b.emit_one(TaskKind::send, Pass::backward, it.micro_batch, it.chunk);
+          if (vs > 0) {
+            if (defer_grad) {
+              unsent_grad = it;
+              grad_unsent = true;
+            } else {
+              b.emit_one(TaskKind::send, Pass::backward, it.micro_batch, it.chunk);
+            }
+          }
         }
       }
+      send_grad();
       // The tied embedding's gradients, between the first and the last stage.
       const TiedReduction tied = plan.framework.tied_embedding_reduction;
       const double tied_grads = static_cast<double>(model.vocab) * model.hidden / t *

@@ -403,7 +403,11 @@ namespace {
 TEST(Collective, ALinkClassesPerCallCostDelaysEachCollectiveOverItExactly) {
   config::ClusterOptions zero;
   zero.sets = {"link_classes.pcie3_host_staged.collective_overhead=0s"};
-  const Cluster with(config::load_cluster("aws-g4dn-12xlarge"));
+  // The per-call cost set here, not the fitted one the file ships, so that a refit leaves the
+  // figures worked by hand.
+  config::ClusterOptions fixed;
+  fixed.sets = {"link_classes.pcie3_host_staged.collective_overhead=743us"};
+  const Cluster with(config::load_cluster("aws-g4dn-12xlarge", fixed));
   const Cluster without(config::load_cluster("aws-g4dn-12xlarge", zero));
   ASSERT_DOUBLE_EQ(with.config().link_classes.at("pcie3_host_staged").collective_overhead_s * 1e6,
                    743.0);
