@@ -8,7 +8,7 @@ Fitted, each inside physical bounds:
   ethernet_tcp efficiency and latency        (the same file: NCCL's socket transport over TCP)
   deepspeed host per_pass, per_step and      (frameworks/deepspeed.yaml)
     per_kernel
-  turing memory and parameter_memory         (calibrate/datasheet_efficiency.yaml: the share of
+  turing memory and streaming_memory         (calibrate/datasheet_efficiency.yaml: the share of
                                              the T4's bandwidth its layers' memory-bound kernels,
                                              and its kernels over parameter-sized buffers, reach)
 Everything else is fixed: the T4's sustained matmul rate (topologies/gpus/t4.yaml, cited), the
@@ -55,8 +55,8 @@ PARAMS = [
 EFFICIENCY = os.path.join(ROOT, "calibrate", "datasheet_efficiency.yaml")
 PARAMS.append(("turing_memory", 0.2, 0.95, "", EFFICIENCY,
                r"(turing:\s*\n(?:\s*#[^\n]*\n)*\s*memory: )([0-9.e+-]+)"))
-PARAMS.append(("turing_parameter_memory", 0.2, 0.9, "", EFFICIENCY,
-               r"(turing:\s*\n(?:\s*#[^\n]*\n)*\s*memory: [^\n]*\n(?:\s*#[^\n]*\n)*\s*parameter_memory: )([0-9.e+-]+)"))
+PARAMS.append(("turing_streaming_memory", 0.2, 0.9, "", EFFICIENCY,
+               r"(turing:\s*\n(?:\s*#[^\n]*\n)*\s*memory: [^\n]*\n(?:\s*#[^\n]*\n)*\s*streaming_memory: )([0-9.e+-]+)"))
 
 
 def substitute(text, regex, value, unit):
@@ -77,6 +77,10 @@ def render(values, copies=()):
     """The files' texts with the values put in; a copy of CLUSTER's classes takes its values."""
     texts = {p: open(p).read() for p in {P[4] for P in PARAMS} | set(copies)}
     for (name, lo, hi, unit, path, regex), v in zip(PARAMS, values):
+        # The search's map to the real line never reaches a bound: a value within 1e-5
+        # of the range of a bound at 0 is that 0.
+        if lo == 0 and v < 1e-5 * hi:
+            v = 0.0
         for target in [path] + (list(copies) if path == CLUSTER else []):
             texts[target] = substitute(texts[target], regex, v, unit)
     return texts

@@ -164,7 +164,7 @@ Op sgd_step(double params, double grad_bytes) {
   Op op;
   op.name = "optimizer.sgd";
   op.kind = OpKind::memory;
-  op.over_parameters = true;
+  op.streaming = true;
   op.bytes = params * (grad_bytes + 16);  // the gradient, weights 4 + 4, momentum 4 + 4
   op.flops = params * 4;
   return op;

@@ -124,10 +124,10 @@ DatasheetEfficiency load_datasheet_efficiency(const std::string& path) {
     for (const auto& kv : arch) {
       const std::string name = kv.first.as<std::string>();
       const std::string path = "architectures." + name;
-      check_keys(file, kv.second, path, {"memory", "parameter_memory"});
+      check_keys(file, kv.second, path, {"memory", "streaming_memory"});
       const std::pair<const char*, std::map<std::string, double>*> keys[] = {
           {"memory", &e.memory_by_architecture},
-          {"parameter_memory", &e.parameter_memory_by_architecture}};
+          {"streaming_memory", &e.streaming_memory_by_architecture}};
       for (const auto& [key, into] : keys) {
         if (!kv.second[key]) continue;
         const double m = get_number(file, kv.second, path, key);
@@ -174,8 +174,8 @@ double DatasheetCostModel::conv_shape_efficiency(const Op& op,
 
 Time DatasheetCostModel::duration(const Op& op, const config::GpuProfile& gpu, Precision p) const {
   const double bw =
-      gpu.memory_bandwidth_Bps * (op.over_parameters ? e_.parameter_memory_for(gpu.architecture)
-                                                     : e_.memory_for(gpu.architecture));
+      gpu.memory_bandwidth_Bps *
+      (op.streaming ? e_.streaming_memory_for(gpu.architecture) : e_.memory_for(gpu.architecture));
   // A power- or clock-capped board lowers its SM clock under sustained matmul load: GEMMs and
   // attention slow by the same factor; memory-bound kernels keep their bandwidth. 1 (exactly)
   // for a profile without `sustained:`.

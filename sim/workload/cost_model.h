@@ -59,19 +59,19 @@ struct DatasheetEfficiency {
   // Per GPU architecture ("turing", ...): the share of memory bandwidth its memory-bound kernels
   // reach, where it differs from `memory` (the file's `architectures:` section).
   std::map<std::string, double> memory_by_architecture;
-  // Per GPU architecture: the share its kernels over parameter-sized buffers reach (the
-  // optimizer step, one fused multi-tensor kernel as DeepSpeed's FusedAdam and apex's Adam, and
-  // gradient accumulation: Op::over_parameters), where the file gives one apart from
-  // the layers' elementwise kernels (`architectures.NAME.parameter_memory`).
-  std::map<std::string, double> parameter_memory_by_architecture;
+  // Per GPU architecture: the share its streaming passes reach (Op::streaming: the optimizer
+  // step, one fused multi-tensor kernel as DeepSpeed's FusedAdam and apex's Adam, gradient
+  // accumulation, the loss over the logits), where the file gives one apart from the layers'
+  // elementwise kernels (`architectures.NAME.streaming_memory`).
+  std::map<std::string, double> streaming_memory_by_architecture;
   double memory_for(const std::string& architecture) const {
     auto it = memory_by_architecture.find(architecture);
     return it == memory_by_architecture.end() ? memory : it->second;
   }
-  // Those kernels' share: the architecture's `parameter_memory` where given, else memory_for.
-  double parameter_memory_for(const std::string& architecture) const {
-    auto it = parameter_memory_by_architecture.find(architecture);
-    return it == parameter_memory_by_architecture.end() ? memory_for(architecture) : it->second;
+  // Those kernels' share: the architecture's `streaming_memory` where given, else memory_for.
+  double streaming_memory_for(const std::string& architecture) const {
+    auto it = streaming_memory_by_architecture.find(architecture);
+    return it == streaming_memory_by_architecture.end() ? memory_for(architecture) : it->second;
   }
 };
 

@@ -140,7 +140,7 @@ struct Builder {
   // A gradient added into a parameter's .grad: a pass over a parameter-sized buffer.
   void grad_accumulate(const std::string& name, double bytes) {
     memory(name + ".grad_accumulate", bytes);
-    steps.back().op.over_parameters = true;
+    steps.back().op.streaming = true;
   }
   void attention(bool forward) {
     const int64_t heads = m.heads / s.tensor_parallel;
@@ -537,16 +537,31 @@ std::vector<Step> head_forward(const ModelConfig& m, const LayerShape& s) {
   b.cast_for_matmul("final_norm");
   b.enter_tp_fwd();
   b.linear_fwd("logits", m.hidden, v);
-  // Vocabulary-parallel cross-entropy: max and sum-exp reduced over ranks (fp32, per token).
-  b.memory("cross_entropy", 4.0 * b.tokens() * v * 2);
-  b.comm(CommKind::allreduce, 4.0 * 2 * b.tokens());
+  // The loss over fp32 logits, in the bytes per logit its kernels move: the logits cast to
+  // fp32 (from a 16-bit matmul: e + 4), then
+  // - Megatron-LM's vocabulary-parallel cross-entropy (mpu/cross_entropy.py, on
+  //   `output.float()`): max (4), subtract the max in place (8), exp in place (8), sum (4),
+  //   divide by the sum in place (8), keeping the softmax for the backward pass; the max and the
+  //   sum-exp all-reduced over the ranks (fp32, per token);
+  // - eager PyTorch (F.cross_entropy): log_softmax (8), the gather of the targets per token.
+  const double n = b.tokens() * static_cast<double>(v);
+  const double cast = b.e < 4 ? b.e + 4 : 0;
+  b.memory("cross_entropy", (cast + (s.eager ? 8.0 : 32.0)) * n);
+  b.steps.back().op.streaming = true;  // whole passes over the [tokens x vocabulary] logits
+  if (!s.eager) b.comm(CommKind::allreduce, 4.0 * 2 * b.tokens());
   return b.steps;
 }
 
 std::vector<Step> head_backward(const ModelConfig& m, const LayerShape& s) {
   Builder b(m, s);
   const int64_t v = m.vocab / s.tensor_parallel;
-  b.memory("cross_entropy.bwd", 4.0 * b.tokens() * v * 2);
+  // Megatron-LM: the kept softmax, less one at the targets, times the loss's gradient in place
+  // (8); eager: nll_loss's gradient written over the logits (4) and log_softmax's backward (12).
+  // Then the gradient cast back to the matmul's precision.
+  const double n = b.tokens() * static_cast<double>(v);
+  const double cast = b.e < 4 ? b.e + 4 : 0;
+  b.memory("cross_entropy.bwd", (cast + (s.eager ? 16.0 : 8.0)) * n);
+  b.steps.back().op.streaming = true;
   b.linear_dgrad("logits", m.hidden, v);
   b.comm(s.sequence_parallel ? CommKind::reducescatter : CommKind::allreduce, b.boundary_bytes(),
          true);
@@ -569,7 +584,7 @@ Op optimizer_step(double params, Precision p) {
   Op op;
   op.name = "optimizer.adam";
   op.kind = OpKind::memory;
-  op.over_parameters = true;
+  op.streaming = true;
   // Reads the gradient, reads and writes fp32 master weights, first and second moments, and
   // writes the low-precision weights: 4 + 24 + (2 or 0) bytes per parameter.
   const double grad = p == Precision::fp32 ? 4 : 4;  // main gradients are fp32 (Megatron)

@@ -49,10 +49,12 @@ struct Op {
   int64_t batch = 0, heads = 0, seq = 0, head_dim = 0;
   bool causal = false;
   bool fused = false;  // attention: one fused (flash) kernel; else GEMMs and a softmax
-  // memory: a pass over parameter-sized flat buffers (an optimizer step, a gradient
-  // accumulation), long and vectorised unlike a layer's elementwise kernels over activations;
-  // the cost model may give it its own share of bandwidth (DatasheetEfficiency).
-  bool over_parameters = false;
+  // memory: a long pass over one large flat buffer with little work per byte (an optimizer
+  // step or a gradient accumulation over the parameters, the loss over the logits), unlike a
+  // layer's elementwise kernels over activations (dropout's random numbers, norms' reductions,
+  // the attention scores' softmax); the cost model may give it its own share of bandwidth
+  // (DatasheetEfficiency::streaming_memory_for).
+  bool streaming = false;
   double flops = 0;        // executed floating-point operations
   double model_flops = 0;  // the MFU numerator's count (Narayanan et al.: GEMMs and attention)
   double bytes = 0;        // bytes moved to and from device memory

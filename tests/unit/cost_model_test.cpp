@@ -252,22 +252,22 @@ TEST(GpuProfileSustained, UnknownPrecisionAndBadUnitAreErrors) {
 namespace hetsim::workload {
 namespace {
 
-// architectures.NAME.parameter_memory: kernels over parameter-sized buffers (the optimizer step,
-// a gradient accumulation) on that architecture take their own share of its bandwidth; a
+// architectures.NAME.streaming_memory: streaming passes (the optimizer step, a gradient
+// accumulation, the loss) on that architecture take their own share of its bandwidth; a
 // layer's elementwise kernels keep `memory`. T4: 1 GB at 0.9 of 320 GB/s is 3.472 ms, at 0.3
 // 10.417 ms, each plus the 10 us kernel overhead.
-TEST(DatasheetCostModel, ParameterKernelsTakeTheirArchitecturesOwnShare) {
+TEST(DatasheetCostModel, StreamingPassesTakeTheirArchitecturesOwnShare) {
   DatasheetEfficiency e = shipped();
   e.memory_by_architecture["turing"] = 0.3;
-  e.parameter_memory_by_architecture["turing"] = 0.9;
+  e.streaming_memory_by_architecture["turing"] = 0.9;
   const DatasheetCostModel cost(e);
   const config::GpuProfile& t4 = gpu("t4");
   Op adam = memory(1e9);
   adam.name = "optimizer.adam";
-  adam.over_parameters = true;
+  adam.streaming = true;
   Op acc = memory(1e9);
   acc.name = "fc1.grad_accumulate";
-  acc.over_parameters = true;
+  acc.streaming = true;
   Op gelu = memory(1e9);
   gelu.name = "gelu";
   EXPECT_NEAR(seconds(cost.duration(adam, t4, Precision::fp16)), 1e9 / (320e9 * 0.9) + 10e-6,
@@ -280,8 +280,8 @@ TEST(DatasheetCostModel, ParameterKernelsTakeTheirArchitecturesOwnShare) {
   EXPECT_EQ(cost.duration(adam, a100, Precision::fp16), cost.duration(gelu, a100, Precision::fp16));
   // The shipped file gives the T4 both figures.
   const DatasheetEfficiency built = load_datasheet_efficiency();
-  EXPECT_GT(built.parameter_memory_for("turing"), built.memory_for("turing"));
-  EXPECT_EQ(built.parameter_memory_for("ampere"), built.memory);
+  EXPECT_GT(built.streaming_memory_for("turing"), built.memory_for("turing"));
+  EXPECT_EQ(built.streaming_memory_for("ampere"), built.memory);
 }
 
 }  // namespace

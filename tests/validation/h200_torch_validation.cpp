@@ -16,7 +16,11 @@
 // 18.3%. The database's elementwise kernels are scalar bf16 loops (1.8-2.5 TB/s, where a copy
 // and PyTorch's vectorised kernels reach about 3.9), and its attention is cuDNN's at head sizes
 // where PyTorch's SDPA runs flash attention, so with it the busy rows come out 4-36% too slow.
-// The ceilings hold those lines.
+// On 2026-12-03 the loss's kernels were counted as they run (F.cross_entropy over the fp32
+// logits: log_softmax forward; nll_loss's gradient written over the logits and log_softmax's
+// backward; the casts), which they had been at 8 bytes a logit each way: datasheet model 5.8%,
+// H200 database 22.0% (its `softmax` kernel, which stands for the loss, is one of those
+// scalar loops). The ceilings hold those lines.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -44,8 +48,8 @@ namespace {
 namespace fs = std::filesystem;
 using namespace hetsim;
 
-constexpr double kCeilingPct = 20.0;          // measured 18.3% with the H200 database
-constexpr double kDatasheetCeilingPct = 7.5;  // measured 6.3% with the datasheet model
+constexpr double kCeilingPct = 23.5;          // measured 22.0% with the H200 database
+constexpr double kDatasheetCeilingPct = 7.0;  // measured 5.8% with the datasheet model
 
 struct Row {
   std::string model;
