@@ -2,7 +2,9 @@
 // what is wrong; each behaviour changes the replay as worked out by hand: host time per pass and
 // per step adds exactly, a reduction after the backward pass exposes every bucket's collective,
 // a blocking send holds its stage for the transfer, a partitioned pipeline transfer is gathered
-// over the receiving stage's tensor-parallel ranks.
+// over the receiving stage's tensor-parallel ranks, DeepSpeed's order sends each gradient after
+// the next activation arrives and a send beyond the buffer waits for its receiver; the loss
+// counts every pass over the logits.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -784,6 +786,50 @@ TEST(Frameworks, RendezvousInDeepSpeedsOrderNeverDeadlocks) {
             "p.yaml:5: schedule: interleaved, which fw_rdv0.yaml does not run (" + fw +
                 ": its pipeline sends wait for their receivers in an order with one chunk per "
                 "stage); use 1f1b or gpipe");
+}
+
+}  // namespace
+}  // namespace hetsim::workload
+
+namespace hetsim::workload {
+namespace {
+
+// The loss's kernels, in bytes per logit, worked from the code they stand for.
+// Megatron-LM (mpu/cross_entropy.py on `output.float()`), fp16: the cast 2 + 4, max 4, subtract
+// in place 4 + 4, exp in place 4 + 4, sum 4, divide in place 4 + 4: 38 forward; the softmax
+// times the loss's gradient in place 4 + 4, the cast back 4 + 2: 14 backward. Eager PyTorch
+// (F.cross_entropy on `.float()` logits): the cast 6, log_softmax 4 + 4: 14 forward; nll_loss's
+// gradient written 4, log_softmax's backward 4 + 4 + 4, the cast back 6: 22 backward. In fp32
+// no casts. Each a streaming pass, over 1024 x 50304 logits per sequence at TP 1.
+TEST(Frameworks, TheLossCountsEveryPassOverTheLogits) {
+  const ModelConfig m = small_gpt(2);
+  auto loss_bytes = [&](const std::vector<Step>& steps) {
+    double bytes = 0;
+    for (const Step& st : steps) {
+      if (st.op.name.rfind("cross_entropy", 0) != 0) continue;
+      EXPECT_TRUE(st.op.streaming) << st.op.name;
+      bytes += st.op.bytes;
+    }
+    return bytes;
+  };
+  const double logits = 1024.0 * 50304;
+  LayerShape s;
+  s.micro_batch = 1;
+  s.sequence = 1024;
+  s.precision = Precision::fp16;
+  EXPECT_EQ(loss_bytes(head_forward(m, s)), 38 * logits);
+  EXPECT_EQ(loss_bytes(head_backward(m, s)), 14 * logits);
+  s.eager = true;
+  EXPECT_EQ(loss_bytes(head_forward(m, s)), 14 * logits);
+  EXPECT_EQ(loss_bytes(head_backward(m, s)), 22 * logits);
+  s.eager = false;
+  s.precision = Precision::fp32;
+  EXPECT_EQ(loss_bytes(head_forward(m, s)), 32 * logits);
+  EXPECT_EQ(loss_bytes(head_backward(m, s)), 8 * logits);
+  // Tensor parallel: each rank its 1/t of the vocabulary.
+  s.precision = Precision::fp16;
+  s.tensor_parallel = 2;
+  EXPECT_EQ(loss_bytes(head_forward(m, s)), 38 * logits / 2);
 }
 
 }  // namespace
