@@ -641,6 +641,15 @@ std::string pipeline_order(const Group& g) {
   return out;
 }
 
+// The error of a framework text with these keys between pipeline_p2p and host.
+std::string framework_error(const std::string& p2p, const std::string& keys) {
+  return error_of([&] {
+    load_framework_text("name: x\ngradient_reduction: overlapped\npipeline_p2p: " + p2p + "\n" +
+                            keys + "host: {per_pass: 0s, per_step: 0s}\n",
+                        "f.yaml");
+  });
+}
+
 std::string framework_file(const std::string& name, const std::string& keys) {
   const std::string path = ::testing::TempDir() + name;
   std::ofstream(path) << "name: " << name
@@ -675,24 +684,18 @@ TEST(Frameworks, DeepSpeedSendsAGradientAfterTheNextForwardPassHasItsActivation)
   EXPECT_EQ(pipeline_order(deep.groups[2]), "rF0 rF1 sB0 rF2 sB1 rF3 sB2 sB3");
   // The first stage sends no gradient: its order is Megatron-LM's.
   EXPECT_EQ(pipeline_order(deep.groups[0]), pipeline_order(mega.groups[0]));
-  EXPECT_EQ(error_of([] {
-              load_framework_text(
-                  "name: x\ngradient_reduction: overlapped\npipeline_p2p: blocking\n"
-                  "pipeline_send_grad: later\nhost: {per_pass: 0s, per_step: 0s}\n",
-                  "f.yaml");
-            }),
+  EXPECT_EQ(framework_error("blocking", "pipeline_send_grad: later\n"),
             "f.yaml:4: pipeline_send_grad: unknown value \"later\" (expected one of "
             "after_backward, after_next_receive)");
 }
 
 // A blocking send larger than pipeline_p2p_buffer moves only once its receiver has reached the
 // receive. Two stages on two nodes, 2 micro-batches, DeepSpeed's order, every transfer c long
-// and alone on its link, each backward pass b longer than c. Stage 0 runs F0 F1 B0 B1, stage 1
-// F0 B0 F1 B1; stage 0 issues its send of F1 at 2f+c (f: its forward pass), when stage 1 is
-// still in B0 until 2f+c+b (f: both stages' forward passes take the same time here only for
-// the sake of the picture; the argument holds for any). With a buffer the activation (2 MiB)
-// fits in, it moves at once and waits in stage 1's buffer; with one it does not fit in, it
-// starts at 2f+c+b, and everything after it on both stages ends exactly one c later.
+// and alone on its link, each backward pass b longer than c, f a forward pass (taken equal on
+// both stages for the picture). Stage 0 runs F0 F1 B0 B1, stage 1 F0 B0 F1 B1. Stage 0 issues
+// its send of F1 at 2f+c, while stage 1 is in B0 until 2f+c+b. With a buffer the activation
+// (2 MiB) fits in, it moves at once and waits in stage 1's buffer; with one it does not fit in,
+// it starts at 2f+c+b, and everything after it on both stages ends exactly one c later.
 TEST(Frameworks, ASendBeyondTheBufferWaitsForItsReceiver) {
   const ModelConfig m = small_gpt(4);
   const platform::Cluster c = dgx(2);
@@ -726,12 +729,7 @@ TEST(Frameworks, ASendBeyondTheBufferWaitsForItsReceiver) {
     EXPECT_EQ(rdv.groups[g].compute, eager.groups[g].compute) << g;
   }
   EXPECT_EQ(rdv.groups[0].pp_wait - eager.groups[0].pp_wait, transfer);
-  EXPECT_EQ(error_of([] {
-              load_framework_text(
-                  "name: x\ngradient_reduction: overlapped\npipeline_p2p: async\n"
-                  "pipeline_p2p_buffer: 4MiB\nhost: {per_pass: 0s, per_step: 0s}\n",
-                  "f.yaml");
-            }),
+  EXPECT_EQ(framework_error("async", "pipeline_p2p_buffer: 4MiB\n"),
             "f.yaml:4: pipeline_p2p_buffer: needs pipeline_p2p: blocking (an asynchronous send's "
             "receiver posts its receive ahead)");
 }
@@ -766,12 +764,7 @@ TEST(Frameworks, RendezvousInDeepSpeedsOrderNeverDeadlocks) {
   }
   // The orders that would deadlock are refused: each gradient sent after its own backward pass,
   // and interleaved chunks.
-  EXPECT_EQ(error_of([] {
-              load_framework_text(
-                  "name: x\ngradient_reduction: overlapped\npipeline_p2p: blocking\n"
-                  "pipeline_p2p_buffer: 4MiB\nhost: {per_pass: 0s, per_step: 0s}\n",
-                  "f.yaml");
-            }),
+  EXPECT_EQ(framework_error("blocking", "pipeline_p2p_buffer: 4MiB\n"),
             "f.yaml:4: pipeline_p2p_buffer: needs pipeline_send_grad: after_next_receive (with "
             "each gradient sent right after its backward pass, two stages that both send first "
             "wait for each other)");
