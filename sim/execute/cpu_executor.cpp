@@ -176,6 +176,10 @@ struct Transfer {
   int count = 0;  // floats
   uint32_t peer_group = 0;
   std::vector<float> buffer;  // made once; every request on it ends within its iteration
+  // Its receive is posted only when the receiving rank reaches it, so that a synchronous send
+  // waits for that (Framework::p2p_buffer_bytes: a send larger than the buffer); otherwise it
+  // is posted at the start of the iteration.
+  bool rendezvous = false;
 };
 
 // One rank's program, communicators and buffers.
@@ -319,11 +323,15 @@ class Rank {
       const auto& theirs = job.groups[peer_group].devices;
       const size_t n = std::max(mine.size(), theirs.size());
       std::vector<Transfer> list;
+      const workload::Framework& fw = job.plan->framework;
+      const bool rendezvous =
+          fw.blocking_p2p && fw.p2p_buffer_bytes &&
+          job.activation_bytes_per_transfer / static_cast<double>(n) > *fw.p2p_buffer_bytes;
       for (size_t j = 0; j < n; ++j) {
         if (j % mine.size() != j_) continue;
         const int count = std::max(2, floats(job.activation_bytes_per_transfer / n));
         list.push_back(Transfer{static_cast<int>(theirs[j % theirs.size()]), tag, count, peer_group,
-                                std::vector<float>(count, 0.0f)});
+                                std::vector<float>(count, 0.0f), rendezvous});
       }
       transfers_.push_back(std::move(list));
     }
@@ -359,7 +367,9 @@ class Rank {
           Pending p;
           p.buffer = x.buffer.data();
           p.peer_group = x.peer_group;
-          MPI_Irecv(x.buffer.data(), x.count, MPI_FLOAT, x.peer, x.tag, MPI_COMM_WORLD, &p.request);
+          if (!x.rendezvous)
+            MPI_Irecv(x.buffer.data(), x.count, MPI_FLOAT, x.peer, x.tag, MPI_COMM_WORLD,
+                      &p.request);
           recvs_.push_back(std::move(p));
         }
       }
@@ -447,6 +457,13 @@ class Rank {
           break;
         }
         case TaskKind::recv: {
+          // A rendezvous transfer's receive is posted now that this rank is here.
+          for (size_t x = 0; x < transfers_[ti].size(); ++x) {
+            Transfer& tr = transfers_[ti][x];
+            if (tr.rendezvous)
+              MPI_Irecv(tr.buffer.data(), tr.count, MPI_FLOAT, tr.peer, tr.tag, MPI_COMM_WORLD,
+                        &recvs_[ri + x].request);
+          }
           for (size_t x = 0; x < transfers_[ti].size(); ++x, ++ri) {
             Pending& p = recvs_[ri];
             if (!p.done) {
@@ -621,7 +638,7 @@ class Rank {
   void poll() {
     int flag = 0;
     for (Pending& p : recvs_) {
-      if (p.done) continue;
+      if (p.done || p.request == MPI_REQUEST_NULL) continue;  // done, or a rendezvous not posted
       MPI_Test(&p.request, &flag, MPI_STATUS_IGNORE);
       if (flag) {
         p.done = true;

@@ -209,6 +209,17 @@ TEST_F(Execute, PipelineTwoStagesOneFOneBPredictsTheIteration) {
   EXPECT_GT(transfers, 0u) << t.dump().substr(0, 2000);
 }
 
+// The same pipeline with DeepSpeed's blocking sends in its order, every one a rendezvous (the
+// receive posted only when the receiving rank reaches it, the send synchronous): it runs
+// without a deadlock, and the prediction, which makes every send wait for its receiver too,
+// holds to the same bounds.
+TEST_F(Execute, PipelineSendsThatWaitForTheirReceiversPredictTheIteration) {
+  const nlohmann::json j =
+      run_and_compare("pp2", "--plan-set framework=" + shell_quote(kData + "rendezvous.yaml"));
+  EXPECT_GT(kind(j, "pipeline wait", "measured_s"), 0);
+  EXPECT_GT(kind(j, "pipeline wait", "predicted_s"), 0);
+}
+
 TEST_F(Execute, TensorParallelTwoPredictsTheIteration) {
   const nlohmann::json j = run_and_compare("tp2");
   EXPECT_GT(kind(j, "tensor-parallel wait", "measured_s"), 0);
