@@ -31,6 +31,9 @@ class Megatron final : public Policy {
     std::vector<Proposal> out;
     const workload::ModelConfig& m = *r.model;
     const int64_t gpus = static_cast<int64_t>(r.cluster->gpu_count());
+    // Interleaved schedules only on a framework that runs them (DeepSpeed's pipeline does not).
+    const bool interleaving =
+        r.framework.empty() || workload::load_framework(r.framework).interleaves();
     for (int tp : tensor_parallel_degrees(m, min_gpus_per_node(*r.cluster))) {
       for (int64_t pp = 1; pp <= m.layers && tp * pp <= gpus; ++pp) {
         if (gpus % (tp * pp) != 0) continue;
@@ -39,7 +42,7 @@ class Megatron final : public Policy {
         for (int64_t mb : micro_batch_sizes(r.global_batch / dp)) {
           const int64_t micro_batches = r.global_batch / dp / mb;
           std::vector<int> interleaves = {1};
-          if (pp > 1 && micro_batches % pp == 0) {
+          if (interleaving && pp > 1 && micro_batches % pp == 0) {
             for (int v : {2, 4}) {
               if (pp * v <= m.layers) interleaves.push_back(v);
             }

@@ -110,7 +110,7 @@ std::vector<Neighbour> neighbours(const std::string& text, const workload::Plan&
       n.remove("interleave");
       n.remove("microbatch_group");
       add("schedule 1f1b", n);
-    } else if (plan.schedule == workload::Schedule::one_f_one_b) {
+    } else if (plan.schedule == workload::Schedule::one_f_one_b && plan.framework.interleaves()) {
       n["schedule"] = "interleaved";
       n["interleave"] = 2;
       add("interleaved by 2", n);

@@ -49,6 +49,9 @@ struct Framework {
   // (NCCL_BUFFSIZE, 4 MiB) ahead of a receiver whose kernel has not started. Unset: every send
   // moves as soon as it is issued.
   std::optional<double> p2p_buffer_bytes;
+  // Whether the framework runs interleaved schedules: not where its sends wait for their
+  // receivers in its own one-chunk order (DeepSpeed's pipeline engine has no interleaving).
+  bool interleaves() const { return !p2p_buffer_bytes; }
   Time host_per_pass;  // per forward or backward pass of one micro-batch on one stage
   Time host_per_step;  // per iteration on every device, before the optimizer step
   // The host's time to issue one kernel of hetsim's kernel list, where the framework's host

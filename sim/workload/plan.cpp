@@ -166,7 +166,7 @@ void check_pipeline_zero(const std::string& file, const YAML::Node& root, const 
 // A framework whose pipeline sends wait for their receivers (Framework::p2p_buffer_bytes) runs
 // its own schedule's order, which has one chunk per stage: interleaving would deadlock it.
 void check_pipeline_schedule(const std::string& file, const YAML::Node& root, const Plan& p) {
-  if (!p.framework.p2p_buffer_bytes || p.schedule != Schedule::interleaved) return;
+  if (p.framework.interleaves() || p.schedule != Schedule::interleaved) return;
   throw InputError(fmt::format(
       "{}: schedule: interleaved, which {} does not run ({}: its pipeline sends wait for their "
       "receivers in an order with one chunk per stage); use 1f1b or gpipe",

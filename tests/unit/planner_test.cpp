@@ -70,6 +70,27 @@ TEST(Policies, EveryProposalIsAValidPlanOnAHomogeneousNode) {
   }
 }
 
+// On DeepSpeed (its pipeline engine has one chunk per stage, and its sends wait for their
+// receivers in that order) the megatron policy proposes no interleaved schedule, and every
+// proposal is a plan DeepSpeed runs; on Megatron-LM the same request has interleaved ones.
+TEST(Policies, NoInterleavedScheduleOnAFrameworkWithoutIt) {
+  const workload::ModelConfig m = gpt(8);
+  const platform::Cluster c = cluster("dgx-a100", 1);
+  Request r = request(m, c, 32);
+  auto interleaved = [](const std::vector<Proposal>& props) {
+    return std::count_if(props.begin(), props.end(), [](const Proposal& p) {
+      return p.plan.find("schedule: interleaved") != std::string::npos;
+    });
+  };
+  EXPECT_GT(interleaved(megatron_policy().propose(r)), 0);
+  r.framework = "deepspeed";
+  const std::vector<Proposal> ds = megatron_policy().propose(r);
+  EXPECT_EQ(interleaved(ds), 0);
+  for (const Proposal& p : ds) {
+    EXPECT_NO_THROW(workload::load_plan_text(p.plan, "megatron", m, c)) << p.plan;
+  }
+}
+
 TEST(Policies, WhaleSharesTheBatchInProportionToFlops) {
   // Two DGX H100 and two DGX A100 nodes: bf16 989 against 312 TFLOP/s per GPU (datasheets).
   const workload::ModelConfig m = gpt(8);
