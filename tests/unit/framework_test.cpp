@@ -597,7 +597,8 @@ TEST(Frameworks, ALinkClassesPerCallCostAddsOncePerTensorParallelCollective) {
   const std::string tp =
       "tensor_parallel: 2\ndevices: \"0-1\"\nmicro_batch_size: 1\n"
       "global_batch_size: 3\nprecision: fp16\n";
-  const TrainingJob job = build_training_job(m, load_plan_text(tp, "p.yaml", m, with), with, cost);
+  const Plan tp_plan = load_plan_text(tp, "p.yaml", m, with);  // the job points into it
+  const TrainingJob job = build_training_job(m, tp_plan, with, cost);
   int64_t collectives = 0, waited = 0;
   for (const Task& t : job.groups[0].program) {
     if (t.kind != TaskKind::tp_comm) continue;
@@ -673,9 +674,10 @@ TEST(Frameworks, DeepSpeedSendsAGradientAfterTheNextForwardPassHasItsActivation)
       "pipeline_parallel: 3\nmicro_batch_size: 1\nglobal_batch_size: 4\ndevices: [0, 1, 2]\n";
   const std::string ds =
       framework_file("fw_ds_order.yaml", "pipeline_send_grad: after_next_receive\n");
-  const TrainingJob deep = build_training_job(
-      m, load_plan_text(base + "framework: " + ds + "\n", "p.yaml", m, c), c, cost);
-  const TrainingJob mega = build_training_job(m, load_plan_text(base, "p.yaml", m, c), c, cost);
+  const Plan deep_plan = load_plan_text(base + "framework: " + ds + "\n", "p.yaml", m, c);
+  const Plan mega_plan = load_plan_text(base, "p.yaml", m, c);  // the jobs point into them
+  const TrainingJob deep = build_training_job(m, deep_plan, c, cost);
+  const TrainingJob mega = build_training_job(m, mega_plan, c, cost);
   EXPECT_EQ(pipeline_order(deep.groups[1]),
             "rF0 sF0 rF1 sF1 rB0 rF2 sB0 sF2 rB1 rF3 sB1 sF3 rB2 sB2 rB3 sB3");
   EXPECT_EQ(pipeline_order(mega.groups[1]),
@@ -751,8 +753,8 @@ TEST(Frameworks, RendezvousInDeepSpeedsOrderNeverDeadlocks) {
             "global_batch_size: {}\ndevices: \"0-{}\"\nschedule: {}\nframework: {}\n",
             P, 2 * mbs, 2 * P - 1, schedule, fw);
         const std::string what = fmt::format("{}, {} stages, {} micro-batches", schedule, P, mbs);
-        const TrainingJob job =
-            build_training_job(m, load_plan_text(plan, "p.yaml", m, c), c, cost);
+        const Plan loaded = load_plan_text(plan, "p.yaml", m, c);  // the job points into it
+        const TrainingJob job = build_training_job(m, loaded, c, cost);
         ReplayResult folded, exact;
         ASSERT_NO_THROW(folded = replay(job)) << what;
         ReplayOptions o;
