@@ -177,8 +177,8 @@ struct Transfer {
   uint32_t peer_group = 0;
   std::vector<float> buffer;  // made once; every request on it ends within its iteration
   // Its receive is posted only when the receiving rank reaches it, so that a synchronous send
-  // waits for that (Framework::p2p_buffer_bytes: a send larger than the buffer); otherwise it
-  // is posted at the start of the iteration.
+  // waits for that (Framework::send_waits_for_receiver); otherwise it is posted at the start of
+  // the iteration.
   bool rendezvous = false;
 };
 
@@ -323,10 +323,8 @@ class Rank {
       const auto& theirs = job.groups[peer_group].devices;
       const size_t n = std::max(mine.size(), theirs.size());
       std::vector<Transfer> list;
-      const workload::Framework& fw = job.plan->framework;
-      const bool rendezvous =
-          fw.blocking_p2p && fw.p2p_buffer_bytes &&
-          job.activation_bytes_per_transfer / static_cast<double>(n) > *fw.p2p_buffer_bytes;
+      const bool rendezvous = job.plan->framework.send_waits_for_receiver(
+          job.activation_bytes_per_transfer / static_cast<double>(n));
       for (size_t j = 0; j < n; ++j) {
         if (j % mine.size() != j_) continue;
         const int count = std::max(2, floats(job.activation_bytes_per_transfer / n));

@@ -49,6 +49,10 @@ struct Framework {
   // (NCCL_BUFFSIZE, 4 MiB) ahead of a receiver whose kernel has not started. Unset: every send
   // moves as soon as it is issued.
   std::optional<double> p2p_buffer_bytes;
+  // Whether a pipeline send of `bytes` (per tensor-parallel rank) waits for its receiver.
+  bool send_waits_for_receiver(double bytes) const {
+    return blocking_p2p && p2p_buffer_bytes && bytes > *p2p_buffer_bytes;
+  }
   // Whether the framework runs interleaved schedules: not where its sends wait for their
   // receivers in its own one-chunk order (DeepSpeed's pipeline engine has no interleaving).
   bool interleaves() const { return !p2p_buffer_bytes; }

@@ -137,10 +137,20 @@ struct Builder {
     op.flops = flops;
     steps.push_back(Step{op});
   }
+  // A long pass over one large flat buffer (Op::streaming).
+  void streaming(const std::string& name, double bytes) {
+    memory(name, bytes);
+    steps.back().op.streaming = true;
+  }
   // A gradient added into a parameter's .grad: a pass over a parameter-sized buffer.
   void grad_accumulate(const std::string& name, double bytes) {
-    memory(name + ".grad_accumulate", bytes);
-    steps.back().op.streaming = true;
+    streaming(name + ".grad_accumulate", bytes);
+  }
+  // The loss's passes over the [tokens x local vocabulary] fp32 logits, `per_logit` bytes each,
+  // with the cast between the matmul's precision and fp32 (e + 4 bytes a logit; none in fp32).
+  void loss(const std::string& name, int64_t vocab, double per_logit) {
+    const double cast = e < 4 ? e + 4 : 0;
+    streaming(name, (cast + per_logit) * tokens() * static_cast<double>(vocab));
   }
   void attention(bool forward) {
     const int64_t heads = m.heads / s.tensor_parallel;
@@ -544,10 +554,7 @@ std::vector<Step> head_forward(const ModelConfig& m, const LayerShape& s) {
   //   divide by the sum in place (8), keeping the softmax for the backward pass; the max and the
   //   sum-exp all-reduced over the ranks (fp32, per token);
   // - eager PyTorch (F.cross_entropy): log_softmax (8), the gather of the targets per token.
-  const double n = b.tokens() * static_cast<double>(v);
-  const double cast = b.e < 4 ? b.e + 4 : 0;
-  b.memory("cross_entropy", (cast + (s.eager ? 8.0 : 32.0)) * n);
-  b.steps.back().op.streaming = true;  // whole passes over the [tokens x vocabulary] logits
+  b.loss("cross_entropy", v, s.eager ? 8.0 : 32.0);
   if (!s.eager) b.comm(CommKind::allreduce, 4.0 * 2 * b.tokens());
   return b.steps;
 }
@@ -558,10 +565,7 @@ std::vector<Step> head_backward(const ModelConfig& m, const LayerShape& s) {
   // Megatron-LM: the kept softmax, less one at the targets, times the loss's gradient in place
   // (8); eager: nll_loss's gradient written over the logits (4) and log_softmax's backward (12).
   // Then the gradient cast back to the matmul's precision.
-  const double n = b.tokens() * static_cast<double>(v);
-  const double cast = b.e < 4 ? b.e + 4 : 0;
-  b.memory("cross_entropy.bwd", (cast + (s.eager ? 16.0 : 8.0)) * n);
-  b.steps.back().op.streaming = true;
+  b.loss("cross_entropy.bwd", v, s.eager ? 16.0 : 8.0);
   b.linear_dgrad("logits", m.hidden, v);
   b.comm(s.sequence_parallel ? CommKind::reducescatter : CommKind::allreduce, b.boundary_bytes(),
          true);

@@ -628,7 +628,7 @@ class Replayer {
       });
     };
     // Rendezvous: more than the connection's buffer moves only once the receiver is there.
-    if (blocking && rendezvous() && bytes > *job_.plan->framework.p2p_buffer_bytes &&
+    if (rendezvous() && job_.plan->framework.send_waits_for_receiver(bytes) &&
         !st_[dst].posted[k]) {
       waiting_sends_.emplace(std::make_pair(dst, k), std::move(go));
       return;
@@ -636,12 +636,11 @@ class Replayer {
     go();
   }
 
-  // Whether a blocking send larger than the framework's point-to-point buffer waits for its
-  // receiver (Framework::p2p_buffer_bytes); not between shared stages (staged plans), whose
-  // receives gather from several peers.
+  // Whether sends may wait for their receivers (Framework::send_waits_for_receiver): not between
+  // shared stages (staged plans), whose receives gather from several peers, nor when
+  // communication is free.
   bool rendezvous() const {
-    return job_.plan->framework.blocking_p2p && job_.plan->framework.p2p_buffer_bytes &&
-           !job_.staged() && !opt_.free_communication;
+    return job_.plan->framework.p2p_buffer_bytes && !job_.staged() && !opt_.free_communication;
   }
 
   // The n slices of a transfer from group g to dst, `bytes` each, slice j over tensor-parallel
