@@ -267,21 +267,25 @@ void Cluster::build_fabric() {
     p.down = add_link(switch_vertex_[sw], nic_vertex(p), spec.bandwidth_Bps, spec.link_class,
                       switch_latency, where);
   };
-  // Leaves in [0, leaves) link to every spine; the leaf's uplink total is its NIC total / oversub.
-  auto connect_spines = [&](uint32_t leaves, int spines) {
+  // Leaves in [0, leaves) link to every spine. A leaf's uplinks are built for the ports it has
+  // (`ports` NICs of its fastest kind), whether or not every port is in use: the last scalable
+  // unit or leaf of a cluster that does not fill it keeps the fabric's full uplinks, not a share
+  // scaled by its NICs (one node alone in a unit would otherwise reach each spine at 1/spines of
+  // its NIC's speed, and every flow, pinned to one spine, would crawl).
+  auto connect_spines = [&](uint32_t leaves, int spines, double ports) {
     if (leaves <= 1) return;
     const int s_count = std::max(1, spines);
     std::vector<uint32_t> spine;
     for (int s = 0; s < s_count; ++s) spine.push_back(add_switch("spine" + std::to_string(s)));
-    std::vector<double> total(leaves, 0);
+    std::vector<double> fastest(leaves, 0);
     std::vector<std::string> cls(leaves);
     for (const NicPort& p : nics_) {
-      total[p.fabric_switch] += nic_spec(p).bandwidth_Bps;
+      fastest[p.fabric_switch] = std::max(fastest[p.fabric_switch], nic_spec(p).bandwidth_Bps);
       if (cls[p.fabric_switch].empty()) cls[p.fabric_switch] = nic_spec(p).link_class;
     }
     for (uint32_t l = 0; l < leaves; ++l) {
-      if (total[l] == 0) continue;
-      const double bw = total[l] / f.oversubscription / s_count;
+      if (fastest[l] == 0) continue;
+      const double bw = ports * fastest[l] / f.oversubscription / s_count;
       for (uint32_t s : spine) {
         add_link(switch_vertex_[l], switch_vertex_[s], bw, cls[l], hop, where);
         add_link(switch_vertex_[s], switch_vertex_[l], bw, cls[l], hop, where);
@@ -300,7 +304,7 @@ void Cluster::build_fabric() {
       for (uint32_t l = 0; l < leaves; ++l) add_switch("leaf" + std::to_string(l));
       for (size_t i = 0; i < nics_.size(); ++i)
         attach(nics_[i], static_cast<uint32_t>(i / per), hop);
-      connect_spines(leaves, f.spines);
+      connect_spines(leaves, f.spines, per);
       break;
     }
     case config::FabricKind::rail_optimized: {
@@ -316,7 +320,7 @@ void Cluster::build_fabric() {
         }
       }
       for (NicPort& p : nics_) attach(p, (p.node / per) * rails + p.index, hop);
-      connect_spines(units * rails, f.spines);
+      connect_spines(units * rails, f.spines, per);
       pxn_ = true;
       break;
     }

@@ -102,6 +102,22 @@ TEST(Cluster, FatTreeUplinksCarryLeafBandwidthOverOversubscriptionAndSpines) {
   EXPECT_TRUE(found);
 }
 
+TEST(Cluster, ANodeAloneInItsScalableUnitReachesTheOthersAtItsNicsSpeed) {
+  config::ClusterOptions o;
+  o.nodes = 33;  // units of 32 nodes: node 32 is alone in the second unit
+  const Cluster c = builtin("dgx-h100", o);
+  const auto r = c.route(32 * 8, 0);  // node32.gpu0 -> node0.gpu0, over a spine
+  ASSERT_GE(r.size(), 6u);            // gpu->pcie->nic->leaf->spine->...
+  const Link& nic_up = c.links()[r[2]];
+  const Link& uplink = c.links()[r[3]];
+  ASSERT_EQ(c.vertex_kind(nic_up.dst), VertexKind::fabric_switch);
+  ASSERT_EQ(c.vertex_kind(uplink.dst), VertexKind::fabric_switch);
+  // The leaf is built for 32 NICs of 400 Gb/s: 32 x 50 GB/s over 16 spines is 100 GB/s a
+  // spine, whether one node or 32 are under it (scaled to the one NIC in use, 50 / 16 GB/s).
+  EXPECT_DOUBLE_EQ(uplink.bandwidth_Bps, 32 * 50e9 / 16);
+  EXPECT_DOUBLE_EQ(c.route_capacity(r), c.route_capacity(c.route(8, 0)));
+}
+
 TEST(Cluster, MixedClusterKeepsEachGroupsGpuType) {
   const Cluster c = builtin("mixed-a100-v100");
   EXPECT_EQ(c.gpu(0).profile->name, "a100-sxm4-80gb");
