@@ -355,7 +355,8 @@ double Estimator::optimizer_s(const config::GpuProfile& gpu, double params, work
 
 Estimator::Piece Estimator::piece(const std::vector<workload::Step>& steps,
                                   const config::GpuProfile& gpu, workload::Precision p,
-                                  const Groups& tp, const workload::Framework& fw) {
+                                  const Groups& tp, const workload::Framework& fw, double clock,
+                                  std::vector<workload::PowerSegment>* power) {
   // As the job builder cuts segments: kernels between collectives run as one segment taking the
   // longer of its GPU and host time; an asynchronous collective runs beside the one kernel after
   // it.
@@ -364,9 +365,15 @@ Estimator::Piece Estimator::piece(const std::vector<workload::Step>& steps,
   bool open = false;
   double overlapping = -1;  // an asynchronous collective beside the segment being cut
   bool cut_after_next = false;
+  workload::PowerSegment seg;
   auto flush = [&] {
     if (!open) return;
     const double d = std::max(gpu_time, host_time).seconds();
+    if (power != nullptr) {
+      seg.host_s = host_time.seconds();
+      power->push_back(seg);
+      seg = workload::PowerSegment{};
+    }
     out.kernels_s += d;
     if (overlapping >= 0) out.comm_s += std::max(0.0, overlapping - d);
     overlapping = -1;
@@ -387,7 +394,14 @@ Estimator::Piece Estimator::piece(const std::vector<workload::Step>& steps,
       }
       continue;
     }
-    gpu_time += cost_.duration(st.op, gpu, p);
+    const bool memory = st.op.kind == workload::OpKind::memory;
+    const Time d = clock == 1 || memory ? cost_.duration(st.op, gpu, p)
+                                        : cost_.duration_at_clock(st.op, gpu, p, clock);
+    gpu_time += d;
+    if (power != nullptr) {
+      (memory ? seg.other_s : seg.matmul_s) += d.seconds();
+      if (!memory) seg.flops += st.op.flops;
+    }
     host_time += workload::host_time(cost_, st.op, fw);
     open = true;
     if (cut_after_next) {
@@ -412,13 +426,26 @@ const Estimator::Pieces& Estimator::pieces(const Plan& plan, const config::GpuPr
   Pieces& ps = it->second;
   if (!fresh) return ps;
   const auto p = plan.precision;
-  ps.layer_f = piece(workload::layer_forward(model_, shape), gpu, p, tp, plan.framework);
-  ps.layer_b = piece(workload::layer_backward(model_, shape), gpu, p, tp, plan.framework);
-  ps.embedding_f = piece(workload::embedding_forward(model_, shape), gpu, p, tp, plan.framework);
-  ps.embedding_b = piece(workload::embedding_backward(model_, shape), gpu, p, tp, plan.framework);
-  ps.head_f = piece(workload::head_forward(model_, shape), gpu, p, tp, plan.framework);
-  ps.head_b = piece(workload::head_backward(model_, shape), gpu, p, tp, plan.framework);
-  ps.recompute = piece(workload::attention_recompute(model_, shape), gpu, p, tp, plan.framework);
+  // A power-capped GPU's clock, as the replay sets it (workload::power_cap), from a layer's
+  // forward and backward pass: the bulk of every stage.
+  double clock = 1;
+  if (cost_.sustained_share(gpu, p) < 1) {
+    std::vector<workload::PowerSegment> segs;
+    piece(workload::layer_forward(model_, shape), gpu, p, tp, plan.framework, 1, &segs);
+    piece(workload::layer_backward(model_, shape), gpu, p, tp, plan.framework, 1, &segs);
+    clock =
+        workload::power_clock(segs, cost_.sustained_share(gpu, p), cost_.sustained_flops(gpu, p));
+  }
+  auto at_clock = [&](const std::vector<workload::Step>& steps) {
+    return piece(steps, gpu, p, tp, plan.framework, clock);
+  };
+  ps.layer_f = at_clock(workload::layer_forward(model_, shape));
+  ps.layer_b = at_clock(workload::layer_backward(model_, shape));
+  ps.embedding_f = at_clock(workload::embedding_forward(model_, shape));
+  ps.embedding_b = at_clock(workload::embedding_backward(model_, shape));
+  ps.head_f = at_clock(workload::head_forward(model_, shape));
+  ps.head_b = at_clock(workload::head_backward(model_, shape));
+  ps.recompute = at_clock(workload::attention_recompute(model_, shape));
   return ps;
 }
 

@@ -129,8 +129,11 @@ class Estimator {
   // groups).
   const Pieces& stage_pieces(const workload::Plan& plan, const config::GpuProfile& gpu,
                              const Groups& tp);
+  // `clock`: a power-capped GPU's clock over its sustained one (workload::power_clock); `power`,
+  // where given, gathers the piece's segments as the power model sees them.
   Piece piece(const std::vector<workload::Step>& steps, const config::GpuProfile& gpu,
-              workload::Precision p, const Groups& tp, const workload::Framework& fw);
+              workload::Precision p, const Groups& tp, const workload::Framework& fw,
+              double clock = 1, std::vector<workload::PowerSegment>* power = nullptr);
   // Concurrent collectives of one kind and size (one per rank list), run together on an idle
   // network: the time until the last is done.
   double collectives_s(workload::CommKind kind, double bytes, const Groups& g);

@@ -172,14 +172,34 @@ double DatasheetCostModel::conv_shape_efficiency(const Op& op,
   return wave_eff * tile_eff * k / (k + e_.conv_k_half);
 }
 
+double DatasheetCostModel::sustained_share(const config::GpuProfile& gpu, Precision p) const {
+  return throttle_factor(gpu, p, e_.gemm_max);
+}
+
+double DatasheetCostModel::sustained_flops(const config::GpuProfile& gpu, Precision p) const {
+  const double s = throttle_factor(gpu, p, e_.gemm_max);
+  return s < 1 ? s * peak_flops(gpu, p) * e_.gemm_max : 0;
+}
+
 Time DatasheetCostModel::duration(const Op& op, const config::GpuProfile& gpu, Precision p) const {
-  const double bw =
-      gpu.memory_bandwidth_Bps *
-      (op.streaming ? e_.streaming_memory_for(gpu.architecture) : e_.memory_for(gpu.architecture));
   // A power- or clock-capped board lowers its SM clock under sustained matmul load: GEMMs and
   // attention slow by the same factor; memory-bound kernels keep their bandwidth. 1 (exactly)
   // for a profile without `sustained:`.
-  const double throttle = op.kind == OpKind::memory ? 1.0 : throttle_factor(gpu, p, e_.gemm_max);
+  return duration_throttled(op, gpu, p, throttle_factor(gpu, p, e_.gemm_max));
+}
+
+Time DatasheetCostModel::duration_at_clock(const Op& op, const config::GpuProfile& gpu, Precision p,
+                                           double clock) const {
+  return duration_throttled(op, gpu, p,
+                            std::min(1.0, throttle_factor(gpu, p, e_.gemm_max) * clock));
+}
+
+Time DatasheetCostModel::duration_throttled(const Op& op, const config::GpuProfile& gpu,
+                                            Precision p, double matmul_share) const {
+  const double bw =
+      gpu.memory_bandwidth_Bps *
+      (op.streaming ? e_.streaming_memory_for(gpu.architecture) : e_.memory_for(gpu.architecture));
+  const double throttle = op.kind == OpKind::memory ? 1.0 : matmul_share;
   double seconds = 0;
   switch (op.kind) {
     case OpKind::gemm: {
@@ -211,6 +231,33 @@ Time DatasheetCostModel::duration(const Op& op, const config::GpuProfile& gpu, P
     }
   }
   return Time::from_seconds_ceil(seconds) + e_.kernel_overhead;
+}
+
+double power_clock(const std::vector<PowerSegment>& segments, double sustained_share,
+                   double sustained_flops) {
+  const double s = sustained_share, rs = sustained_flops;
+  if (!(s < 1) || !(s > 0) || !(rs > 0)) return 1;
+  double flops = 0, memory = 0;
+  for (const PowerSegment& x : segments) {
+    flops += x.count * x.flops;
+    memory += x.count * x.other_s;
+  }
+  if (!(flops > 0)) return 1;
+  auto excess = [&](double c) {  // the power over the cap's, less 1
+    double total = 0;
+    for (const PowerSegment& x : segments) {
+      total += x.count * std::max(x.matmul_s / c + x.other_s, x.host_s);
+    }
+    return c * c * flops / (total * rs) + memory / total - 1;
+  };
+  double lo = 1, hi = 1 / s;
+  if (excess(lo) >= 0) return 1;
+  if (excess(hi) <= 0) return hi;
+  for (int it = 0; it < 60; ++it) {
+    const double mid = 0.5 * (lo + hi);
+    (excess(mid) < 0 ? lo : hi) = mid;
+  }
+  return lo;
 }
 
 Time host_time(const CostModel& cost, const Op& op, const Framework& framework) {

@@ -43,6 +43,20 @@ class CostModel {
   // Whether collective_time can ever answer: a job built without measured collectives skips
   // asking for each of its collectives.
   virtual bool measures_collectives() const { return false; }
+  // The share of its unthrottled matmul rate a power-capped GPU keeps when it runs matmuls back
+  // to back, as duration() applies it (throttle_factor); 1 where nothing is throttled, and for
+  // measured figures, which carry the clock they ran at.
+  virtual double sustained_share(const config::GpuProfile&, Precision) const { return 1; }
+  // The board's measured matmul rate under continuous load (FLOP/s; the profile's `sustained:`
+  // figure, at most what the datasheet model gives its matmuls); 0 where there is none.
+  virtual double sustained_flops(const config::GpuProfile&, Precision) const { return 0; }
+  // duration() on a board whose clock runs `clock` times its sustained one (a board below its
+  // power cap; see power_cap in training_job.cpp): matmuls faster, up to the unthrottled rate;
+  // memory-bound kernels as they were.
+  virtual Time duration_at_clock(const Op& op, const config::GpuProfile& gpu, Precision p,
+                                 double /*clock*/) const {
+    return duration(op, gpu, p);
+  }
 };
 
 struct DatasheetEfficiency {
@@ -84,6 +98,10 @@ class DatasheetCostModel : public CostModel {
   Time duration(const Op& op, const config::GpuProfile& gpu, Precision p) const override;
   Time host_time(const Op&) const override { return e_.host_per_kernel; }
   std::string source(const Op&, const config::GpuProfile&) const override { return "datasheet"; }
+  double sustained_share(const config::GpuProfile& gpu, Precision p) const override;
+  double sustained_flops(const config::GpuProfile& gpu, Precision p) const override;
+  Time duration_at_clock(const Op& op, const config::GpuProfile& gpu, Precision p,
+                         double clock) const override;
   const DatasheetEfficiency& efficiency() const { return e_; }
   // The share of peak a GEMM of this shape keeps after tile and wave quantisation and its
   // reduction length: measured tables interpolate in units of it, so the steps stay.
@@ -94,8 +112,36 @@ class DatasheetCostModel : public CostModel {
   double conv_shape_efficiency(const Op& op, const config::GpuProfile& gpu) const;
 
  private:
+  // duration() with the matmuls' share of the datasheet rate `throttle`.
+  Time duration_throttled(const Op& op, const config::GpuProfile& gpu, Precision p,
+                          double throttle) const;
   DatasheetEfficiency e_;
 };
+
+// One compute segment (kernels issued back to back, between collectives) as the power model
+// sees it: its matmuls' time at the sustained clock and their FLOPs, its memory-bound kernels'
+// time, its host's issue time, and how many times the device runs it.
+struct PowerSegment {
+  double matmul_s = 0, flops = 0, other_s = 0, host_s = 0;
+  double count = 1;
+};
+
+// The clock a power-capped board settles at, over the clock of its measured sustained matmuls
+// (1 to 1 / sustained_share; 1 where the board is not capped). Its dynamic power goes as the
+// switching activity times the clock times the voltage squared, the voltage scaling with the
+// clock: for matmuls, their work per second (achieved FLOP/s R, itself proportional to the
+// clock) times the clock squared; memory-bound kernels are taken at the cap's power for the time
+// they run. The profile's `sustained:` figure is the board's own measurement: continuous large
+// matmuls at R_s. The cap then holds c^2 R(c) / R_s + M / T(c) = 1, with T the time the device
+// spends in its compute segments (each the longer of its kernels and its host's issue time) and
+// M the memory-bound kernels' part of it. A device whose matmuls reach less of the peak (small
+// shapes, tile and wave losses) or that waits on its host between kernels draws less at the
+// same clock, and runs faster, up to the unthrottled clock. The segments leave out the device's
+// waits for transfers, collectives and the pipeline's bubble: a power controller averages over
+// milliseconds, and those waits are longer (the board cools, then computes at its capped clock
+// again). The left side rises with c: one root in [1, 1 / s], found by bisection.
+double power_clock(const std::vector<PowerSegment>& segments, double sustained_share,
+                   double sustained_flops);
 
 // The host time of issuing `op` under a framework: the framework's own per-kernel time where it
 // has one and a host issues the ops (CostModel::issues_kernels), else the cost model's.

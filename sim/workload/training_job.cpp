@@ -75,6 +75,7 @@ class GroupBuilder {
     auto flush = [&] {
       if (seg.ops.empty()) return;
       seg.duration = std::max(seg.duration, host);  // host-bound runs of small kernels
+      seg.host = host;
       host = Time();
       Task t;
       t.kind = TaskKind::compute;
@@ -426,8 +427,54 @@ void tally_sources(TrainingJob& job, const CostModel& cost) {
 
 // The job's groups built: close the replica list, pair the data-parallel collectives, take the
 // measured ones, and tally where the kernels' costs come from.
+// The power model (power_clock) over each device's compute segments, each weighted by how often
+// its program runs it: the matmuls of a capped board rescaled to the clock it settles at.
+void power_cap(TrainingJob& job, const CostModel& cost) {
+  const Precision p = job.plan->precision;
+  for (Group& g : job.groups) {
+    if (g.gpu == nullptr) continue;
+    const double share = cost.sustained_share(*g.gpu, p);
+    if (!(share < 1)) continue;
+    std::vector<PowerSegment> segs(g.segments.size());
+    for (PowerSegment& x : segs) x.count = 0;
+    for (const Task& t : g.program) {
+      if (t.kind == TaskKind::compute) ++segs[t.index].count;
+    }
+    for (size_t i = 0; i < g.segments.size(); ++i) {
+      const Segment& seg = g.segments[i];
+      PowerSegment& x = segs[i];
+      if (seg.ops.empty())
+        x.host_s = seg.duration.seconds();  // the framework's host time
+      else
+        x.host_s = seg.host.seconds();
+      for (const auto& [op, d] : seg.ops) {
+        if (g.ops[op].kind == OpKind::memory) {
+          x.other_s += d.seconds();
+        } else {
+          x.matmul_s += d.seconds();
+          x.flops += g.ops[op].flops;
+        }
+      }
+    }
+    const double clock = power_clock(segs, share, cost.sustained_flops(*g.gpu, p));
+    if (clock == 1) continue;
+    for (Segment& seg : g.segments) {
+      if (seg.ops.empty()) continue;
+      Time gpu;
+      for (auto& [op, d] : seg.ops) {
+        if (g.ops[op].kind != OpKind::memory) {
+          d = cost.duration_at_clock(g.ops[op], *g.gpu, p, clock);
+        }
+        gpu += d;
+      }
+      seg.duration = std::max(gpu, seg.host);
+    }
+  }
+}
+
 void finish_job(TrainingJob& job, const CostModel& cost) {
   job.first_group.push_back(static_cast<uint32_t>(job.groups.size()));
+  power_cap(job, cost);
   pair_dp_collectives(job);
   measured_collectives(job, cost);
   tally_sources(job, cost);

@@ -45,6 +45,7 @@ struct Task {
 
 struct Segment {
   Time duration;
+  Time host;  // the host's issue time of its kernels (duration is at least this)
   double flops = 0, model_flops = 0;
   std::vector<std::pair<uint32_t, Time>> ops;  // op index into Group::ops, duration
 };

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "sim/config/cluster_config.h"
 #include "sim/core/error.h"
 
@@ -92,7 +94,7 @@ TEST(DatasheetCostModel, T4Fp16Gemm4096CubeRunsAtTheSustainedRate) {
 
 TEST(DatasheetCostModel, AProfileWithoutSustainedIsUnchanged) {
   const DatasheetCostModel cost(shipped());
-  for (const std::string name : {"a100-sxm4-80gb", "h100-sxm5-80gb", "v100-sxm2-32gb"}) {
+  for (const std::string name : {"a100-sxm4-80gb", "a100-pcie-80gb", "v100-sxm2-32gb"}) {
     const config::GpuProfile& g = gpu(name);
     EXPECT_TRUE(g.sustained_flops.empty()) << name;
     for (Precision p : {Precision::fp32, Precision::fp16, Precision::bf16}) {
@@ -107,6 +109,51 @@ TEST(DatasheetCostModel, AProfileWithoutSustainedIsUnchanged) {
   const double shape = (1024.0 / 1080) * (4096.0 / 4352);
   const Time expected = Time::from_seconds_ceil(op.flops / (312e12 * 0.74 * shape)) + Time::us(10);
   EXPECT_EQ(cost.duration(op, a100, Precision::bf16), expected);
+}
+
+TEST(DatasheetCostModel, HopperBoardsAreThrottledToTheMeasuredH200Rate) {
+  // 659 TFLOP/s sustained (our H200 at its 700 W cap) / (989 x 0.74) = 0.900445...
+  for (const std::string name : {"h100-sxm5-80gb", "h200-sxm-141gb"}) {
+    for (Precision p : {Precision::bf16, Precision::fp16}) {
+      EXPECT_NEAR(throttle_factor(gpu(name), p, 0.74), 659.0 / (989 * 0.74), 1e-9) << name;
+    }
+    EXPECT_EQ(throttle_factor(gpu(name), Precision::fp8, 0.74), 1.0) << name << ": not measured";
+  }
+  const DatasheetCostModel cost(shipped());
+  EXPECT_NEAR(cost.sustained_flops(gpu("h100-sxm5-80gb"), Precision::bf16), 659e12, 1e3);
+  EXPECT_EQ(cost.sustained_flops(gpu("a100-sxm4-80gb"), Precision::bf16), 0.0);
+}
+
+// The power model's clock (power_clock), worked by hand. R_s = 1 FLOP/s, sustained share 0.5
+// (1 / s = 2, the unthrottled clock); c is the clock over the sustained one.
+TEST(PowerModel, ContinuousMatmulsAtTheSustainedRateKeepTheSustainedClock) {
+  // 1 s of matmuls doing 1 FLOP: c^2 x 1 / (1 / c) = c^3 = 1.
+  EXPECT_EQ(power_clock({{1.0, 1.0, 0, 0, 1}}, 0.5, 1.0), 1.0);
+  // Memory-bound kernels count at the cap's power: 1 s more of them changes nothing
+  // (c^2 / T + 1 / T = 1 with T = 1 / c + 1: c^3 = 1).
+  EXPECT_EQ(power_clock({{1.0, 1.0, 1.0, 0, 1}}, 0.5, 1.0), 1.0);
+}
+
+TEST(PowerModel, MatmulsBelowTheSustainedRateRunAtAFasterClock) {
+  // Matmuls at 0.6 of the measured rate (small shapes): 0.6 c^3 = 1, c = (1 / 0.6)^(1/3).
+  EXPECT_NEAR(power_clock({{1.0, 0.6, 0, 0, 1}}, 0.5, 1.0), std::cbrt(1 / 0.6), 1e-12);
+  // The same with as long again of memory-bound kernels: 0.6 c^2 + 1 = 1 / c + 1, the same c.
+  EXPECT_NEAR(power_clock({{1.0, 0.6, 1.0, 0, 1}}, 0.5, 1.0), std::cbrt(1 / 0.6), 1e-12);
+  // Split over two segments, one run twice: the counts weigh them (0.3 + 2 x 0.15 FLOPs over
+  // 0.5 + 2 x 0.25 s of matmuls: the same work).
+  EXPECT_NEAR(power_clock({{0.5, 0.3, 0, 0, 1}, {0.25, 0.15, 0, 0, 2}}, 0.5, 1.0),
+              std::cbrt(1 / 0.6), 1e-12);
+}
+
+TEST(PowerModel, ADeviceWaitingOnItsHostRunsUnthrottled) {
+  // 1 s of matmuls at the sustained rate inside 2 s of the host's issue time: T = 2 for any
+  // c >= 1/2, so c^2 / 2 = 1, c = sqrt(2), above the unthrottled clock 1 / s = 1.25: capped.
+  EXPECT_EQ(power_clock({{1.0, 1.0, 0, 2.0, 1}}, 0.8, 1.0), 1.25);
+  // 1.2 s of host time: T = max(1 / c, 1.2); at c = 1.25, T = 1.2 and c^2 / 1.2 = 1.30 > 1,
+  // so the root is below: c^2 / 1.2 = 1, c = sqrt(1.2) = 1.0954 (1 / c = 0.913 < 1.2).
+  EXPECT_NEAR(power_clock({{1.0, 1.0, 0, 1.2, 1}}, 0.8, 1.0), std::sqrt(1.2), 1e-12);
+  // Nothing capped: clock 1 whatever the segments.
+  EXPECT_EQ(power_clock({{1.0, 0.1, 0, 5.0, 1}}, 1.0, 1.0), 1.0);
 }
 
 TEST(DatasheetCostModel, AttentionIsThrottledByTheSameFactor) {

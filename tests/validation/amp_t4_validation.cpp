@@ -51,14 +51,16 @@ using namespace hetsim;
 // accumulation's kernels at their own share of the T4's bandwidth, and a cost per collective
 // call over the host-staged PCIe path (collective_overhead), refitted: 3.6% / 3.7% / 3.6%, 0.987;
 // with DeepSpeed's own pipeline order and rendezvous sends, and the loss's kernels counted in
-// full (streaming passes), refitted: 3.7% / 3.6% / 3.7%, 0.987.
+// full (streaming passes), refitted: 3.7% / 3.6% / 3.7%, 0.987; with the power model of a
+// capped board (workload::power_clock: the T4's matmuls at the clock its power allows, not at
+// its sustained 4096-cube rate whatever they are), refitted: 2.7% / 3.0% / 2.8%, 0.990.
 // kCeilingPct holds that line so fidelity work can only move it down. The fastest plan: hetsim
 // picks tp1 dp2 pp8 mb1 (measured 1.23 s), the second fastest measured, 2.5% slower than tp1 dp4
 // pp4 mb1 (1.20 s); the issue asks for the fastest itself, which is not reached (hetsim puts the
-// two 0.6% apart the other way, inside its error on either), so the test holds the 2.5% (within
+// two 1.3% apart the other way, inside its error on either), so the test holds the 2.5% (within
 // 5%).
 constexpr double kMaxMapePct = 20.0;
-constexpr double kCeilingPct = 4.0;
+constexpr double kCeilingPct = 3.2;
 constexpr double kMinSpearman = 0.9;
 constexpr double kFastestWithin = 0.05;
 
