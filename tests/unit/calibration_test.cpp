@@ -318,8 +318,10 @@ TEST(CalibrationCostModel, MisalignedGemmsFormTheirOwnTable) {
 TEST(CalibrationCostModel, TheShippedH200DatabasePredictsItsHeldOutPoints) {
   // The database measured on an H200 (experiments/h200-calibration/README.md): every table
   // reads, and each of its points held out is predicted from the others within bounds set a
-  // little above what the cost model reaches today (GEMMs 6-8% mean, memory 3-6%, attention
-  // 16%); the bf16 table was at 22% before misaligned GEMMs got their own table.
+  // little above what the cost model reaches today (GEMMs 6-8% mean, memory 3-7%, attention
+  // 12%); the bf16 table was at 22% before misaligned GEMMs got their own table, attention at
+  // 27.7% while it was interpolated over the work alone (a launch of 2 heads has the work of one
+  // of 16 heads a quarter as long, and a quarter of its thread blocks).
   const Database db =
       read_database(std::string(HETSIM_SOURCE_DIR) + "/calibrate/data/h200-sxm-141gb.h5");
   EXPECT_EQ(db.device_type(), "h200-sxm-141gb");
@@ -328,7 +330,9 @@ TEST(CalibrationCostModel, TheShippedH200DatabasePredictsItsHeldOutPoints) {
   for (const char* t : {"gemm/bf16", "gemm/fp16", "gemm/fp8", "gemm/tf32", "gemm/fp32"})
     EXPECT_LT(mean.at(t), 0.10) << t;
   EXPECT_LT(mean.at("memory/copy"), 0.08);
-  EXPECT_LT(mean.at("attention/bf16"), 0.20);
+  for (const char* t : {"memory/gelu", "memory/residual_add", "memory/layernorm", "memory/adam"})
+    EXPECT_LT(mean.at(t), 0.08) << t;
+  EXPECT_LT(mean.at("attention/bf16"), 0.14);
 }
 
 TEST(CalibrationCostModel, FallbackIsContinuousAtTheEdgeOfTheTable) {
@@ -358,8 +362,8 @@ TEST(CalibrationCostModel, OpsOfTheMeasuredTypeUseTheTableOthersAreDerived) {
   op.flops = 2.0 * 128 * 128 * 128;
   op.bytes = 2.0 * 3 * 128 * 128;
   const Time measured = m.duration(op, gpu("a100-sxm4-80gb"), workload::Precision::fp32);
-  EXPECT_EQ(measured, Time::from_seconds_ceil(2.0 * 128 * 128 * 128 / 1e10) +
-                          ds.efficiency().kernel_overhead);
+  // The measured time alone: an event-timed kernel runs as long in a stream (no launch gap added).
+  EXPECT_EQ(measured, Time::from_seconds_ceil(2.0 * 128 * 128 * 128 / 1e10));
   EXPECT_EQ(m.source(op, gpu("a100-sxm4-80gb")), "measured (a100.h5)");
   // An H100 nobody measured: the A100's measurement times the datasheet ratio.
   const Time h100 = m.duration(op, gpu("h100-sxm5-80gb"), workload::Precision::fp32);

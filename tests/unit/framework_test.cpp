@@ -67,8 +67,8 @@ const char* kFramework =
 
 TEST(FrameworkProfiles, BuiltInsLoadAndUnknownNamesListTheValidOnes) {
   const std::vector<std::string> names = framework_names();
-  for (const char* n :
-       {"deepspeed", "megatron", "megatron-lm-2021", "pytorch-ddp", "pytorch-fsdp"}) {
+  for (const char* n : {"deepspeed", "hetsim-execute", "megatron", "megatron-lm-2021",
+                        "pytorch-ddp", "pytorch-fsdp"}) {
     EXPECT_NE(std::find(names.begin(), names.end(), n), names.end()) << n;
     EXPECT_EQ(load_framework(n).name, n);
   }
@@ -80,10 +80,13 @@ TEST(FrameworkProfiles, BuiltInsLoadAndUnknownNamesListTheValidOnes) {
   EXPECT_FALSE(mg.blocking_p2p);
   EXPECT_EQ(mg.host_per_pass, Time());
   EXPECT_EQ(load_framework("pytorch-fsdp").zero_stage, 3);
+  // hetsim's own C++ runner: a launch's host time per kernel, not a Python host's.
+  EXPECT_EQ(load_framework("hetsim-execute").host_per_kernel, Time::us(5));
   EXPECT_EQ(
       error_of([] { load_framework("deepspeeed"); }),
-      "unknown framework \"deepspeeed\" (expected one of deepspeed, megatron, megatron-lm-2021, "
-      "pytorch-ddp, pytorch-fsdp, or a framework YAML file) (did you mean \"deepspeed\"?)");
+      "unknown framework \"deepspeeed\" (expected one of deepspeed, hetsim-execute, megatron, "
+      "megatron-lm-2021, pytorch-ddp, pytorch-fsdp, or a framework YAML file) (did you mean "
+      "\"deepspeed\"?)");
 }
 
 TEST(FrameworkProfiles, BadFieldsAreClearErrors) {
