@@ -541,12 +541,12 @@ Time MeasuredCostModel::duration(const Op& op, const config::GpuProfile& gpu,
   std::optional<double> s;
   switch (op.kind) {
     case OpKind::gemm:
-      s = predict_gemm(gemm_dtype(db_, p),
+      s = predict_gemm(gemm_dtype(db_, workload::math_precision(op, p)),
                        GemmPoint{op.m, op.n, op.k, std::max<int64_t>(1, op.batch), {}}, gpu);
       break;
     case OpKind::attention_forward:
     case OpKind::attention_backward:
-      s = predict_attention(gemm_dtype(db_, p),
+      s = predict_attention(gemm_dtype(db_, workload::math_precision(op, p)),
                             AttentionPoint{op.batch,
                                            op.heads,
                                            op.seq,
@@ -603,7 +603,7 @@ std::string MeasuredCostModel::coverage(const Op& op, const config::GpuProfile& 
   const std::string measured = "measured", beyond = "beyond the table (datasheet-scaled from it)";
   switch (op.kind) {
     case OpKind::gemm: {
-      const std::string dtype = gemm_dtype(db_, p);
+      const std::string dtype = gemm_dtype(db_, workload::math_precision(op, p));
       auto it = db_.gemm.find(dtype);
       if (it == db_.gemm.end() || it->second.empty())
         return "datasheet (no " + dtype + " GEMM table)";
@@ -622,7 +622,7 @@ std::string MeasuredCostModel::coverage(const Op& op, const config::GpuProfile& 
     }
     case OpKind::attention_forward:
     case OpKind::attention_backward: {
-      const std::string dtype = gemm_dtype(db_, p);
+      const std::string dtype = gemm_dtype(db_, workload::math_precision(op, p));
       auto it = db_.attention.find(dtype);
       const bool backward = op.kind == OpKind::attention_backward;
       bool same_head = false, any = false;

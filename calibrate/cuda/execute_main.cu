@@ -72,17 +72,25 @@ Options parse_options(int argc, char** argv) {
       if (i + 1 >= argc) throw ProgramError(a + ": missing value");
       return argv[++i];
     };
-    if (a == "--program") o.program = value();
-    else if (a == "--out") o.out = value();
-    else if (a == "--iterations") o.iterations = parse_count(a, value(), 1, 100000);
-    else if (a == "--warmup") o.warmup = parse_count(a, value(), 0, 100000);
-    else if (a == "--device") o.device = parse_count(a, value(), 0, 1023);
-    else if (a == "--dry-run") o.dry_run = true;
-    else if (a == "--no-cudnn") o.cudnn = false;
+    if (a == "--program")
+      o.program = value();
+    else if (a == "--out")
+      o.out = value();
+    else if (a == "--iterations")
+      o.iterations = parse_count(a, value(), 1, 100000);
+    else if (a == "--warmup")
+      o.warmup = parse_count(a, value(), 0, 100000);
+    else if (a == "--device")
+      o.device = parse_count(a, value(), 0, 1023);
+    else if (a == "--dry-run")
+      o.dry_run = true;
+    else if (a == "--no-cudnn")
+      o.cudnn = false;
     else if (a == "-h" || a == "--help") {
       std::fputs(kUsage, stdout);
       std::exit(0);
-    } else throw ProgramError("unknown argument \"" + a + "\"\n" + kUsage);
+    } else
+      throw ProgramError("unknown argument \"" + a + "\"\n" + kUsage);
   }
   if (o.program.empty()) throw ProgramError(std::string("--program: required\n") + kUsage);
   if (o.out.empty() && !o.dry_run) throw ProgramError(std::string("--out: required\n") + kUsage);
@@ -114,25 +122,32 @@ bool is_attention(const ProgramOp& op) {
 }
 
 // Device bytes the buffers take (attention's score buffers for the ops that are not fused).
+struct Operands {
+  std::size_t a = 0, b = 0, d = 0;
+};
 struct Sizes {
-  std::size_t a = 0, b = 0, d = 0, tensor = 0, scores = 0, rows = 0, arena = 0;
+  std::map<GemmType, Operands> gemm;  // the GEMMs' operands, per precision they run at
+  std::size_t tensor = 0, scores = 0, rows = 0, arena = 0;
   std::size_t total() const {
-    return a + b + d + 8 * tensor + 2 * scores + rows * sizeof(float) + arena +
+    std::size_t operands = 0;
+    for (const auto& [type, o] : gemm) operands += o.a + o.b + o.d;
+    return operands + 8 * tensor + 2 * scores + rows * sizeof(float) + arena +
            LtMatmul::kWorkspaceBytes;
   }
 };
 
 Sizes sizes_of(const Program& p, const std::vector<bool>& unfused) {
-  const GemmType type = gemm_type_of(p.precision);
-  const std::size_t in = input_element_bytes(type), out = output_element_bytes(type);
   Sizes s;
   for (std::size_t i = 0; i < p.ops.size(); ++i) {
     const ProgramOp& op = p.ops[i];
     if (op.kind == ProgramOpKind::gemm) {
+      const GemmType type = gemm_type_of(op.precision);
+      const std::size_t in = input_element_bytes(type), out = output_element_bytes(type);
       const auto batch = static_cast<std::size_t>(std::max<std::int64_t>(1, op.batch));
-      s.a = std::max(s.a, static_cast<std::size_t>(op.m * op.k) * batch * in);
-      s.b = std::max(s.b, static_cast<std::size_t>(op.k * op.n) * batch * in);
-      s.d = std::max(s.d, static_cast<std::size_t>(op.m * op.n) * batch * out);
+      Operands& o = s.gemm[type];
+      o.a = std::max(o.a, static_cast<std::size_t>(op.m * op.k) * batch * in);
+      o.b = std::max(o.b, static_cast<std::size_t>(op.k * op.n) * batch * in);
+      o.d = std::max(o.d, static_cast<std::size_t>(op.m * op.n) * batch * out);
     } else if (op.kind == ProgramOpKind::memory) {
       const std::size_t bytes = static_cast<std::size_t>(memory_elements(op)) *
                                 memory_kernel_info(op.memory_kernel).bytes_per_element;
@@ -179,7 +194,7 @@ AttentionKey attention_key(const ProgramOp& op) {
 class Runner {
  public:
   Runner(const Program& p, bool cudnn, cudaStream_t stream)
-      : p_(p), stream_(stream), type_(gemm_type_of(p.precision)), impl_(p.ops.size()) {
+      : p_(p), stream_(stream), impl_(p.ops.size()) {
     CHECK_CUBLAS(cublasLtCreate(&lt_));
 #ifdef HETSIM_CALIBRATE_CUDNN
     if (cudnn) {
@@ -195,9 +210,13 @@ class Runner {
 #endif
     std::vector<bool> unfused(p.ops.size(), false);
     const Sizes s = sizes_of(p, unfused);
-    a_ = random_buffer(s.a, type_, 1);
-    b_ = random_buffer(s.b, type_, 2);
-    d_ = DeviceBuffer(s.d);
+    unsigned seed = 1;
+    for (const auto& [type, o] : s.gemm) {
+      Buffers& b = operands_[type];
+      b.a = random_buffer(o.a, type, seed++);
+      b.b = random_buffer(o.b, type, seed++);
+      b.d = DeviceBuffer(o.d);
+    }
     for (DeviceBuffer& t : tensors_)
       t = random_buffer(s.tensor, GemmType::bf16, 10 + static_cast<unsigned>(&t - tensors_));
     stats_ = DeviceBuffer(s.rows * sizeof(float));
@@ -207,16 +226,17 @@ class Runner {
     for (std::size_t i = 0; i < p.ops.size(); ++i) {
       const ProgramOp& op = p.ops[i];
       if (op.kind == ProgramOpKind::gemm) {
-        const auto key = std::make_tuple(op.m, op.n, op.k, std::max<std::int64_t>(1, op.batch));
-        auto& mm = gemms_[key];
+        const GemmType type = gemm_type_of(op.precision);
+        auto& mm = gemms_[gemm_key(op)];
         if (!mm) {
           mm = std::make_unique<LtMatmul>(
-              lt_, type_, GemmShape::tn(op.m, op.n, op.k, std::max<std::int64_t>(1, op.batch)));
+              lt_, type, GemmShape::tn(op.m, op.n, op.k, std::max<std::int64_t>(1, op.batch)));
           if (!mm->supported())
-            throw ProgramError("op " + std::to_string(i) + " " + op.name +
-                               ": cuBLASLt has no algorithm for this GEMM");
+            throw ProgramError("op " + std::to_string(i) + " " + op.name + ": cuBLASLt has no " +
+                               op.precision + " algorithm for this GEMM (" + std::to_string(op.m) +
+                               " x " + std::to_string(op.n) + " x " + std::to_string(op.k) + ")");
         }
-        impl_[i] = "cublaslt-" + p.precision;
+        impl_[i] = "cublaslt-" + op.precision;
       } else if (op.kind == ProgramOpKind::memory) {
         impl_[i] = op.memory_kernel;
       } else if (op.fused) {
@@ -234,8 +254,8 @@ class Runner {
     for (std::size_t i = 0; i < p.ops.size(); ++i) {
       if (impl_[i] != "cudnn") continue;
       const ProgramOp& op = p.ops[i];
-      const auto key = std::make_pair(attention_key(op),
-                                      op.kind == ProgramOpKind::attention_backward);
+      const auto key =
+          std::make_pair(attention_key(op), op.kind == ProgramOpKind::attention_backward);
       auto it = tried.find(key);
       const bool first = it == tried.end();
       if (first) {
@@ -287,10 +307,11 @@ class Runner {
   void run(std::size_t i) {
     const ProgramOp& op = p_.ops[i];
     switch (op.kind) {
-      case ProgramOpKind::gemm:
-        gemms_.at(std::make_tuple(op.m, op.n, op.k, std::max<std::int64_t>(1, op.batch)))
-            ->run(a_.get(), b_.get(), d_.get(), workspace_.get(), stream_);
+      case ProgramOpKind::gemm: {
+        const Buffers& b = operands_.at(gemm_type_of(op.precision));
+        gemms_.at(gemm_key(op))->run(b.a.get(), b.b.get(), b.d.get(), workspace_.get(), stream_);
         return;
+      }
       case ProgramOpKind::memory:
         launch_memory_kernel(op.memory_kernel, arena_.get(), memory_elements(op),
                              static_cast<float*>(sum_.get()), stream_);
@@ -423,14 +444,20 @@ class Runner {
     u.grad_k->run(q, dp, dk, ws, stream_);
   }
 
+  using GemmKey = std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::string>;
+  static GemmKey gemm_key(const ProgramOp& op) {
+    return {op.m, op.n, op.k, std::max<std::int64_t>(1, op.batch), op.precision};
+  }
+  struct Buffers {
+    DeviceBuffer a, b, d;
+  };
+
   const Program& p_;
   cudaStream_t stream_;
-  GemmType type_;
   std::vector<std::string> impl_;
   cublasLtHandle_t lt_ = nullptr;
-  std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t>,
-           std::unique_ptr<LtMatmul>>
-      gemms_;
+  std::map<GemmKey, std::unique_ptr<LtMatmul>> gemms_;
+  std::map<GemmType, Buffers> operands_;
   std::map<std::pair<AttentionKey, bool>, UnfusedAttention> unfused_;
 #ifdef HETSIM_CALIBRATE_CUDNN
   cudnnHandle_t cudnn_ = nullptr;
@@ -438,7 +465,7 @@ class Runner {
 #else
   bool warned_ = false;
 #endif
-  DeviceBuffer a_, b_, d_, tensors_[8], stats_, p_buffer_, dp_buffer_, arena_, sum_, workspace_;
+  DeviceBuffer tensors_[8], stats_, p_buffer_, dp_buffer_, arena_, sum_, workspace_;
 };
 
 double gib(std::size_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0); }
@@ -446,22 +473,28 @@ double gib(std::size_t bytes) { return static_cast<double>(bytes) / (1024.0 * 10
 int dry_run(const Options& o, const Program& p) {
   std::size_t counts[4] = {};
   std::vector<bool> unfused(p.ops.size());
+  std::map<std::string, std::size_t> gemm_types;  // "tf32" for fp32, as they run
   double predicted_ops = 0;
   for (std::size_t i = 0; i < p.ops.size(); ++i) {
     ++counts[static_cast<int>(p.ops[i].kind)];
     unfused[i] = is_attention(p.ops[i]) && !p.ops[i].fused;
     predicted_ops += p.ops[i].predicted_s;
+    if (p.ops[i].kind == ProgramOpKind::gemm)
+      ++gemm_types[p.ops[i].precision == "fp32" ? "tf32" : p.ops[i].precision];
   }
+  std::string as;
+  for (const auto& [type, n] : gemm_types)
+    as += (as.empty() ? "" : ", ") + type + " " + std::to_string(n);
   std::printf(
       "program %s: %zu ops (%zu gemm, %zu attention_forward, %zu attention_backward, %zu "
       "memory), precision %s (GEMMs as %s), predicted %.6f s per iteration (ops %.6f s)\n",
       o.program.c_str(), p.ops.size(), counts[0], counts[1], counts[2], counts[3],
-      p.precision.c_str(), p.precision == "fp32" ? "tf32" : p.precision.c_str(),
-      p.predicted_iteration_s, predicted_ops);
+      p.precision.c_str(), as.empty() ? "none" : as.c_str(), p.predicted_iteration_s,
+      predicted_ops);
   std::printf("device memory for buffers: %.3f GiB (unfused attention scores included)\n",
               gib(sizes_of(p, unfused).total()));
-  std::printf("would run %d warm-up and %d measured iterations, then one timed per op\n",
-              o.warmup, o.iterations);
+  std::printf("would run %d warm-up and %d measured iterations, then one timed per op\n", o.warmup,
+              o.iterations);
   return 0;
 }
 
@@ -474,8 +507,8 @@ int execute(const Options& o, const Program& p) {
     return 3;
   }
   if (o.device >= devices) {
-    std::fprintf(stderr, "hetsim-execute-cuda: --device %d: this machine has %d GPU(s)\n",
-                 o.device, devices);
+    std::fprintf(stderr, "hetsim-execute-cuda: --device %d: this machine has %d GPU(s)\n", o.device,
+                 devices);
     return 3;
   }
   CHECK_CUDA(cudaSetDevice(o.device));

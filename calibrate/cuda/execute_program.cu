@@ -75,10 +75,14 @@ ProgramOpKind kind_from(const Reader& r, const std::string& text) {
 
 const char* kind_name(ProgramOpKind kind) {
   switch (kind) {
-    case ProgramOpKind::gemm: return "gemm";
-    case ProgramOpKind::attention_forward: return "attention_forward";
-    case ProgramOpKind::attention_backward: return "attention_backward";
-    case ProgramOpKind::memory: return "memory";
+    case ProgramOpKind::gemm:
+      return "gemm";
+    case ProgramOpKind::attention_forward:
+      return "attention_forward";
+    case ProgramOpKind::attention_backward:
+      return "attention_backward";
+    case ProgramOpKind::memory:
+      return "memory";
   }
   return "?";
 }
@@ -127,8 +131,8 @@ Program parse_program(const std::string& text, const std::string& file) {
       }
       continue;
     }
-    if (f.size() != 17)
-      r.fail("expected 17 fields (" + std::string(kProgramColumns) + "), got " +
+    if (f.size() != 18)
+      r.fail("expected 18 fields (" + std::string(kProgramColumns) + "), got " +
              std::to_string(f.size()));
     ProgramOp op;
     op.task = r.whole("task", f[0], 0);
@@ -159,6 +163,12 @@ Program parse_program(const std::string& text, const std::string& file) {
       if (op.bytes <= 0) r.fail("bytes: a memory op moves some bytes, got " + f[14]);
     }
     op.predicted_s = r.number("predicted_s", f[16]);
+    try {
+      gemm_type_from_name(f[17]);
+    } catch (const std::exception&) {
+      r.fail("precision: expected fp32, fp16, bf16 or fp8, got \"" + f[17] + "\"");
+    }
+    op.precision = f[17];
     p.ops.push_back(std::move(op));
   }
   const Reader end(file, number);

@@ -12,11 +12,11 @@
 namespace hetsim::calibrate::cuda {
 
 // The first line that is not a comment.
-inline constexpr const char* kProgramMagic = "hetsim-execute-program,1";
+inline constexpr const char* kProgramMagic = "hetsim-execute-program,2";
 // The header of the op rows.
 inline constexpr const char* kProgramColumns =
     "task,segment,op,kind,name,m,n,k,batch,heads,seq,head_dim,causal,fused,bytes,memory_kernel,"
-    "predicted_s";
+    "predicted_s,precision";
 
 enum class ProgramOpKind { gemm, attention_forward, attention_backward, memory };
 
@@ -30,10 +30,14 @@ struct ProgramOp {
   double bytes = 0;                               // memory: bytes moved
   std::string memory_kernel;                      // memory: calibrate's kernel name
   double predicted_s = 0;
+  // The precision the op's math runs at: the program's, except where the plan's precision does
+  // not reach it (under fp8, attention and the output layer's GEMMs run in bf16, as Transformer
+  // Engine and Megatron-LM run them; hetsim's workload::math_precision).
+  std::string precision;
 };
 
 struct Program {
-  std::string precision;  // fp32 | fp16 | bf16 | fp8
+  std::string precision;  // fp32 | fp16 | bf16 | fp8: the plan's
   double predicted_iteration_s = 0;
   std::vector<ProgramOp> ops;
 };

@@ -93,22 +93,23 @@ std::string cuda_program(const workload::TrainingJob& job, double predicted_iter
   s += "# " + about + "\n";
   if (other > 0)
     s += fmt::format("# {} communication task(s) of the program left out (one device)\n", other);
-  s += "hetsim-execute-program,1\n";
+  s += "hetsim-execute-program,2\n";
   s += "precision," + workload::to_string(job.plan->precision) + "\n";
   s += fmt::format("predicted_iteration_s,{}\n", predicted_iteration_s);
   s += fmt::format("ops,{}\n", ops.size());
   s += "task,segment,op,kind,name,m,n,k,batch,heads,seq,head_dim,causal,fused,bytes,memory_kernel,"
-       "predicted_s\n";
+       "predicted_s,precision\n";
   for (const ProgramOp& p : ops) {
     const workload::Op& op = g.ops[p.op];
     if (op.name.empty() || op.name.find_first_of(",\n\r") != std::string::npos)
       throw InputError("op name \"" + op.name + "\": cannot go into the program file (a comma)");
     const bool memory = op.kind == OpKind::memory;
     s +=
-        fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", p.task, p.segment, p.op,
-                    kind_name(op.kind), op.name, op.m, op.n, op.k, op.batch, op.heads, op.seq,
+        fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", p.task, p.segment,
+                    p.op, kind_name(op.kind), op.name, op.m, op.n, op.k, op.batch, op.heads, op.seq,
                     op.head_dim, op.causal ? 1 : 0, op.fused ? 1 : 0, memory ? op.bytes : 0.0,
-                    memory ? calibrate::memory_kernel_of(op.name) : "", p.predicted_s);
+                    memory ? calibrate::memory_kernel_of(op.name) : "", p.predicted_s,
+                    workload::to_string(workload::math_precision(op, job.plan->precision)));
   }
   return s;
 }

@@ -400,7 +400,7 @@ Estimator::Piece Estimator::piece(const std::vector<workload::Step>& steps,
     gpu_time += d;
     if (power != nullptr) {
       (memory ? seg.other_s : seg.matmul_s) += d.seconds();
-      if (!memory) seg.flops += st.op.flops;
+      if (!memory) seg.flops += workload::matmul_work(st.op, gpu, p);
     }
     host_time += workload::host_time(cost_, st.op, fw);
     open = true;

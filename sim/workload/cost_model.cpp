@@ -205,8 +205,8 @@ Time DatasheetCostModel::duration_throttled(const Op& op, const config::GpuProfi
     case OpKind::gemm: {
       // Tile quantisation: partial tiles at the edges do full work. Wave quantisation: tiles run
       // in waves of one per SM; the last wave may be mostly empty [nv-mm].
-      const double compute =
-          op.flops / (peak_flops(gpu, p) * e_.gemm_max * gemm_shape_efficiency(op, gpu) * throttle);
+      const double compute = op.flops / (peak_flops(gpu, math_precision(op, p)) * e_.gemm_max *
+                                         gemm_shape_efficiency(op, gpu) * throttle);
       seconds = std::max(compute, op.bytes / bw);
       break;
     }
@@ -214,7 +214,9 @@ Time DatasheetCostModel::duration_throttled(const Op& op, const config::GpuProfi
     case OpKind::attention_backward: {
       const double eff =
           op.kind == OpKind::attention_forward ? e_.attention_forward : e_.attention_backward;
-      seconds = std::max(op.flops / (peak_flops(gpu, p) * eff * throttle), op.bytes / bw);
+      // At the board's clock (the throttle is the plan precision's) and its math's peak.
+      seconds = std::max(op.flops / (peak_flops(gpu, math_precision(op, p)) * eff * throttle),
+                         op.bytes / bw);
       break;
     }
     case OpKind::memory:
@@ -258,6 +260,30 @@ double power_clock(const std::vector<PowerSegment>& segments, double sustained_s
     (excess(mid) < 0 ? lo : hi) = mid;
   }
   return lo;
+}
+
+Precision math_precision(const Op& op, Precision p) {
+  if (p != Precision::fp8) return p;
+  switch (op.kind) {
+    case OpKind::attention_forward:
+    case OpKind::attention_backward:
+      return Precision::bf16;
+    case OpKind::gemm: {
+      // The output layer (its forward, dgrad and wgrad GEMMs are named logits*), and any GEMM
+      // with a dimension that is no multiple of 16.
+      const bool output_layer = op.name.rfind("logits", 0) == 0;
+      const bool unaligned = op.m % 16 != 0 || op.n % 16 != 0 || op.k % 16 != 0;
+      return output_layer || unaligned ? Precision::bf16 : p;
+    }
+    default:
+      return p;
+  }
+}
+
+double matmul_work(const Op& op, const config::GpuProfile& gpu, Precision p) {
+  if (op.kind == OpKind::memory) return 0;
+  const Precision m = math_precision(op, p);
+  return m == p ? op.flops : op.flops * peak_flops(gpu, p) / peak_flops(gpu, m);
 }
 
 Time host_time(const CostModel& cost, const Op& op, const Framework& framework) {

@@ -147,6 +147,19 @@ double power_clock(const std::vector<PowerSegment>& segments, double sustained_s
 // has one and a host issues the ops (CostModel::issues_kernels), else the cost model's.
 Time host_time(const CostModel& cost, const Op& op, const Framework& framework);
 
+// The precision an op's math runs at under a plan's precision p: p, except under fp8, where
+// these run in bf16 as Transformer Engine and Megatron-LM run them: attention (TE's fp8 recipes
+// quantise the linear layers' GEMMs; fp8 dot-product attention is opt-in, NVTE_FP8_DPA, off by
+// default), the output layer's GEMMs (Megatron-LM's output layer is its own ColumnParallelLinear,
+// outside TE's fp8 autocast), and GEMMs with a dimension that is no multiple of 16 (TE asserts
+// it for fp8; cuBLASLt has no fp8 algorithm for such shapes, which stopped fp8 programs of GPT-3
+// with its 50257-token vocabulary on an H200).
+Precision math_precision(const Op& op, Precision p);
+// An op's matmul work in FLOPs at precision p's rate, as the power model counts it (the
+// PowerSegment's flops): attention run in bf16 under an fp8 plan counts its FLOPs times fp8's
+// peak over bf16's (a bf16 FLOP takes the tensor cores twice as long); 0 for memory-bound ops.
+double matmul_work(const Op& op, const config::GpuProfile& gpu, Precision p);
+
 // Peak dense FLOP/s of a GPU at a training precision (fp32 GEMMs use TF32 where the GPU has it,
 // as cuBLAS does when allowed). Throws InputError when the GPU lacks the precision.
 double peak_flops(const config::GpuProfile& gpu, Precision p);

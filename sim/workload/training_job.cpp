@@ -452,7 +452,7 @@ void power_cap(TrainingJob& job, const CostModel& cost) {
           x.other_s += d.seconds();
         } else {
           x.matmul_s += d.seconds();
-          x.flops += g.ops[op].flops;
+          x.flops += matmul_work(g.ops[op], *g.gpu, p);
         }
       }
     }
