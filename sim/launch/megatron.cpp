@@ -191,6 +191,7 @@ class MegatronLauncher final : public Launcher {
       }
     }
     if (p.sequence_parallel) a.emplace_back("--sequence-parallel");
+    if (p.tp_comm_overlap && p.sequence_parallel) a.emplace_back("--tp-comm-overlap");
     add("--micro-batch-size", lay.micro_batch);
     add("--global-batch-size", lay.global_batch);
     add("--seq-length", p.sequence_length);

@@ -422,7 +422,7 @@ const Estimator::Pieces& Estimator::pieces(const Plan& plan, const config::GpuPr
       {&gpu, shape.micro_batch, shape.sequence, shape.sequence_parallel, shape.flash_attention,
        static_cast<int>(shape.precision), tp.key, shape.context_parallel, shape.expert_parallel,
        shape.experts_whole, shape.expert_load, shape.eager, shape.autocast,
-       host_key(plan.framework)});
+       host_key(plan.framework), shape.tp_comm_overlap});
   Pieces& ps = it->second;
   if (!fresh) return ps;
   const auto p = plan.precision;

@@ -161,7 +161,7 @@ class Estimator {
   };
   std::unordered_map<uint64_t, Layout, KeyHash> layouts_;
   std::unordered_map<std::tuple<const config::GpuProfile*, int64_t, int64_t, bool, bool, int,
-                                uint64_t, int, int, bool, double, bool, bool, int64_t>,
+                                uint64_t, int, int, bool, double, bool, bool, int64_t, bool>,
                      Pieces, KeyHash>
       pieces_;  // by GPU, the stage's layer shape (every field it has), tensor-parallel group
                 // and the framework's host time per kernel (-1: the cost model's)

@@ -240,9 +240,25 @@ struct Builder {
   }
   // The activation of one layer boundary (tokens x hidden), whole.
   double boundary_bytes() const { return e * tokens() * m.hidden; }
-  // Entering a column-parallel region: nothing, or an all-gather with sequence parallelism.
-  void enter_tp_fwd() {
-    if (s.sequence_parallel) comm(CommKind::allgather, boundary_bytes());
+  // Entering a column-parallel region: nothing, or an all-gather with sequence parallelism; in a
+  // transformer layer's attention and MLP blocks (Transformer Engine's modules, `te`) beside the
+  // GEMM after it under tp_comm_overlap. The output layer and the embedding are Megatron-LM's own
+  // modules, which TE does not overlap.
+  void enter_tp_fwd(bool te = false) {
+    if (s.sequence_parallel) comm(CommKind::allgather, boundary_bytes(), te && overlap_tp());
+  }
+  bool overlap_tp() const { return s.tp_comm_overlap && s.sequence_parallel && !s.eager; }
+  // A row-parallel linear layer's forward GEMM and the collective that leaves its region: after
+  // it, or under tp_comm_overlap its reduce-scatter beside it (the output's chunks reduced as the
+  // GEMM writes them; the replay runs an asynchronous collective beside the one kernel after it).
+  void row_parallel_fwd(const std::string& name, int64_t in, int64_t out) {
+    if (overlap_tp()) {
+      comm(CommKind::reducescatter, boundary_bytes(), true);
+      linear_fwd(name, in, out);
+    } else {
+      linear_fwd(name, in, out);
+      leave_tp_fwd();
+    }
   }
   // Leaving a row-parallel region: all-reduce, or reduce-scatter with sequence parallelism.
   void leave_tp_fwd() {
@@ -437,14 +453,13 @@ std::vector<Step> layer_forward(const ModelConfig& m, const LayerShape& s) {
   if (m.mla()) {
     mla_forward(b);
   } else {
-    b.enter_tp_fwd();
+    b.enter_tp_fwd(true);
     b.linear_fwd("qkv", h, qkv);
     if (m.position == Position::rotary) b.memory("rotary", b.e * b.tokens() * qkv * 2);
     b.context_comm(CommKind::allgather, true);
     b.attention(true);
     b.attention_reshape(true);
-    b.linear_fwd("proj", m.q_width() / t, h);
-    b.leave_tp_fwd();
+    b.row_parallel_fwd("proj", m.q_width() / t, h);
   }
   b.dropout_residual("dropout_residual1");
   b.memory("norm2", b.norm_bytes());
@@ -452,12 +467,11 @@ std::vector<Step> layer_forward(const ModelConfig& m, const LayerShape& s) {
   if (s.moe_layer) {
     moe_forward(b);
   } else {
-    b.enter_tp_fwd();
+    b.enter_tp_fwd(true);
     b.linear_fwd("fc1", h, b.ffn_in());
     b.memory(m.activation == Activation::swiglu ? "swiglu" : "gelu",
              b.e * b.tokens() * (b.ffn_in() + m.ffn_hidden / t));
-    b.linear_fwd("fc2", m.ffn_hidden / t, h);
-    b.leave_tp_fwd();
+    b.row_parallel_fwd("fc2", m.ffn_hidden / t, h);
   }
   b.dropout_residual("dropout_residual2");
   return b.steps;
@@ -475,7 +489,7 @@ std::vector<Step> layer_backward(const ModelConfig& m, const LayerShape& s) {
   if (s.moe_layer) {
     moe_backward(b);
   } else {
-    b.enter_tp_fwd();
+    b.enter_tp_fwd(true);
     b.linear_dgrad("fc2", m.ffn_hidden / t, h);
     b.linear_wgrad("fc2", m.ffn_hidden / t, h);
     b.memory(m.activation == Activation::swiglu ? "swiglu.bwd" : "gelu.bwd",
@@ -493,7 +507,7 @@ std::vector<Step> layer_backward(const ModelConfig& m, const LayerShape& s) {
   if (m.mla()) {
     mla_backward(b);
   } else {
-    b.enter_tp_fwd();
+    b.enter_tp_fwd(true);
     b.linear_dgrad("proj", m.q_width() / t, h);
     b.linear_wgrad("proj", m.q_width() / t, h);
     b.attention_reshape(false);

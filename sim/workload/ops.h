@@ -117,6 +117,11 @@ struct LayerShape {
   // Framework::separate_grad_accumulation outside autocast: every weight gradient added into the
   // parameter's gradient (in the plan's precision) by a kernel of its own, each micro-batch.
   bool grad_accumulate = false;
+  // Plan::tp_comm_overlap with sequence parallelism on a fused framework: each layer's
+  // sequence-parallel all-gather runs beside the column-parallel GEMM that reads it, and each
+  // reduce-scatter beside the row-parallel GEMM that writes it (Transformer Engine's userbuffers
+  // overlap, chunk by chunk), instead of before or after it.
+  bool tp_comm_overlap = false;
 };
 
 // The programs of one transformer layer (a MoE layer where shape.moe_layer), and of the embedding

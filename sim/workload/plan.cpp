@@ -224,6 +224,22 @@ void read_moe(const std::string& file, const YAML::Node& root, const ModelConfig
   }
 }
 
+// tp_comm_overlap overlaps sequence parallelism's collectives: refused without it wherever a
+// stage is tensor parallel.
+void check_tp_overlap(const std::string& file, const YAML::Node& root, const Plan& p) {
+  if (!p.tp_comm_overlap || p.sequence_parallel) return;
+  for (const ReplicaPlan& rep : p.replicas) {
+    for (const StagePlan& st : rep.stages) {
+      if (st.tensor_parallel() > 1) {
+        throw InputError(where(file, root["tp_comm_overlap"]) +
+                         ": tp_comm_overlap: overlaps sequence parallelism's all-gathers and "
+                         "reduce-scatters with the GEMMs, so it needs sequence_parallel: true "
+                         "(Megatron-LM refuses --tp-comm-overlap without --sequence-parallel)");
+      }
+    }
+  }
+}
+
 // Expert parallelism over the replicas: groups of expert_parallel consecutive replicas that run
 // the same stages, so that every layer's all-to-all pairs up rank for rank.
 void check_moe(const std::string& file, const YAML::Node& root, const ModelConfig& model,
@@ -788,6 +804,7 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
                       "microbatch_group",
                       "recompute",
                       "sequence_parallel",
+                      "tp_comm_overlap",
                       "zero_stage",
                       "precision",
                       "attention",
@@ -845,6 +862,14 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
     } catch (const YAML::Exception&) {
       throw InputError(where(file, root["sequence_parallel"]) +
                        ": sequence_parallel: expected true or false");
+    }
+  }
+  if (root["tp_comm_overlap"]) {
+    try {
+      p.tp_comm_overlap = root["tp_comm_overlap"].as<bool>();
+    } catch (const YAML::Exception&) {
+      throw InputError(where(file, root["tp_comm_overlap"]) +
+                       ": tp_comm_overlap: expected true or false");
     }
   }
   p.zero_stage = static_cast<int>(
@@ -1009,6 +1034,8 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
     check_pipeline_zero(file, root, p);
     check_pipeline_schedule(file, root, p);
     check_moe(file, root, model, p);
+    check_tp_overlap(file, root, p);
+    check_tp_overlap(file, root, p);
     p.pipeline_parallel = p.stages();
     p.data_parallel = static_cast<int>(p.replicas.size());
     resolve_precision(file, root, cluster, p);
@@ -1155,6 +1182,7 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
   check_pipeline_zero(file, root, p);
   check_pipeline_schedule(file, root, p);
   check_moe(file, root, model, p);
+  check_tp_overlap(file, root, p);
   resolve_precision(file, root, cluster, p);
   return p;
 }
@@ -1214,6 +1242,7 @@ LayerShape stage_shape(const Plan& plan, int tensor_parallel, int64_t batch) {
   shape.context_parallel = plan.context_parallel;
   shape.tensor_parallel = tensor_parallel;
   shape.sequence_parallel = plan.sequence_parallel && tensor_parallel > 1;
+  shape.tp_comm_overlap = plan.tp_comm_overlap;
   shape.flash_attention = plan.flash_attention;
   shape.precision = plan.precision;
   shape.eager = plan.framework.eager_kernels;

@@ -65,6 +65,11 @@ struct Plan {
   int microbatch_group = 0;
   Recompute recompute = Recompute::none;
   bool sequence_parallel = false;
+  // `tp_comm_overlap: true` (Megatron-LM's --tp-comm-overlap, Transformer Engine's userbuffers;
+  // NVIDIA's NeMo / Megatron-Bridge performance recipes turn it on): each transformer layer's
+  // sequence-parallel all-gathers and reduce-scatters run beside the GEMMs that read and write
+  // them. Needs sequence_parallel where tensor_parallel > 1; no effect on eager frameworks.
+  bool tp_comm_overlap = false;
   int zero_stage = 0;
   Precision precision = Precision::bf16;
   bool precision_defaulted = false;  // not given: bf16 where every GPU has it, else fp16
