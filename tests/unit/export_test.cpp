@@ -188,6 +188,10 @@ const RoundTripCase kRoundTrip[] = {
     {"GqaLlamaInterleavedGroup", "llama3-8b", "dgx-h100", 2,
      "tensor_parallel: 2\npipeline_parallel: 4\nmicro_batch_size: 1\nglobal_batch_size: 16\n"
      "schedule: interleaved\ninterleave: 2\nmicrobatch_group: 8\nsequence_length: 8192\n"},
+    {"Fp8TpCommOverlap", "llama3-70b", "dgx-h100", 8,
+     "tensor_parallel: 4\npipeline_parallel: 8\nmicro_batch_size: 1\nglobal_batch_size: 128\n"
+     "schedule: interleaved\ninterleave: 5\nsequence_length: 8192\nsequence_parallel: true\n"
+     "tp_comm_overlap: true\nprecision: fp8\nzero_stage: 1\n"},
 };
 
 void PrintTo(const RoundTripCase& c, std::ostream* os) { *os << c.name; }
@@ -217,6 +221,7 @@ TEST_P(MegatronRoundTrip, ParsedFlagsGiveThePlansDegreesBatchScheduleRecomputeZe
   EXPECT_EQ(workload::to_string(d.precision), workload::to_string(p.precision));
   const Parsed flags = parse_megatron(l.command);
   EXPECT_EQ(flags.has("--sequence-parallel"), p.sequence_parallel);
+  EXPECT_EQ(flags.has("--tp-comm-overlap"), p.tp_comm_overlap);
   EXPECT_EQ(flags.num("--num-layers"), in.model.layers);
   EXPECT_EQ(flags.num("--num-attention-heads"), in.model.heads);
   EXPECT_EQ(flags.has("--group-query-attention"), in.model.kv_heads != in.model.heads);
