@@ -161,6 +161,7 @@ Derived derive(const std::vector<std::string>& argv) {
   if (p.has("--use-distributed-optimizer")) d.zero = 1;
   if (p.has("--bf16")) d.precision = workload::Precision::bf16;
   if (p.has("--fp16")) d.precision = workload::Precision::fp16;
+  if (p.has("--fp8-format")) d.precision = workload::Precision::fp8;  // over --bf16, as TE runs
   return d;
 }
 
