@@ -65,6 +65,21 @@ struct Builder {
                     static_cast<double>(mm) * nn);
     steps.push_back(Step{op});
   }
+  // Transformer Engine's fp8 quantisation around a transformer layer's linear layers (a fused
+  // framework under fp8; activations and gradients stay 16-bit between the kernels): a 16-bit
+  // tensor of `elements` read and written in fp8 as is and transposed (cast_transpose: the
+  // transposed copy feeds the backward GEMM that reduces over the tokens), or an fp8 tensor
+  // transposed (a norm's fused fp8 output, transposed for its linear layer's weight gradient).
+  // Per layer and micro-batch: the inputs of proj and fc2 forward, every linear layer's output
+  // gradient backward, the qkv and fc1 inputs' transposes backward. TE's per-step weight casts and
+  // amax reductions are left out (once per iteration, or a few bytes).
+  bool te_fp8() const { return s.precision == Precision::fp8 && !s.eager; }
+  void fp8_cast_transpose(const std::string& name, double elements) {
+    if (te_fp8()) memory(name + ".fp8_cast", (2.0 + 1 + 1) * elements);
+  }
+  void fp8_transpose(const std::string& name, double elements) {
+    if (te_fp8()) memory(name + ".fp8_transpose", (1.0 + 1) * elements);
+  }
   // A linear layer y = x W with x (tokens x in), W (in x out): forward, and backward as the
   // input-gradient (dgrad) and weight-gradient (wgrad) GEMMs.
   void linear_fwd(const std::string& name, int64_t in, int64_t out) {
@@ -459,6 +474,7 @@ std::vector<Step> layer_forward(const ModelConfig& m, const LayerShape& s) {
     b.context_comm(CommKind::allgather, true);
     b.attention(true);
     b.attention_reshape(true);
+    b.fp8_cast_transpose("proj.input", static_cast<double>(b.tokens()) * (m.q_width() / t));
     b.row_parallel_fwd("proj", m.q_width() / t, h);
   }
   b.dropout_residual("dropout_residual1");
@@ -471,6 +487,7 @@ std::vector<Step> layer_forward(const ModelConfig& m, const LayerShape& s) {
     b.linear_fwd("fc1", h, b.ffn_in());
     b.memory(m.activation == Activation::swiglu ? "swiglu" : "gelu",
              b.e * b.tokens() * (b.ffn_in() + m.ffn_hidden / t));
+    b.fp8_cast_transpose("fc2.input", static_cast<double>(b.tokens()) * (m.ffn_hidden / t));
     b.row_parallel_fwd("fc2", m.ffn_hidden / t, h);
   }
   b.dropout_residual("dropout_residual2");
@@ -489,12 +506,15 @@ std::vector<Step> layer_backward(const ModelConfig& m, const LayerShape& s) {
   if (s.moe_layer) {
     moe_backward(b);
   } else {
+    b.fp8_cast_transpose("fc2.grad_output", b.local_tokens() * h);
     b.enter_tp_fwd(true);
     b.linear_dgrad("fc2", m.ffn_hidden / t, h);
     b.linear_wgrad("fc2", m.ffn_hidden / t, h);
     b.memory(m.activation == Activation::swiglu ? "swiglu.bwd" : "gelu.bwd",
              b.e * b.tokens() * (b.ffn_in() + 2.0 * m.ffn_hidden / t));
+    b.fp8_cast_transpose("fc1.grad_output", static_cast<double>(b.tokens()) * b.ffn_in());
     b.linear_dgrad("fc1", h, b.ffn_in());
+    b.fp8_transpose("fc1.input", static_cast<double>(b.tokens()) * h);
     b.comm(s.sequence_parallel ? CommKind::reducescatter : CommKind::allreduce, b.boundary_bytes(),
            true);
     b.linear_wgrad("fc1", h, b.ffn_in());
@@ -507,6 +527,7 @@ std::vector<Step> layer_backward(const ModelConfig& m, const LayerShape& s) {
   if (m.mla()) {
     mla_backward(b);
   } else {
+    b.fp8_cast_transpose("proj.grad_output", b.local_tokens() * h);
     b.enter_tp_fwd(true);
     b.linear_dgrad("proj", m.q_width() / t, h);
     b.linear_wgrad("proj", m.q_width() / t, h);
@@ -515,7 +536,9 @@ std::vector<Step> layer_backward(const ModelConfig& m, const LayerShape& s) {
     b.attention(false);
     b.context_comm(CommKind::reducescatter, false);
     if (m.position == Position::rotary) b.memory("rotary.bwd", b.e * b.tokens() * qkv * 2);
+    b.fp8_cast_transpose("qkv.grad_output", static_cast<double>(b.tokens()) * qkv);
     b.linear_dgrad("qkv", h, qkv);
+    b.fp8_transpose("qkv.input", static_cast<double>(b.tokens()) * h);
     b.comm(s.sequence_parallel ? CommKind::reducescatter : CommKind::allreduce, b.boundary_bytes(),
            true);
     b.linear_wgrad("qkv", h, qkv);

@@ -3,6 +3,7 @@
 // Korthikanti's Table 2, determinism, impossible plans.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -352,6 +353,42 @@ TEST(TrainingReplay, TpCommOverlapRunsEachSequenceParallelCollectiveBesideItsGem
             "p.yaml:3: tp_comm_overlap: overlaps sequence parallelism's all-gathers and "
             "reduce-scatters with the GEMMs, so it needs sequence_parallel: true (Megatron-LM "
             "refuses --tp-comm-overlap without --sequence-parallel)");
+}
+
+TEST(TrainingReplay, Fp8LayersCountTransformerEnginesCastKernels) {
+  // Under fp8 (a fused framework), per layer and micro-batch: proj's and fc2's 16-bit inputs cast
+  // to fp8 and transposed forward (2 read + 1 + 1 written bytes an element), every linear layer's
+  // output gradient the same backward, qkv's and fc1's fp8 inputs transposed for their weight
+  // gradients (1 + 1). small_gpt: hidden 1024, ffn 4096, 16 heads; TP 2, 1024 tokens.
+  const ModelConfig m = small_gpt(4);
+  LayerShape s;
+  s.micro_batch = 1;
+  s.sequence = 1024;
+  s.tensor_parallel = 2;
+  s.precision = Precision::fp8;
+  auto bytes = [](const std::vector<Step>& steps) {
+    std::map<std::string, double> b;
+    for (const Step& st : steps)
+      if (st.op.name.find(".fp8_") != std::string::npos) b[st.op.name] += st.op.bytes;
+    return b;
+  };
+  const double T = 1024;
+  const std::map<std::string, double> fwd = bytes(layer_forward(m, s));
+  EXPECT_EQ(fwd, (std::map<std::string, double>{{"proj.input.fp8_cast", 4 * T * 512},
+                                                {"fc2.input.fp8_cast", 4 * T * 2048}}));
+  const std::map<std::string, double> bwd = bytes(layer_backward(m, s));
+  EXPECT_EQ(bwd, (std::map<std::string, double>{{"fc2.grad_output.fp8_cast", 4 * T * 1024},
+                                                {"fc1.grad_output.fp8_cast", 4 * T * 2048},
+                                                {"fc1.input.fp8_transpose", 2 * T * 1024},
+                                                {"proj.grad_output.fp8_cast", 4 * T * 1024},
+                                                {"qkv.grad_output.fp8_cast", 4 * T * 1536},
+                                                {"qkv.input.fp8_transpose", 2 * T * 1024}}));
+  // bf16, or an eager framework under fp8: none.
+  s.eager = true;
+  EXPECT_TRUE(bytes(layer_forward(m, s)).empty());
+  s.eager = false;
+  s.precision = Precision::bf16;
+  EXPECT_TRUE(bytes(layer_backward(m, s)).empty());
 }
 
 TEST(TrainingMemory, ActivationsFollowKorthikantiTable2) {
