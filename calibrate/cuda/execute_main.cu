@@ -194,7 +194,7 @@ AttentionKey attention_key(const ProgramOp& op) {
 class Runner {
  public:
   Runner(const Program& p, bool cudnn, cudaStream_t stream)
-      : p_(p), stream_(stream), impl_(p.ops.size()) {
+      : p_(p), stream_(stream), impl_(p.ops.size()), gemm_of_(p.ops.size()) {
     CHECK_CUBLAS(cublasLtCreate(&lt_));
 #ifdef HETSIM_CALIBRATE_CUDNN
     if (cudnn) {
@@ -237,6 +237,7 @@ class Runner {
                                " x " + std::to_string(op.n) + " x " + std::to_string(op.k) + ")");
         }
         impl_[i] = "cublaslt-" + op.precision;
+        gemm_of_[i] = {mm.get(), &operands_.at(type)};
       } else if (op.kind == ProgramOpKind::memory) {
         impl_[i] = op.memory_kernel;
       } else if (op.fused) {
@@ -308,8 +309,8 @@ class Runner {
     const ProgramOp& op = p_.ops[i];
     switch (op.kind) {
       case ProgramOpKind::gemm: {
-        const Buffers& b = operands_.at(gemm_type_of(op.precision));
-        gemms_.at(gemm_key(op))->run(b.a.get(), b.b.get(), b.d.get(), workspace_.get(), stream_);
+        const auto& [mm, b] = gemm_of_[i];
+        mm->run(b->a.get(), b->b.get(), b->d.get(), workspace_.get(), stream_);
         return;
       }
       case ProgramOpKind::memory:
@@ -458,6 +459,8 @@ class Runner {
   cublasLtHandle_t lt_ = nullptr;
   std::map<GemmKey, std::unique_ptr<LtMatmul>> gemms_;
   std::map<GemmType, Buffers> operands_;
+  // Each GEMM op's plan and operands, found once here rather than looked up at every launch.
+  std::vector<std::pair<const LtMatmul*, const Buffers*>> gemm_of_;
   std::map<std::pair<AttentionKey, bool>, UnfusedAttention> unfused_;
 #ifdef HETSIM_CALIBRATE_CUDNN
   cudnnHandle_t cudnn_ = nullptr;

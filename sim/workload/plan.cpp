@@ -856,22 +856,18 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
       config::get_choice(file, root, "", "attention", {"flash", "standard"}, "flash") == 0;
   p.bucket_bytes = config::get_quantity(file, root, "", "bucket_size", config::Dimension::bytes,
                                         p.framework.bucket_bytes.value_or(p.bucket_bytes));
-  if (root["sequence_parallel"]) {
+  // An optional true/false key read into `flag`.
+  auto read_flag = [&](const char* key, bool& flag) {
+    const YAML::Node n = root[key];
+    if (!n) return;
     try {
-      p.sequence_parallel = root["sequence_parallel"].as<bool>();
+      flag = n.as<bool>();
     } catch (const YAML::Exception&) {
-      throw InputError(where(file, root["sequence_parallel"]) +
-                       ": sequence_parallel: expected true or false");
+      throw InputError(where(file, n) + ": " + key + ": expected true or false");
     }
-  }
-  if (root["tp_comm_overlap"]) {
-    try {
-      p.tp_comm_overlap = root["tp_comm_overlap"].as<bool>();
-    } catch (const YAML::Exception&) {
-      throw InputError(where(file, root["tp_comm_overlap"]) +
-                       ": tp_comm_overlap: expected true or false");
-    }
-  }
+  };
+  read_flag("sequence_parallel", p.sequence_parallel);
+  read_flag("tp_comm_overlap", p.tp_comm_overlap);
   p.zero_stage = static_cast<int>(
       get_int(file, root, "", "zero_stage", 0, 3, p.framework.zero_stage.value_or(0)));
   p.layered = config::get_choice(file, root, "", "gradient_accumulation",
