@@ -463,8 +463,11 @@ const Estimator::Pieces& Estimator::stage_pieces(const Plan& plan, const config:
 namespace {
 
 // One virtual stage's forward (`f`) and backward (`b`) pass of one micro-batch, its kernels
-// added to `kernels`: its layers, each with `extra_f` of collectives forward and `extra_b1` and
-// `extra_b2` backward beside its own pieces and `rc` of recompute; the embedding on the first
+// added to `kernels`: its layers with `rc` of recompute, and ZeRO-3's collectives of each layer
+// (`gather` forward and backward, `scatter` backward) on the data-parallel stream: the pass's
+// first gather waited for, each later one prefetched beside the layer before it (the job
+// builder's order), so a layer takes the longer of its compute and the stream's work for it;
+// the embedding on the first
 // virtual stage, the head on the last; the framework's all-gathers of a received slice; its
 // blocking sends (`send_f` to the next stage, `send_b` to the one before). The sums in the order
 // the estimate has always taken them.
@@ -473,12 +476,17 @@ struct StagePass {
 };
 template <typename Pieces>
 StagePass stage_pass(const Pieces& ps, int layers, double per_pass, double rc, double rc_kernels,
-                     double extra_f, double extra_b1, double extra_b2, bool first, bool last,
+                     double gather, double scatter, bool first, bool last,
                      const workload::Framework& fw, double pipe_gather, double send_f,
                      double send_b, double& kernels) {
   StagePass out;
-  out.f = per_pass + layers * (ps.layer_f.total() + extra_f);
-  out.b = per_pass + layers * (ps.layer_b.total() + rc + extra_b1 + extra_b2);
+  const double lf = ps.layer_f.total(), lb = ps.layer_b.total() + rc;
+  out.f = per_pass + layers * lf;
+  out.b = per_pass + layers * lb;
+  if (layers > 0 && (gather > 0 || scatter > 0)) {
+    out.f += gather + (layers - 1) * std::max(0.0, gather - lf);
+    out.b += gather + (layers - 1) * std::max(0.0, gather + scatter - lb) + scatter;
+  }
   kernels += layers * (ps.layer_f.kernels_s + ps.layer_b.kernels_s + rc_kernels);
   if (first) {
     out.f += ps.embedding_f.total();
@@ -572,7 +580,7 @@ Estimate Estimator::staged(const Plan& plan) {
                                     : 0.0;
       double kernels = 0;
       const StagePass pass =
-          stage_pass(ps, st.layers, per_pass, rc, rc_kernels, 0, 0, 0, s == 0, s == S - 1, fw,
+          stage_pass(ps, st.layers, per_pass, rc, rc_kernels, 0, 0, s == 0, s == S - 1, fw,
                      pipe_gather, hop[si], s > 0 ? hop[si - 1] : 0.0, kernels);
       const double f = pass.f, b = pass.b;
       const double opt =
@@ -803,12 +811,45 @@ Estimate Estimator::estimate(const Plan& plan) {
         // Layered accumulation gathers and reduce-scatters once per layer, not per micro-batch
         // (added to the pipeline below).
         const double g_mb = plan.layered ? 0 : gather, s_mb = plan.layered ? 0 : scatter;
-        if (plan.layered) once = std::max(once, layers * (2 * gather + scatter));
+        // Each layer's collectives prefetched beside the layer before it, as in a pass.
+        if (plan.layered && layers > 0) {
+          const double lf = m * ps.layer_f.total(), lb = m * (ps.layer_b.total() + rc);
+          once = std::max(once, 2 * gather + scatter +
+                                    (layers - 1) * (std::max(0.0, gather - lf) +
+                                                    std::max(0.0, gather + scatter - lb)));
+        }
         const StagePass pass =
-            stage_pass(ps, layers, per_pass, rc, rc_kernels, g_mb, g_mb, s_mb, vs == 0, vs == V - 1,
-                       fw, pipe_gather, hop[s < S - 1 ? s : 0], hop[s > 0 ? s - 1 : 0], kernels);
+            stage_pass(ps, layers, per_pass, rc, rc_kernels, g_mb, s_mb, vs == 0, vs == V - 1, fw,
+                       pipe_gather, hop[s < S - 1 ? s : 0], hop[s > 0 ? s - 1 : 0], kernels);
         fwd[s] += pass.f;
         bwd[s] += pass.b;
+        // What lies outside the layers (the job builder's outer_weights and outer_grads): under
+        // ZeRO-3 gathered first as the forward pass starts, under ZeRO-2 and 3 its gradients
+        // reduce-scattered at the end of the backward pass; once per layered pass.
+        if (dp && plan.zero_stage >= 2 && (vs == 0 || vs == V - 1)) {
+          double outer_w = 0, outer_g = 0;
+          if (vs == 0) {
+            outer_w += static_cast<double>(model_.embedding_params());
+            outer_g += static_cast<double>(model_.embedding_params());
+          }
+          if (vs == V - 1) {
+            outer_w +=
+                static_cast<double>(model_.output_params()) +
+                (model_.tied_embeddings && S > 1 ? static_cast<double>(model_.vocab) * model_.hidden
+                                                 : 0.0);
+            outer_g += static_cast<double>(model_.output_params());
+          }
+          const double tp = static_cast<double>(st.tensor_parallel());
+          const double og =
+              plan.zero_stage == 3 ? dp_s(lay, s, CommKind::allgather, e * outer_w / tp) : 0.0;
+          const double os = dp_s(lay, s, CommKind::reducescatter, grad_bytes * outer_g / tp);
+          if (plan.layered) {
+            once += og + os;
+          } else {
+            fwd[s] += og;
+            bwd[s] += os;
+          }
+        }
       }
       w[s] = fwd[s] + bwd[s];
       // With this group's optimizer step: the busiest group's compute, no more (a bound).
@@ -817,7 +858,7 @@ Estimate Estimator::estimate(const Plan& plan) {
           plan.zero_stage >= 1 && dp ? plan.sharded(params, lay.evaluated[i]) : params;
       const double opt = optimizer_s(gpu, shard, plan.precision, fw);
       out.compute_s = std::max(out.compute_s, m * kernels + opt);
-      layer_backward[s] = ps.layer_b.total() + rc + gather + scatter;
+      layer_backward[s] = std::max(ps.layer_b.total() + rc, gather + scatter);
       last_backward[s] = bwd[s];
     }
     // The period of the steady state: the slowest stage, or two neighbours and the transfers

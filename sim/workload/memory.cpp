@@ -149,7 +149,26 @@ std::vector<DeviceMemory> memory_per_group(const TrainingJob& job) {
       work +=
           2.0 * 4 * static_cast<double>(s.micro_batch) * s.sequence * m.vocab / s.tensor_parallel;
     }
-    if (p.data_parallel_of(g.stage) > 1) work += 2 * std::min(p.bucket_bytes, mem.gradients);
+    if (p.data_parallel_of(g.stage) > 1) {
+      work += 2 * std::min(p.bucket_bytes, mem.gradients);
+      // ZeRO-3: the layer running and the next, prefetched, held whole (job builder).
+      if (p.zero_stage == 3) {
+        int64_t largest = 0;
+        for (int c = 0; c < std::max(1, job.chunks); ++c) {
+          for (int l = st.first_of(c); l < st.first_of(c) + st.layers_of(c); ++l)
+            largest = std::max(largest, m.layer_params(l));
+        }
+        // And what lies outside the layers, held whole from the forward pass to the end of
+        // the backward pass (FSDP's root unit).
+        const int P = p.stages(g.replica);
+        double outer = g.stage == 0 ? static_cast<double>(m.embedding_params()) : 0.0;
+        if (static_cast<int>(g.stage) == P - 1) {
+          outer += static_cast<double>(m.output_params());
+          if (m.tied_embeddings && P > 1) outer += static_cast<double>(m.vocab) * m.hidden;
+        }
+        work += e * (2 * static_cast<double>(largest) + outer) / s.tensor_parallel;
+      }
+    }
     work += p.framework.reserved_memory;  // the process's own: context, libraries, allocator
     mem.workspace = work;
     mem.peak = mem.weights + mem.gradients + mem.optimizer + mem.activations + mem.workspace;

@@ -774,29 +774,66 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
       };
       const double head_grad = grad_bytes * model.output_params() / t;
       const bool overlapped = plan.gradient_reduction == GradReduction::overlapped;
+      const bool zero3 = dp && plan.zero_stage == 3;
+      // ZeRO-3: layer l's weights gathered among the replicas (issued, not waited for).
+      auto gather_layer = [&](int l, uint32_t key) {
+        return b.dp_collective(CommKind::allgather, layer_weights_of(l), "zero3.params", key);
+      };
+      // Outside the layers (the embedding on the first virtual stage, the final norm and the
+      // head on the last, with a tied word embedding's copy there when pipelined): under ZeRO-3
+      // gathered as each forward pass starts and kept to the end of its backward pass (FSDP's
+      // root unit, which is not resharded after the forward pass); under ZeRO-2 and 3 their
+      // gradients reduce-scattered once the backward pass is done (a staged plan's tied word
+      // embedding is reduced on its own, below).
+      const double word = staged_tied ? static_cast<double>(model.vocab) * model.hidden : 0.0;
+      auto outer_weights = [&](int vs) {
+        double w = 0;
+        if (vs == 0) w += static_cast<double>(model.embedding_params());
+        if (vs == V - 1) {
+          w += static_cast<double>(model.output_params());
+          if (model.tied_embeddings && P > 1) w += static_cast<double>(model.vocab) * model.hidden;
+        }
+        return e * w / t;
+      };
+      auto outer_grads = [&](int vs) {
+        double w = 0;
+        if (vs == 0) w += static_cast<double>(model.embedding_params()) - word;
+        if (vs == V - 1) w += static_cast<double>(model.output_params());
+        return grad_bytes * w / t;
+      };
       const Time per_pass = plan.framework.host_per_pass;
       // Layered accumulation (one stage): each layer for every micro-batch in turn, forward then
       // backward; a sharded layer gathered once per pass, its gradients reduced once.
       if (plan.layered) {
         const uint32_t M = static_cast<uint32_t>(micro_batches);
-        const bool gather = dp && plan.zero_stage == 3;
+        const auto key = static_cast<uint32_t>(s);
+        // ZeRO-3's gathers issued a layer ahead, the first beside the embedding (and in the
+        // backward pass beside the head), as in the per-micro-batch order below.
+        const uint32_t outer = zero3 ? b.dp_collective(CommKind::allgather, outer_weights(0),
+                                                       "zero3.outer_params", key)
+                                     : 0;
+        uint32_t next = zero3 && st.layers > 0 ? gather_layer(0, key) : 0;
+        if (zero3) b.dp_wait(outer);
         for (uint32_t mb = 0; mb < M; ++mb) {
           b.host(per_pass, Pass::forward, mb, 0);
           b.emit(ef, Pass::forward, -1, mb, 0);
         }
         for (int l = 0; l < st.layers; ++l) {
-          if (gather)
-            b.dp_wait(b.dp_collective(CommKind::allgather, layer_weights_of(l), "zero3.params", s));
+          const uint32_t mine = next;
+          if (zero3 && l + 1 < st.layers) next = gather_layer(l + 1, key);
+          if (zero3) b.dp_wait(mine);
           for (uint32_t mb = 0; mb < M; ++mb) b.emit(fwd_of(l), Pass::forward, l, mb, 0);
         }
+        next = zero3 && st.layers > 0 ? gather_layer(st.layers - 1, key) : 0;
         for (uint32_t mb = 0; mb < M; ++mb) {
           b.emit(hf, Pass::forward, -1, mb, 0);
           b.host(per_pass, Pass::backward, mb, 0);
           b.emit(hb, Pass::backward, -1, mb, 0);
         }
         for (int l = st.layers - 1; l >= 0; --l) {
-          if (gather)
-            b.dp_wait(b.dp_collective(CommKind::allgather, layer_weights_of(l), "zero3.params", s));
+          const uint32_t mine = next;
+          if (zero3 && l > 0) next = gather_layer(l - 1, key);
+          if (zero3) b.dp_wait(mine);
           for (uint32_t mb = 0; mb < M; ++mb) {
             if (plan.recompute == Recompute::full) b.emit(fwd_of(l), Pass::recompute, l, mb, 0);
             if (plan.recompute == Recompute::selective) b.emit(ar, Pass::recompute, l, mb, 0);
@@ -810,6 +847,9 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
           }
         }
         for (uint32_t mb = 0; mb < M; ++mb) b.emit(eb, Pass::backward, -1, mb, 0);
+        if (dp && plan.zero_stage >= 2)
+          issued =
+              b.dp_collective(CommKind::reducescatter, outer_grads(0), "zero.outer_grads", key);
       }
       // DeepSpeed's order (Framework::send_grad_after_next_receive; one chunk per stage, as its
       // TrainSchedule has): a backward pass's gradient waits here until the next forward pass
@@ -828,20 +868,35 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
         const int first = chunk_first(it.chunk);
         if (!it.forward) send_grad();
         b.host(per_pass, it.forward ? Pass::forward : Pass::backward, it.micro_batch, it.chunk);
+        // ZeRO-3: the pass's first layer's weights gathered as it starts, and each later layer's
+        // while the one before it computes (prefetch one layer ahead, as PyTorch FSDP's
+        // BACKWARD_PRE and its host running ahead of the device, DeepSpeed's and Megatron-FSDP's
+        // prefetch do), each waited for before its layer runs. The gathers share the one
+        // data-parallel stream with the reduce-scatters, in the order they are issued.
+        const int n = st.layers_of(it.chunk);
+        const uint32_t outer = zero3 && it.forward && outer_weights(vs) > 0
+                                   ? b.dp_collective(CommKind::allgather, outer_weights(vs),
+                                                     "zero3.outer_params", key_of(first))
+                                   : 0;
+        uint32_t next = zero3 && n > 0 ? gather_layer(it.forward ? first : first + n - 1,
+                                                      key_of(it.forward ? first : first + n - 1))
+                                       : 0;
         if (it.forward) {
           if (vs > 0) {
             b.emit_one(TaskKind::recv, Pass::forward, it.micro_batch, it.chunk);
             gathers(plan.framework.pipeline_gathers_forward, Pass::forward, it);
           }
           send_grad();
+          if (outer > 0 && vs == 0) b.dp_wait(outer);
           if (vs == 0) b.emit(ef, Pass::forward, -1, it.micro_batch, it.chunk);
-          for (int l = first; l < first + st.layers_of(it.chunk); ++l) {
-            if (dp && plan.zero_stage == 3)
-              b.dp_wait(b.dp_collective(CommKind::allgather, layer_weights_of(l), "zero3.params",
-                                        key_of(l)));
+          for (int l = first; l < first + n; ++l) {
+            const uint32_t mine = next;
+            if (zero3 && l + 1 < first + n) next = gather_layer(l + 1, key_of(l + 1));
+            if (zero3) b.dp_wait(mine);
             b.emit(fwd_of(l), Pass::forward, l, it.micro_batch, it.chunk);
           }
           if (vs == V - 1) {
+            if (outer > 0) b.dp_wait(outer);
             b.emit(hf, Pass::forward, -1, it.micro_batch, it.chunk);
           } else {
             b.emit_one(TaskKind::send, Pass::forward, it.micro_batch, it.chunk);
@@ -857,10 +912,10 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
           // replica alike (with shared stages, they join the stage's last bucket).
           if (asymmetric && dp && vs == V - 1 && last && overlapped)
             add(model.layers - 1, head_grad);
-          for (int l = first + st.layers_of(it.chunk) - 1; l >= first; --l) {
-            if (dp && plan.zero_stage == 3)
-              b.dp_wait(b.dp_collective(CommKind::allgather, layer_weights_of(l), "zero3.params",
-                                        key_of(l)));
+          for (int l = first + n - 1; l >= first; --l) {
+            const uint32_t mine = next;
+            if (zero3 && l > first) next = gather_layer(l - 1, key_of(l - 1));
+            if (zero3) b.dp_wait(mine);
             if (plan.recompute == Recompute::full)
               b.emit(fwd_of(l), Pass::recompute, l, it.micro_batch, it.chunk);
             if (plan.recompute == Recompute::selective)
@@ -874,6 +929,9 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
             }
           }
           if (vs == 0) b.emit(eb, Pass::backward, -1, it.micro_batch, it.chunk);
+          if (dp && plan.zero_stage >= 2 && outer_grads(vs) > 0)
+            issued = b.dp_collective(CommKind::reducescatter, outer_grads(vs), "zero.outer_grads",
+                                     key_of(first));
           if (vs > 0) {
             if (defer_grad) {
               unsent_grad = it;
@@ -914,7 +972,6 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
       if (dp && plan.zero_stage < 2) {
         if (bucket <= 0) bucket_key = key_of(st.first_layer);
         // (A staged plan's tied word embedding is reduced on its own, above.)
-        const double word = staged_tied ? static_cast<double>(model.vocab) * model.hidden : 0.0;
         bucket += grad_bytes *
                   ((first_virtual_holder ? model.embedding_params() - word : 0) +
                    (last_virtual_holder && !asymmetric ? model.output_params() : 0)) /

@@ -3,6 +3,10 @@
 // decoupled from batch shares.
 #include <gtest/gtest.h>
 
+#include <map>
+#include <string>
+#include <vector>
+
 #include "sim/core/error.h"
 #include "sim/policy/estimate.h"
 #include "sim/workload/memory.h"
@@ -38,9 +42,11 @@ TEST(Layered, GathersAndReducesEachLayerOncePerIteration) {
   const Plan layered =
       load_plan_text(fsdp(4, 4, "zero_stage: 3\ngradient_accumulation: layered\n"), "b.yaml", m, c);
   EXPECT_TRUE(layered.layered);
-  // ZeRO-3: a gather per layer forward and backward, a reduce-scatter per layer backward.
-  EXPECT_EQ(dp_count(build_training_job(m, per_mb, c, cost), 0), 3u * 8 * 4);
-  EXPECT_EQ(dp_count(build_training_job(m, layered, c, cost), 0), 3u * 8);
+  // ZeRO-3: a gather per layer forward and backward, a reduce-scatter per layer backward, and
+  // for what lies outside the layers (embedding, final norm) one gather forward and one
+  // reduce-scatter at the end of the backward pass.
+  EXPECT_EQ(dp_count(build_training_job(m, per_mb, c, cost), 0), (3u * 8 + 2) * 4);
+  EXPECT_EQ(dp_count(build_training_job(m, layered, c, cost), 0), 3u * 8 + 2);
   // The same kernels in another order: without communication, the same time to the bit.
   ReplayOptions free;
   free.free_communication = true;
@@ -55,6 +61,65 @@ TEST(Layered, GathersAndReducesEachLayerOncePerIteration) {
       m, load_plan_text(fsdp(1, 1, "zero_stage: 3\n"), "c.yaml", m, c), c, cost));
   const auto four = memory_per_group(build_training_job(m, layered, c, cost));
   EXPECT_DOUBLE_EQ(four[0].activations, 4 * one[0].activations);
+}
+
+// Records group 0's data-parallel collectives and its layers' compute.
+struct Zero3Trace : ReplayObserver {
+  struct Span {
+    Time start = Time::max(), end = Time();
+  };
+  std::vector<std::pair<Time, Time>> gathers;        // zero3.params, in the order they ran
+  Time collectives = Time();                         // every data-parallel collective's time
+  std::map<std::pair<int, uint32_t>, Span> forward;  // (layer, micro-batch) -> its compute
+  void on_compute(const TrainingJob&, uint32_t group, const Task& t, Time start,
+                  Time end) override {
+    if (group != 0 || t.pass != Pass::forward || t.layer < 0) return;
+    Span& s = forward[{t.layer, t.micro_batch}];
+    s.start = std::min(s.start, start);
+    s.end = std::max(s.end, end);
+  }
+  void on_collective(const TrainingJob&, uint32_t group, const char* stream,
+                     const std::string& name, const Task&, Time start, Time end) override {
+    if (group != 0 || std::string(stream) != "dp") return;
+    collectives += end - start;
+    if (name == "zero3.params") gathers.emplace_back(start, end);
+  }
+};
+
+TEST(Zero3, GathersEachLayerOneAheadAndMovesEveryParameter) {
+  const auto c = cluster("dgx-a100");
+  const ModelConfig m = small_gpt();
+  const DatasheetCostModel cost;
+  const Plan p = load_plan_text(fsdp(2, 2, "zero_stage: 3\n"), "z.yaml", m, c);
+  const TrainingJob job = build_training_job(m, p, c, cost);
+  // Every parameter gathered in each forward pass, the layers' again in each backward pass, and
+  // every gradient reduce-scattered once per micro-batch: bytes per rank, summed by kind.
+  double gathered = 0, scattered = 0;
+  for (const DpCollective& d : job.groups[0].dp)
+    (d.kind == CommKind::allgather ? gathered : scattered) += d.bytes;
+  const double e = element_bytes(p.precision), grad = p.fp32_main_grads ? 4 : e;
+  const double all = static_cast<double>(m.params()), layers = m.layers_params(0, m.layers);
+  EXPECT_NEAR(gathered, 2 * e * (all + layers), 1e-9 * gathered);
+  EXPECT_NEAR(scattered, 2 * grad * all, 1e-9 * scattered);
+
+  // Each layer's gather after the first ran while the layer before it computed, and was done
+  // before its own layer began (a forward pass's gathers are the first 8 of each 16).
+  Zero3Trace trace;
+  const ReplayResult r = replay(job, &trace);
+  ASSERT_EQ(trace.gathers.size(), 2u * 2 * 8);
+  for (uint32_t mb = 0; mb < 2; ++mb) {
+    for (int l = 1; l < 8; ++l) {
+      const auto& [start, end] = trace.gathers[mb * 16 + static_cast<size_t>(l)];
+      const Zero3Trace::Span before = trace.forward[std::make_pair(l - 1, mb)];
+      const Zero3Trace::Span own = trace.forward[std::make_pair(l, mb)];
+      EXPECT_LT(start, before.end) << "layer " << l << ", micro-batch " << mb;
+      EXPECT_LE(end, own.start) << "layer " << l << ", micro-batch " << mb;
+    }
+  }
+  // So the replica waits for a small part of its collectives: the first of each pass and the
+  // last reduce-scatter (over NVLink, a layer's gather takes far less than its compute).
+  EXPECT_GT(trace.collectives, Time());
+  EXPECT_LT(r.groups[0].dp_wait.seconds(), 0.3 * trace.collectives.seconds());
 }
 
 TEST(Layered, LetsReplicasRunUnevenMicroBatchesUnderZero3) {
