@@ -72,6 +72,13 @@ void add_megatron_model_flags(const workload::ModelConfig& m, std::vector<std::s
   if (m.activation == workload::Activation::swiglu) a.emplace_back("--swiglu");
   if (!m.tied_embeddings) a.emplace_back("--untie-embeddings-and-output-weights");
   if (!m.bias) a.emplace_back("--disable-bias-linear");
+  // Megatron-LM's dropouts default to 0.1 (attention and hidden); the model's own otherwise.
+  if (m.dropout != 0.1) {
+    for (const char* flag : {"--attention-dropout", "--hidden-dropout"}) {
+      a.emplace_back(flag);
+      a.push_back(fmt::format("{}", m.dropout));
+    }
+  }
   add("--vocab-size", m.vocab);
 }
 

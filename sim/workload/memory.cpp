@@ -15,8 +15,10 @@ double layer_activation_bytes(const ModelConfig& m, const LayerShape& s, Recompu
   const double outside = s.sequence_parallel ? 1.0 / t : 1.0;  // regions sequence parallel splits
   if (r == Recompute::full) return e * sb * h * outside;       // the layer input only
   // Outside the tensor-parallel regions: both norm inputs and the QKV and fc1 inputs (4 tensors
-  // of e bytes), two 1-byte dropout masks: 10 s b h at 16 bits (Korthikanti Table 2).
-  const double outside_bytes = sb * (4 * e * h + 2 * h);
+  // of e bytes), two 1-byte dropout masks: 10 s b h at 16 bits (Korthikanti Table 2); no masks
+  // without dropout (Llama).
+  const bool dropout = m.dropout > 0;
+  const double outside_bytes = sb * (4 * e * h + (dropout ? 2 * h : 0.0));
   // Inside: Q, K, V, the projection input, the activation input(s) and fc2's input.
   const double glu = m.activation == Activation::swiglu ? 2.0 : 1.0;
   const double ffn = s.moe_layer ? static_cast<double>(m.shared_experts) * m.expert_ffn_hidden
@@ -37,11 +39,13 @@ double layer_activation_bytes(const ModelConfig& m, const LayerShape& s, Recompu
     inside += routed * e * (m.hidden + (glu + 1) * m.expert_ffn_hidden / split) +
               (s.experts_whole ? 0 : routed / t * e * m.hidden) + sb * outside * 4.0 * m.experts;
   }
-  // Standard attention stores the softmax output (16-bit) and its dropout mask (1 byte) and the
-  // scores: 5 a s^2 b; flash attention and selective recompute store none of them.
-  const double scores = (!s.flash_attention && r == Recompute::none)
-                            ? 5.0 * m.heads * static_cast<double>(s.sequence) * sb / t * (e / 2)
-                            : 0.0;
+  // Standard attention stores the softmax output (16-bit), its dropout mask (1 byte) and the
+  // dropout's output: 5 a s^2 b; without dropout the softmax output alone, 2 a s^2 b; flash
+  // attention and selective recompute store none of them.
+  const double scores =
+      (!s.flash_attention && r == Recompute::none)
+          ? (dropout ? 5.0 : 2.0) * m.heads * static_cast<double>(s.sequence) * sb / t * (e / 2)
+          : 0.0;
   return outside_bytes * outside + inside + scores;
 }
 

@@ -163,6 +163,7 @@ ModelConfig load_model_yaml_text(const std::string& text, const std::string& fil
               "tied_embeddings",
               "causal",
               "bias",
+              "dropout",
               "experts",
               "experts_per_token",
               "expert_ffn_hidden",
@@ -206,6 +207,13 @@ ModelConfig load_model_yaml_text(const std::string& text, const std::string& fil
   m.tied_embeddings = flag("tied_embeddings");
   m.causal = flag("causal");
   m.bias = flag("bias");
+  m.dropout = get_number(file, root, "", "dropout",
+                         m.family == "llama" || m.family == "gptneox" ? 0.0 : 0.1);
+  if (!(m.dropout >= 0 && m.dropout < 1)) {
+    throw InputError(where(file, root["dropout"]) +
+                     ": dropout: expected a probability in [0, 1), got " +
+                     root["dropout"].as<std::string>());
+  }
   m.experts = static_cast<int>(get_int(file, root, "", "experts", 0, limits::kExperts, 0));
   if (m.experts > 0) {
     m.experts_per_token =
@@ -400,6 +408,22 @@ ModelConfig load_model_hf_text(const std::string& text, const std::string& file)
   m.tied_embeddings = m.family == "bert" ? true : get_bool("tie_word_embeddings", a->tied);
   m.causal = a->causal;
   m.bias = m.family == "llama" ? get_bool("attention_bias", false) : a->bias;
+  // Dropout as each architecture's config names it (GPT-2 resid_pdrop, BERT hidden_dropout_prob,
+  // Llama's and GPT-NeoX's attention_dropout and hidden_dropout, 0 unless set).
+  auto probability = [&](std::initializer_list<const char*> keys, double def) {
+    for (const char* k : keys) {
+      if (!j.contains(k)) continue;
+      if (!j[k].is_number() || !(j[k].get<double>() >= 0 && j[k].get<double>() < 1))
+        throw InputError(file + ": " + k + ": expected a probability in [0, 1), got " +
+                         j[k].dump());
+      return j[k].get<double>();
+    }
+    return def;
+  };
+  m.dropout = m.family == "gpt"    ? probability({"resid_pdrop", "attn_pdrop"}, 0.1)
+              : m.family == "bert" ? probability({"hidden_dropout_prob"}, 0.1)
+                                   : std::max(probability({"hidden_dropout"}, 0.0),
+                                              probability({"attention_dropout"}, 0.0));
   if (m.kv_heads == 0) m.kv_heads = m.heads;
   if (m.hidden % m.heads != 0 && !j.contains("head_dim")) {
     throw InputError(file + ": " + a->heads + ": " + a->hidden + " (" + std::to_string(m.hidden) +

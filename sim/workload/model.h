@@ -63,6 +63,11 @@ struct ModelConfig {
   bool tied_embeddings = true;
   bool causal = true;
   bool bias = true;
+  // Dropout probability on the attention probabilities and on each branch before its residual
+  // add (one value for both): 0.1 for GPT and BERT as trained, 0 for Llama, GPT-NeoX and their
+  // kin. At 0 no mask is kept and eager frameworks run no dropout kernel (PyTorch returns the
+  // input as it is).
+  double dropout = 0.1;
   // Mixture of experts (0 experts: a dense model). A MoE layer replaces the dense FFN by
   // `experts` routed experts of `expert_ffn_hidden` each, of which every token visits
   // `experts_per_token` (top-k, chosen by a linear router over `experts` logits), beside

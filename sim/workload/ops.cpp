@@ -113,13 +113,14 @@ struct Builder {
   // Dropout on a branch's output and its add to the residual stream: one fused kernel (reads
   // both, writes the stream), or, eager, a dropout (reads and writes the branch, writes its
   // one-byte mask) and an add (reads the stream and the branch, writes the stream).
+  // Without dropout (ModelConfig::dropout 0) eager runs the add alone.
   void dropout_residual(const std::string& name) {
     const double n = local_tokens() * m.hidden;
     if (!s.eager) {
       memory(name, e * n * 3);
       return;
     }
-    memory(name + ".dropout", (2 * e + 1) * n);
+    if (m.dropout > 0) memory(name + ".dropout", (2 * e + 1) * n);
     memory(name + ".add", (2 * r + e) * n);
   }
   // Its backward: fused, one kernel; eager, the stream's gradient cast for the branch (autocast)
@@ -131,7 +132,7 @@ struct Builder {
       return;
     }
     if (s.autocast) memory(name + ".cast.bwd", (r + e) * n);
-    memory(name + ".dropout.bwd", (2 * e + 1) * n);
+    if (m.dropout > 0) memory(name + ".dropout.bwd", (2 * e + 1) * n);
   }
   // Eager: the stream's gradient summed over its two uses (the branch's norm and the add).
   void residual_sum(const std::string& name) {
@@ -195,8 +196,10 @@ struct Builder {
         s.flash_attention ? 0 : e * op.batch * heads * double(s.sequence) * s.sequence;
     // Standard attention moves the scores about 6 times forward (write S, fused scale-mask-
     // softmax read and write, dropout read and write plus its mask, read by P V) and 9 times
-    // backward; flash attention keeps them on chip.
-    op.bytes = forward ? qkvo + 6 * scores : 2 * qkvo + 9 * scores;
+    // backward (the dropout's backward 2 of them); without dropout 4 and 7; flash attention keeps
+    // them on chip.
+    const double passes = m.dropout > 0 ? (forward ? 6 : 9) : (forward ? 4 : 7);
+    op.bytes = (forward ? qkvo : 2 * qkvo) + passes * scores;
     steps.push_back(Step{op});
   }
   void comm(CommKind k, double bytes, bool async = false) {
@@ -557,14 +560,16 @@ std::vector<Step> embedding_forward(const ModelConfig& m, const LayerShape& s) {
   if (m.position == Position::learned)
     b.memory("position_embedding", b.r * b.local_tokens() * m.hidden * 3);
   // Eager: the embedding's dropout, its own kernel.
-  if (s.eager) b.memory("embedding.dropout", (2 * b.r + 1) * b.local_tokens() * m.hidden);
+  if (s.eager && m.dropout > 0)
+    b.memory("embedding.dropout", (2 * b.r + 1) * b.local_tokens() * m.hidden);
   return b.steps;
 }
 
 std::vector<Step> embedding_backward(const ModelConfig& m, const LayerShape& s) {
   Builder b(m, s);
   b.enter_tp_fwd();
-  if (s.eager) b.memory("embedding.dropout.bwd", (2 * b.r + 1) * b.local_tokens() * m.hidden);
+  if (s.eager && m.dropout > 0)
+    b.memory("embedding.dropout.bwd", (2 * b.r + 1) * b.local_tokens() * m.hidden);
   b.memory("embedding.bwd", b.r * b.tokens() * m.hidden * 3);
   // Autocast: the table's dense fp32 gradient written from zero, then added to its .grad.
   if (s.autocast)

@@ -56,6 +56,30 @@ TEST(Models, HuggingFaceConfigsOfEachArchitectureLoad) {
   EXPECT_EQ(l3.activation, Activation::swiglu);
   EXPECT_EQ(l3.norm, Norm::rmsnorm);
   EXPECT_EQ(l3.position, Position::rotary);
+  // Dropout as the configs give it: Llama's attention_dropout 0.0, BERT's hidden_dropout_prob
+  // 0.1, GPT-2's resid_pdrop (absent here: its default, 0.1).
+  EXPECT_EQ(l3.dropout, 0.0);
+  EXPECT_EQ(load_model(kData + "hf/bert-large-uncased.json").dropout, 0.1);
+  EXPECT_EQ(load_model(kData + "hf/gpt2.json").dropout, 0.1);
+}
+
+TEST(Models, DropoutIsTheFamilysUnlessGivenAndIsAProbability) {
+  // Shipped models: GPT-3 trained with 0.1, Llama with none.
+  EXPECT_EQ(load_model("gpt3-175b").dropout, 0.1);
+  EXPECT_EQ(load_model("llama3-405b").dropout, 0.0);
+  const std::string base =
+      "name: x\nlayers: 2\nhidden: 64\nheads: 4\nvocab: 100\nsequence: 32\n"
+      "activation: gelu\nnorm: layernorm\nposition: learned\n"
+      "tied_embeddings: true\ncausal: true\nbias: true\n";
+  EXPECT_EQ(load_model_yaml_text(base + "family: gpt\ndropout: 0\n", "x.yaml").dropout, 0.0);
+  EXPECT_EQ(load_model_yaml_text(base + "family: llama\ndropout: 0.05\n", "x.yaml").dropout, 0.05);
+  try {
+    load_model_yaml_text(base + "family: gpt\ndropout: 1.5\n", "x.yaml");
+    FAIL() << "dropout 1.5 accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "x.yaml:14: dropout: expected a probability in [0, 1), got 1.5");
+  }
 }
 
 TEST(Models, BadConfigsNameTheFileAndField) {

@@ -408,6 +408,14 @@ TEST(TrainingMemory, ActivationsFollowKorthikantiTable2) {
   s.flash_attention = true;  // flash stores no scores: as selective recompute
   s.sequence_parallel = false;
   EXPECT_DOUBLE_EQ(layer_activation_bytes(m, s, Recompute::none), sbh * (10 + 24 / t));
+  // Without dropout (as Llama trains): no 1-byte masks outside (10 -> 8), and standard attention
+  // keeps the softmax output alone (5 a s / h -> 2 a s / h).
+  ModelConfig no_dropout = m;
+  no_dropout.dropout = 0;
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(no_dropout, s, Recompute::none), sbh * (8 + 24 / t));
+  s.flash_attention = false;
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(no_dropout, s, Recompute::none),
+                   sbh * (8 + 24 / t + 2 * a * seq / (h * t)));
 }
 
 TEST(TrainingMemory, StatesPerParameterFollowZeroStages) {
