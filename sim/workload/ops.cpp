@@ -71,8 +71,11 @@ struct Builder {
   // transposed copy feeds the backward GEMM that reduces over the tokens), or an fp8 tensor
   // transposed (a norm's fused fp8 output, transposed for its linear layer's weight gradient).
   // Per layer and micro-batch: the inputs of proj and fc2 forward, every linear layer's output
-  // gradient backward, the qkv and fc1 inputs' transposes backward. TE's per-step weight casts and
-  // amax reductions are left out (once per iteration, or a few bytes).
+  // gradient backward, the qkv and fc1 inputs' transposes backward; in a MoE layer the experts'
+  // fc1 and fc2 inputs forward (the dispatched tokens are not a norm's output) and output
+  // gradients backward, the shared experts' likewise; in MLA the projection's input forward,
+  // every projection's output gradient backward, the norms' fp8 outputs transposed backward. TE's
+  // per-step weight casts and amax reductions are left out (once per iteration, or a few bytes).
   bool te_fp8() const { return s.precision == Precision::fp8 && !s.eager; }
   void fp8_cast_transpose(const std::string& name, double elements) {
     if (te_fp8()) memory(name + ".fp8_cast", (2.0 + 1 + 1) * elements);
@@ -258,6 +261,12 @@ struct Builder {
   }
   // The activation of one layer boundary (tokens x hidden), whole.
   double boundary_bytes() const { return e * tokens() * m.hidden; }
+  // A column-parallel linear's backward under sequence parallelism: its input was kept as this
+  // rank's slice of the sequence, so the whole input is gathered again for the weight gradient,
+  // beside the input-gradient GEMM (Megatron-LM's and Transformer Engine's linear layers).
+  void regather_input() {
+    if (s.sequence_parallel) comm(CommKind::allgather, boundary_bytes(), true);
+  }
   // Entering a column-parallel region: nothing, or an all-gather with sequence parallelism; in a
   // transformer layer's attention and MLP blocks (Transformer Engine's modules, `te`) beside the
   // GEMM after it under tp_comm_overlap. The output layer and the embedding are Megatron-LM's own
@@ -317,6 +326,7 @@ void mla_forward(Builder& b) {
   b.memory("rotary", b.e * tokens * (heads + 1) * m.rope_head_dim * 2);
   b.context_comm(CommKind::allgather, true);
   b.attention(true);
+  b.fp8_cast_transpose("proj.input", static_cast<double>(tokens) * heads * m.v_head_dim);
   b.linear_fwd("proj", heads * m.v_head_dim, h);
   b.leave_tp_fwd();
 }
@@ -327,6 +337,7 @@ void mla_backward(Builder& b) {
   const int64_t h = m.hidden, heads = m.heads / t;
   const int64_t tokens = b.tokens();
   const int64_t kv_up = heads * (m.head_dim - m.rope_head_dim + m.v_head_dim);
+  b.fp8_cast_transpose("proj.grad_output", b.local_tokens() * h);
   b.enter_tp_fwd();
   b.linear_dgrad("proj", heads * m.v_head_dim, h);
   b.linear_wgrad("proj", heads * m.v_head_dim, h);
@@ -334,20 +345,32 @@ void mla_backward(Builder& b) {
   b.attention(false);
   b.context_comm(CommKind::reducescatter, false);
   b.memory("rotary.bwd", b.e * tokens * (heads + 1) * m.rope_head_dim * 2);
+  b.fp8_cast_transpose("kv_up.grad_output", static_cast<double>(tokens) * kv_up);
   b.linear_dgrad("kv_up", m.kv_lora_rank, kv_up);
+  b.fp8_transpose("kv_up.input", static_cast<double>(tokens) * m.kv_lora_rank);
   b.linear_wgrad("kv_up", m.kv_lora_rank, kv_up);
   b.memory("norm_kv.bwd", b.e * tokens * m.kv_lora_rank * 3);
+  // The layer's input, kept as this rank's slice under sequence parallelism, gathered again for
+  // the down-projections' weight gradients.
+  b.regather_input();
+  b.fp8_cast_transpose("kv_down.grad_output",
+                       static_cast<double>(tokens) * (m.kv_lora_rank + m.rope_head_dim));
   b.gemm("kv_down.dgrad", tokens, h, m.kv_lora_rank + m.rope_head_dim);
+  b.fp8_transpose("down.input", static_cast<double>(tokens) * h);
   b.gemm("kv_down.wgrad", h, m.kv_lora_rank + m.rope_head_dim, tokens);
   if (m.q_lora_rank > 0) {
+    b.fp8_cast_transpose("q_up.grad_output", static_cast<double>(tokens) * heads * m.head_dim);
     b.linear_dgrad("q_up", m.q_lora_rank, heads * m.head_dim);
+    b.fp8_transpose("q_up.input", static_cast<double>(tokens) * m.q_lora_rank);
     b.linear_wgrad("q_up", m.q_lora_rank, heads * m.head_dim);
     b.memory("norm_q.bwd", b.e * tokens * m.q_lora_rank * 3);
+    b.fp8_cast_transpose("q_down.grad_output", static_cast<double>(tokens) * m.q_lora_rank);
     b.gemm("q_down.dgrad", tokens, h, m.q_lora_rank);
     b.comm(b.s.sequence_parallel ? CommKind::reducescatter : CommKind::allreduce,
            b.boundary_bytes(), true);
     b.gemm("q_down.wgrad", h, m.q_lora_rank, tokens);
   } else {
+    b.fp8_cast_transpose("q.grad_output", static_cast<double>(tokens) * heads * m.head_dim);
     b.linear_dgrad("q", h, heads * m.head_dim);
     b.comm(b.s.sequence_parallel ? CommKind::reducescatter : CommKind::allreduce,
            b.boundary_bytes(), true);
@@ -400,9 +423,11 @@ void moe_forward(Builder& b) {
   b.expert_alltoall("ep.dispatch", b.e * x.local_routed * h);
   const bool gather = s.sequence_parallel && !s.experts_whole;
   if (gather) b.comm(CommKind::allgather, b.e * x.tokens * h);
+  b.fp8_cast_transpose("experts.fc1.input", x.tokens * h);
   b.grouped_gemm("experts.fc1", x.local_experts, x.per_expert, x.ffn_in, h, x.model_per_expert);
   b.memory(m.activation == Activation::swiglu ? "experts.swiglu" : "experts.gelu",
            b.e * x.tokens * (x.ffn_in + x.ffn));
+  b.fp8_cast_transpose("experts.fc2.input", x.tokens * x.ffn);
   b.grouped_gemm("experts.fc2", x.local_experts, x.per_expert, h, x.ffn, x.model_per_expert);
   if (gather) b.comm(CommKind::reducescatter, b.e * x.tokens * h);
   b.expert_alltoall("ep.combine", b.e * x.local_routed * h);
@@ -411,9 +436,11 @@ void moe_forward(Builder& b) {
     const int64_t ffn = shared_ffn(m, s);
     const int64_t ffn_in = (m.activation == Activation::swiglu ? 2 : 1) * ffn;
     b.enter_tp_fwd();
+    b.fp8_cast_transpose("shared.fc1.input", static_cast<double>(b.tokens()) * h);
     b.linear_fwd("shared.fc1", h, ffn_in);
     b.memory(m.activation == Activation::swiglu ? "shared.swiglu" : "shared.gelu",
              b.e * b.tokens() * (ffn_in + ffn));
+    b.fp8_cast_transpose("shared.fc2.input", static_cast<double>(b.tokens()) * ffn);
     b.linear_fwd("shared.fc2", ffn, h);
     b.leave_tp_fwd();
   }
@@ -428,11 +455,14 @@ void moe_backward(Builder& b) {
   if (m.shared_experts > 0) {
     const int64_t ffn = shared_ffn(m, s);
     const int64_t ffn_in = (m.activation == Activation::swiglu ? 2 : 1) * ffn;
+    b.fp8_cast_transpose("shared.fc2.grad_output", b.local_tokens() * h);
     b.enter_tp_fwd();
     b.linear_dgrad("shared.fc2", ffn, h);
     b.linear_wgrad("shared.fc2", ffn, h);
     b.memory(m.activation == Activation::swiglu ? "shared.swiglu.bwd" : "shared.gelu.bwd",
              b.e * b.tokens() * (ffn_in + 2.0 * ffn));
+    b.fp8_cast_transpose("shared.fc1.grad_output", static_cast<double>(b.tokens()) * ffn_in);
+    b.regather_input();
     b.linear_dgrad("shared.fc1", h, ffn_in);
     b.comm(s.sequence_parallel ? CommKind::reducescatter : CommKind::allreduce, b.boundary_bytes(),
            true);
@@ -443,10 +473,12 @@ void moe_backward(Builder& b) {
   const bool gather = s.sequence_parallel && !s.experts_whole;
   if (gather) b.comm(CommKind::allgather, b.e * x.tokens * h);
   // Per local expert: dgrad (rows x h) . (h x ffn), wgrad (ffn x rows) . (rows x h).
+  b.fp8_cast_transpose("experts.fc2.grad_output", x.tokens * h);
   b.grouped_gemm("experts.fc2.dgrad", x.local_experts, x.per_expert, x.ffn, h, x.model_per_expert);
   b.grouped_wgrad("experts.fc2.wgrad", x.local_experts, x.ffn, h, x.per_expert, x.model_per_expert);
   b.memory(m.activation == Activation::swiglu ? "experts.swiglu.bwd" : "experts.gelu.bwd",
            b.e * x.tokens * (x.ffn_in + 2.0 * x.ffn));
+  b.fp8_cast_transpose("experts.fc1.grad_output", x.tokens * x.ffn_in);
   b.grouped_gemm("experts.fc1.dgrad", x.local_experts, x.per_expert, h, x.ffn_in,
                  x.model_per_expert);
   if (gather) b.comm(CommKind::reducescatter, b.e * x.tokens * h, true);
@@ -516,6 +548,7 @@ std::vector<Step> layer_backward(const ModelConfig& m, const LayerShape& s) {
     b.memory(m.activation == Activation::swiglu ? "swiglu.bwd" : "gelu.bwd",
              b.e * b.tokens() * (b.ffn_in() + 2.0 * m.ffn_hidden / t));
     b.fp8_cast_transpose("fc1.grad_output", static_cast<double>(b.tokens()) * b.ffn_in());
+    b.regather_input();
     b.linear_dgrad("fc1", h, b.ffn_in());
     b.fp8_transpose("fc1.input", static_cast<double>(b.tokens()) * h);
     b.comm(s.sequence_parallel ? CommKind::reducescatter : CommKind::allreduce, b.boundary_bytes(),
@@ -540,6 +573,7 @@ std::vector<Step> layer_backward(const ModelConfig& m, const LayerShape& s) {
     b.context_comm(CommKind::reducescatter, false);
     if (m.position == Position::rotary) b.memory("rotary.bwd", b.e * b.tokens() * qkv * 2);
     b.fp8_cast_transpose("qkv.grad_output", static_cast<double>(b.tokens()) * qkv);
+    b.regather_input();
     b.linear_dgrad("qkv", h, qkv);
     b.fp8_transpose("qkv.input", static_cast<double>(b.tokens()) * h);
     b.comm(s.sequence_parallel ? CommKind::reducescatter : CommKind::allreduce, b.boundary_bytes(),

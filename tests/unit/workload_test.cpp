@@ -391,6 +391,45 @@ TEST(TrainingReplay, Fp8LayersCountTransformerEnginesCastKernels) {
   EXPECT_TRUE(bytes(layer_backward(m, s)).empty());
 }
 
+TEST(TrainingReplay, Fp8MoeLayersCastTheExpertsInputsAndGradients) {
+  // A MoE layer under fp8 (Transformer Engine's grouped linear layers): the routed tokens at the
+  // experts' fc1 and fc2 inputs forward and their output gradients backward, cast to fp8 with a
+  // transposed copy (4 bytes an element); the shared expert's the same over the layer's tokens.
+  // 1024 tokens, top-2 of 8 experts at even load: 2048 routed rows; expert and shared FFN 512.
+  const ModelConfig m = load_model_yaml_text(
+      "name: moe\nfamily: gpt\nlayers: 2\nhidden: 1024\nheads: 16\nvocab: 1000\n"
+      "sequence: 1024\nactivation: gelu\nnorm: layernorm\nposition: learned\n"
+      "tied_embeddings: true\ncausal: true\nbias: false\nexperts: 8\nexperts_per_token: 2\n"
+      "expert_ffn_hidden: 512\nshared_experts: 1\n",
+      "moe.yaml");
+  LayerShape s;
+  s.micro_batch = 1;
+  s.sequence = 1024;
+  s.precision = Precision::fp8;
+  s.moe_layer = true;
+  auto bytes = [](const std::vector<Step>& steps) {
+    std::map<std::string, double> b;
+    for (const Step& st : steps) {
+      const std::string& n = st.op.name;
+      if (n.find(".fp8_") != std::string::npos &&
+          (n.rfind("experts.", 0) == 0 || n.rfind("shared.", 0) == 0))
+        b[n] += st.op.bytes;
+    }
+    return b;
+  };
+  const double T = 1024, routed = 2048;
+  EXPECT_EQ(bytes(layer_forward(m, s)),
+            (std::map<std::string, double>{{"experts.fc1.input.fp8_cast", 4 * routed * 1024},
+                                           {"experts.fc2.input.fp8_cast", 4 * routed * 512},
+                                           {"shared.fc1.input.fp8_cast", 4 * T * 1024},
+                                           {"shared.fc2.input.fp8_cast", 4 * T * 512}}));
+  EXPECT_EQ(bytes(layer_backward(m, s)),
+            (std::map<std::string, double>{{"experts.fc2.grad_output.fp8_cast", 4 * routed * 1024},
+                                           {"experts.fc1.grad_output.fp8_cast", 4 * routed * 512},
+                                           {"shared.fc2.grad_output.fp8_cast", 4 * T * 1024},
+                                           {"shared.fc1.grad_output.fp8_cast", 4 * T * 512}}));
+}
+
 TEST(TrainingMemory, ActivationsFollowKorthikantiTable2) {
   const ModelConfig m = load_model("korthikanti-175b");
   LayerShape s;
