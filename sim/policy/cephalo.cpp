@@ -81,7 +81,7 @@ class Cephalo final : public Policy {
           shape.micro_batch = mb;
           shape.sequence = r.sequence;
           shape.tensor_parallel = tp;
-          shape.sequence_parallel = tp > 1;
+          shape.sequence_parallel = sequence_parallel(r, tp > 1);
           shape.precision = precision;
           const double per_layer = workload::layer_activation_bytes(
               m, shape, full ? workload::Recompute::full : workload::Recompute::none);
@@ -129,7 +129,7 @@ class Cephalo final : public Policy {
         "# {} policy: {}\nmicro_batch_size: {}\nsequence_length: {}\nrecompute: {}\n"
         "sequence_parallel: {}\nzero_stage: 3\ngradient_accumulation: layered\nframework: {}\n"
         "replicas:\n",
-        name(), p.label, mb, r.sequence, recompute, tp > 1 ? "true" : "false", framework);
+        name(), p.label, mb, r.sequence, recompute, sequence_parallel_value(r, tp > 1), framework);
     for (size_t i = 0; i < groups.size(); ++i) {
       std::string list;
       for (platform::GpuId g : groups[i]) list += (list.empty() ? "" : ", ") + std::to_string(g);

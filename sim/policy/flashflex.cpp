@@ -222,7 +222,7 @@ class FlashFlex final : public Policy {
              fmt::format(
                  "micro_batch_size: {}\nsequence_length: {}\nrecompute: {}\nschedule: 1f1b\n"
                  "sequence_parallel: {}\n",
-                 mb, r.sequence, recompute, sequence_parallel ? "true" : "false");
+                 mb, r.sequence, recompute, sequence_parallel_value(r, sequence_parallel));
     if (!r.framework.empty()) p.plan += "framework: " + r.framework + "\n";
     p.plan += "replicas:\n" + replicas;
     return p;

@@ -61,7 +61,7 @@ class Megatron final : public Policy {
                   v > 1 ? "interleaved" : "1f1b");
               if (v > 1) p.plan += fmt::format("interleave: {}\n", v);
               p.plan += fmt::format("recompute: {}\nsequence_parallel: {}\nzero_stage: {}\n",
-                                    recompute, tp > 1 ? "true" : "false", dp > 1 ? 1 : 0);
+                                    recompute, sequence_parallel_value(r, tp > 1), dp > 1 ? 1 : 0);
               if (!r.framework.empty()) p.plan += "framework: " + r.framework + "\n";
               out.push_back(std::move(p));
             }

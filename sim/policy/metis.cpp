@@ -126,8 +126,9 @@ class Metis final : public Policy {
         const workload::ModelConfig& m = *r_.model;
         std::string text = fmt::format(
             "micro_batch_size: {}\nglobal_batch_size: {}\nsequence_length: {}\nrecompute: {}\n"
-            "sequence_parallel: true\nzero_stage: 0\n",
-            mbt, r_.global_batch, r_.sequence, full ? "full" : "none");
+            "sequence_parallel: {}\nzero_stage: 0\n",
+            mbt, r_.global_batch, r_.sequence, full ? "full" : "none",
+            sequence_parallel_value(r_, true));
         if (!r_.framework.empty()) text += "framework: " + r_.framework + "\n";
         text += fmt::format("stages:\n  - {{layers: {}, devices: [0]}}\n", m.layers);
         slot = std::make_unique<workload::Plan>(
@@ -333,8 +334,8 @@ class Metis final : public Policy {
       const char* recompute = full ? "full" : "none";
       std::string plan = fmt::format(
           "micro_batch_size: {}\nglobal_batch_size: {}\nsequence_length: {}\nrecompute: {}\n"
-          "sequence_parallel: true\nzero_stage: 0\n",
-          mbt, r.global_batch, r.sequence, recompute);
+          "sequence_parallel: {}\nzero_stage: 0\n",
+          mbt, r.global_batch, r.sequence, recompute, sequence_parallel_value(r, true));
       if (!r.framework.empty()) plan += "framework: " + r.framework + "\n";
       plan += "stages:\n" + yaml;
       // Metis's prediction: (M - 1) x the slowest stage + the sum of the stages + the largest

@@ -6,9 +6,12 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <mutex>
 #include <numeric>
+#include <string>
 
 #include "sim/core/error.h"
+#include "sim/workload/framework.h"
 #include "sim/workload/memory.h"
 #include "sim/workload/plan.h"
 #include "sim/workload/training_job.h"
@@ -113,6 +116,19 @@ std::vector<StageMemory> stage_memory(const workload::ModelConfig& m, const work
   return out;
 }
 
+bool sequence_parallel(const Request& r, bool wanted) {
+  if (!wanted) return false;
+  if (r.framework.empty()) return true;  // the policies' own frameworks all have it
+  // Frameworks are parsed once per name (proposals ask for every candidate).
+  static std::mutex mu;
+  static std::map<std::string, bool> known;
+  const std::lock_guard<std::mutex> lock(mu);
+  auto it = known.find(r.framework);
+  if (it == known.end())
+    it = known.emplace(r.framework, workload::load_framework(r.framework).sequence_parallel).first;
+  return it->second;
+}
+
 std::string pipelines_plan(const Request& r, const std::string& header, int64_t micro_batch,
                            int64_t micro_batches, const char* recompute, int tp,
                            const std::vector<int>& layers,
@@ -131,7 +147,7 @@ std::string pipelines_plan(const Request& r, const std::string& header, int64_t 
   for (int l : layers) split += fmt::format("{}{}", split.empty() ? "" : ", ", l);
   std::string plan = fmt::format(
       "{}micro_batch_size: {}\nsequence_length: {}\nrecompute: {}\nsequence_parallel: {}\n", header,
-      micro_batch, r.sequence, recompute, tp > 1 ? "true" : "false");
+      micro_batch, r.sequence, recompute, sequence_parallel_value(r, tp > 1));
   if (!r.framework.empty()) plan += "framework: " + r.framework + "\n";
   plan += fmt::format(
       "tensor_parallel: {}\npipeline_parallel: {}\ndata_parallel: {}\nglobal_batch_size: {}\n"
@@ -147,7 +163,7 @@ LayerProfiler::LayerProfiler(const Request& r, workload::Precision p, int tp, in
   shape.micro_batch = micro_batch;
   shape.sequence = r.sequence;
   shape.tensor_parallel = tp;
-  shape.sequence_parallel = tp > 1;
+  shape.sequence_parallel = sequence_parallel(r, tp > 1);
   shape.precision = p;
   lf_ = workload::layer_forward(*r.model, shape);
   lb_ = workload::layer_backward(*r.model, shape);
@@ -273,7 +289,7 @@ std::string replicas_plan(const Request& r, const std::string& header, int64_t m
                           const std::vector<int64_t>& shares) {
   std::string plan = fmt::format(
       "{}micro_batch_size: {}\nsequence_length: {}\nrecompute: {}\nsequence_parallel: {}\n", header,
-      micro_batch, r.sequence, recompute, tp > 1 ? "true" : "false");
+      micro_batch, r.sequence, recompute, sequence_parallel_value(r, tp > 1));
   if (!r.framework.empty()) plan += "framework: " + r.framework + "\n";
   plan += "replicas:\n";
   for (size_t i = 0; i < groups.size(); ++i) {

@@ -46,6 +46,14 @@ class Policy {
   virtual std::vector<Proposal> propose(const Request& r) const = 0;
 };
 
+// Whether a proposal runs sequence parallelism: where it is `wanted` (the policies want it with
+// tensor parallelism) and the request's framework has it (Framework::sequence_parallel).
+bool sequence_parallel(const Request& r, bool wanted);
+// The same as a plan's YAML value.
+inline const char* sequence_parallel_value(const Request& r, bool wanted) {
+  return sequence_parallel(r, wanted) ? "true" : "false";
+}
+
 // Throws InputError for a plan set that is not KEY=VALUE or names a key the policies choose.
 void check_plan_sets(const std::vector<std::string>& sets);
 // The YAML lines that add the sets to a proposal's plan text.

@@ -50,11 +50,11 @@ Framework load_framework_text(const std::string& text, const std::string& file) 
   using namespace config;
   const YAML::Node root = load_yaml(text, file);
   if (!root.IsMap()) throw InputError(file + ": expected a map at the top level");
-  check_keys(
-      file, root, "",
-      {"name", "description", "gradient_reduction", "bucket_size", "zero_stage", "pipeline_p2p",
-       "pipeline_gathers", "pipeline_zero_max", "kernels", "host", "tied_embedding_reduction",
-       "reserved_memory", "gradient_accumulation", "pipeline_send_grad", "pipeline_p2p_buffer"});
+  check_keys(file, root, "",
+             {"name", "description", "gradient_reduction", "bucket_size", "zero_stage",
+              "pipeline_p2p", "pipeline_gathers", "pipeline_zero_max", "kernels", "host",
+              "tied_embedding_reduction", "reserved_memory", "gradient_accumulation",
+              "pipeline_send_grad", "pipeline_p2p_buffer", "sequence_parallel"});
   Framework f;
   f.source = file;
   f.name = get_string(file, root, "", "name");
@@ -70,6 +70,8 @@ Framework load_framework_text(const std::string& text, const std::string& file) 
     f.zero_stage = static_cast<int>(get_int(file, root, "", "zero_stage", 0, 3));
   f.pipeline_zero_max = static_cast<int>(get_int(file, root, "", "pipeline_zero_max", 0, 3, 3));
   f.blocking_p2p = get_choice(file, root, "", "pipeline_p2p", {"async", "blocking"}) == 1;
+  f.sequence_parallel =
+      get_choice(file, root, "", "sequence_parallel", {"false", "true"}, "true") == 1;
   f.send_grad_after_next_receive =
       get_choice(file, root, "", "pipeline_send_grad", {"after_backward", "after_next_receive"},
                  "after_backward") == 1;

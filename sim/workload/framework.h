@@ -35,6 +35,10 @@ struct Framework {
   // (DeepSpeed's PipelineEngine asserts stage < 2: ZeRO-2 and -3 reduce and gather every
   // micro-batch, which its schedule does not); 3: no limit.
   int pipeline_zero_max = 3;
+  // Whether the framework has Megatron-style sequence parallelism (Korthikanti et al., 2022:
+  // Megatron-LM v3 on, Megatron-Core, PyTorch's tensor-parallel styles); DeepSpeed's 2021 stack
+  // of Megatron-LM v1.1.5 layers has none.
+  bool sequence_parallel = true;
   bool blocking_p2p = false;  // a pipeline send holds its stage until the data has arrived
   // Where a stage sends the gradient of its backward pass to the stage before. After the
   // backward pass (false: Megatron-LM, which sends as soon as it is computed), or, when the next

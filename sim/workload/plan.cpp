@@ -163,6 +163,22 @@ void check_pipeline_zero(const std::string& file, const YAML::Node& root, const 
   }
 }
 
+// Sequence parallelism only on a framework that has it (Framework::sequence_parallel), where a
+// stage is tensor-parallel (at one rank it is nothing).
+void check_sequence_parallel(const std::string& file, const YAML::Node& root, const Plan& p) {
+  if (!p.sequence_parallel || p.framework.sequence_parallel) return;
+  for (const ReplicaPlan& rep : p.replicas) {
+    for (const StagePlan& st : rep.stages) {
+      if (st.tensor_parallel() < 2) continue;
+      throw InputError(
+          fmt::format("{}: sequence_parallel: true, but {} has no sequence parallelism ({}); use "
+                      "sequence_parallel: false",
+                      where(file, root["sequence_parallel"] ? root["sequence_parallel"] : root),
+                      p.framework.name, p.framework.source));
+    }
+  }
+}
+
 // A framework whose pipeline sends wait for their receivers (Framework::p2p_buffer_bytes) runs
 // its own schedule's order, which has one chunk per stage: interleaving would deadlock it.
 void check_pipeline_schedule(const std::string& file, const YAML::Node& root, const Plan& p) {
@@ -1029,8 +1045,8 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
     check_layered(file, root, p);
     check_pipeline_zero(file, root, p);
     check_pipeline_schedule(file, root, p);
+    check_sequence_parallel(file, root, p);
     check_moe(file, root, model, p);
-    check_tp_overlap(file, root, p);
     check_tp_overlap(file, root, p);
     p.pipeline_parallel = p.stages();
     p.data_parallel = static_cast<int>(p.replicas.size());
@@ -1177,6 +1193,7 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
   check_layered(file, root, p);
   check_pipeline_zero(file, root, p);
   check_pipeline_schedule(file, root, p);
+  check_sequence_parallel(file, root, p);
   check_moe(file, root, model, p);
   check_tp_overlap(file, root, p);
   resolve_precision(file, root, cluster, p);

@@ -15,6 +15,7 @@
 #include "sim/core/error.h"
 #include "sim/network/collective_runner.h"
 #include "sim/policy/estimate.h"
+#include "sim/policy/policy.h"
 #include "sim/workload/framework.h"
 #include "sim/workload/memory.h"
 #include "sim/workload/replay.h"
@@ -87,6 +88,48 @@ TEST(FrameworkProfiles, BuiltInsLoadAndUnknownNamesListTheValidOnes) {
       "unknown framework \"deepspeeed\" (expected one of deepspeed, hetsim-execute, megatron, "
       "megatron-lm-2021, pytorch-ddp, pytorch-fsdp, or a framework YAML file) (did you mean "
       "\"deepspeed\"?)");
+}
+
+TEST(FrameworkProfiles, SequenceParallelismOnlyWhereTheFrameworkHasIt) {
+  EXPECT_TRUE(load_framework("megatron").sequence_parallel);
+  EXPECT_FALSE(load_framework("deepspeed").sequence_parallel);
+  const platform::Cluster c = dgx(1);
+  const ModelConfig m = small_gpt(4);
+  const std::string plan =
+      "tensor_parallel: 2\ndata_parallel: 4\nmicro_batch_size: 1\nglobal_batch_size: 8\n"
+      "sequence_length: 1024\nframework: deepspeed\nsequence_parallel: ";
+  EXPECT_EQ(error_of([&] { load_plan_text(plan + "true\n", "p.yaml", m, c); }),
+            "p.yaml:7: sequence_parallel: true, but deepspeed has no sequence parallelism "
+            "(frameworks/deepspeed.yaml); use sequence_parallel: false");
+  EXPECT_EQ(error_of([&] { load_plan_text(plan + "false\n", "p.yaml", m, c); }), "(no error)");
+  // At one tensor-parallel rank it means nothing, and is let be.
+  EXPECT_EQ(error_of([&] {
+              load_plan_text(
+                  "data_parallel: 8\nmicro_batch_size: 1\nglobal_batch_size: 8\n"
+                  "framework: deepspeed\nsequence_parallel: true\n",
+                  "q.yaml", m, c);
+            }),
+            "(no error)");
+  // The planner's policies propose none under such a framework (and load every proposal).
+  policy::Request r;
+  r.model = &m;
+  r.cluster = &c;
+  r.global_batch = 16;
+  r.sequence = 1024;
+  r.framework = "deepspeed";
+  size_t tensor_parallel = 0;
+  for (const policy::Policy* pol : policy::policies()) {
+    for (const policy::Proposal& p : pol->propose(r)) {
+      EXPECT_EQ(p.plan.find("sequence_parallel: true"), std::string::npos) << p.label;
+      tensor_parallel += p.plan.find("tensor_parallel: 2") != std::string::npos;
+    }
+  }
+  EXPECT_GT(tensor_parallel, 0u);  // there were tensor-parallel proposals to check
+  r.framework = "";
+  bool any = false;
+  for (const policy::Proposal& p : policy::select_policies("megatron").front()->propose(r))
+    any = any || p.plan.find("sequence_parallel: true") != std::string::npos;
+  EXPECT_TRUE(any);
 }
 
 TEST(FrameworkProfiles, BadFieldsAreClearErrors) {
