@@ -561,6 +561,12 @@ TEST(TorchrunExport, ZeroStageChoosesTheFsdpShardingStrategy) {
     if (zero >= 2) {
       EXPECT_EQ(l.config["wrapper"], "FullyShardedDataParallel");
       EXPECT_EQ(l.config["sharding_strategy"], expected.at(zero));
+      // Prefetched a layer ahead, as the replay gathers them.
+      EXPECT_EQ(l.config.contains("backward_prefetch"), zero == 3);
+      if (zero == 3) {
+        EXPECT_EQ(l.config["backward_prefetch"], "BACKWARD_PRE");
+        EXPECT_EQ(l.config["forward_prefetch"], true);
+      }
     } else {
       EXPECT_EQ(l.config["wrapper"], "DistributedDataParallel");
       EXPECT_DOUBLE_EQ(l.config["bucket_cap_mb"].get<double>(), 160e6 / (1024.0 * 1024.0));
