@@ -785,21 +785,39 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
       // root unit, which is not resharded after the forward pass); under ZeRO-2 and 3 their
       // gradients reduce-scattered once the backward pass is done (a staged plan's tied word
       // embedding is reduced on its own, below).
+      // The embedding's collectives are keyed with the first layer's, the head's with the last
+      // layer's (the stage's key in a uniform plan).
       const double word = staged_tied ? static_cast<double>(model.vocab) * model.hidden : 0.0;
-      auto outer_weights = [&](int vs) {
-        double w = 0;
-        if (vs == 0) w += static_cast<double>(model.embedding_params());
-        if (vs == V - 1) {
-          w += static_cast<double>(model.output_params());
-          if (model.tied_embeddings && P > 1) w += static_cast<double>(model.vocab) * model.hidden;
-        }
-        return e * w / t;
+      const double embedding_weights = e * static_cast<double>(model.embedding_params()) / t;
+      const double head_weights =
+          e *
+          (static_cast<double>(model.output_params()) +
+           (model.tied_embeddings && P > 1 ? static_cast<double>(model.vocab) * model.hidden : 0)) /
+          t;
+      const double embedding_grads =
+          grad_bytes * (static_cast<double>(model.embedding_params()) - word) / t;
+      const double head_grads = grad_bytes * static_cast<double>(model.output_params()) / t;
+      // A pass's gathers of what is outside the layers (ZeRO-3): the embedding's on the first
+      // virtual stage, the head's on the last; the last issued, or 0.
+      auto gather_outer = [&](bool first_virtual, bool last_virtual, uint32_t first_key,
+                              uint32_t last_key) {
+        uint32_t last = 0;
+        if (first_virtual && embedding_weights > 0)
+          last =
+              b.dp_collective(CommKind::allgather, embedding_weights, "zero3.embedding", first_key);
+        if (last_virtual && head_weights > 0)
+          last = b.dp_collective(CommKind::allgather, head_weights, "zero3.head", last_key);
+        return last;
       };
-      auto outer_grads = [&](int vs) {
-        double w = 0;
-        if (vs == 0) w += static_cast<double>(model.embedding_params()) - word;
-        if (vs == V - 1) w += static_cast<double>(model.output_params());
-        return grad_bytes * w / t;
+      // Their gradients reduce-scattered (ZeRO-2 and 3), head first.
+      auto scatter_outer = [&](bool first_virtual, bool last_virtual, uint32_t first_key,
+                               uint32_t last_key) {
+        if (last_virtual && head_grads > 0)
+          issued =
+              b.dp_collective(CommKind::reducescatter, head_grads, "zero.head_grads", last_key);
+        if (first_virtual && embedding_grads > 0)
+          issued = b.dp_collective(CommKind::reducescatter, embedding_grads, "zero.embedding_grads",
+                                   first_key);
       };
       const Time per_pass = plan.framework.host_per_pass;
       // Layered accumulation (one stage): each layer for every micro-batch in turn, forward then
@@ -809,11 +827,9 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
         const auto key = static_cast<uint32_t>(s);
         // ZeRO-3's gathers issued a layer ahead, the first beside the embedding (and in the
         // backward pass beside the head), as in the per-micro-batch order below.
-        const uint32_t outer = zero3 ? b.dp_collective(CommKind::allgather, outer_weights(0),
-                                                       "zero3.outer_params", key)
-                                     : 0;
+        const uint32_t outer = zero3 ? gather_outer(true, true, key, key) : 0;
         uint32_t next = zero3 && st.layers > 0 ? gather_layer(0, key) : 0;
-        if (zero3) b.dp_wait(outer);
+        if (outer > 0) b.dp_wait(outer);
         for (uint32_t mb = 0; mb < M; ++mb) {
           b.host(per_pass, Pass::forward, mb, 0);
           b.emit(ef, Pass::forward, -1, mb, 0);
@@ -847,9 +863,7 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
           }
         }
         for (uint32_t mb = 0; mb < M; ++mb) b.emit(eb, Pass::backward, -1, mb, 0);
-        if (dp && plan.zero_stage >= 2)
-          issued =
-              b.dp_collective(CommKind::reducescatter, outer_grads(0), "zero.outer_grads", key);
+        if (dp && plan.zero_stage >= 2) scatter_outer(true, true, key, key);
       }
       // DeepSpeed's order (Framework::send_grad_after_next_receive; one chunk per stage, as its
       // TrainSchedule has): a backward pass's gradient waits here until the next forward pass
@@ -874,10 +888,9 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
         // prefetch do), each waited for before its layer runs. The gathers share the one
         // data-parallel stream with the reduce-scatters, in the order they are issued.
         const int n = st.layers_of(it.chunk);
-        const uint32_t outer = zero3 && it.forward && outer_weights(vs) > 0
-                                   ? b.dp_collective(CommKind::allgather, outer_weights(vs),
-                                                     "zero3.outer_params", key_of(first))
-                                   : 0;
+        const uint32_t outer = zero3 && it.forward ? gather_outer(vs == 0, vs == V - 1, key_of(0),
+                                                                  key_of(model.layers - 1))
+                                                   : 0;
         uint32_t next = zero3 && n > 0 ? gather_layer(it.forward ? first : first + n - 1,
                                                       key_of(it.forward ? first : first + n - 1))
                                        : 0;
@@ -929,9 +942,8 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
             }
           }
           if (vs == 0) b.emit(eb, Pass::backward, -1, it.micro_batch, it.chunk);
-          if (dp && plan.zero_stage >= 2 && outer_grads(vs) > 0)
-            issued = b.dp_collective(CommKind::reducescatter, outer_grads(vs), "zero.outer_grads",
-                                     key_of(first));
+          if (dp && plan.zero_stage >= 2)
+            scatter_outer(vs == 0, vs == V - 1, key_of(0), key_of(model.layers - 1));
           if (vs > 0) {
             if (defer_grad) {
               unsent_grad = it;
