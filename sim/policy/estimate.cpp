@@ -823,7 +823,7 @@ Estimate Estimator::estimate(const Plan& plan) {
                        pipe_gather, hop[s < S - 1 ? s : 0], hop[s > 0 ? s - 1 : 0], kernels);
         fwd[s] += pass.f;
         bwd[s] += pass.b;
-        // What lies outside the layers (the job builder's outer_weights and outer_grads): under
+        // What lies outside the layers (the job builder's embedding and head collectives): under
         // ZeRO-3 gathered first as the forward pass starts, under ZeRO-2 and 3 its gradients
         // reduce-scattered at the end of the backward pass; once per layered pass.
         if (dp && plan.zero_stage >= 2 && (vs == 0 || vs == V - 1)) {
@@ -833,10 +833,7 @@ Estimate Estimator::estimate(const Plan& plan) {
             outer_g += static_cast<double>(model_.embedding_params());
           }
           if (vs == V - 1) {
-            outer_w +=
-                static_cast<double>(model_.output_params()) +
-                (model_.tied_embeddings && S > 1 ? static_cast<double>(model_.vocab) * model_.hidden
-                                                 : 0.0);
+            outer_w += model_.head_params(S);
             outer_g += static_cast<double>(model_.output_params());
           }
           const double tp = static_cast<double>(st.tensor_parallel());

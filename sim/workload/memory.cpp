@@ -166,10 +166,7 @@ std::vector<DeviceMemory> memory_per_group(const TrainingJob& job) {
         // the backward pass (FSDP's root unit).
         const int P = p.stages(g.replica);
         double outer = g.stage == 0 ? static_cast<double>(m.embedding_params()) : 0.0;
-        if (static_cast<int>(g.stage) == P - 1) {
-          outer += static_cast<double>(m.output_params());
-          if (m.tied_embeddings && P > 1) outer += static_cast<double>(m.vocab) * m.hidden;
-        }
+        if (static_cast<int>(g.stage) == P - 1) outer += m.head_params(P);
         work += e * (2 * static_cast<double>(largest) + outer) / s.tensor_parallel;
       }
     }

@@ -130,6 +130,13 @@ struct ModelConfig {
   int64_t mlp_params(int64_t ffn) const;
   int64_t embedding_params() const;  // token (+ learned positions)
   int64_t output_params() const;     // final norm (+ untied output projection)
+  // What the stage holding the head keeps outside the layers in a pipeline of `stages`: the
+  // final norm and output projection, and with tied embeddings across stages its own copy of
+  // the word embedding.
+  double head_params(int stages) const {
+    return static_cast<double>(output_params()) +
+           (tied_embeddings && stages > 1 ? static_cast<double>(vocab) * hidden : 0.0);
+  }
   int64_t params() const;
 };
 

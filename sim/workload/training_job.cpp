@@ -789,11 +789,7 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
       // layer's (the stage's key in a uniform plan).
       const double word = staged_tied ? static_cast<double>(model.vocab) * model.hidden : 0.0;
       const double embedding_weights = e * static_cast<double>(model.embedding_params()) / t;
-      const double head_weights =
-          e *
-          (static_cast<double>(model.output_params()) +
-           (model.tied_embeddings && P > 1 ? static_cast<double>(model.vocab) * model.hidden : 0)) /
-          t;
+      const double head_weights = e * model.head_params(P) / t;
       const double embedding_grads =
           grad_bytes * (static_cast<double>(model.embedding_params()) - word) / t;
       const double head_grads = grad_bytes * static_cast<double>(model.output_params()) / t;
