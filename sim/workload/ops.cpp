@@ -292,6 +292,112 @@ struct Builder {
     comm(s.sequence_parallel ? CommKind::reducescatter : CommKind::allreduce, boundary_bytes());
   }
   double norm_bytes() const { return r * local_tokens() * m.hidden * 2; }
+  bool eager_rmsnorm() const { return s.eager && m.norm == Norm::rmsnorm; }
+  // A norm over the residual stream. Fused (Megatron-LM's and Apex's kernels; eager LayerNorm
+  // too, F.layer_norm being one kernel): it reads the stream and writes its output, and its
+  // backward moves half as much again. Eager RMSNorm is PyTorch's composite, as Meta's reference
+  // Llama code, torchtitan, Hugging Face's LlamaRMSNorm and torch.nn.RMSNorm without a fused
+  // kernel write it: x32 = x.float(); y = x32 * rsqrt(x32.pow(2).mean(-1) + eps);
+  // out = weight * y.type_as(x), one kernel per op, over n = tokens x hidden elements, the
+  // intermediates in fp32 (the casts are no-ops where the stream already is: autocast, fp32):
+  // cast (r + 4), pow (8), mean (4), add eps and rsqrt (per token), mul (8), cast back (4 + r),
+  // times the weight (2r): 36 bytes an element in bf16 against the fused kernel's 4.
+  void norm_fwd(const std::string& name) {
+    if (!eager_rmsnorm()) {
+      memory(name, norm_bytes());
+      return;
+    }
+    const double t = local_tokens(), n = t * m.hidden;
+    if (r < 4) memory(name + ".float", (r + 4) * n);
+    memory(name + ".pow", 8 * n);
+    memory(name + ".mean", 4 * n + 4 * t);
+    memory(name + ".add_eps", 8 * t);
+    memory(name + ".rsqrt", 8 * t);
+    memory(name + ".mul", 8 * n + 4 * t);
+    if (r < 4) memory(name + ".type_as", (4 + r) * n);
+    memory(name + ".weight", 2 * r * n);
+  }
+  // Its backward, as autograd runs the composite: the output gradient times the weight (2r) and
+  // the weight's gradient (the product with y, 3r, summed over the tokens, r); the cast's
+  // backward (r + 4); the mul's two gradients (times rsqrt, 8; times x32, 12, summed over the
+  // hidden dimension, 4); rsqrt's backward per token; mean's (the gradient expanded and divided,
+  // 4); pow's (2 x32, 8, times the gradient, 12); the two paths' gradients added (12); the first
+  // cast's backward (4 + r): 84 bytes an element in bf16 against the fused kernel's 6.
+  void norm_bwd(const std::string& name) {
+    if (!eager_rmsnorm()) {
+      memory(name + ".bwd", norm_bytes() * 1.5);
+      return;
+    }
+    const double t = local_tokens(), n = t * m.hidden;
+    memory(name + ".weight.bwd", 2 * r * n);
+    memory(name + ".weight.grad_mul", 3 * r * n);
+    memory(name + ".weight.grad_sum", r * n);
+    if (r < 4) memory(name + ".type_as.bwd", (r + 4) * n);
+    memory(name + ".mul.bwd", 8 * n + 4 * t);
+    memory(name + ".mul.grad_mul", 12 * n);
+    memory(name + ".mul.grad_sum", 4 * n);
+    memory(name + ".rsqrt.bwd", 12 * t);
+    memory(name + ".mean.bwd", 4 * n + 4 * t);
+    memory(name + ".pow.bwd_scale", 8 * n);
+    memory(name + ".pow.bwd", 12 * n);
+    memory(name + ".grad_add", 12 * n);
+    if (r < 4) memory(name + ".float.bwd", (4 + r) * n);
+  }
+  // Rotary embeddings over the queries and keys. Fused (Megatron-LM, Transformer Engine): one
+  // kernel over the qkv output, read and written. Eager, in the complex form of Meta's
+  // reference code and torchtitan (view_as_complex(x.float()) * freqs, view_as_real, type_as),
+  // per queries and keys: the cast to fp32 (e + 4), the complex product (8), the cast back
+  // (4 + e); backward the same three. Hugging Face's rotate_half form moves about as much.
+  void rotary(bool forward, int64_t qkv) {
+    const std::string name = forward ? "rotary" : "rotary.bwd";
+    if (!s.eager) {
+      memory(name, e * tokens() * qkv * 2);
+      return;
+    }
+    const int t = s.tensor_parallel;
+    for (const auto& [part, width] :
+         {std::pair<const char*, int64_t>{"q", m.q_width() / t}, {"k", m.kv_width() / t}}) {
+      const double n = static_cast<double>(tokens()) * width;
+      const std::string k = name + "." + part;
+      if (e < 4) memory(k + (forward ? ".float" : ".type_as.bwd"), (e + 4) * n);
+      memory(k + ".mul", 8 * n);
+      if (e < 4) memory(k + (forward ? ".type_as" : ".float.bwd"), (4 + e) * n);
+    }
+  }
+  // Grouped-query attention, eager: the keys and values repeated to every query head
+  // (repeat_kv: expand and reshape, a copy) before scaled_dot_product_attention, as Meta's
+  // reference code, torchtitan and Hugging Face's attention do; backward, the repeated
+  // gradients summed back onto the shared heads.
+  void repeat_kv(bool forward) {
+    if (!s.eager || m.kv_heads >= m.heads) return;
+    const int t = s.tensor_parallel;
+    const double n = static_cast<double>(tokens()) * (m.q_width() / t);
+    const double kv = static_cast<double>(tokens()) * (m.kv_width() / t);
+    memory(forward ? "repeat_kv" : "repeat_kv.bwd", 2 * e * (n + kv));
+  }
+  // The gated MLP's activation, silu(a) * b over f = ffn_hidden / t elements a token: one fused
+  // kernel (reads a and b, writes the product; backward reads both and the gradient, writes two
+  // gradients), or, eager, silu (2e) and the product (3e) as kernels of their own, backward the
+  // product's two gradients (3e each) and silu's (3e).
+  void swiglu(bool forward) {
+    const int t = s.tensor_parallel;
+    if (!s.eager) {
+      if (forward)
+        memory("swiglu", e * tokens() * (ffn_in() + m.ffn_hidden / t));
+      else
+        memory("swiglu.bwd", e * tokens() * (ffn_in() + 2.0 * m.ffn_hidden / t));
+      return;
+    }
+    const double f = static_cast<double>(tokens()) * (m.ffn_hidden / t);
+    if (forward) {
+      memory("swiglu.silu", 2 * e * f);
+      memory("swiglu.mul", 3 * e * f);
+    } else {
+      memory("swiglu.mul.bwd_a", 3 * e * f);
+      memory("swiglu.mul.bwd_b", 3 * e * f);
+      memory("swiglu.silu.bwd", 3 * e * f);
+    }
+  }
   int64_t ffn_in() const {
     return (m.activation == Activation::swiglu ? 2 : 1) * static_cast<int64_t>(m.ffn_hidden) /
            s.tensor_parallel;
@@ -498,14 +604,15 @@ std::vector<Step> layer_forward(const ModelConfig& m, const LayerShape& s) {
   const int t = s.tensor_parallel;
   const int64_t h = m.hidden;
   const int64_t qkv = (m.q_width() + 2 * m.kv_width()) / t;
-  b.memory("norm1", b.norm_bytes());
+  b.norm_fwd("norm1");
   b.cast_for_matmul("norm1");
   if (m.mla()) {
     mla_forward(b);
   } else {
     b.enter_tp_fwd(true);
     b.linear_fwd("qkv", h, qkv);
-    if (m.position == Position::rotary) b.memory("rotary", b.e * b.tokens() * qkv * 2);
+    if (m.position == Position::rotary) b.rotary(true, qkv);
+    b.repeat_kv(true);
     b.context_comm(CommKind::allgather, true);
     b.attention(true);
     b.attention_reshape(true);
@@ -513,15 +620,17 @@ std::vector<Step> layer_forward(const ModelConfig& m, const LayerShape& s) {
     b.row_parallel_fwd("proj", m.q_width() / t, h);
   }
   b.dropout_residual("dropout_residual1");
-  b.memory("norm2", b.norm_bytes());
+  b.norm_fwd("norm2");
   b.cast_for_matmul("norm2");
   if (s.moe_layer) {
     moe_forward(b);
   } else {
     b.enter_tp_fwd(true);
     b.linear_fwd("fc1", h, b.ffn_in());
-    b.memory(m.activation == Activation::swiglu ? "swiglu" : "gelu",
-             b.e * b.tokens() * (b.ffn_in() + m.ffn_hidden / t));
+    if (m.activation == Activation::swiglu)
+      b.swiglu(true);
+    else
+      b.memory("gelu", b.e * b.tokens() * (b.ffn_in() + m.ffn_hidden / t));
     b.fp8_cast_transpose("fc2.input", static_cast<double>(b.tokens()) * (m.ffn_hidden / t));
     b.row_parallel_fwd("fc2", m.ffn_hidden / t, h);
   }
@@ -545,8 +654,10 @@ std::vector<Step> layer_backward(const ModelConfig& m, const LayerShape& s) {
     b.enter_tp_fwd(true);
     b.linear_dgrad("fc2", m.ffn_hidden / t, h);
     b.linear_wgrad("fc2", m.ffn_hidden / t, h);
-    b.memory(m.activation == Activation::swiglu ? "swiglu.bwd" : "gelu.bwd",
-             b.e * b.tokens() * (b.ffn_in() + 2.0 * m.ffn_hidden / t));
+    if (m.activation == Activation::swiglu)
+      b.swiglu(false);
+    else
+      b.memory("gelu.bwd", b.e * b.tokens() * (b.ffn_in() + 2.0 * m.ffn_hidden / t));
     b.fp8_cast_transpose("fc1.grad_output", static_cast<double>(b.tokens()) * b.ffn_in());
     b.regather_input();
     b.linear_dgrad("fc1", h, b.ffn_in());
@@ -556,7 +667,7 @@ std::vector<Step> layer_backward(const ModelConfig& m, const LayerShape& s) {
     b.linear_wgrad("fc1", h, b.ffn_in());
   }
   b.cast_back("norm2");
-  b.memory("norm2.bwd", b.norm_bytes() * 1.5);
+  b.norm_bwd("norm2");
   b.residual_sum("residual2");
   // Attention block.
   b.dropout_residual_bwd("dropout_residual1");
@@ -571,7 +682,8 @@ std::vector<Step> layer_backward(const ModelConfig& m, const LayerShape& s) {
     b.context_comm(CommKind::allgather, true);
     b.attention(false);
     b.context_comm(CommKind::reducescatter, false);
-    if (m.position == Position::rotary) b.memory("rotary.bwd", b.e * b.tokens() * qkv * 2);
+    b.repeat_kv(false);
+    if (m.position == Position::rotary) b.rotary(false, qkv);
     b.fp8_cast_transpose("qkv.grad_output", static_cast<double>(b.tokens()) * qkv);
     b.regather_input();
     b.linear_dgrad("qkv", h, qkv);
@@ -581,7 +693,7 @@ std::vector<Step> layer_backward(const ModelConfig& m, const LayerShape& s) {
     b.linear_wgrad("qkv", h, qkv);
   }
   b.cast_back("norm1");
-  b.memory("norm1.bwd", b.norm_bytes() * 1.5);
+  b.norm_bwd("norm1");
   b.residual_sum("residual1");
   return b.steps;
 }
@@ -619,7 +731,7 @@ std::vector<Step> embedding_backward(const ModelConfig& m, const LayerShape& s) 
 std::vector<Step> head_forward(const ModelConfig& m, const LayerShape& s) {
   Builder b(m, s);
   const int64_t v = m.vocab / s.tensor_parallel;
-  b.memory("final_norm", b.norm_bytes());
+  b.norm_fwd("final_norm");
   b.cast_for_matmul("final_norm");
   b.enter_tp_fwd();
   b.linear_fwd("logits", m.hidden, v);
@@ -647,7 +759,7 @@ std::vector<Step> head_backward(const ModelConfig& m, const LayerShape& s) {
          true);
   b.linear_wgrad("logits", m.hidden, v);
   b.cast_back("final_norm");
-  b.memory("final_norm.bwd", b.norm_bytes() * 1.5);
+  b.norm_bwd("final_norm");
   return b.steps;
 }
 

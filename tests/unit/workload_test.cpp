@@ -430,6 +430,60 @@ TEST(TrainingReplay, Fp8MoeLayersCastTheExpertsInputsAndGradients) {
                                            {"shared.fc1.grad_output.fp8_cast", 4 * T * 512}}));
 }
 
+TEST(TrainingReplay, EagerLlamaLayersRunRmsNormRotaryAndSwigluOpByOp) {
+  // Eager PyTorch (pytorch-fsdp's `kernels: eager`) runs a Llama layer's RMSNorm, rotary
+  // embeddings and SwiGLU as the composite ops the reference code writes, each its own kernel,
+  // where Megatron-LM fuses each into one. 1024 tokens, hidden 256, 4 query heads and 2 key/value
+  // heads of 64, FFN 512, bf16 (2 bytes), no tensor parallelism.
+  const ModelConfig m = load_model_yaml_text(
+      "name: tiny-llama\nfamily: llama\nlayers: 2\nhidden: 256\nheads: 4\nkv_heads: 2\n"
+      "ffn_hidden: 512\nvocab: 1000\nsequence: 1024\nactivation: swiglu\nnorm: rmsnorm\n"
+      "position: rotary\ntied_embeddings: false\ncausal: true\nbias: false\n",
+      "tiny-llama.yaml");
+  LayerShape s;
+  s.micro_batch = 1;
+  s.sequence = 1024;
+  s.precision = Precision::bf16;
+  const double T = 1024, n = T * 256, q = T * 256, k = T * 128, f = T * 512;
+  auto summed = [](const std::vector<Step>& steps, const std::string& prefix) {
+    double b = 0;
+    int kernels = 0;
+    for (const Step& st : steps) {
+      if (st.op.name.rfind(prefix, 0) == 0) b += st.op.bytes, ++kernels;
+    }
+    return std::pair{b, kernels};
+  };
+  s.eager = true;
+  const std::vector<Step> fwd = layer_forward(m, s), bwd = layer_backward(m, s);
+  // RMSNorm forward: cast to fp32 (6), pow (8), mean (4), times rsqrt (8), cast back (6), times
+  // the weight (4) an element; mean, add eps, rsqrt and the product write or read 4 + 8 + 8 + 4
+  // bytes a token. 8 kernels.
+  EXPECT_EQ(summed(fwd, "norm1"), std::pair(36 * n + 24 * T, 8));
+  // Backward: 4 + 6 + 2 (the weight), 6 (cast), 8 + 12 + 4 (the product), 4 (mean), 8 + 12
+  // (pow), 12 (the two paths added), 6 (cast) an element, 4 + 12 + 4 a token. 13 kernels.
+  EXPECT_EQ(summed(bwd, "norm1"), std::pair(84 * n + 20 * T, 13));
+  // Rotary, complex form, over the queries and the keys: cast (6), product (8), cast back (6).
+  EXPECT_EQ(summed(fwd, "rotary"), std::pair(20 * (q + k), 6));
+  EXPECT_EQ(summed(bwd, "rotary"), std::pair(20 * (q + k), 6));
+  // The keys and values repeated to the 4 query heads: 2 tensors read at 2 heads, written at 4.
+  EXPECT_EQ(summed(fwd, "repeat_kv"), std::pair(2 * 2 * (q + k), 1));
+  // SwiGLU: silu (2e) and the product (3e); backward 3 x 3e.
+  EXPECT_EQ(summed(fwd, "swiglu"), std::pair(5 * 2 * f, 2));
+  EXPECT_EQ(summed(bwd, "swiglu"), std::pair(9 * 2 * f, 3));
+  // Under autocast the stream is fp32: no casts inside the norm (8 + 4 + 8 + 8 an element), then
+  // autocast's cast of its fp32 output for the matmul (4 + 2).
+  s.autocast = true;
+  EXPECT_EQ(summed(layer_forward(m, s), "norm1."), std::pair(28 * n + 24 * T + 6 * n, 7));
+  // Fused (Megatron-LM): one kernel each, as before.
+  s.eager = s.autocast = false;
+  const std::vector<Step> ffwd = layer_forward(m, s), fbwd = layer_backward(m, s);
+  EXPECT_EQ(summed(ffwd, "norm1"), std::pair(4 * n, 1));
+  EXPECT_EQ(summed(fbwd, "norm1"), std::pair(6 * n, 1));
+  EXPECT_EQ(summed(ffwd, "rotary"), std::pair(4 * T * 512, 1));
+  EXPECT_EQ(summed(ffwd, "repeat_kv"), std::pair(0.0, 0));
+  EXPECT_EQ(summed(ffwd, "swiglu"), std::pair(3 * 2 * f, 1));
+}
+
 TEST(TrainingMemory, ActivationsFollowKorthikantiTable2) {
   const ModelConfig m = load_model("korthikanti-175b");
   LayerShape s;
