@@ -63,6 +63,10 @@ class DeepSpeedLauncher final : public Launcher {
     add_megatron_model_flags(m, a);
     if (p.recompute == workload::Recompute::full) {
       a.insert(a.end(), {"--checkpoint-activations", "--deepspeed-activation-checkpointing"});
+      if (p.recompute_layers > 0)
+        l.unsupported.push_back(
+            "recompute_layers: Megatron v1.1.5's --checkpoint-activations checkpoints every "
+            "layer; exported with every layer recomputed");
     } else if (p.recompute == workload::Recompute::selective) {
       l.unsupported.push_back(
           "recompute selective: DeepSpeed's activation checkpointing recomputes whole layers; "

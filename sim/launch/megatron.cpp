@@ -206,6 +206,10 @@ class MegatronLauncher final : public Launcher {
     if (m.moe()) add_moe_flags(m, p, a);
     if (p.recompute == workload::Recompute::selective) {
       a.insert(a.end(), {"--recompute-granularity", "selective"});
+    } else if (p.recompute == workload::Recompute::full && p.recompute_layers > 0) {
+      // The first N layers of each stage's chunk recomputed, the others kept.
+      a.insert(a.end(), {"--recompute-granularity", "full", "--recompute-method", "block",
+                         "--recompute-num-layers", std::to_string(p.recompute_layers)});
     } else if (p.recompute == workload::Recompute::full) {
       // One layer per checkpoint, every layer: what hetsim's full recompute replays.
       a.insert(a.end(), {"--recompute-granularity", "full", "--recompute-method", "uniform",

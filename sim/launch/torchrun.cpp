@@ -71,6 +71,11 @@ class TorchrunLauncher final : public Launcher {
     c["global_batch_size"] = lay.global_batch;
     c["sequence_length"] = p.sequence_length;
     c["activation_checkpointing"] = p.recompute == workload::Recompute::full;
+    if (p.recompute_layers > 0) {
+      l.unsupported.push_back(
+          "recompute_layers: the exported configuration checkpoints every wrapped layer; "
+          "exported with every layer recomputed");
+    }
     if (p.recompute == workload::Recompute::selective) {
       l.unsupported.push_back(
           "recompute selective: DDP/FSDP checkpoint whole wrapped modules "

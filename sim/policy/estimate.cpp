@@ -462,6 +462,13 @@ const Estimator::Pieces& Estimator::stage_pieces(const Plan& plan, const config:
 
 namespace {
 
+// The share of a chunk's `layers` that run their forward pass again (Plan::recompute_layers: the
+// chunk's first N; every layer without it).
+double recompute_share(const Plan& plan, int layers) {
+  if (plan.recompute_layers == 0 || layers <= 0) return 1.0;
+  return std::min(plan.recompute_layers, layers) / static_cast<double>(layers);
+}
+
 // One virtual stage's forward (`f`) and backward (`b`) pass of one micro-batch, its kernels
 // added to `kernels`: its layers with `rc` of recompute, and ZeRO-3's collectives of each layer
 // (`gather` forward and backward, `scatter` backward) on the data-parallel stream: the pass's
@@ -579,8 +586,9 @@ Estimate Estimator::staged(const Plan& plan) {
                                     ? ps.recompute.kernels_s
                                     : 0.0;
       double kernels = 0;
+      const double q = recompute_share(plan, st.layers);
       const StagePass pass =
-          stage_pass(ps, st.layers, per_pass, rc, rc_kernels, 0, 0, s == 0, s == S - 1, fw,
+          stage_pass(ps, st.layers, per_pass, rc * q, rc_kernels * q, 0, 0, s == 0, s == S - 1, fw,
                      pipe_gather, hop[si], s > 0 ? hop[si - 1] : 0.0, kernels);
       const double f = pass.f, b = pass.b;
       const double opt =
@@ -808,19 +816,20 @@ Estimate Estimator::estimate(const Plan& plan) {
       for (int c = 0; c < v; ++c) {
         const int vs = c * S + s;
         const int layers = st.layers_of(c);
+        const double q = recompute_share(plan, layers);
         // Layered accumulation gathers and reduce-scatters once per layer, not per micro-batch
         // (added to the pipeline below).
         const double g_mb = plan.layered ? 0 : gather, s_mb = plan.layered ? 0 : scatter;
         // Each layer's collectives prefetched beside the layer before it, as in a pass.
         if (plan.layered && layers > 0) {
-          const double lf = m * ps.layer_f.total(), lb = m * (ps.layer_b.total() + rc);
+          const double lf = m * ps.layer_f.total(), lb = m * (ps.layer_b.total() + rc * q);
           once = std::max(once, 2 * gather + scatter +
                                     (layers - 1) * (std::max(0.0, gather - lf) +
                                                     std::max(0.0, gather + scatter - lb)));
         }
-        const StagePass pass =
-            stage_pass(ps, layers, per_pass, rc, rc_kernels, g_mb, s_mb, vs == 0, vs == V - 1, fw,
-                       pipe_gather, hop[s < S - 1 ? s : 0], hop[s > 0 ? s - 1 : 0], kernels);
+        const StagePass pass = stage_pass(ps, layers, per_pass, rc * q, rc_kernels * q, g_mb, s_mb,
+                                          vs == 0, vs == V - 1, fw, pipe_gather,
+                                          hop[s < S - 1 ? s : 0], hop[s > 0 ? s - 1 : 0], kernels);
         fwd[s] += pass.f;
         bwd[s] += pass.b;
         // What lies outside the layers (the job builder's embedding and head collectives): under

@@ -92,6 +92,7 @@ std::vector<Neighbour> neighbours(const std::string& text, const workload::Plan&
     if (rc == plan.recompute) continue;
     YAML::Node n = YAML::Clone(root);
     n["recompute"] = workload::to_string(rc);
+    if (rc != workload::Recompute::full) n.remove("recompute_layers");
     add("recompute " + workload::to_string(rc), n);
   }
   // ZeRO.

@@ -113,11 +113,21 @@ std::vector<DeviceMemory> memory_per_group(const TrainingJob& job) {
     std::vector<double> chunk_act(static_cast<size_t>(std::max(1, job.chunks)), 0.0);
     for (size_t c = 0; c < chunk_act.size(); ++c) {
       const int first = st.first_of(static_cast<int>(c)), n = st.layers_of(static_cast<int>(c));
-      chunk_act[c] = per_layer * (n - m.moe_layers_in(first, n));
-      for (int l = first; m.moe() && l < first + n; ++l) {
-        if (m.is_moe(l))
-          chunk_act[c] += layer_activation_bytes(m, moe_shape(s, p, loads[static_cast<size_t>(l)]),
-                                                 p.recompute);
+      if (p.recompute_layers == 0) {
+        chunk_act[c] = per_layer * (n - m.moe_layers_in(first, n));
+        for (int l = first; m.moe() && l < first + n; ++l) {
+          if (m.is_moe(l))
+            chunk_act[c] += layer_activation_bytes(
+                m, moe_shape(s, p, loads[static_cast<size_t>(l)]), p.recompute);
+        }
+        continue;
+      }
+      // recompute_layers: the chunk's first layers keep their input only, the others all.
+      for (int l = first; l < first + n; ++l) {
+        const Recompute r = p.recomputes_layer(l - first) ? Recompute::full : Recompute::none;
+        chunk_act[c] += m.is_moe(l) ? layer_activation_bytes(
+                                          m, moe_shape(s, p, loads[static_cast<size_t>(l)]), r)
+                                    : layer_activation_bytes(m, s, r);
       }
     }
     // Walk the schedule: a forward pass stores its chunk's activations until its backward.

@@ -819,6 +819,7 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
                       "interleave",
                       "microbatch_group",
                       "recompute",
+                      "recompute_layers",
                       "sequence_parallel",
                       "tp_comm_overlap",
                       "zero_stage",
@@ -868,6 +869,13 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
   }
   p.recompute = static_cast<Recompute>(
       config::get_choice(file, root, "", "recompute", {"none", "selective", "full"}, "none"));
+  p.recompute_layers =
+      static_cast<int>(get_int(file, root, "", "recompute_layers", 1, limits::kLayers, 0));
+  if (p.recompute_layers > 0 && p.recompute != Recompute::full) {
+    throw InputError(where(file, root["recompute_layers"]) +
+                     ": recompute_layers: needs recompute: full (it says how many layers of each "
+                     "stage recompute in full)");
+  }
   p.flash_attention =
       config::get_choice(file, root, "", "attention", {"flash", "standard"}, "flash") == 0;
   p.bucket_bytes = config::get_quantity(file, root, "", "bucket_size", config::Dimension::bytes,

@@ -64,6 +64,16 @@ struct Plan {
   // microbatch_group_size_per_vp_stage; 0: pipeline_parallel, Megatron's default).
   int microbatch_group = 0;
   Recompute recompute = Recompute::none;
+  // `recompute_layers: N` with `recompute: full`: only the first N transformer layers of each
+  // stage's model chunk are recomputed, the others keep their activations (Megatron-LM's
+  // --recompute-method block --recompute-num-layers N; torchtitan's selective layer
+  // checkpointing of every k-th layer recomputes as many and keeps as much). 0: every layer.
+  int recompute_layers = 0;
+  // Whether the layer at `index` within its chunk (0 the chunk's first) runs its forward pass
+  // again before its backward pass.
+  bool recomputes_layer(int index) const {
+    return recompute == Recompute::full && (recompute_layers == 0 || index < recompute_layers);
+  }
   bool sequence_parallel = false;
   // `tp_comm_overlap: true` (Megatron-LM's --tp-comm-overlap, Transformer Engine's userbuffers;
   // NVIDIA's NeMo / Megatron-Bridge performance recipes turn it on): each transformer layer's

@@ -847,7 +847,7 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
           if (zero3 && l > 0) next = gather_layer(l - 1, key);
           if (zero3) b.dp_wait(mine);
           for (uint32_t mb = 0; mb < M; ++mb) {
-            if (plan.recompute == Recompute::full) b.emit(fwd_of(l), Pass::recompute, l, mb, 0);
+            if (plan.recomputes_layer(l)) b.emit(fwd_of(l), Pass::recompute, l, mb, 0);
             if (plan.recompute == Recompute::selective) b.emit(ar, Pass::recompute, l, mb, 0);
             b.emit(bwd_of(l), Pass::backward, l, mb, 0);
           }
@@ -925,7 +925,7 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
             const uint32_t mine = next;
             if (zero3 && l > first) next = gather_layer(l - 1, key_of(l - 1));
             if (zero3) b.dp_wait(mine);
-            if (plan.recompute == Recompute::full)
+            if (plan.recomputes_layer(l - first))
               b.emit(fwd_of(l), Pass::recompute, l, it.micro_batch, it.chunk);
             if (plan.recompute == Recompute::selective)
               b.emit(ar, Pass::recompute, l, it.micro_batch, it.chunk);

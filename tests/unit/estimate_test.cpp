@@ -74,7 +74,8 @@ TEST(Estimate, OnOneGpuIsTheReplayExactly) {
   const platform::Cluster c = cluster("dgx-a100", 1);
   const workload::DatasheetCostModel cost;
   Estimator est(m, c, cost);
-  for (const char* extra : {"recompute: none\n", "recompute: full\n", "recompute: selective\n"}) {
+  for (const char* extra : {"recompute: none\n", "recompute: full\n", "recompute: selective\n",
+                            "recompute: full\nrecompute_layers: 3\n"}) {
     const workload::Plan p = workload::load_plan_text(
         std::string("tensor_parallel: 1\npipeline_parallel: 1\ndata_parallel: 1\n"
                     "devices: [0]\nmicro_batch_size: 2\nglobal_batch_size: 8\n"

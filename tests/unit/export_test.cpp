@@ -246,6 +246,22 @@ TEST(MegatronExport, Fp16OnV100KeepsFp32MainGradients) {
   EXPECT_TRUE(p.has("--accumulate-allreduce-grads-in-fp32"));
 }
 
+TEST(MegatronExport, RecomputeLayersIsTheBlockMethod) {
+  const Inputs in = inputs("gpt3-1.3b", "dgx-a100", 1,
+                           "pipeline_parallel: 2\nmicro_batch_size: 1\nglobal_batch_size: 8\n"
+                           "recompute: full\nrecompute_layers: 5\n");
+  const Launch l = export_to(in, "megatron");
+  ASSERT_TRUE(l.unsupported.empty()) << lines(l.unsupported);
+  const Parsed p = parse_megatron(l.command);
+  EXPECT_EQ(p.str("--recompute-granularity"), "full");
+  EXPECT_EQ(p.str("--recompute-method"), "block");
+  EXPECT_EQ(p.num("--recompute-num-layers"), 5);
+  // Megatron v1.1.5 (DeepSpeed) checkpoints every layer: said, and exported so.
+  const Launch d = export_to(in, "deepspeed");
+  ASSERT_EQ(d.unsupported.size(), 1u) << lines(d.unsupported);
+  EXPECT_EQ(d.unsupported[0].rfind("recompute_layers: ", 0), 0u) << d.unsupported[0];
+}
+
 TEST(MegatronExport, LlamaShapeFlagsFollowTheModel) {
   const Inputs in = inputs("llama3-8b", "dgx-h100", 1,
                            "tensor_parallel: 8\nmicro_batch_size: 1\nglobal_batch_size: 1\n");

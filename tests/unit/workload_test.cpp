@@ -89,6 +89,58 @@ TEST(TrainingFlops, ReplayCountsEveryKernelOnEveryDeviceOnce) {
   EXPECT_GT(executed, gemm);
 }
 
+TEST(TrainingReplay, RecomputeLayersRecomputesTheFirstLayersOfEachChunk) {
+  // recompute_layers: N with recompute: full: the first N layers of each stage's model chunk run
+  // their forward pass again before their backward pass and keep only their input; the others
+  // keep everything. Two stages of 4 layers, interleaved by 2 (chunks of 2 layers), 4
+  // micro-batches, N = 1: one layer of each chunk recomputed, 2 x 4 recomputes per stage.
+  const ModelConfig m = small_gpt(8);
+  const platform::Cluster c = cluster("dgx-a100", 1);
+  const DatasheetCostModel cost;
+  const std::string base =
+      "pipeline_parallel: 2\nmicro_batch_size: 1\nglobal_batch_size: 4\nsequence_length: 1024\n"
+      "schedule: interleaved\ninterleave: 2\ndevices: \"0-1\"\n";
+  auto recomputed = [](const TrainingJob& job) {
+    int n = 0;
+    for (const Task& t : job.groups[0].program)
+      n += t.kind == TaskKind::compute && t.pass == Pass::recompute;
+    return n;
+  };
+  const Plan some = load_plan_text(base + "recompute: full\nrecompute_layers: 1\n", "p.yaml", m, c);
+  const TrainingJob job = build_training_job(m, some, c, cost);
+  EXPECT_EQ(recomputed(job), 2 * 4);
+  const Plan all = load_plan_text(base + "recompute: full\n", "p.yaml", m, c);
+  EXPECT_EQ(recomputed(build_training_job(m, all, c, cost)), 2 * 2 * 4);
+  // N at least the chunk's layers is every layer, to the byte and the picosecond.
+  const Plan every =
+      load_plan_text(base + "recompute: full\nrecompute_layers: 2\n", "p.yaml", m, c);
+  const TrainingJob every_job = build_training_job(m, every, c, cost);
+  const TrainingJob all_job = build_training_job(m, all, c, cost);
+  EXPECT_EQ(replay(every_job).iteration, replay(all_job).iteration);
+  EXPECT_EQ(memory_per_group(every_job)[0].activations, memory_per_group(all_job)[0].activations);
+  // Memory: each chunk in flight holds one layer's input and one layer's activations whole,
+  // against two layers' inputs (all) or two layers whole (none).
+  const Plan none = load_plan_text(base + "recompute: none\n", "p.yaml", m, c);
+  const TrainingJob none_job = build_training_job(m, none, c, cost);
+  const double a_some = memory_per_group(job)[0].activations;
+  const double a_all = memory_per_group(all_job)[0].activations;
+  const double a_none = memory_per_group(none_job)[0].activations;
+  EXPECT_NEAR(a_some, (a_all + a_none) / 2, 1e-6 * a_none);
+  // Time: between none and all.
+  const Time t_some = replay(job).iteration;
+  EXPECT_LT(replay(none_job).iteration, t_some);
+  EXPECT_LT(t_some, replay(all_job).iteration);
+  // Without recompute: full it is refused.
+  try {
+    load_plan_text(base + "recompute: selective\nrecompute_layers: 1\n", "q.yaml", m, c);
+    ADD_FAILURE() << "accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "q.yaml:9: recompute_layers: needs recompute: full (it says how many layers of "
+              "each stage recompute in full)");
+  }
+}
+
 TEST(TrainingFlops, InterleavedChunksThatDoNotDivideTheLayersLeaveTheEndsShort) {
   // 30 layers on 4 stages x 8 chunks: the first chunk of the first stage holds only the
   // embedding, the last chunk of the last stage only the head (Llama 3 405B's layout); every

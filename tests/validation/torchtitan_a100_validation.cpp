@@ -1,16 +1,19 @@
 // Validation against torchtitan's published FSDP2 throughput on 64 A100 80GB
 // (tests/data/ground_truth/torchtitan_a100/): Llama 3 8B and 70B, Llama 2 13B and 70B, bf16,
-// eager PyTorch, every parameter sharded over the 64 GPUs. Each row with no or full activation
-// recomputation is replayed as `framework: pytorch-fsdp` on 8 DGX A100 nodes (the cluster is not
+// eager PyTorch, every parameter sharded over the 64 GPUs. Each row with no, full or selective
+// layer checkpointing (every second layer: `recompute: full` with `recompute_layers` half the
+// layers) is replayed as `framework: pytorch-fsdp` on 8 DGX A100 nodes (the cluster is not
 // stated; hetsim exposes 0-2% of these iterations to communication on it) with the datasheet
-// model; prints predicted against published tokens/s/GPU.
+// model; prints predicted against published tokens/s/GPU. torchtitan's op-level selective
+// checkpointing (3 rows) is not a hetsim plan.
 //
 // 2026-12-04: with each Llama layer's RMSNorm, rotary embeddings, key/value repeat and SwiGLU
-// counted as one fused kernel each (as Megatron-LM runs them), hetsim was 6-14% too fast on the
-// three replayed rows (Llama 2 13B without recomputation +14.1%, the two 70B rows with full
-// recomputation +6.4% and +6.2%): 8.9% mean. Counted as the eager ops the reference code runs
-// (sim/workload/ops.cpp: RMSNorm as PyTorch's composite, 36 and 84 bytes an element forward and
-// backward against the fused kernel's 4 and 6): +4.8%, +0.8%, +0.9%: 2.2% mean.
+// counted as one fused kernel each (as Megatron-LM runs them), hetsim was 6-14% too fast on all
+// five replayed rows (Llama 2 13B without recomputation +14.1%, with every second layer
+// recomputed +11.2%, Llama 3 8B so +10.5%, the two 70B rows with full recomputation +6.4% and
+// +6.2%): 9.7% mean. Counted as the eager ops the reference code runs (sim/workload/ops.cpp:
+// RMSNorm as PyTorch's composite, 36 and 84 bytes an element forward and backward against the
+// fused kernel's 4 and 6): from +0.8% to +4.8%, 2.0% mean.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -37,7 +40,7 @@ namespace {
 namespace fs = std::filesystem;
 using namespace hetsim;
 
-constexpr double kMeanCeilingPct = 4.0;  // measured 2.2%
+constexpr double kMeanCeilingPct = 4.0;  // measured 2.0%
 constexpr double kRowCeilingPct = 8.0;   // measured 4.8% at most
 
 struct Row {
@@ -81,7 +84,7 @@ TEST(TrainingValidation, TorchtitanFsdp2A100) {
   double sum = 0;
   int replayed = 0;
   for (const Row& r : rows) {
-    if (r.checkpointing != "none" && r.checkpointing != "full") {
+    if (r.checkpointing == "selective_op") {
       std::printf("%-22s %-15s %10.0f %10s  (torchtitan's %s checkpointing: not a hetsim plan)\n",
                   r.label.c_str(), r.checkpointing.c_str(), r.measured, "-",
                   r.checkpointing.c_str());
@@ -95,7 +98,10 @@ TEST(TrainingValidation, TorchtitanFsdp2A100) {
     p << "data_parallel: " << r.gpus << "\nmicro_batch_size: " << r.local_batch
       << "\nglobal_batch_size: " << r.gpus * r.local_batch << "\nsequence_length: " << r.sequence
       << "\nprecision: bf16\nzero_stage: 3\nmain_grads: fp32\nframework: pytorch-fsdp\n"
-      << "recompute: " << r.checkpointing << "\n";
+      << "recompute: " << (r.checkpointing == "none" ? "none" : "full") << "\n";
+    // torchtitan's selective layer checkpointing (ac_freq 2): every second block checkpointed,
+    // half the layers, as many as recompute_layers recomputes.
+    if (r.checkpointing == "selective_layer") p << "recompute_layers: " << model.layers / 2 << "\n";
     const workload::Plan plan =
         workload::load_plan_text(p.str(), r.label + ".yaml", model, cluster);
     const workload::TrainingJob job = workload::build_training_job(model, plan, cluster, cost);
@@ -117,7 +123,7 @@ TEST(TrainingValidation, TorchtitanFsdp2A100) {
     sum += std::abs(err);
     ++replayed;
   }
-  ASSERT_EQ(replayed, 3);
+  ASSERT_EQ(replayed, 5);
   std::printf("mean |error| over %d replayed rows: %.1f%%\n", replayed, sum / replayed);
   EXPECT_LT(sum / replayed, kMeanCeilingPct);
 }
