@@ -67,6 +67,10 @@ class DeepSpeedLauncher final : public Launcher {
         l.unsupported.push_back(
             "recompute_layers: Megatron v1.1.5's --checkpoint-activations checkpoints every "
             "layer; exported with every layer recomputed");
+    } else if (p.recompute == workload::Recompute::selective_op) {
+      l.unsupported.push_back(
+          "recompute selective_op: DeepSpeed's activation checkpointing recomputes whole layers; "
+          "exported without recompute");
     } else if (p.recompute == workload::Recompute::selective) {
       l.unsupported.push_back(
           "recompute selective: DeepSpeed's activation checkpointing recomputes whole layers; "

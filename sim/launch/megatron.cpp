@@ -206,6 +206,10 @@ class MegatronLauncher final : public Launcher {
     if (m.moe()) add_moe_flags(m, p, a);
     if (p.recompute == workload::Recompute::selective) {
       a.insert(a.end(), {"--recompute-granularity", "selective"});
+    } else if (p.recompute == workload::Recompute::selective_op) {
+      l.unsupported.push_back(
+          "recompute selective_op: torchtitan's op-level checkpointing has no Megatron-LM flag; "
+          "exported without recompute");
     } else if (p.recompute == workload::Recompute::full && p.recompute_layers > 0) {
       // The first N layers of each stage's chunk recomputed, the others kept.
       a.insert(a.end(), {"--recompute-granularity", "full", "--recompute-method", "block",

@@ -76,6 +76,11 @@ class TorchrunLauncher final : public Launcher {
           "recompute_layers: the exported configuration checkpoints every wrapped layer; "
           "exported with every layer recomputed");
     }
+    if (p.recompute == workload::Recompute::selective_op) {
+      l.unsupported.push_back(
+          "recompute selective_op: torchtitan's op-level checkpointing policy is not in the "
+          "exported configuration; exported without recompute");
+    }
     if (p.recompute == workload::Recompute::selective) {
       l.unsupported.push_back(
           "recompute selective: DDP/FSDP checkpoint whole wrapped modules "

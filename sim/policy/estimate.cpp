@@ -446,6 +446,8 @@ const Estimator::Pieces& Estimator::pieces(const Plan& plan, const config::GpuPr
   ps.head_f = at_clock(workload::head_forward(model_, shape));
   ps.head_b = at_clock(workload::head_backward(model_, shape));
   ps.recompute = at_clock(workload::attention_recompute(model_, shape));
+  if (!model_.moe() && !model_.mla() && model_.activation == workload::Activation::swiglu)
+    ps.recompute_ops = at_clock(workload::selective_op_recompute(model_, shape));
   return ps;
 }
 
@@ -461,6 +463,22 @@ const Estimator::Pieces& Estimator::stage_pieces(const Plan& plan, const config:
 }
 
 namespace {
+
+// What a layer runs again before its backward pass, under the plan's recompute.
+template <typename Pieces>
+Estimator::Piece recompute_of(const Plan& plan, const Pieces& ps) {
+  switch (plan.recompute) {
+    case workload::Recompute::full:
+      return ps.layer_f;
+    case workload::Recompute::selective:
+      return ps.recompute;
+    case workload::Recompute::selective_op:
+      return ps.recompute_ops;
+    case workload::Recompute::none:
+      break;
+  }
+  return {};
+}
 
 // The share of a chunk's `layers` that run their forward pass again (Plan::recompute_layers: the
 // chunk's first N; every layer without it).
@@ -578,13 +596,8 @@ Estimate Estimator::staged(const Plan& plan) {
               ? collectives_s(CommKind::allgather, whole * static_cast<double>(ds.batch[j]) / mb,
                               tp)
               : 0.0;
-      const double rc = plan.recompute == workload::Recompute::full        ? ps.layer_f.total()
-                        : plan.recompute == workload::Recompute::selective ? ps.recompute.total()
-                                                                           : 0.0;
-      const double rc_kernels = plan.recompute == workload::Recompute::full ? ps.layer_f.kernels_s
-                                : plan.recompute == workload::Recompute::selective
-                                    ? ps.recompute.kernels_s
-                                    : 0.0;
+      const double rc = recompute_of(plan, ps).total();
+      const double rc_kernels = recompute_of(plan, ps).kernels_s;
       double kernels = 0;
       const double q = recompute_share(plan, st.layers);
       const StagePass pass =
@@ -805,14 +818,9 @@ Estimate Estimator::estimate(const Plan& plan) {
         scatter =
             dp_s(lay, s, CommKind::reducescatter, grad_bytes * layer_params / st.tensor_parallel());
       }
-      const double rc = plan.recompute == workload::Recompute::full        ? ps.layer_f.total()
-                        : plan.recompute == workload::Recompute::selective ? ps.recompute.total()
-                                                                           : 0.0;
+      const double rc = recompute_of(plan, ps).total();
       double kernels = 0;
-      const double rc_kernels = plan.recompute == workload::Recompute::full ? ps.layer_f.kernels_s
-                                : plan.recompute == workload::Recompute::selective
-                                    ? ps.recompute.kernels_s
-                                    : 0.0;
+      const double rc_kernels = recompute_of(plan, ps).kernels_s;
       for (int c = 0; c < v; ++c) {
         const int vs = c * S + s;
         const int layers = st.layers_of(c);

@@ -61,7 +61,9 @@ class Estimator {
 
  private:
   struct Pieces {
-    Piece layer_f, layer_b, recompute, embedding_f, embedding_b, head_f, head_b;
+    // recompute: the attention core (selective); recompute_ops: torchtitan's op-level policy's
+    // share of a layer's forward pass (selective_op, Llama-style dense layers only).
+    Piece layer_f, layer_b, recompute, recompute_ops, embedding_f, embedding_b, head_f, head_b;
   };
   // Rank lists that run one collective each, concurrently, and a key that says where they sit
   // as far as the collectives' time can tell: inside one node, its node type and local indices

@@ -14,6 +14,12 @@ double layer_activation_bytes(const ModelConfig& m, const LayerShape& s, Recompu
   const double h = m.hidden;
   const double outside = s.sequence_parallel ? 1.0 / t : 1.0;  // regions sequence parallel splits
   if (r == Recompute::full) return e * sb * h * outside;       // the layer input only
+  // torchtitan's op-level checkpointing (no tensor parallelism): the layer's input and the outputs
+  // it keeps: the query and value projections', attention's (and its fp32 log-sum-exp per head
+  // and token), w1's and w2's.
+  if (r == Recompute::selective_op)
+    return sb * e * (h + m.q_width() + m.kv_width() + m.q_width() + m.ffn_hidden + h) +
+           sb * 4.0 * m.heads;
   // Outside the tensor-parallel regions: both norm inputs and the QKV and fc1 inputs (4 tensors
   // of e bytes), two 1-byte dropout masks: 10 s b h at 16 bits (Korthikanti Table 2); no masks
   // without dropout (Llama).

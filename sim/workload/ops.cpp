@@ -772,6 +772,29 @@ std::vector<Step> attention_recompute(const ModelConfig& m, const LayerShape& s)
   return b.steps;
 }
 
+std::vector<Step> selective_op_recompute(const ModelConfig& m, const LayerShape& s) {
+  Builder b(m, s);
+  const int t = s.tensor_parallel;
+  const int64_t h = m.hidden;
+  // torchtitan's policy counts a layer's matmuls in the order they run (wq, wk, wv, wo, w1, w3,
+  // w2) and keeps every odd one's output: the keys' (wk), the output projection (wo) and w3 run
+  // again, with every elementwise op of the forward pass up to the last output the backward
+  // pass needs; attention's output is kept.
+  b.norm_fwd("norm1");
+  b.cast_for_matmul("norm1");
+  b.linear_fwd("k", h, m.kv_width() / t);
+  if (m.position == Position::rotary) b.rotary(true, (m.q_width() + 2 * m.kv_width()) / t);
+  b.repeat_kv(true);
+  b.attention_reshape(true);
+  b.linear_fwd("proj", m.q_width() / t, h);
+  b.dropout_residual("dropout_residual1");
+  b.norm_fwd("norm2");
+  b.cast_for_matmul("norm2");
+  b.linear_fwd("w3", h, m.ffn_hidden / t);
+  b.swiglu(true);
+  return b.steps;
+}
+
 Op optimizer_step(double params, Precision p) {
   Op op;
   op.name = "optimizer.adam";

@@ -135,6 +135,12 @@ std::vector<Step> head_backward(const ModelConfig& m, const LayerShape& s);
 // Selective recomputation (Korthikanti et al.): the attention core, forward, again before the
 // layer's backward. Empty with flash attention, which recomputes inside its backward kernel.
 std::vector<Step> attention_recompute(const ModelConfig& m, const LayerShape& s);
+// torchtitan's op-level selective checkpointing (Recompute::selective_op) of a Llama-style layer
+// (SwiGLU; separate query, key and value projections): what runs again before the layer's
+// backward pass. Every second matmul's output is recomputed (the keys' projection, the output
+// projection and SwiGLU's w3), and every elementwise op; attention's output and the other
+// matmuls' are kept (layer_activation_bytes).
+std::vector<Step> selective_op_recompute(const ModelConfig& m, const LayerShape& s);
 
 // The optimizer step over `params` local parameters (mixed-precision Adam: master weights and
 // moments in fp32), as one memory-bound kernel.

@@ -44,6 +44,8 @@ std::string to_string(Recompute r) {
       return "selective";
     case Recompute::full:
       return "full";
+    case Recompute::selective_op:
+      return "selective_op";
   }
   return "?";
 }
@@ -254,6 +256,38 @@ void check_tp_overlap(const std::string& file, const YAML::Node& root, const Pla
       }
     }
   }
+}
+
+// torchtitan's op-level checkpointing as hetsim replays it: dense layers with standard multi-head
+// or grouped-query attention, no tensor or context parallelism (torchtitan's policy also keeps
+// the tensor-parallel reduce-scatters' outputs, which this replay does not count).
+void check_selective_op(const std::string& file, const YAML::Node& root, const ModelConfig& model,
+                        const Plan& p) {
+  if (p.recompute != Recompute::selective_op) return;
+  auto refuse = [&](const std::string& why) {
+    throw InputError(where(file, root["recompute"]) + ": recompute: selective_op " + why);
+  };
+  if (model.moe() || model.mla())
+    refuse(
+        "(torchtitan's op-level checkpointing) is replayed for dense layers with multi-head or "
+        "grouped-query attention; " +
+        model.name + " has " + (model.moe() ? "expert" : "latent-attention") + " layers");
+  if (model.activation != Activation::swiglu)
+    refuse(
+        "(torchtitan's op-level checkpointing) is replayed for Llama-style layers (SwiGLU, "
+        "separate query, key and value projections); " +
+        model.name + " has a GeLU MLP");
+  if (p.context_parallel > 1) refuse("is replayed without context parallelism");
+  auto check = [&](const StagePlan& st) {
+    if (st.tensor_parallel() > 1)
+      refuse(
+          "is replayed without tensor parallelism (torchtitan's policy then also keeps the "
+          "reduce-scatters' outputs); use selective or full");
+  };
+  for (const ReplicaPlan& rep : p.replicas)
+    for (const StagePlan& st : rep.stages) check(st);
+  for (const DataParallelStage& ds : p.dp_stages)
+    for (const StagePlan& st : ds.groups) check(st);
 }
 
 // Expert parallelism over the replicas: groups of expert_parallel consecutive replicas that run
@@ -769,6 +803,7 @@ Plan load_staged_plan(const YAML::Node& root, const std::string& file, const Mod
   p.tensor_parallel = p.dp_stages[0].groups[0].tensor_parallel();
   p.pipeline_parallel = p.stages();
   p.data_parallel = static_cast<int>(p.dp_stages[0].groups.size());
+  check_selective_op(file, root, model, p);
   resolve_precision(file, root, cluster, p);
   return p;
 }
@@ -867,8 +902,8 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
     throw InputError(where(file, root["microbatch_group"]) +
                      ": microbatch_group: needs schedule: interleaved");
   }
-  p.recompute = static_cast<Recompute>(
-      config::get_choice(file, root, "", "recompute", {"none", "selective", "full"}, "none"));
+  p.recompute = static_cast<Recompute>(config::get_choice(
+      file, root, "", "recompute", {"none", "selective", "full", "selective_op"}, "none"));
   p.recompute_layers =
       static_cast<int>(get_int(file, root, "", "recompute_layers", 1, limits::kLayers, 0));
   if (p.recompute_layers > 0 && p.recompute != Recompute::full) {
@@ -1056,6 +1091,7 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
     check_sequence_parallel(file, root, p);
     check_moe(file, root, model, p);
     check_tp_overlap(file, root, p);
+    check_selective_op(file, root, model, p);
     p.pipeline_parallel = p.stages();
     p.data_parallel = static_cast<int>(p.replicas.size());
     resolve_precision(file, root, cluster, p);
@@ -1204,6 +1240,7 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
   check_sequence_parallel(file, root, p);
   check_moe(file, root, model, p);
   check_tp_overlap(file, root, p);
+  check_selective_op(file, root, model, p);
   resolve_precision(file, root, cluster, p);
   return p;
 }

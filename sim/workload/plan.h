@@ -16,7 +16,12 @@
 namespace hetsim::workload {
 
 enum class Schedule { gpipe, one_f_one_b, interleaved };
-enum class Recompute { none, selective, full };
+// What a layer's backward pass recomputes: nothing; the attention core (Megatron-LM's selective);
+// the whole forward pass (full); or, selective_op, torchtitan's op-level selective checkpointing
+// (selective_ac_option "op"): every matmul's and attention's output kept but every second
+// matmul's in a layer (the keys', the output projection's and the gate's up-projection w3), the
+// rest of the forward pass run again.
+enum class Recompute { none, selective, full, selective_op };
 std::string to_string(Schedule s);
 std::string to_string(Recompute r);
 

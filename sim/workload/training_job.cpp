@@ -664,7 +664,13 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
       const auto& eb = b.piece("embedding.bwd", embedding_backward(model, shape));
       const auto& hf = b.piece("head.fwd", head_forward(model, shape));
       const auto& hb = b.piece("head.bwd", head_backward(model, shape));
-      const auto& ar = b.piece("attention.recompute", attention_recompute(model, shape));
+      // What a layer recomputes before its backward pass under selective recompute: the attention
+      // core (Megatron-LM), or torchtitan's op-level policy's share of the forward pass.
+      const auto& ar = plan.recompute == Recompute::selective_op
+                           ? b.piece("ops.recompute", selective_op_recompute(model, shape))
+                           : b.piece("attention.recompute", attention_recompute(model, shape));
+      const bool partial =
+          plan.recompute == Recompute::selective || plan.recompute == Recompute::selective_op;
       // The framework's all-gathers of a received pipeline slice (Framework::pipeline_gathers_*).
       std::vector<Step> gather_steps;
       if (gathers_pipeline_slices(plan, t)) {
@@ -848,7 +854,7 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
           if (zero3) b.dp_wait(mine);
           for (uint32_t mb = 0; mb < M; ++mb) {
             if (plan.recomputes_layer(l)) b.emit(fwd_of(l), Pass::recompute, l, mb, 0);
-            if (plan.recompute == Recompute::selective) b.emit(ar, Pass::recompute, l, mb, 0);
+            if (partial) b.emit(ar, Pass::recompute, l, mb, 0);
             b.emit(bwd_of(l), Pass::backward, l, mb, 0);
           }
           if (dp && plan.zero_stage >= 2) {
@@ -927,8 +933,7 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
             if (zero3) b.dp_wait(mine);
             if (plan.recomputes_layer(l - first))
               b.emit(fwd_of(l), Pass::recompute, l, it.micro_batch, it.chunk);
-            if (plan.recompute == Recompute::selective)
-              b.emit(ar, Pass::recompute, l, it.micro_batch, it.chunk);
+            if (partial) b.emit(ar, Pass::recompute, l, it.micro_batch, it.chunk);
             b.emit(bwd_of(l), Pass::backward, l, it.micro_batch, it.chunk);
             if (dp && plan.zero_stage >= 2) {
               scatter_layer(l, key_of(l));

@@ -408,7 +408,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadPlan{"StageWithoutLayers", "stage_without_layers.yaml", "gpt3-1.3b", 1,
                 ":5: replicas[0].stages[0].layers: a stage with no layers"},
         BadPlan{"UnknownRecomputePolicy", "bad_recompute.yaml", "gpt3-1.3b", 1,
-                ":3: recompute: unknown value \"partial\" (expected one of none, selective, full)"},
+                ":3: recompute: unknown value \"partial\" (expected one of none, selective, full, "
+                "selective_op)"},
         BadPlan{"ShardedStateOnAsymmetricReplicas", "asymmetric_zero.yaml", "gpt3-1.3b", 1,
                 ":3: zero_stage: 1 shards the training state among stages that match replica "
                 "for replica; these replicas' stages differ (in number, layers or "

@@ -89,6 +89,29 @@ TEST(Estimate, OnOneGpuIsTheReplayExactly) {
   }
 }
 
+TEST(Estimate, OnOneGpuUnderEagerLlamaKernelsAndSelectiveOpIsTheReplayExactly) {
+  // The same for a Llama-style model under an eager framework (its norms, rotary embeddings and
+  // SwiGLU op by op), with each recompute policy, torchtitan's op-level one among them.
+  const workload::ModelConfig m = workload::load_model_yaml_text(
+      "name: small-llama\nfamily: llama\nlayers: 4\nhidden: 1024\nheads: 16\nkv_heads: 4\n"
+      "ffn_hidden: 2816\nvocab: 32000\nsequence: 1024\nactivation: swiglu\nnorm: rmsnorm\n"
+      "position: rotary\ntied_embeddings: false\ncausal: true\nbias: false\n",
+      "small-llama.yaml");
+  const platform::Cluster c = cluster("dgx-a100", 1);
+  const workload::DatasheetCostModel cost;
+  Estimator est(m, c, cost);
+  for (const char* extra :
+       {"recompute: none\n", "recompute: full\n", "recompute: selective\n",
+        "recompute: selective_op\n", "recompute: full\nrecompute_layers: 1\n"}) {
+    const workload::Plan p = workload::load_plan_text(
+        std::string("devices: [0]\nmicro_batch_size: 2\nglobal_batch_size: 8\n"
+                    "sequence_length: 1024\nframework: pytorch-fsdp\nzero_stage: 0\n") +
+            extra,
+        "p.yaml", m, c);
+    EXPECT_NEAR(est.estimate(p).iteration_s, replay_s(m, c, p), 1e-9) << extra;
+  }
+}
+
 TEST(Estimate, APipelinesBubbleIsTheClosedForm) {
   // Four stages of two layers on one NVSwitch node, 1F1B: (m - 1) x the slowest stage's f + b,
   // plus every stage's f + b once, plus the fill's transfers; the replay agrees within 1%.

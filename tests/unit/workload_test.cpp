@@ -536,6 +536,71 @@ TEST(TrainingReplay, EagerLlamaLayersRunRmsNormRotaryAndSwigluOpByOp) {
   EXPECT_EQ(summed(ffwd, "swiglu"), std::pair(3 * 2 * f, 1));
 }
 
+TEST(TrainingReplay, SelectiveOpRecomputesEverySecondMatmulAndTheElementwiseOps) {
+  // torchtitan's op-level checkpointing of a Llama layer: of the matmuls wq, wk, wv, wo, w1, w3,
+  // w2 the second, fourth and sixth run again (wk, wo, w3), with the elementwise ops; attention
+  // does not. 1024 tokens, hidden 256, 4 query heads and 2 key/value heads of 64, FFN 512, bf16.
+  const ModelConfig m = load_model_yaml_text(
+      "name: tiny-llama\nfamily: llama\nlayers: 2\nhidden: 256\nheads: 4\nkv_heads: 2\n"
+      "ffn_hidden: 512\nvocab: 1000\nsequence: 1024\nactivation: swiglu\nnorm: rmsnorm\n"
+      "position: rotary\ntied_embeddings: false\ncausal: true\nbias: false\n",
+      "tiny-llama.yaml");
+  LayerShape s;
+  s.micro_batch = 1;
+  s.sequence = 1024;
+  s.precision = Precision::bf16;
+  s.eager = true;
+  const std::vector<Step> rc = selective_op_recompute(m, s);
+  double flops = 0;
+  std::vector<std::string> gemms;
+  for (const Step& st : rc) {
+    if (st.op.kind == OpKind::gemm) gemms.push_back(st.op.name), flops += st.op.flops;
+    EXPECT_NE(st.op.kind, OpKind::attention_forward) << st.op.name;
+  }
+  EXPECT_EQ(gemms, (std::vector<std::string>{"k", "proj", "w3"}));
+  const double T = 1024;
+  EXPECT_EQ(flops, 2 * T * 256 * (128 + 256 + 512));
+  // Its memory-bound ops are the forward pass's but the final residual add: both norms, the
+  // rotary embeddings, the repeat, the reshape of attention's output, the first residual add
+  // and SwiGLU's two ops.
+  double fwd_bytes = 0, rc_bytes = 0;
+  for (const Step& st : layer_forward(m, s))
+    if (st.op.kind == OpKind::memory && st.op.name != "dropout_residual2.add")
+      fwd_bytes += st.op.bytes;
+  for (const Step& st : rc)
+    if (st.op.kind == OpKind::memory) rc_bytes += st.op.bytes;
+  EXPECT_EQ(rc_bytes, fwd_bytes);
+  // Kept a layer: its input and the outputs of wq (256), wv (128), attention (256), w1 (512) and
+  // w2 (256) per token, 2 bytes each, and attention's fp32 log-sum-exp per head and token.
+  EXPECT_EQ(layer_activation_bytes(m, s, Recompute::selective_op),
+            T * 2 * (256 + 256 + 128 + 256 + 512 + 256) + T * 4 * 4);
+}
+
+TEST(TrainingReplay, SelectiveOpIsRefusedWhereItIsNotReplayed) {
+  const platform::Cluster c = cluster("dgx-a100", 1);
+  auto error = [&](const ModelConfig& m, const std::string& plan) {
+    try {
+      load_plan_text(plan, "p.yaml", m, c);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  const std::string plan =
+      "micro_batch_size: 1\nglobal_batch_size: 8\nsequence_length: 1024\nrecompute: selective_op\n";
+  EXPECT_EQ(
+      error(small_gpt(4), plan + "devices: \"0\"\n"),
+      "p.yaml:4: recompute: selective_op (torchtitan's op-level checkpointing) is replayed for "
+      "Llama-style layers (SwiGLU, separate query, key and value projections); small has "
+      "a GeLU MLP");
+  const ModelConfig llama = load_model("llama3-8b");
+  EXPECT_EQ(error(llama, plan + "devices: \"0\"\n"), "accepted");
+  EXPECT_EQ(
+      error(llama, plan + "tensor_parallel: 2\ndevices: \"0-1\"\n"),
+      "p.yaml:4: recompute: selective_op is replayed without tensor parallelism (torchtitan's "
+      "policy then also keeps the reduce-scatters' outputs); use selective or full");
+}
+
 TEST(TrainingMemory, ActivationsFollowKorthikantiTable2) {
   const ModelConfig m = load_model("korthikanti-175b");
   LayerShape s;
