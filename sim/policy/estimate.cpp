@@ -503,16 +503,16 @@ template <typename Pieces>
 StagePass stage_pass(const Pieces& ps, int layers, double per_pass, double rc, double rc_kernels,
                      double gather, double scatter, bool first, bool last,
                      const workload::Framework& fw, double pipe_gather, double send_f,
-                     double send_b, double& kernels) {
+                     double send_b, double& kernels, double copy = 0) {
   StagePass out;
-  const double lf = ps.layer_f.total(), lb = ps.layer_b.total() + rc;
+  const double lf = ps.layer_f.total() + copy, lb = ps.layer_b.total() + rc + copy;
   out.f = per_pass + layers * lf;
   out.b = per_pass + layers * lb;
   if (layers > 0 && (gather > 0 || scatter > 0)) {
     out.f += gather + (layers - 1) * std::max(0.0, gather - lf);
     out.b += gather + (layers - 1) * std::max(0.0, gather + scatter - lb) + scatter;
   }
-  kernels += layers * (ps.layer_f.kernels_s + ps.layer_b.kernels_s + rc_kernels);
+  kernels += layers * (ps.layer_f.kernels_s + ps.layer_b.kernels_s + rc_kernels + 2 * copy);
   if (first) {
     out.f += ps.embedding_f.total();
     out.b += ps.embedding_b.total();
@@ -818,6 +818,16 @@ Estimate Estimator::estimate(const Plan& plan) {
         scatter =
             dp_s(lay, s, CommKind::reducescatter, grad_bytes * layer_params / st.tensor_parallel());
       }
+      // FSDP2: each gathered layer copied out of the collective's buffer on the compute stream
+      // (the job builder's zero3.copy_out), once per gather.
+      double copy = 0;
+      if (dp && plan.zero_stage == 3 && plan.framework.gather_copy_out) {
+        workload::Step cs;
+        cs.op.name = "zero3.copy_out";
+        cs.op.kind = workload::OpKind::memory;
+        cs.op.bytes = 2 * e * layer_params / st.tensor_parallel();
+        copy = piece({cs}, gpu, plan.precision, lay.tp[i][s], plan.framework).total();
+      }
       const double rc = recompute_of(plan, ps).total();
       double kernels = 0;
       const double rc_kernels = recompute_of(plan, ps).kernels_s;
@@ -830,14 +840,22 @@ Estimate Estimator::estimate(const Plan& plan) {
         const double g_mb = plan.layered ? 0 : gather, s_mb = plan.layered ? 0 : scatter;
         // Each layer's collectives prefetched beside the layer before it, as in a pass.
         if (plan.layered && layers > 0) {
-          const double lf = m * ps.layer_f.total(), lb = m * (ps.layer_b.total() + rc * q);
+          const double lf = m * ps.layer_f.total() + copy,
+                       lb = m * (ps.layer_b.total() + rc * q) + copy;
           once = std::max(once, 2 * gather + scatter +
                                     (layers - 1) * (std::max(0.0, gather - lf) +
                                                     std::max(0.0, gather + scatter - lb)));
         }
-        const StagePass pass = stage_pass(ps, layers, per_pass, rc * q, rc_kernels * q, g_mb, s_mb,
-                                          vs == 0, vs == V - 1, fw, pipe_gather,
-                                          hop[s < S - 1 ? s : 0], hop[s > 0 ? s - 1 : 0], kernels);
+        const StagePass pass =
+            stage_pass(ps, layers, per_pass, rc * q, rc_kernels * q, g_mb, s_mb, vs == 0,
+                       vs == V - 1, fw, pipe_gather, hop[s < S - 1 ? s : 0], hop[s > 0 ? s - 1 : 0],
+                       kernels, plan.layered ? 0.0 : copy);
+        // Layered: each layer's copy once per pass, not per micro-batch.
+        if (plan.layered) {
+          fwd[s] += layers * copy / m;
+          bwd[s] += layers * copy / m;
+          kernels += 2 * layers * copy / m;
+        }
         fwd[s] += pass.f;
         bwd[s] += pass.b;
         // What lies outside the layers (the job builder's embedding and head collectives): under

@@ -54,7 +54,7 @@ Framework load_framework_text(const std::string& text, const std::string& file) 
              {"name", "description", "gradient_reduction", "bucket_size", "zero_stage",
               "pipeline_p2p", "pipeline_gathers", "pipeline_zero_max", "kernels", "host",
               "tied_embedding_reduction", "reserved_memory", "gradient_accumulation",
-              "pipeline_send_grad", "pipeline_p2p_buffer", "sequence_parallel"});
+              "pipeline_send_grad", "pipeline_p2p_buffer", "sequence_parallel", "gather_copy_out"});
   Framework f;
   f.source = file;
   f.name = get_string(file, root, "", "name");
@@ -72,6 +72,8 @@ Framework load_framework_text(const std::string& text, const std::string& file) 
   f.blocking_p2p = get_choice(file, root, "", "pipeline_p2p", {"async", "blocking"}) == 1;
   f.sequence_parallel =
       get_choice(file, root, "", "sequence_parallel", {"false", "true"}, "true") == 1;
+  f.gather_copy_out =
+      get_choice(file, root, "", "gather_copy_out", {"false", "true"}, "false") == 1;
   f.send_grad_after_next_receive =
       get_choice(file, root, "", "pipeline_send_grad", {"after_backward", "after_next_receive"},
                  "after_backward") == 1;

@@ -99,6 +99,10 @@ struct Framework {
   // Device memory the process holds beyond the training state, activations and buffers hetsim
   // counts: the CUDA context and libraries' workspace, communication buffers, allocator slack.
   double reserved_memory = 0;  // bytes
+  // ZeRO-3: each gathered layer copied out of the all-gather's buffer into its parameters on the
+  // compute stream before it runs (PyTorch FSDP2's per-parameter sharding: split_with_sizes_copy,
+  // the layer's weights read and written); FSDP1's flat parameters are views of that buffer.
+  bool gather_copy_out = false;
 };
 
 // The built-in framework names (frameworks/*.yaml), sorted.

@@ -785,6 +785,19 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
       auto gather_layer = [&](int l, uint32_t key) {
         return b.dp_collective(CommKind::allgather, layer_weights_of(l), "zero3.params", key);
       };
+      // Waiting for layer l's gathered weights, and, under FSDP2 (Framework::gather_copy_out),
+      // copying them out of the all-gather's buffer into the layer's parameters: a kernel on the
+      // compute stream that reads and writes the layer's weights.
+      auto wait_layer = [&](uint32_t issued, int l, Pass pass, uint32_t mb, uint32_t chunk) {
+        b.dp_wait(issued);
+        if (!plan.framework.gather_copy_out) return;
+        const double bytes = 2 * layer_weights_of(l);
+        Step cs;
+        cs.op.name = "zero3.copy_out";
+        cs.op.kind = OpKind::memory;
+        cs.op.bytes = bytes;
+        b.emit(b.piece(fmt::format("zero3.copy_out.{}", bytes), {cs}), pass, l, mb, chunk);
+      };
       // Outside the layers (the embedding on the first virtual stage, the final norm and the
       // head on the last, with a tied word embedding's copy there when pipelined): under ZeRO-3
       // gathered as each forward pass starts and kept to the end of its backward pass (FSDP's
@@ -839,7 +852,7 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
         for (int l = 0; l < st.layers; ++l) {
           const uint32_t mine = next;
           if (zero3 && l + 1 < st.layers) next = gather_layer(l + 1, key);
-          if (zero3) b.dp_wait(mine);
+          if (zero3) wait_layer(mine, l, Pass::forward, 0, 0);
           for (uint32_t mb = 0; mb < M; ++mb) b.emit(fwd_of(l), Pass::forward, l, mb, 0);
         }
         next = zero3 && st.layers > 0 ? gather_layer(st.layers - 1, key) : 0;
@@ -851,7 +864,7 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
         for (int l = st.layers - 1; l >= 0; --l) {
           const uint32_t mine = next;
           if (zero3 && l > 0) next = gather_layer(l - 1, key);
-          if (zero3) b.dp_wait(mine);
+          if (zero3) wait_layer(mine, l, Pass::backward, 0, 0);
           for (uint32_t mb = 0; mb < M; ++mb) {
             if (plan.recomputes_layer(l)) b.emit(fwd_of(l), Pass::recompute, l, mb, 0);
             if (partial) b.emit(ar, Pass::recompute, l, mb, 0);
@@ -907,7 +920,7 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
           for (int l = first; l < first + n; ++l) {
             const uint32_t mine = next;
             if (zero3 && l + 1 < first + n) next = gather_layer(l + 1, key_of(l + 1));
-            if (zero3) b.dp_wait(mine);
+            if (zero3) wait_layer(mine, l, Pass::forward, it.micro_batch, it.chunk);
             b.emit(fwd_of(l), Pass::forward, l, it.micro_batch, it.chunk);
           }
           if (vs == V - 1) {
@@ -930,7 +943,7 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
           for (int l = first + n - 1; l >= first; --l) {
             const uint32_t mine = next;
             if (zero3 && l > first) next = gather_layer(l - 1, key_of(l - 1));
-            if (zero3) b.dp_wait(mine);
+            if (zero3) wait_layer(mine, l, Pass::backward, it.micro_batch, it.chunk);
             if (plan.recomputes_layer(l - first))
               b.emit(fwd_of(l), Pass::recompute, l, it.micro_batch, it.chunk);
             if (partial) b.emit(ar, Pass::recompute, l, it.micro_batch, it.chunk);

@@ -162,6 +162,7 @@ TEST(Estimate, FollowsTheReplayOverHundredsOfPlansWithin10PercentAndRanksThem) {
   add("pcie-v100 x2", pairs(small, cluster("pcie-v100", 2), 32));
   add("g4dn T4 Ethernet, deepspeed",
       pairs(small, cluster("aws-g4dn-12xlarge", 0), 32, "deepspeed"));
+  add("dgx-a100 x2, pytorch-fsdp2", pairs(small, cluster("dgx-a100", 2), 32, "pytorch-fsdp2"));
   double err = 0;
   std::vector<double> e, rp;
   for (const Pair& x : all) {

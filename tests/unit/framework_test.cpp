@@ -69,7 +69,7 @@ const char* kFramework =
 TEST(FrameworkProfiles, BuiltInsLoadAndUnknownNamesListTheValidOnes) {
   const std::vector<std::string> names = framework_names();
   for (const char* n : {"deepspeed", "hetsim-execute", "megatron", "megatron-lm-2021",
-                        "pytorch-ddp", "pytorch-fsdp"}) {
+                        "pytorch-ddp", "pytorch-fsdp", "pytorch-fsdp2"}) {
     EXPECT_NE(std::find(names.begin(), names.end(), n), names.end()) << n;
     EXPECT_EQ(load_framework(n).name, n);
   }
@@ -81,12 +81,16 @@ TEST(FrameworkProfiles, BuiltInsLoadAndUnknownNamesListTheValidOnes) {
   EXPECT_FALSE(mg.blocking_p2p);
   EXPECT_EQ(mg.host_per_pass, Time());
   EXPECT_EQ(load_framework("pytorch-fsdp").zero_stage, 3);
+  EXPECT_FALSE(load_framework("pytorch-fsdp").gather_copy_out);
+  EXPECT_TRUE(load_framework("pytorch-fsdp2").gather_copy_out);
+  EXPECT_EQ(load_framework("pytorch-fsdp2").zero_stage, 3);
   // hetsim's own C++ runner: a launch's host time per kernel, not a Python host's.
   EXPECT_EQ(load_framework("hetsim-execute").host_per_kernel, Time::us(5));
   EXPECT_EQ(
       error_of([] { load_framework("deepspeeed"); }),
       "unknown framework \"deepspeeed\" (expected one of deepspeed, hetsim-execute, megatron, "
-      "megatron-lm-2021, pytorch-ddp, pytorch-fsdp, or a framework YAML file) (did you mean "
+      "megatron-lm-2021, pytorch-ddp, pytorch-fsdp, pytorch-fsdp2, or a framework YAML file) (did "
+      "you mean "
       "\"deepspeed\"?)");
 }
 

@@ -122,6 +122,40 @@ TEST(Zero3, GathersEachLayerOneAheadAndMovesEveryParameter) {
   EXPECT_LT(r.groups[0].dp_wait.seconds(), 0.3 * trace.collectives.seconds());
 }
 
+TEST(Zero3, Fsdp2CopiesEachGatheredLayerOutOnTheComputeStream) {
+  // PyTorch FSDP2 (Framework::gather_copy_out): after each gather of a layer's weights, a kernel
+  // on the compute stream reads and writes them (split_with_sizes_copy) before the layer runs;
+  // FSDP1's flat parameters need none. Two replicas, two micro-batches each, 8 layers: a copy
+  // per layer per pass per micro-batch, 2 x 8 x 2 in a replica's program.
+  const auto c = cluster("dgx-a100");
+  const ModelConfig m = small_gpt();
+  const DatasheetCostModel cost;
+  const Plan v1 = load_plan_text(fsdp(2, 2, "framework: pytorch-fsdp\n"), "z.yaml", m, c);
+  const Plan v2 = load_plan_text(fsdp(2, 2, "framework: pytorch-fsdp2\n"), "z.yaml", m, c);
+  const TrainingJob j1 = build_training_job(m, v1, c, cost);
+  const TrainingJob j2 = build_training_job(m, v2, c, cost);
+  auto copies = [](const TrainingJob& job, double& bytes) {
+    int n = 0;
+    const Group& g = job.groups[0];
+    for (const Task& t : g.program) {
+      if (t.kind != TaskKind::compute) continue;
+      for (const auto& [op, d] : g.segments[t.index].ops) {
+        if (g.ops[op].name == "zero3.copy_out") ++n, bytes += g.ops[op].bytes;
+      }
+    }
+    return n;
+  };
+  double b1 = 0, b2 = 0;
+  EXPECT_EQ(copies(j1, b1), 0);
+  EXPECT_EQ(copies(j2, b2), 2 * 8 * 2);
+  // Each reads and writes one layer's weights at 2 bytes (bf16).
+  EXPECT_DOUBLE_EQ(b2, 2 * 8 * 2 * (2 * 2.0 * m.layer_params()));
+  // It costs time on the compute stream: the iteration is longer by about the copies' time.
+  const ReplayResult r1 = replay(j1), r2 = replay(j2);
+  EXPECT_GT(r2.iteration, r1.iteration);
+  EXPECT_GT(r2.groups[0].compute, r1.groups[0].compute);
+}
+
 TEST(Layered, LetsReplicasRunUnevenMicroBatchesUnderZero3) {
   const auto c = cluster("dgx-a100");
   const ModelConfig m = small_gpt();
