@@ -35,6 +35,7 @@
 #include "sim/workload/plan.h"
 #include "sim/workload/replay.h"
 #include "sim/workload/training_job.h"
+#include "tests/validation/csv_table.h"
 #include "tests/validation/rank_correlation.h"
 
 namespace {
@@ -82,30 +83,17 @@ struct Trial {
   const char* kind() const { return tp == 1 && pp == 1 ? "data parallel" : "pipeline/tensor"; }
 };
 
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, sep)) out.push_back(item);
-  return out;
-}
-
 std::vector<Trial> read_trials(const fs::path& file) {
-  std::ifstream in(file);
-  std::string line;
-  std::getline(in, line);  // header
   std::vector<Trial> trials;
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    const std::vector<std::string> f = split(line, ',');
-    if (f.size() != 9) throw std::runtime_error(file.string() + ": expected 9 fields: " + line);
+  for (const std::vector<std::string>& f : validation::read_csv_rows(file, 9)) {
     Trial t;
     t.tp = std::stoi(f[0]);
     t.dp = std::stoi(f[1]);
     t.pp = std::stoi(f[2]);
     t.micro_batch = std::stoi(f[3]);
     t.global_batch = std::stoi(f[4]);
-    for (const std::string& l : split(f[6], ' ')) t.layers.push_back(std::stoi(l));
+    for (const std::string& l : validation::split_fields(f[6], ' '))
+      t.layers.push_back(std::stoi(l));
     t.failed = f[7] == "failed";
     if (!t.failed) t.measured_s = std::stod(f[7]);
     t.amp_s = std::stod(f[8]);

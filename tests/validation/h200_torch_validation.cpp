@@ -50,6 +50,7 @@
 #include "sim/workload/plan.h"
 #include "sim/workload/replay.h"
 #include "sim/workload/training_job.h"
+#include "tests/validation/csv_table.h"
 
 namespace {
 
@@ -67,21 +68,8 @@ struct Row {
 };
 
 std::vector<Row> read_rows(const fs::path& file) {
-  std::ifstream in(file);
-  std::string line;
   std::vector<Row> rows;
-  bool header = false;
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    if (!header) {
-      header = true;
-      continue;
-    }
-    std::vector<std::string> f;
-    std::stringstream ss(line);
-    std::string cell;
-    while (std::getline(ss, cell, ',')) f.push_back(cell);
-    if (f.size() < 10) throw std::runtime_error(file.string() + ": short row: " + line);
+  for (const std::vector<std::string>& f : validation::read_csv_rows(file, 10, false)) {
     Row r;
     r.model = f[0];
     r.hidden = std::stoi(f[1]);

@@ -25,6 +25,7 @@
 #include "sim/workload/plan.h"
 #include "sim/workload/replay.h"
 #include "sim/workload/training_job.h"
+#include "tests/validation/csv_table.h"
 
 namespace {
 
@@ -50,21 +51,8 @@ struct Row {
 };
 
 std::vector<Row> read_rows(const fs::path& file) {
-  std::ifstream in(file);
-  if (!in) throw std::runtime_error(file.string() + ": cannot read");
   std::vector<Row> rows;
-  std::string line;
-  bool header = false;
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    if (!header) {
-      header = true;
-      continue;
-    }
-    std::vector<std::string> f;
-    std::stringstream ss(line);
-    for (std::string cell; std::getline(ss, cell, ',');) f.push_back(cell);
-    if (f.size() != 13) throw std::runtime_error(file.string() + ": expected 13 fields: " + line);
+  for (const std::vector<std::string>& f : validation::read_csv_rows(file, 13)) {
     Row r;
     r.label = f[0], r.source = f[1], r.model = f[2];
     r.gpus = std::stoi(f[3]), r.global_batch = std::stoi(f[4]), r.micro_batch = std::stoi(f[5]);

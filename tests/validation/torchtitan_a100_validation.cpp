@@ -39,6 +39,7 @@
 #include "sim/workload/plan.h"
 #include "sim/workload/replay.h"
 #include "sim/workload/training_job.h"
+#include "tests/validation/csv_table.h"
 
 namespace {
 
@@ -55,20 +56,8 @@ struct Row {
 };
 
 std::vector<Row> read_rows(const fs::path& file) {
-  std::ifstream in(file);
-  if (!in) throw std::runtime_error(file.string() + ": cannot read");
   std::vector<Row> rows;
-  bool header = false;
-  for (std::string line; std::getline(in, line);) {
-    if (line.empty() || line[0] == '#') continue;
-    if (!header) {
-      header = true;
-      continue;
-    }
-    std::vector<std::string> f;
-    std::stringstream ss(line);
-    for (std::string cell; std::getline(ss, cell, ',');) f.push_back(cell);
-    if (f.size() != 8) throw std::runtime_error(file.string() + ": expected 8 fields: " + line);
+  for (const std::vector<std::string>& f : validation::read_csv_rows(file, 8)) {
     Row r;
     r.label = f[0], r.model = f[1], r.gpus = std::stoi(f[2]), r.local_batch = std::stoi(f[3]);
     r.sequence = std::stoi(f[4]), r.checkpointing = f[5], r.measured = std::stod(f[6]);
