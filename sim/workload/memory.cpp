@@ -164,6 +164,10 @@ std::vector<DeviceMemory> memory_per_group(const TrainingJob& job) {
         }
       }
       work += most;
+    } else if (p.recompute == Recompute::selective_op) {
+      // The layer being recomputed: what its forward pass makes beyond what the policy kept.
+      work += std::max(0.0, layer_activation_bytes(m, s, Recompute::none) -
+                                layer_activation_bytes(m, s, Recompute::selective_op));
     }
     if (g.stage + 1 == static_cast<uint32_t>(p.stages(g.replica))) {
       work +=

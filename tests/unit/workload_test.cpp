@@ -595,6 +595,22 @@ TEST(TrainingReplay, SelectiveOpIsRefusedWhereItIsNotReplayed) {
       "a GeLU MLP");
   const ModelConfig llama = load_model("llama3-8b");
   EXPECT_EQ(error(llama, plan + "devices: \"0\"\n"), "accepted");
+  // Accepted, its memory: each layer keeps what the policy keeps, and the layer being recomputed
+  // holds the rest of its activations for the while (a transient, beside the kept ones).
+  const DatasheetCostModel cost;
+  const Plan op = load_plan_text(plan + "devices: \"0\"\n", "p.yaml", llama, c);
+  const Plan none = load_plan_text(
+      "micro_batch_size: 1\nglobal_batch_size: 8\nsequence_length: 1024\n"
+      "recompute: none\ndevices: \"0\"\n",
+      "p.yaml", llama, c);
+  const DeviceMemory a = memory_per_group(build_training_job(llama, op, c, cost))[0];
+  const DeviceMemory b = memory_per_group(build_training_job(llama, none, c, cost))[0];
+  const LayerShape s = stage_shape(op, 1, 1);
+  const double kept = layer_activation_bytes(llama, s, Recompute::selective_op);
+  const double whole = layer_activation_bytes(llama, s, Recompute::none);
+  EXPECT_NEAR(a.activations, kept * llama.layers, 1e-6 * a.activations);
+  EXPECT_NEAR(b.activations, whole * llama.layers, 1e-6 * b.activations);
+  EXPECT_NEAR(a.workspace - b.workspace, whole - kept, 1e-6 * whole);
   EXPECT_EQ(
       error(llama, plan + "tensor_parallel: 2\ndevices: \"0-1\"\n"),
       "p.yaml:4: recompute: selective_op is replayed without tensor parallelism (torchtitan's "
