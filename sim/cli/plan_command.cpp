@@ -73,11 +73,12 @@ void add_plan_command(CLI::App& app, Action& action) {
                   "Replay at most N plans, the best by the analytic estimate; list the rest by "
                   "their estimate (default 0: no limit)")
       ->check(CLI::Range(0L, 1L << 30));
-  cmd->add_flag("--no-search", o->no_search,
-                "Only the policies' proposals (default: also the plans a search reaches from the "
-                "best of them by one-step changes while the estimate improves: micro-batch, "
-                "recompute, ZeRO stage, schedule, a layer across a stage boundary, a batch share "
-                "between GPU types)");
+  cmd->add_flag(
+      "--no-search", o->no_search,
+      "Only the policies' proposals (default: also the plans a search reaches from the "
+      "best of them by one-step changes while the estimate improves: micro-batch, "
+      "recompute and its layer count, ZeRO stage, schedule, a layer across a stage boundary, a "
+      "batch share between GPU types)");
   cmd->add_flag("--json", o->json, "Print JSON: the candidates best first, then the rejected");
   cmd->add_flag("--quiet", o->quiet, "No progress lines on standard error");
   cmd->add_option("--progress-after", o->progress_after_s,

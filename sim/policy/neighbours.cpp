@@ -95,6 +95,30 @@ std::vector<Neighbour> neighbours(const std::string& text, const workload::Plan&
     if (rc != workload::Recompute::full) n.remove("recompute_layers");
     add("recompute " + workload::to_string(rc), n);
   }
+  // Partial recompute (recompute_layers, the first N layers of each stage's chunk): from full,
+  // half of the largest chunk's layers; from N, halfway down to 1 or up to every layer. Fewer
+  // recomputed layers cost memory and save a forward pass each.
+  if (plan.recompute == workload::Recompute::full) {
+    int chunk = 0;
+    for (int s = 0; s < plan.stages(); ++s) {
+      const workload::StagePlan& st = plan.stage_plan(0, static_cast<size_t>(s));
+      for (int c = 0; c < std::max(1, plan.interleave); ++c)
+        chunk = std::max(chunk, st.layers_of(c));
+    }
+    const int now = plan.recompute_layers == 0 ? chunk : std::min(plan.recompute_layers, chunk);
+    for (const int to : {now / 2, (now + chunk + 1) / 2}) {
+      if (to < 1 || to == now) continue;
+      YAML::Node n = YAML::Clone(root);
+      if (to >= chunk) {
+        n.remove("recompute_layers");
+      } else {
+        n["recompute_layers"] = to;
+      }
+      add(to >= chunk ? std::string("recompute every layer")
+                      : fmt::format("recompute_layers {}", to),
+          n);
+    }
+  }
   // ZeRO.
   for (const int z : {plan.zero_stage - 1, plan.zero_stage + 1}) {
     if (z < 0 || z > 3 || staged) continue;

@@ -330,6 +330,34 @@ TEST(Neighbours, EachChangesOneThingAndLoads) {
                                    "a layer from stage 2 to 3", "a layer from stage 3 to 2"}));
 }
 
+TEST(Neighbours, FullRecomputeStepsToPartialAndBack) {
+  // Four stages of 4 layers under full recompute: half the chunk's layers (2) recomputed; from 2,
+  // down to 1 or up to 3; from 3, up to every layer (the key dropped) or down to 1.
+  const workload::ModelConfig m = gpt(16);
+  const platform::Cluster c = cluster("dgx-a100", 1);
+  const std::string base =
+      "micro_batch_size: 2\nglobal_batch_size: 32\npipeline_parallel: 4\ndata_parallel: 2\n"
+      "recompute: full\n";
+  auto partial = [&](const std::string& extra) {
+    const std::string text = base + extra;
+    const workload::Plan p = workload::load_plan_text(text, "p.yaml", m, c);
+    std::map<std::string, int> out;  // change -> recompute_layers of the plan it gives
+    for (const Neighbour& n : neighbours(text, p, c)) {
+      if (n.change.rfind("recompute_layers ", 0) != 0 && n.change != "recompute every layer")
+        continue;
+      const workload::Plan q = workload::load_plan_text(n.plan, "n.yaml", m, c);
+      EXPECT_EQ(q.recompute, workload::Recompute::full) << n.change;
+      out[n.change] = q.recompute_layers;
+    }
+    return out;
+  };
+  EXPECT_EQ(partial(""), (std::map<std::string, int>{{"recompute_layers 2", 2}}));
+  EXPECT_EQ(partial("recompute_layers: 2\n"),
+            (std::map<std::string, int>{{"recompute_layers 1", 1}, {"recompute_layers 3", 3}}));
+  EXPECT_EQ(partial("recompute_layers: 3\n"),
+            (std::map<std::string, int>{{"recompute_layers 1", 1}, {"recompute every layer", 0}}));
+}
+
 TEST(Planner, TheSearchAroundTheProposalsImprovesWhalesSplit) {
   // Whale splits the layers by FLOP/s; on A100 + V100 behind 25 GbE the V100 stages should hold
   // fewer, and the search moves layers onto the A100 stages. Never worse than the proposals alone,
