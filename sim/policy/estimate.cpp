@@ -448,6 +448,9 @@ const Estimator::Pieces& Estimator::pieces(const Plan& plan, const config::GpuPr
   ps.recompute = at_clock(workload::attention_recompute(model_, shape));
   if (!model_.moe() && !model_.mla() && model_.activation == workload::Activation::swiglu)
     ps.recompute_ops = at_clock(workload::selective_op_recompute(model_, shape));
+  // Whatever the framework (the cache's key does not hold gather_copy_out): one kernel.
+  ps.copy_out = at_clock({workload::gather_copy_out(
+      workload::element_bytes(p) * static_cast<double>(model_.layer_params()) / t)});
   return ps;
 }
 
@@ -596,8 +599,8 @@ Estimate Estimator::staged(const Plan& plan) {
               ? collectives_s(CommKind::allgather, whole * static_cast<double>(ds.batch[j]) / mb,
                               tp)
               : 0.0;
-      const double rc = recompute_of(plan, ps).total();
-      const double rc_kernels = recompute_of(plan, ps).kernels_s;
+      const Estimator::Piece again = recompute_of(plan, ps);
+      const double rc = again.total(), rc_kernels = again.kernels_s;
       double kernels = 0;
       const double q = recompute_share(plan, st.layers);
       const StagePass pass =
@@ -820,17 +823,11 @@ Estimate Estimator::estimate(const Plan& plan) {
       }
       // FSDP2: each gathered layer copied out of the collective's buffer on the compute stream
       // (the job builder's zero3.copy_out), once per gather.
-      double copy = 0;
-      if (dp && plan.zero_stage == 3 && plan.framework.gather_copy_out) {
-        workload::Step cs;
-        cs.op.name = "zero3.copy_out";
-        cs.op.kind = workload::OpKind::memory;
-        cs.op.bytes = 2 * e * layer_params / st.tensor_parallel();
-        copy = piece({cs}, gpu, plan.precision, lay.tp[i][s], plan.framework).total();
-      }
-      const double rc = recompute_of(plan, ps).total();
+      const double copy =
+          dp && plan.zero_stage == 3 && plan.framework.gather_copy_out ? ps.copy_out.total() : 0.0;
+      const Estimator::Piece again = recompute_of(plan, ps);
+      const double rc = again.total(), rc_kernels = again.kernels_s;
       double kernels = 0;
-      const double rc_kernels = recompute_of(plan, ps).kernels_s;
       for (int c = 0; c < v; ++c) {
         const int vs = c * S + s;
         const int layers = st.layers_of(c);

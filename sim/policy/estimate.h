@@ -63,7 +63,10 @@ class Estimator {
   struct Pieces {
     // recompute: the attention core (selective); recompute_ops: torchtitan's op-level policy's
     // share of a layer's forward pass (selective_op, Llama-style dense layers only).
-    Piece layer_f, layer_b, recompute, recompute_ops, embedding_f, embedding_b, head_f, head_b;
+    // copy_out: FSDP2's copy of a gathered layer out of the collective's buffer
+    // (Framework::gather_copy_out).
+    Piece layer_f, layer_b, recompute, recompute_ops, copy_out, embedding_f, embedding_b, head_f,
+        head_b;
   };
   // Rank lists that run one collective each, concurrently, and a key that says where they sit
   // as far as the collectives' time can tell: inside one node, its node type and local indices

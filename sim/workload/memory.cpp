@@ -113,27 +113,27 @@ std::vector<DeviceMemory> memory_per_group(const TrainingJob& job) {
     mem.optimizer =
         shard((params - experts) * (master + 8), 1) + shard_experts(experts * (master + 8), 1);
     const LayerShape s = stage_shape(p, static_cast<int>(g.devices.size()), g.batch);
-    const double per_layer = layer_activation_bytes(m, s, p.recompute);
+    // A dense layer's activations under the recompute it runs (past recompute_layers' first N:
+    // none).
+    const double per_layer =
+        layer_activation_bytes(m, s, p.recompute_layers == 0 ? p.recompute : Recompute::none);
     const StagePlan& st = p.stage_plan(g.replica, g.stage);
     // Each chunk's stored activations: dense layers alike, MoE layers by their load.
     std::vector<double> chunk_act(static_cast<size_t>(std::max(1, job.chunks)), 0.0);
     for (size_t c = 0; c < chunk_act.size(); ++c) {
       const int first = st.first_of(static_cast<int>(c)), n = st.layers_of(static_cast<int>(c));
-      if (p.recompute_layers == 0) {
-        chunk_act[c] = per_layer * (n - m.moe_layers_in(first, n));
-        for (int l = first; m.moe() && l < first + n; ++l) {
-          if (m.is_moe(l))
-            chunk_act[c] += layer_activation_bytes(
-                m, moe_shape(s, p, loads[static_cast<size_t>(l)]), p.recompute);
-        }
-        continue;
-      }
-      // recompute_layers: the chunk's first layers keep their input only, the others all.
-      for (int l = first; l < first + n; ++l) {
-        const Recompute r = p.recomputes_layer(l - first) ? Recompute::full : Recompute::none;
-        chunk_act[c] += m.is_moe(l) ? layer_activation_bytes(
-                                          m, moe_shape(s, p, loads[static_cast<size_t>(l)]), r)
-                                    : layer_activation_bytes(m, s, r);
+      // Dense layers counted by the recompute they run (with recompute_layers, the chunk's first
+      // in full, keeping their input only, the others none), MoE layers one by one by their load.
+      const int recomputed = p.recompute_layers == 0 ? 0 : std::min(n, p.recompute_layers);
+      const int dense_recomputed = recomputed - m.moe_layers_in(first, recomputed);
+      const int dense = n - m.moe_layers_in(first, n);
+      chunk_act[c] = per_layer * (dense - dense_recomputed);
+      if (dense_recomputed > 0)
+        chunk_act[c] += layer_activation_bytes(m, s, Recompute::full) * dense_recomputed;
+      for (int l = first; m.moe() && l < first + n; ++l) {
+        if (m.is_moe(l))
+          chunk_act[c] += layer_activation_bytes(m, moe_shape(s, p, loads[static_cast<size_t>(l)]),
+                                                 p.layer_recompute(l - first));
       }
     }
     // Walk the schedule: a forward pass stores its chunk's activations until its backward.

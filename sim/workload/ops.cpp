@@ -772,6 +772,14 @@ std::vector<Step> attention_recompute(const ModelConfig& m, const LayerShape& s)
   return b.steps;
 }
 
+Step gather_copy_out(double weight_bytes) {
+  Step st;
+  st.op.name = "zero3.copy_out";
+  st.op.kind = OpKind::memory;
+  st.op.bytes = 2 * weight_bytes;
+  return st;
+}
+
 std::vector<Step> selective_op_recompute(const ModelConfig& m, const LayerShape& s) {
   Builder b(m, s);
   const int t = s.tensor_parallel;

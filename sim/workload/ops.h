@@ -135,6 +135,9 @@ std::vector<Step> head_backward(const ModelConfig& m, const LayerShape& s);
 // Selective recomputation (Korthikanti et al.): the attention core, forward, again before the
 // layer's backward. Empty with flash attention, which recomputes inside its backward kernel.
 std::vector<Step> attention_recompute(const ModelConfig& m, const LayerShape& s);
+// FSDP2's copy of a gathered layer out of the all-gather's buffer into its parameters
+// (Framework::gather_copy_out): one memory-bound kernel that reads and writes `weight_bytes`.
+Step gather_copy_out(double weight_bytes);
 // torchtitan's op-level selective checkpointing (Recompute::selective_op) of a Llama-style layer
 // (SwiGLU; separate query, key and value projections): what runs again before the layer's
 // backward pass. Every second matmul's output is recomputed (the keys' projection, the output

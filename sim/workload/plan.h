@@ -74,10 +74,12 @@ struct Plan {
   // --recompute-method block --recompute-num-layers N; torchtitan's selective layer
   // checkpointing of every k-th layer recomputes as many and keeps as much). 0: every layer.
   int recompute_layers = 0;
-  // Whether the layer at `index` within its chunk (0 the chunk's first) runs its forward pass
-  // again before its backward pass.
-  bool recomputes_layer(int index) const {
-    return recompute == Recompute::full && (recompute_layers == 0 || index < recompute_layers);
+  // The recompute the layer at `index` within its chunk (0 the chunk's first) runs: the plan's,
+  // or, with recompute_layers (which needs recompute: full), full for the chunk's first N layers
+  // and none for the others.
+  Recompute layer_recompute(int index) const {
+    if (recompute_layers == 0) return recompute;
+    return index < recompute_layers ? Recompute::full : Recompute::none;
   }
   bool sequence_parallel = false;
   // `tp_comm_overlap: true` (Megatron-LM's --tp-comm-overlap, Transformer Engine's userbuffers;

@@ -791,12 +791,9 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
       auto wait_layer = [&](uint32_t issued, int l, Pass pass, uint32_t mb, uint32_t chunk) {
         b.dp_wait(issued);
         if (!plan.framework.gather_copy_out) return;
-        const double bytes = 2 * layer_weights_of(l);
-        Step cs;
-        cs.op.name = "zero3.copy_out";
-        cs.op.kind = OpKind::memory;
-        cs.op.bytes = bytes;
-        b.emit(b.piece(fmt::format("zero3.copy_out.{}", bytes), {cs}), pass, l, mb, chunk);
+        const double weights = layer_weights_of(l);
+        b.emit(b.piece(fmt::format("zero3.copy_out.{}", weights), {gather_copy_out(weights)}), pass,
+               l, mb, chunk);
       };
       // Outside the layers (the embedding on the first virtual stage, the final norm and the
       // head on the last, with a tied word embedding's copy there when pipelined): under ZeRO-3
@@ -866,7 +863,8 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
           if (zero3 && l > 0) next = gather_layer(l - 1, key);
           if (zero3) wait_layer(mine, l, Pass::backward, 0, 0);
           for (uint32_t mb = 0; mb < M; ++mb) {
-            if (plan.recomputes_layer(l)) b.emit(fwd_of(l), Pass::recompute, l, mb, 0);
+            if (plan.layer_recompute(l) == Recompute::full)
+              b.emit(fwd_of(l), Pass::recompute, l, mb, 0);
             if (partial) b.emit(ar, Pass::recompute, l, mb, 0);
             b.emit(bwd_of(l), Pass::backward, l, mb, 0);
           }
@@ -944,7 +942,7 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
             const uint32_t mine = next;
             if (zero3 && l > first) next = gather_layer(l - 1, key_of(l - 1));
             if (zero3) wait_layer(mine, l, Pass::backward, it.micro_batch, it.chunk);
-            if (plan.recomputes_layer(l - first))
+            if (plan.layer_recompute(l - first) == Recompute::full)
               b.emit(fwd_of(l), Pass::recompute, l, it.micro_batch, it.chunk);
             if (partial) b.emit(ar, Pass::recompute, l, it.micro_batch, it.chunk);
             b.emit(bwd_of(l), Pass::backward, l, it.micro_batch, it.chunk);

@@ -33,6 +33,16 @@ ModelConfig small_gpt(int layers = 8, int vocab = 50304) {
       "small.yaml");
 }
 
+// A Llama-style layer small enough to work by hand: hidden 256, 4 query heads and 2 key/value
+// heads of 64, SwiGLU FFN 512, RMSNorm, rotary embeddings.
+ModelConfig tiny_llama() {
+  return load_model_yaml_text(
+      "name: tiny-llama\nfamily: llama\nlayers: 2\nhidden: 256\nheads: 4\nkv_heads: 2\n"
+      "ffn_hidden: 512\nvocab: 1000\nsequence: 1024\nactivation: swiglu\nnorm: rmsnorm\n"
+      "position: rotary\ntied_embeddings: false\ncausal: true\nbias: false\n",
+      "tiny-llama.yaml");
+}
+
 using test::plan_error;
 
 struct Replayed {
@@ -487,11 +497,7 @@ TEST(TrainingReplay, EagerLlamaLayersRunRmsNormRotaryAndSwigluOpByOp) {
   // embeddings and SwiGLU as the composite ops the reference code writes, each its own kernel,
   // where Megatron-LM fuses each into one. 1024 tokens, hidden 256, 4 query heads and 2 key/value
   // heads of 64, FFN 512, bf16 (2 bytes), no tensor parallelism.
-  const ModelConfig m = load_model_yaml_text(
-      "name: tiny-llama\nfamily: llama\nlayers: 2\nhidden: 256\nheads: 4\nkv_heads: 2\n"
-      "ffn_hidden: 512\nvocab: 1000\nsequence: 1024\nactivation: swiglu\nnorm: rmsnorm\n"
-      "position: rotary\ntied_embeddings: false\ncausal: true\nbias: false\n",
-      "tiny-llama.yaml");
+  const ModelConfig m = tiny_llama();
   LayerShape s;
   s.micro_batch = 1;
   s.sequence = 1024;
@@ -540,11 +546,7 @@ TEST(TrainingReplay, SelectiveOpRecomputesEverySecondMatmulAndTheElementwiseOps)
   // torchtitan's op-level checkpointing of a Llama layer: of the matmuls wq, wk, wv, wo, w1, w3,
   // w2 the second, fourth and sixth run again (wk, wo, w3), with the elementwise ops; attention
   // does not. 1024 tokens, hidden 256, 4 query heads and 2 key/value heads of 64, FFN 512, bf16.
-  const ModelConfig m = load_model_yaml_text(
-      "name: tiny-llama\nfamily: llama\nlayers: 2\nhidden: 256\nheads: 4\nkv_heads: 2\n"
-      "ffn_hidden: 512\nvocab: 1000\nsequence: 1024\nactivation: swiglu\nnorm: rmsnorm\n"
-      "position: rotary\ntied_embeddings: false\ncausal: true\nbias: false\n",
-      "tiny-llama.yaml");
+  const ModelConfig m = tiny_llama();
   LayerShape s;
   s.micro_batch = 1;
   s.sequence = 1024;

@@ -73,10 +73,7 @@ struct Replayed {
   bool oom = false;
 };
 
-Replayed replay_row(const Row& r, const std::string& cluster_name) {
-  config::ClusterOptions o;
-  o.nodes = r.gpus / 8;
-  const platform::Cluster cluster(config::load_cluster(cluster_name, o));
+Replayed replay_row(const Row& r, const platform::Cluster& cluster) {
   const workload::ModelConfig model = workload::load_model(r.model);
   std::ostringstream p;
   p << "data_parallel: " << r.gpus << "\nmicro_batch_size: " << r.local_batch
@@ -116,9 +113,15 @@ TEST(TrainingValidation, TorchtitanFsdp2A100) {
               "1.6 Tb/s", "err%", "400 Gb/s", "err%", "peak", "time split (1.6 Tb/s)");
   double sum = 0, sum_p4de = 0;
   int compute_bound = 0;
+  // Every row runs on 64 GPUs: 8 nodes of either cluster, loaded once.
+  config::ClusterOptions o;
+  o.nodes = 8;
+  const platform::Cluster dgx_a100(config::load_cluster("dgx-a100", o));
+  const platform::Cluster p4de_nodes(config::load_cluster("aws-p4de-24xlarge", o));
   for (const Row& r : rows) {
-    const Replayed dgx = replay_row(r, "dgx-a100");
-    const Replayed p4de = replay_row(r, "aws-p4de-24xlarge");
+    ASSERT_EQ(r.gpus, 64) << r.label;
+    const Replayed dgx = replay_row(r, dgx_a100);
+    const Replayed p4de = replay_row(r, p4de_nodes);
     const double err = (dgx.tps - r.measured) / r.measured * 100;
     const double err_p4de = (p4de.tps - r.measured) / r.measured * 100;
     EXPECT_FALSE(dgx.oom) << r.label << ": fits, as torchtitan ran it";
