@@ -199,6 +199,7 @@ void add_plan_command(CLI::App& app, Action& action) {
           wall);
       t += fmt::format("  best           {}: {}\n                 {}\n", best.proposal.policy,
                        best.proposal.label, figures(best));
+      if (best.report) t += fmt::format("  framework      {}\n", best.report->framework);
       t += "  best per policy\n";
       std::vector<std::string> names;
       for (const policy::Policy* p : chosen) names.emplace_back(p->name());

@@ -38,6 +38,18 @@ struct LinkClass {
   // Per collective call whose links include this class: the time before its transfer starts,
   // beyond the protocol's base latency (`collective_overhead`; point-to-point sends pay none).
   double collective_overhead_s = 0;
+  // NCCL's socket transport over kernel TCP (`transport: socket`, network classes only): one
+  // NCCL connection (a channel's send to its peer) spreads each message over `sockets` TCP
+  // connections (NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD), and each TCP connection moves at
+  // most min(`flow_cap`, `tcp_window` / RTT): the cloud's cap on one 5-tuple flow, and TCP's
+  // window over the path's round trip. The connection's cap is `sockets` times that (0: none);
+  // Cluster::route_flow_cap works it out per route. `flow_cap_spread` is the cap outside a
+  // cluster placement group (ClusterConfig::placement_group false), where a cloud gives one.
+  bool socket_transport = false;
+  int sockets = 1;
+  double flow_cap_Bps = 0;
+  double flow_cap_spread_Bps = 0;
+  double tcp_window_bytes = 0;
 };
 
 enum class IntraKind { nvswitch, nvlink_mesh, pcie };
@@ -64,6 +76,11 @@ struct NicSpec {
   std::string link_class;
   double bandwidth_Bps = 0;
   std::vector<int> gpus;  // GPUs that use this NIC
+  // Traffic shaping on the NIC's egress, as `tc qdisc ... netem delay D rate R` sets it
+  // (`shaping:` of the cluster or of the node type): D added to every packet's way out, the
+  // outbound rate capped at R (0: none).
+  double egress_delay_s = 0;
+  double egress_rate_Bps = 0;
 };
 
 struct NodeType {
@@ -116,6 +133,9 @@ struct ClusterConfig {
   Fabric fabric;
   std::map<std::string, GpuProfile> gpu_types;    // every profile the cluster uses
   std::map<std::string, LinkClass> link_classes;  // every class known
+  // `placement_group:` whether the instances share a cloud's cluster placement group (default
+  // true); false takes each socket class's flow_cap_spread as its flow cap.
+  bool placement_group = true;
 };
 
 struct ClusterOptions {

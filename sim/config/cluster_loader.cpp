@@ -157,7 +157,9 @@ std::map<std::string, LinkClass> parse_link_classes(const std::string& file, con
     const std::string name = kv.first.as<std::string>();
     const std::string p = join_path(path, name);
     const YAML::Node c = kv.second;
-    check_keys(file, c, p, {"kind", "efficiency", "latency", "collective_overhead"});
+    check_keys(file, c, p,
+               {"kind", "efficiency", "latency", "collective_overhead", "transport", "sockets",
+                "flow_cap", "flow_cap_spread", "tcp_window"});
     LinkClass lc;
     lc.name = name;
     const std::string kind = choice_of(file, c, p, "kind", {"nvlink", "pcie", "socket", "network"});
@@ -177,6 +179,33 @@ std::map<std::string, LinkClass> parse_link_classes(const std::string& file, con
       throw InputError(where(file, c["collective_overhead"]) + ": " +
                        join_path(p, "collective_overhead") + ": expected a time from 0 s to 10 ms");
     }
+    lc.socket_transport = get_choice(file, c, p, "transport", {"rdma", "socket"}, "rdma") == 1;
+    if (lc.socket_transport && lc.kind != LinkKind::network) {
+      throw InputError(where(file, c["transport"]) + ": " + join_path(p, "transport") +
+                       ": socket applies to network classes (kind: network)");
+    }
+    if (!lc.socket_transport) {
+      for (const char* k : {"sockets", "flow_cap", "flow_cap_spread", "tcp_window"}) {
+        if (c[k]) {
+          throw InputError(where(file, c[k]) + ": " + join_path(p, k) +
+                           ": applies to NCCL's socket transport only (transport: socket)");
+        }
+      }
+    } else {
+      // NCCL caps NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD at 64 (MAX_SOCKETS).
+      lc.sockets = static_cast<int>(get_int(file, c, p, "sockets", 1, 64, 1));
+      lc.flow_cap_Bps = get_quantity(file, c, p, "flow_cap", Dimension::bandwidth, 0.0);
+      lc.flow_cap_spread_Bps =
+          get_quantity(file, c, p, "flow_cap_spread", Dimension::bandwidth, lc.flow_cap_Bps);
+      lc.tcp_window_bytes = get_quantity(file, c, p, "tcp_window", Dimension::bytes, 0.0);
+      for (const char* k : {"flow_cap", "flow_cap_spread", "tcp_window"}) {
+        if (c[k] && !(get_quantity(file, c, p, k,
+                                   k[0] == 't' ? Dimension::bytes : Dimension::bandwidth) > 0)) {
+          throw InputError(where(file, c[k]) + ": " + join_path(p, k) +
+                           ": expected a positive value (leave it out for none)");
+        }
+      }
+    }
     out[name] = lc;
   }
   return out;
@@ -189,17 +218,37 @@ const EmbeddedFile* find_embedded(const std::string& path) {
   return nullptr;
 }
 
+// `shaping: {delay: 10ms, rate: 1Gbps}`: tc netem on every NIC's egress (NicSpec).
+struct Shaping {
+  double delay_s = 0, rate_Bps = 0;
+};
+
 class ClusterParser {
  public:
   ClusterParser(const std::string& file, const YAML::Node& root) : file_(file), root_(root) {}
 
   ClusterConfig parse() {
     check_keys(file_, root_, "",
-               {"name", "node_types", "groups", "fabric", "gpu_types", "link_classes"});
+               {"name", "node_types", "groups", "fabric", "gpu_types", "link_classes",
+                "placement_group", "shaping"});
     ClusterConfig c;
     c.file = file_;
     c.name = get_string(file_, root_, "", "name", std::filesystem::path(file_).stem().string());
     c.link_classes = builtin_link_classes();
+    // Node types taken from a built-in instance bring the link classes of its file; the
+    // cluster's own link_classes (below) override them.
+    const YAML::Node types = require(file_, root_, "", "node_types");
+    if (!types.IsSequence() || types.size() == 0) {
+      throw InputError(where(file_, types) + ": node_types: expected a non-empty list");
+    }
+    for (size_t i = 0; i < types.size(); ++i) {
+      if (!types[i].IsMap() || !types[i]["instance"]) continue;
+      const Instance& inst = instance(types[i], idx("node_types", i));
+      if (const YAML::Node lc = inst.root["link_classes"]) {
+        for (auto& [k, v] : parse_link_classes(inst.file, lc, "link_classes"))
+          c.link_classes[k] = v;
+      }
+    }
     if (root_["link_classes"]) {
       for (auto& [k, v] : parse_link_classes(file_, root_["link_classes"], "link_classes")) {
         c.link_classes[k] = v;
@@ -214,12 +263,15 @@ class ClusterParser {
         known[p.name] = p;
       }
     }
-    const YAML::Node types = require(file_, root_, "", "node_types");
-    if (!types.IsSequence() || types.size() == 0) {
-      throw InputError(where(file_, types) + ": node_types: expected a non-empty list");
+    c.placement_group = get_bool(file_, root_, "", "placement_group", true);
+    if (!c.placement_group) {
+      for (auto& [name, cls] : c.link_classes) {
+        if (cls.socket_transport) cls.flow_cap_Bps = cls.flow_cap_spread_Bps;
+      }
     }
+    const Shaping cluster_shaping = shaping(root_, "");
     for (size_t i = 0; i < types.size(); ++i) {
-      NodeType t = parse_node_type(types[i], idx("node_types", i));
+      NodeType t = parse_node_type(types[i], idx("node_types", i), cluster_shaping);
       for (const NodeType& other : c.node_types) {
         if (other.name == t.name) {
           throw InputError(where(file_, types[i]) + ": " + idx("node_types", i) +
@@ -280,6 +332,49 @@ class ClusterParser {
   }
 
  private:
+  Shaping shaping(const YAML::Node& n, const std::string& path, Shaping inherited = {}) const {
+    const YAML::Node s = n["shaping"];
+    if (!s) return inherited;
+    const std::string sp = join_path(path, "shaping");
+    if (!s.IsMap()) {
+      throw InputError(where(file_, s) + ": " + sp +
+                       ": expected a map of delay and rate (e.g. {delay: 10ms, rate: 1Gbps})");
+    }
+    check_keys(file_, s, sp, {"delay", "rate"});
+    Shaping out;
+    out.delay_s = get_quantity(file_, s, sp, "delay", Dimension::time, 0.0);
+    if (!(out.delay_s >= 0 && out.delay_s <= 10)) {
+      throw InputError(where(file_, s["delay"]) + ": " + join_path(sp, "delay") +
+                       ": expected a time from 0 s to 10 s");
+    }
+    if (s["rate"]) out.rate_Bps = positive(file_, s, sp, "rate", Dimension::bandwidth);
+    return out;
+  }
+
+  // A built-in instance (`instance: p3.16xlarge`): the node type of the built-in cluster
+  // topologies/aws-<name>.yaml, parsed in that file's own terms.
+  struct Instance {
+    std::string file;
+    YAML::Node root;
+  };
+  const Instance& instance(const YAML::Node& n, const std::string& path) {
+    const std::string name = get_string(file_, n, path, "instance");
+    auto it = instances_.find(name);
+    if (it != instances_.end()) return it->second;
+    const std::string file = "topologies/aws-" + name + ".yaml";
+    const EmbeddedFile* f = find_embedded(file);
+    if (!f) {
+      std::vector<std::string> known;
+      for (const std::string& c : builtin_cluster_names()) {
+        if (c.rfind("aws-", 0) == 0) known.push_back(c.substr(4));
+      }
+      throw InputError(where(file_, n["instance"]) + ": " + join_path(path, "instance") +
+                       ": unknown instance \"" + name + "\" (built-in: " + join_names(known) + ")" +
+                       did_you_mean(name, known));
+    }
+    return instances_.emplace(name, Instance{file, load_yaml(f->text, file)}).first->second;
+  }
+
   // The fabric's switch count, known before anything is built: routing keeps all-pairs switch
   // distances (limits::kSwitches).
   void check_switch_count(const ClusterConfig& c, long nodes) const {
@@ -321,8 +416,21 @@ class ClusterParser {
     return v;
   }
 
-  NodeType parse_node_type(const YAML::Node& n, const std::string& path) {
-    check_keys(file_, n, path, {"name", "gpu", "gpus", "intra", "pcie", "nics"});
+  NodeType parse_node_type(const YAML::Node& n, const std::string& path, const Shaping& inherited) {
+    if (n.IsMap() && n["instance"]) {
+      // A built-in instance's node type, under the name given here (default: the instance's),
+      // shaped as this cluster or this entry says.
+      check_keys(file_, n, path, {"instance", "name", "shaping"});
+      const Instance& inst = instance(n, path);
+      const YAML::Node types = require(inst.file, inst.root, "", "node_types");
+      ClusterParser sub(inst.file, inst.root);
+      sub.classes_ = classes_;
+      NodeType t = sub.parse_node_type(types[0], "node_types[0]", shaping(n, path, inherited));
+      t.name = get_string(file_, n, path, "name", get_string(file_, n, path, "instance"));
+      return t;
+    }
+    check_keys(file_, n, path, {"name", "gpu", "gpus", "intra", "pcie", "nics", "shaping"});
+    const Shaping shaped = shaping(n, path, inherited);
     NodeType t;
     t.name = get_string(file_, n, path, "name");
     t.gpu = get_string(file_, n, path, "gpu");
@@ -432,6 +540,10 @@ class ClusterParser {
         throw InputError(where(file_, nics) + ": " + np +
                          ": expected a list of NICs or a map with count");
       }
+      for (NicSpec& nic : t.nics) {
+        nic.egress_delay_s = shaped.delay_s;
+        nic.egress_rate_Bps = shaped.rate_Bps;
+      }
     }
     return t;
   }
@@ -510,6 +622,7 @@ class ClusterParser {
   const std::string& file_;
   const YAML::Node& root_;
   const std::map<std::string, LinkClass>* classes_ = nullptr;
+  std::map<std::string, Instance> instances_;
 };
 
 }  // namespace

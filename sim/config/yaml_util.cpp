@@ -291,6 +291,21 @@ double get_number(const std::string& file, const YAML::Node& node, std::string_v
   return *v;
 }
 
+bool get_bool(const std::string& file, const YAML::Node& node, std::string_view path,
+              std::string_view key, std::optional<bool> default_value) {
+  const std::string field = join_path(path, key);
+  const std::optional<YAML::Node> value = lookup(file, node, path, key);
+  if (!value) {
+    if (default_value) return *default_value;
+    throw InputError(missing(file, node, field, key, "true or false"));
+  }
+  const std::string text = scalar_of(file, *value, field, "true or false");
+  if (text == "true") return true;
+  if (text == "false") return false;
+  throw InputError(where(file, *value) + ": " + field + ": expected true or false, got \"" + text +
+                   "\"");
+}
+
 void apply_override(YAML::Node& root, std::string_view assignment) {
   const std::string flag = "--set " + std::string(assignment) + ": ";
   const size_t eq = assignment.find('=');

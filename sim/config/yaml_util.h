@@ -60,6 +60,10 @@ long int_value(const std::string& file, const YAML::Node& value, const std::stri
 double get_number(const std::string& file, const YAML::Node& node, std::string_view path,
                   std::string_view key, std::optional<double> default_value = std::nullopt);
 
+// `true` or `false`; InputError naming the field otherwise.
+bool get_bool(const std::string& file, const YAML::Node& node, std::string_view path,
+              std::string_view key, std::optional<bool> default_value = std::nullopt);
+
 // "path.key", or "key" when path is empty.
 std::string join_path(std::string_view path, std::string_view key);
 

@@ -221,6 +221,10 @@ class MegatronLauncher final : public Launcher {
     }
     add_precision(p, l);
     if (p.flash_attention) a.emplace_back("--use-flash-attn");
+    // Megatron-LM's SGD takes momentum 0.9 unless told otherwise.
+    if (p.optimizer == workload::Optimizer::sgd)
+      a.insert(a.end(), {"--optimizer", "sgd", "--sgd-momentum", "0"});
+    if (p.optimizer == workload::Optimizer::sgd_momentum) a.insert(a.end(), {"--optimizer", "sgd"});
     if (p.zero_stage >= 1) a.emplace_back("--use-distributed-optimizer");
     if (p.zero_stage >= 2) {
       l.unsupported.push_back("zero_stage " + std::to_string(p.zero_stage) +

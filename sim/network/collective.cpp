@@ -82,7 +82,11 @@ struct Edge {
   uint32_t first = 0, size = 0;  // its links: Builder::edge_links_[first, first + size)
   config::LinkKind kind = config::LinkKind::nvlink;
   Time wire_latency;
+  double cap = 0;  // one NCCL connection's cap over NCCL's socket transport (0: none)
 };
+
+// The tighter of two caps, 0 standing for none.
+double tighter(double a, double b) { return a == 0 ? b : b == 0 ? a : std::min(a, b); }
 
 // Edges by (source, destination) GPU: open addressing with linear probing. A request over
 // thousands of nodes asks for 10^5 edges; a node-based map would allocate (and free) each.
@@ -276,6 +280,7 @@ class Builder {
     e.size = static_cast<uint32_t>(edge_links_.size() - e.first);
     e.kind = c_.route_kind(edge_links(e));
     e.wire_latency = c_.route_latency(edge_links(e));
+    e.cap = c_.route_flow_cap(edge_links(e));
     found = &edges_.emplace_back(e);
     return *found;
   }
@@ -373,11 +378,12 @@ class Builder {
     return out;
   }
 
+  // `cap`: the socket transport's per-connection cap of the edges the step crosses (Edge::cap).
   uint32_t add_step(std::vector<LinkUse> links, double bytes, Time latency,
-                    std::vector<uint32_t> deps, bool channel = true) {
+                    std::vector<uint32_t> deps, bool channel = true, double cap = 0) {
     if (bare_) refs_.push_back(std::exchange(last_ref_, nullptr));
-    plan_->steps.push_back(
-        PlanStep{std::move(links), bytes, latency, std::move(deps), channel ? channel_cap_ : 0.0});
+    plan_->steps.push_back(PlanStep{std::move(links), bytes, latency, std::move(deps),
+                                    tighter(channel ? channel_cap_ : 0.0, cap)});
     return static_cast<uint32_t>(plan_->steps.size() - 1);
   }
 
@@ -412,7 +418,7 @@ class Builder {
               add_step(step_links([&](auto& ids) {
                          ids.assign(edge_links(*edges[i]).begin(), edge_links(*edges[i]).end());
                        }),
-                       chunk, Time(), std::move(d));
+                       chunk, Time(), std::move(d), true, edges[i]->cap);
           next_arrived[i] = add_step({}, 0, step_lat(*edges[i]), {next_sent[i]});
         }
         std::swap(sent, next_sent);
@@ -429,13 +435,16 @@ class Builder {
       }
     });
     for (size_t i = 0; i < 2 * n; ++i) lat[i + 1] = lat[i] + step_lat(*edges[i % n]).ps();
+    double cap = 0;
+    for (const Edge* e : edges) cap = tighter(cap, e->cap);
     int64_t worst = 0;
     const size_t full = steps / n, rest = steps % n;
     const int64_t cycle = lat[n];
     for (size_t i = 0; i < n; ++i) {
       worst = std::max<int64_t>(worst, static_cast<int64_t>(full) * cycle + lat[i + rest] - lat[i]);
     }
-    return {add_step(std::move(links), chunk * static_cast<double>(steps), Time::ps(worst), deps)};
+    return {add_step(std::move(links), chunk * static_cast<double>(steps), Time::ps(worst), deps,
+                     true, cap)};
   }
 
   // A pipelined chain from `root` along the ring order: every edge carries all the bytes.
@@ -443,8 +452,11 @@ class Builder {
     const size_t n = ring.size();
     const size_t start = std::find(ring.begin(), ring.end(), root) - ring.begin();
     Time latency;
+    double cap = 0;
     for (size_t k = 0; k + 1 < n; ++k) {
-      latency += step_lat(edge(ring[(start + k) % n], ring[(start + k + 1) % n]));
+      const Edge& e = edge(ring[(start + k) % n], ring[(start + k + 1) % n]);
+      latency += step_lat(e);
+      cap = tighter(cap, e.cap);
     }
     add_step(step_links([&](auto& ids) {
                for (size_t k = 0; k + 1 < n; ++k) {
@@ -452,7 +464,7 @@ class Builder {
                  ids.insert(ids.end(), edge_links(e).begin(), edge_links(e).end());
                }
              }),
-             bytes, latency, {});
+             bytes, latency, {}, true, cap);
   }
 
   // Tree all-reduce, pipelined: reduce up and broadcast down at once; each edge carries all of
@@ -461,18 +473,20 @@ class Builder {
     // The tree's depths, worked out once per tree: the protocols tried for one request differ
     // only in the step latency per link kind, not in routes.
     const std::vector<Depth>& depths = tree_depths(t);
+    double cap = 0;
     std::vector<LinkUse> links = step_links([&](auto& ids) {
       const std::vector<const Edge*>& ups = tree_up_[static_cast<size_t>(&t - trees_.data())];
       for (size_t i = 0; i < t.edges.size(); ++i) {
         const auto& [child, par] = t.edges[i];
         const Edge& down = edge(par, child);  // may route: take edge_links() only after it
+        cap = tighter(cap, tighter(ups[i]->cap, down.cap));
         ids.insert(ids.end(), edge_links(*ups[i]).begin(), edge_links(*ups[i]).end());
         ids.insert(ids.end(), edge_links(down).begin(), edge_links(down).end());
       }
     });
     Time deepest;
     for (const Depth& d : depths) deepest = std::max(deepest, latency(d));
-    add_step(std::move(links), bytes, deepest * 2, {});
+    add_step(std::move(links), bytes, deepest * 2, {}, true, cap);
   }
 
   // A rank's path to its tree's root: the wire latency and the hops of each kind of link, so
@@ -591,6 +605,7 @@ class Builder {
       config::LinkKind kind;
       Time wire, latency;
       std::vector<platform::LinkId> ids;
+      double cap = 0;
     };
     std::vector<Class> classes;
     const auto& ranks = r_.ranks;
@@ -606,20 +621,22 @@ class Builder {
           it = classes.end() - 1;
         }
         it->ids.insert(it->ids.end(), edge_links(e).begin(), edge_links(e).end());
+        it->cap = tighter(it->cap, e.cap);
       }
     }
     std::sort(classes.begin(), classes.end(), [](const Class& a, const Class& b) {
       return a.kind != b.kind ? a.kind < b.kind : a.wire < b.wire;
     });
     for (Class& c : classes) {
-      add_step(step_links([&](auto& ids) { ids = std::move(c.ids); }), bytes, c.latency, {}, false);
+      add_step(step_links([&](auto& ids) { ids = std::move(c.ids); }), bytes, c.latency, {}, false,
+               c.cap);
     }
   }
 
   void add_p2p(GpuId a, GpuId b, double bytes) {
     const Edge& e = edge(a, b);
     add_step(step_links([&](auto& ids) { ids.assign(edge_links(e).begin(), edge_links(e).end()); }),
-             bytes, step_lat(e), {}, false);
+             bytes, step_lat(e), {}, false, e.cap);
   }
 
   const Cluster& c_;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstdio>
 #include <deque>
 #include <limits>
@@ -33,8 +34,10 @@ int kind_rank(config::LinkKind k) {
 }  // namespace
 
 Cluster::Cluster(config::ClusterConfig cfg) : cfg_(std::move(cfg)) {
-  for (const auto& [name, cls] : cfg_.link_classes)
+  for (const auto& [name, cls] : cfg_.link_classes) {
     has_collective_overhead_ = has_collective_overhead_ || cls.collective_overhead_s > 0;
+    has_socket_transport_ = has_socket_transport_ || cls.socket_transport;
+  }
   for (const config::NodeType& t : cfg_.node_types) build_template(t);
   build_nodes();
   build_fabric();
@@ -262,8 +265,13 @@ void Cluster::build_fabric() {
   auto attach = [&](NicPort& p, uint32_t sw, Time switch_latency) {
     const config::NicSpec& spec = nic_spec(p);
     p.fabric_switch = sw;
-    p.up = add_link(nic_vertex(p), switch_vertex_[sw], spec.bandwidth_Bps, spec.link_class, Time(),
-                    where);
+    // Egress shaping (tc netem on the instance): its rate caps the NIC's way out, its delay
+    // is paid by every packet leaving.
+    const double out_Bps = spec.egress_rate_Bps > 0
+                               ? std::min(spec.bandwidth_Bps, spec.egress_rate_Bps)
+                               : spec.bandwidth_Bps;
+    p.up = add_link(nic_vertex(p), switch_vertex_[sw], out_Bps, spec.link_class,
+                    Time::from_seconds(spec.egress_delay_s), where);
     p.down = add_link(switch_vertex_[sw], nic_vertex(p), spec.bandwidth_Bps, spec.link_class,
                       switch_latency, where);
   };
@@ -642,6 +650,25 @@ Time Cluster::route_latency(std::span<const LinkId> route) const {
   Time t;
   for (LinkId l : route) t += links_[l].latency;
   return t;
+}
+
+double Cluster::route_flow_cap(std::span<const LinkId> route) const {
+  if (!has_socket_transport_) return 0;
+  // TCP's window over the round trip: the way there and back, taken as twice the way there.
+  const double rtt = 2 * route_latency(route).seconds();
+  double cap = 0;
+  for (LinkId l : route) {
+    const config::LinkClass& c = *links_[l].cls;
+    if (!c.socket_transport) continue;
+    double per_socket = std::numeric_limits<double>::infinity();
+    if (c.flow_cap_Bps > 0) per_socket = c.flow_cap_Bps * c.efficiency;
+    if (c.tcp_window_bytes > 0 && rtt > 0)
+      per_socket = std::min(per_socket, c.tcp_window_bytes / rtt);
+    if (!std::isfinite(per_socket)) continue;
+    const double connection = per_socket * c.sockets;
+    cap = cap == 0 ? connection : std::min(cap, connection);
+  }
+  return cap;
 }
 
 double Cluster::route_capacity(std::span<const LinkId> route) const {

@@ -70,6 +70,11 @@ class Cluster {
   // The slowest kind of link on a route (network > socket > pcie > nvlink), as NCCL classes paths.
   config::LinkKind route_kind(std::span<const LinkId> route) const;
   Time route_latency(std::span<const LinkId> route) const;
+  // The most one NCCL connection moves over a route through NCCL's socket transport (bytes/s of
+  // payload; config::LinkClass::socket_transport): its sockets times the least of the cloud's
+  // per-flow cap and TCP's window over the round trip (twice the route's latency); 0 where no
+  // class on the route caps it.
+  double route_flow_cap(std::span<const LinkId> route) const;
   // Line-rate bottleneck of a route (bytes/s), ignoring other traffic.
   double route_capacity(std::span<const LinkId> route) const;
   // The NIC (index in its node) that the node type assigns GPU g; -1 when the node has none.
@@ -139,6 +144,7 @@ class Cluster {
 
   config::ClusterConfig cfg_;
   bool has_collective_overhead_ = false;
+  bool has_socket_transport_ = false;
   std::vector<NodeTemplate> templates_;
   std::vector<Gpu> gpus_;
   std::vector<Node> nodes_;

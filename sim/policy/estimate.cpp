@@ -334,22 +334,25 @@ network::PlanStep Estimator::direct_step(platform::GpuId a, platform::GpuId b, d
   step.latency = network::step_latency(network::Algorithm::direct, network::Protocol::simple,
                                        cluster_.route_kind(route)) +
                  cluster_.route_latency(route);
+  step.max_rate_Bps = cluster_.route_flow_cap(route);
   return step;
 }
 
 double Estimator::optimizer_s(const config::GpuProfile& gpu, double params, workload::Precision p,
-                              const workload::Framework& fw) {
+                              workload::Optimizer o, const workload::Framework& fw) {
   auto& last = last_optimizer_;
   const int64_t host_ps = host_key(fw);
-  if (last.gpu == &gpu && last.params == bits_of(params) && last.precision == static_cast<int>(p) &&
+  // Precision and optimizer in one key: 4 precisions.
+  const int kind = static_cast<int>(p) + 4 * static_cast<int>(o);
+  if (last.gpu == &gpu && last.params == bits_of(params) && last.precision == kind &&
       last.host_ps == host_ps)
     return last.seconds;
-  auto [it, fresh] = optimizer_.try_emplace({&gpu, params, static_cast<int>(p), host_ps}, 0.0);
+  auto [it, fresh] = optimizer_.try_emplace({&gpu, params, kind, host_ps}, 0.0);
   if (fresh) {
-    const workload::Op op = workload::optimizer_step(params, p);
+    const workload::Op op = workload::optimizer_step(params, p, o);
     it->second = std::max(cost_.duration(op, gpu, p), workload::host_time(cost_, op, fw)).seconds();
   }
-  last = {&gpu, bits_of(params), static_cast<int>(p), host_ps, it->second};
+  last = {&gpu, bits_of(params), kind, host_ps, it->second};
   return it->second;
 }
 
@@ -607,8 +610,8 @@ Estimate Estimator::staged(const Plan& plan) {
           stage_pass(ps, st.layers, per_pass, rc * q, rc_kernels * q, 0, 0, s == 0, s == S - 1, fw,
                      pipe_gather, hop[si], s > 0 ? hop[si - 1] : 0.0, kernels);
       const double f = pass.f, b = pass.b;
-      const double opt =
-          optimizer_s(gpu, workload::group_params(model_, st, s, S), plan.precision, fw);
+      const double opt = optimizer_s(gpu, workload::group_params(model_, st, s, S), plan.precision,
+                                     plan.optimizer, fw);
       optimizer[si] = std::max(optimizer[si], opt);
       out.compute_s = std::max(out.compute_s, m * kernels + opt);
       fwd[si] = std::max(fwd[si], f);
@@ -885,7 +888,7 @@ Estimate Estimator::estimate(const Plan& plan) {
       const double params = params_of(st, s);
       const double shard =
           plan.zero_stage >= 1 && dp ? plan.sharded(params, lay.evaluated[i]) : params;
-      const double opt = optimizer_s(gpu, shard, plan.precision, fw);
+      const double opt = optimizer_s(gpu, shard, plan.precision, plan.optimizer, fw);
       out.compute_s = std::max(out.compute_s, m * kernels + opt);
       layer_backward[s] = std::max(ps.layer_b.total() + rc, gather + scatter);
       last_backward[s] = bwd[s];
@@ -1006,8 +1009,8 @@ Estimate Estimator::estimate(const Plan& plan) {
               : even_share                 ? evenly
                                            : by_share;
     }
-    const double optimizer =
-        optimizer_s(*cluster_.gpu(st.devices.front()).profile, shard, plan.precision, fw);
+    const double optimizer = optimizer_s(*cluster_.gpu(st.devices.front()).profile, shard,
+                                         plan.precision, plan.optimizer, fw);
     finish += optimizer;
     if (dp && (plan.zero_stage == 1 || plan.zero_stage == 2))
       finish += dp_s(lay, s, CommKind::allgather, e * params);

@@ -148,7 +148,7 @@ class Estimator {
   // One transfer of `bytes` from a to b over its route, as the replay sends a pipeline slice.
   network::PlanStep direct_step(platform::GpuId a, platform::GpuId b, double bytes) const;
   double optimizer_s(const config::GpuProfile& gpu, double params, workload::Precision p,
-                     const workload::Framework& fw);
+                     workload::Optimizer o, const workload::Framework& fw);
 
   const workload::ModelConfig& model_;
   const platform::Cluster& cluster_;
@@ -184,7 +184,7 @@ class Estimator {
   struct {
     const config::GpuProfile* gpu = nullptr;
     uint64_t params = 0;
-    int precision = -1;
+    int precision = -1;  // precision + 4 x optimizer
     int64_t host_ps = -1;
     double seconds = 0;
   } last_optimizer_;

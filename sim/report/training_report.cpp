@@ -73,6 +73,8 @@ TrainingReport make_training_report(const workload::TrainingJob& job,
   r.model = job.model->name;
   r.cluster = c.config().name;
   r.plan = p.source;
+  r.framework =
+      p.framework.name + (p.framework.description.empty() ? "" : ": " + p.framework.description);
   r.precision = workload::to_string(p.precision);
   if (p.precision_defaulted) {
     r.precision += p.precision == workload::Precision::bf16
@@ -172,6 +174,7 @@ nlohmann::ordered_json to_json(const TrainingReport& r) {
   j["cluster"] = r.cluster;
   j["plan"] = r.plan;
   j["precision"] = r.precision;
+  j["framework"] = r.framework;
   j["gpus"] = r.gpus;
   j["iteration_time_s"] = r.iteration_time_s;
   j["throughput_tokens_per_s"] = r.tokens_per_s;
@@ -444,6 +447,7 @@ std::string to_text(const TrainingReport& r) {
                               ? std::string(" kept")
                               : fmt::format(" where {}", l.global_batch_before)));
   }
+  s += fmt::format("  framework      {}\n", r.framework);
   s += fmt::format("  precision      {}\n", r.precision);
   s += fmt::format("  iteration      {}\n", format_time(r.iteration_time_s));
   if (r.grid_rows > 0) {

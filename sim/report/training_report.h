@@ -40,6 +40,9 @@ struct LostNodeReport {
 struct TrainingReport {
   std::string model, cluster, plan;
   std::string precision;  // the plan's; "bf16 (default: ...)" when the plan gives none
+  // The framework the plan runs on and its one-line description ("megatron-lm-2021: Megatron-LM
+  // v2-v3 (2021-2022), ..."): the era a reproduction has to name.
+  std::string framework;
   size_t gpus = 0;
   double iteration_time_s = 0;
   double tokens_per_s = 0, samples_per_s = 0;

@@ -110,8 +110,8 @@ std::vector<DeviceMemory> memory_per_group(const TrainingJob& job) {
     mem.weights = shard((params - experts) * e, 3) + shard_experts(experts * e, 3);
     mem.gradients =
         shard((params - experts) * grad_bytes, 2) + shard_experts(experts * grad_bytes, 2);
-    mem.optimizer =
-        shard((params - experts) * (master + 8), 1) + shard_experts(experts * (master + 8), 1);
+    const double state = master + optimizer_state_bytes(p.optimizer);
+    mem.optimizer = shard((params - experts) * state, 1) + shard_experts(experts * state, 1);
     const LayerShape s = stage_shape(p, static_cast<int>(g.devices.size()), g.batch);
     // A dense layer's activations under the recompute it runs (past recompute_layers' first N:
     // none).

@@ -803,16 +803,34 @@ std::vector<Step> selective_op_recompute(const ModelConfig& m, const LayerShape&
   return b.steps;
 }
 
-Op optimizer_step(double params, Precision p) {
+std::string to_string(Optimizer o) {
+  switch (o) {
+    case Optimizer::adam:
+      return "adam";
+    case Optimizer::sgd:
+      return "sgd";
+    case Optimizer::sgd_momentum:
+      return "sgd_momentum";
+  }
+  return "?";
+}
+
+double optimizer_state_bytes(Optimizer o) {
+  return o == Optimizer::adam ? 8 : o == Optimizer::sgd_momentum ? 4 : 0;
+}
+
+Op optimizer_step(double params, Precision p, Optimizer o) {
   Op op;
-  op.name = "optimizer.adam";
+  op.name = "optimizer." + to_string(o);
   op.kind = OpKind::memory;
   op.streaming = true;
-  // Reads the gradient, reads and writes fp32 master weights, first and second moments, and
-  // writes the low-precision weights: 4 + 24 + (2 or 0) bytes per parameter.
-  const double grad = p == Precision::fp32 ? 4 : 4;  // main gradients are fp32 (Megatron)
-  op.bytes = params * (grad + 24 + (p == Precision::fp32 ? 0 : 2));
-  op.flops = params * 12;
+  // Reads the gradient (fp32 main gradients, Megatron), reads and writes the fp32 master
+  // weights and the optimizer's state (Adam's two moments, SGD's momentum), and writes the
+  // low-precision weights: 4 + 2 x (4 + state) + (2 or 0) bytes per parameter (Adam 30, plain
+  // SGD 14). FLOPs: Adam's update about 12 a parameter, SGD's 2, with momentum 4.
+  const double grad = 4;
+  op.bytes = params * (grad + 2 * (4 + optimizer_state_bytes(o)) + (p == Precision::fp32 ? 0 : 2));
+  op.flops = params * (o == Optimizer::adam ? 12 : o == Optimizer::sgd_momentum ? 4 : 2);
   return op;
 }
 

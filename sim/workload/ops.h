@@ -12,6 +12,12 @@ namespace hetsim::workload {
 
 enum class Precision { fp32, fp16, bf16, fp8 };
 std::string to_string(Precision p);
+// The optimizer a plan trains with (`optimizer:`): Adam (mixed precision: fp32 master weights
+// and two fp32 moments), plain SGD, or SGD with momentum (one fp32 buffer).
+enum class Optimizer { adam, sgd, sgd_momentum };
+std::string to_string(Optimizer o);
+// Bytes of optimizer state per parameter beyond the fp32 master copy (8, 0, 4).
+double optimizer_state_bytes(Optimizer o);
 // Bytes of one activation or weight element.
 int element_bytes(Precision p);
 
@@ -145,9 +151,9 @@ Step gather_copy_out(double weight_bytes);
 // matmuls' are kept (layer_activation_bytes).
 std::vector<Step> selective_op_recompute(const ModelConfig& m, const LayerShape& s);
 
-// The optimizer step over `params` local parameters (mixed-precision Adam: master weights and
-// moments in fp32), as one memory-bound kernel.
-Op optimizer_step(double params, Precision p);
+// The optimizer step over `params` local parameters (master weights and the optimizer's state in
+// fp32), as one memory-bound kernel.
+Op optimizer_step(double params, Precision p, Optimizer o = Optimizer::adam);
 
 // Model FLOPs of one iteration over `tokens` tokens (forward + backward, no recompute), the
 // sum of the ops above: equals 72 B s l h^2 (1 + s/(6h) + V/(12 l h)) for GPT (formulas.md).

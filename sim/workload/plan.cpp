@@ -477,6 +477,8 @@ void read_common(const std::string& file, const YAML::Node& root,
   }
   p.fp32_main_grads =
       config::get_choice(file, root, "", "main_grads", {"fp32", "same"}, "fp32") == 0;
+  p.optimizer = static_cast<Optimizer>(
+      config::get_choice(file, root, "", "optimizer", {"adam", "sgd", "sgd_momentum"}, "adam"));
   const std::string framework = get_string(file, root, "", "framework", framework_default);
   try {
     p.framework = load_framework(framework);
@@ -494,7 +496,7 @@ Plan load_grid_plan(const YAML::Node& root, const std::string& file, const Model
   config::check_keys(
       file, root, "",
       {"grid", "devices", "global_batch_size", "micro_batch_size", "split", "precision",
-       "framework", "main_grads", "gradient_reduction", "perturbations"});
+       "framework", "main_grads", "optimizer", "gradient_reduction", "perturbations"});
   Plan p;
   p.source = file;
   read_common(file, root, "pytorch-ddp", p);
@@ -861,6 +863,7 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
                       "precision",
                       "attention",
                       "main_grads",
+                      "optimizer",
                       "bucket_size",
                       "devices",
                       "replicas",

@@ -654,6 +654,7 @@ class Replayer {
       f.bytes = bytes;
       f.links = path.links;
       f.latency = path.latency;
+      f.max_rate_Bps = path.cap;
       f.on_done = [left, finish] {
         if (--*left == 0) (*finish)();
       };
@@ -695,6 +696,7 @@ class Replayer {
   struct Path {
     std::vector<network::LinkUse> links;  // sorted by link, repeated crossings counted
     Time latency;
+    double cap = 0;  // NCCL's socket transport's cap on one connection (0: none)
   };
   const Path& path_of(uint32_t g, uint32_t dst, uint32_t j) {
     auto& slot = paths_[{g, dst, j}];
@@ -710,6 +712,8 @@ class Replayer {
           slot->latency, network::step_latency(network::Algorithm::direct,
                                                network::Protocol::simple, c_.route_kind(route)) +
                              c_.route_latency(route));
+      const double cap = c_.route_flow_cap(route);
+      if (cap > 0) slot->cap = slot->cap == 0 ? cap : std::min(slot->cap, cap);
     }
     network::merge_links(slot->links);
     return *slot;

@@ -1012,7 +1012,8 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
       const double shard = plan.zero_stage >= 1 && dp
                                ? plan.sharded(dense_params, r) + expert_params / edp
                                : g.params;
-      const auto& opt = b.piece("optimizer", {Step{optimizer_step(shard, plan.precision)}});
+      const auto& opt =
+          b.piece("optimizer", {Step{optimizer_step(shard, plan.precision, plan.optimizer)}});
       b.emit(opt, Pass::other, -1, 0, 0);
       if (dp && (plan.zero_stage == 1 || plan.zero_stage == 2)) {
         const uint32_t gathered = b.dp_collective(CommKind::allgather, e * dense_params,

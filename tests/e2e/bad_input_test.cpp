@@ -41,7 +41,8 @@ const BadFileCase kBadFiles[] = {
      ":13: groups[0].node_type: unknown node type \"a100-nodes\" (did you mean \"a100-node\"?)"},
     {"UnknownLinkClassIsRejected", "unknown_link_class.yaml",
      ":9: node_types[0].intra.link_class: unknown link class \"nvlink9\" (expected one of "
-     "ethernet, ib_edr, ib_hdr, ib_ndr, ib_xdr, nvlink1, nvlink2, nvlink3, nvlink4, nvlink5, "
+     "ena_tcp, ena_tcp_container, ethernet, ib_edr, ib_hdr, ib_ndr, ib_xdr, nvlink1, nvlink2, "
+     "nvlink3, nvlink4, nvlink5, "
      "pcie3, "
      "pcie4, pcie5, roce, upi) (did you mean \"nvlink1\"?)"},
     {"UnknownFabricKindListsValidKinds", "unknown_fabric_kind.yaml",
@@ -111,7 +112,8 @@ struct BadFlagCase {
 };
 
 const std::string kBuiltins =
-    "aws-g4dn-12xlarge, aws-p3-g4dn, aws-p4de-24xlarge, cpu-host, dgx-a100, dgx-h100, dgx1-v100, "
+    "aws-g4dn-12xlarge, aws-p3-g4dn, aws-p3.16xlarge, aws-p3.2xlarge, aws-p3.8xlarge, "
+    "aws-p4de-24xlarge, cpu-host, dgx-a100, dgx-h100, dgx1-v100, "
     "mixed-4090-a100, mixed-a100-v100, mixed-explicit, mixed-h100-a100, pcie-a100, pcie-v100";
 
 // dgx-a100 (the default cluster) has 4 nodes of 8 GPUs.

@@ -239,3 +239,77 @@ TEST(Cluster, ANicsPcieLinkTakesItsOwnClass) {
 
 }  // namespace
 }  // namespace hetsim::platform
+
+namespace hetsim::platform {
+namespace {
+
+// Cloud instances by name: a cluster file mixes them (`instance:` in node_types), each keeps its
+// built-in file's node type and link classes under the name given.
+TEST(ClusterFile, InstancesByNameMixInOneCluster) {
+  const char* yaml = R"(
+name: mixed-aws
+node_types:
+  - {instance: p3.16xlarge}
+  - {instance: p3.2xlarge, name: single}
+groups:
+  - {node_type: p3.16xlarge, count: 2}
+  - {node_type: single, count: 4}
+fabric: {kind: single_switch, latency: 30us}
+)";
+  const Cluster c(config::load_cluster_text(yaml, "mixed-aws.yaml"));
+  EXPECT_EQ(c.gpu_count(), 20u);
+  EXPECT_EQ(c.node_count(), 6u);
+  EXPECT_EQ(c.node_type(0).name, "p3.16xlarge");
+  EXPECT_EQ(c.node_type(2).name, "single");
+  EXPECT_EQ(c.node_type(0).gpu, "v100-sxm2-16gb");
+  EXPECT_EQ(c.node_type(0).nics.at(0).link_class, "ena_tcp");
+  // The 25 Gb/s and the 10 Gb/s NICs, in TCP's payload share.
+  const auto r = c.route(0, 16);  // a p3.16xlarge to a p3.2xlarge
+  EXPECT_DOUBLE_EQ(c.route_capacity(r), std::min(25e9, 10e9) / 8 * 0.99);
+  // The built-in instances are clusters of their own, one instance by default.
+  EXPECT_EQ(builtin("aws-p3.16xlarge").gpu_count(), 8u);
+  // An unknown instance names the field and the ones there are.
+  const std::string bad =
+      std::string(yaml).replace(std::string(yaml).find("p3.2xlarge"), 10, "p3.4xlarge");
+  try {
+    config::load_cluster_text(bad, "bad.yaml");
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("node_types[1].instance: unknown instance \"p3.4xlarge\""),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// `shaping:` is tc netem on each NIC's way out: its delay is paid once per direction, its rate
+// caps the egress only; a node type's own shaping overrides the cluster's.
+TEST(ClusterFile, ShapingDelaysAndCapsEachNicsEgress) {
+  config::ClusterOptions o;
+  o.nodes = 2;
+  const Cluster plain = builtin("aws-p3.2xlarge", o);
+  o.sets = {"shaping={delay: 5ms, rate: 2Gbps}"};
+  const Cluster shaped = builtin("aws-p3.2xlarge", o);
+  const auto r = shaped.route(0, 1);
+  EXPECT_EQ(shaped.route_latency(r) - plain.route_latency(plain.route(0, 1)), Time::us(5000));
+  EXPECT_DOUBLE_EQ(shaped.route_capacity(r), 2e9 / 8 * 0.99);
+  // The way in is not shaped (the sender's egress already was).
+  int into_nic = 0;
+  for (LinkId l : r) {
+    if (shaped.vertex_kind(shaped.links()[l].src) != VertexKind::fabric_switch) continue;
+    EXPECT_DOUBLE_EQ(shaped.links()[l].bandwidth_Bps, 10e9 / 8);
+    ++into_nic;
+  }
+  EXPECT_EQ(into_nic, 1);
+  config::ClusterOptions bad = o;
+  bad.sets = {"shaping={delay: 5ms, jitter: 1ms}"};
+  try {
+    builtin("aws-p3.2xlarge", bad);
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("shaping"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("jitter"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace hetsim::platform

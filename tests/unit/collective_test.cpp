@@ -445,5 +445,84 @@ TEST(Collective, ALinkClassesPerCallCostDelaysEachCollectiveOverItExactly) {
   }
 }
 
+// NCCL's socket transport between two one-GPU cloud instances under tc netem (delay D, rate R on
+// each instance's egress): an all-reduce of two ranks is the alpha-beta ring with the route's
+// latency (D plus the kernel's and the fabric's) and the least of the shaped NIC and one NCCL
+// connection's cap, its sockets times TCP's window over the round trip (2 x the latency).
+TEST(Collective, OverTcpARingMovesAtTheShapedRateOrTheWindowOverTheRoundTrip) {
+  auto two_instances = [](int sockets, const char* delay) {
+    const std::string yaml = std::string(R"(
+name: two-p3
+link_classes:
+  ena_tcp: {kind: network, transport: socket, efficiency: 0.99, latency: 10us, sockets: )") +
+                             std::to_string(sockets) + R"(, flow_cap: 10Gbps, tcp_window: 3MiB}
+shaping: {delay: )" + delay + R"(, rate: 1Gbps}
+node_types:
+  - {instance: p3.2xlarge}
+groups:
+  - {node_type: p3.2xlarge, count: 2}
+fabric: {kind: single_switch, latency: 30us}
+)";
+    return Cluster(config::load_cluster_text(yaml, "two-p3.yaml"));
+  };
+  const double S = 64.0 * (1 << 20);
+  for (int sockets : {1, 16}) {
+    for (const char* delay : {"1ms", "50ms"}) {
+      const Cluster c = two_instances(sockets, delay);
+      const auto route = c.route(0, 1);
+      const double D = std::string(delay) == "1ms" ? 1e-3 : 50e-3;
+      // Out through the shaped NIC (10 us kernel + D), the switch (30 us), in (10 us), and four
+      // PCIe hops between each GPU and its NIC (100 ns each).
+      const double one_way = D + 50e-6 + 4 * 100e-9;
+      EXPECT_NEAR(c.route_latency(route).seconds(), one_way, 1e-12);
+      const double nic = 1e9 / 8 * 0.99;  // the shaped egress, TCP's payload share
+      EXPECT_DOUBLE_EQ(c.route_capacity(route), nic);
+      const double window = sockets * 3.0 * (1 << 20) / (2 * c.route_latency(route).seconds());
+      EXPECT_DOUBLE_EQ(c.route_flow_cap(route), std::min(10e9 / 8 * 0.99 * sockets, window));
+      const double B = std::min(nic, window);
+      CollectiveRequest r = request(Op::allreduce, S, {0, 1});
+      r.host_launch = false;
+      const CollectiveResult res = simulate_collective(c, r);
+      const double alpha =
+          (step_latency(Algorithm::ring, Protocol::simple, config::LinkKind::network) +
+           c.route_latency(route))
+              .seconds();
+      const double expected =
+          base_latency(Algorithm::ring, Protocol::simple).seconds() + 2 * alpha + S / B;
+      EXPECT_NEAR(res.time.seconds(), expected, 1e-9) << sockets << " sockets, " << delay;
+    }
+  }
+  // One socket at 50 ms is bound by its window: 3 MiB per 100.1 ms round trip, 31 MB/s.
+  EXPECT_LT(two_instances(1, "50ms").route_flow_cap(two_instances(1, "50ms").route(0, 1)), 32e6);
+}
+
+// Outside a cluster placement group AWS caps a flow at 5 Gb/s, not 10: one socket's connection
+// follows; sixteen sockets' do not reach the 25 Gb/s NIC's bound either way.
+TEST(Collective, OutsideAPlacementGroupASocketsFlowCapIsTheSpreadOne) {
+  auto load = [](bool grouped, const std::string& cls) {
+    config::ClusterOptions o;
+    o.nodes = 2;
+    o.sets = {std::string("placement_group=") + (grouped ? "true" : "false"),
+              "node_types[0].nics[0].link_class=" + cls};
+    return Cluster(config::load_cluster("aws-p3.16xlarge", o));
+  };
+  const double eff = 0.99;
+  EXPECT_DOUBLE_EQ(
+      load(true, "ena_tcp_container").route_flow_cap(load(true, "ena_tcp_container").route(0, 8)),
+      10e9 / 8 * eff);
+  const Cluster spread = load(false, "ena_tcp_container");
+  EXPECT_DOUBLE_EQ(spread.route_flow_cap(spread.route(0, 8)), 5e9 / 8 * eff);
+  const Cluster many = load(false, "ena_tcp");
+  EXPECT_DOUBLE_EQ(many.route_flow_cap(many.route(0, 8)), 16 * 5e9 / 8 * eff);
+  // Inside a node nothing is capped.
+  EXPECT_EQ(many.route_flow_cap(many.route(0, 1)), 0);
+  // A ring all-reduce across the two instances at one socket outside the group: 5 Gb/s.
+  CollectiveRequest r = request(Op::allreduce, 256e6, {0, 8});
+  r.host_launch = false;
+  const double t_spread = simulate_collective(spread, r).time.seconds();
+  const double t_many = simulate_collective(many, r).time.seconds();
+  EXPECT_NEAR(t_spread / t_many, 25.0 / 5.0, 0.05);
+}
+
 }  // namespace
 }  // namespace hetsim::network

@@ -99,6 +99,48 @@ TEST(TrainingFlops, ReplayCountsEveryKernelOnEveryDeviceOnce) {
   EXPECT_GT(executed, gemm);
 }
 
+// `optimizer:` Adam keeps two fp32 moments beside the fp32 master weights (12 bytes a parameter
+// in fp16), SGD with momentum one (8), plain SGD none (4); in fp32 the master copy is the weights
+// themselves (8, 4, 0). The step's kernel moves 30, 22 and 14 bytes a parameter in fp16 (the
+// gradient, the master weights and the state read and written, the fp16 weights written).
+TEST(TrainingReplay, TheOptimizersStateAndStepFollowItsKind) {
+  const ModelConfig m = small_gpt(4);
+  const platform::Cluster c = cluster("dgx-a100", 1);
+  const DatasheetCostModel cost;
+  const std::string base =
+      "micro_batch_size: 1\nglobal_batch_size: 2\nsequence_length: 1024\ndevices: \"0\"\n";
+  std::map<std::string, double> state, fp32_state;
+  for (const char* o : {"adam", "sgd_momentum", "sgd"}) {
+    const Plan p = load_plan_text(base + "precision: fp16\noptimizer: " + o + "\n", "p.yaml", m, c);
+    const TrainingJob job = build_training_job(m, p, c, cost);
+    const DeviceMemory mem = memory_per_group(job)[0];
+    state[o] = mem.optimizer / job.groups[0].params;
+    const Plan q = load_plan_text(base + "precision: fp32\noptimizer: " + o + "\n", "p.yaml", m, c);
+    fp32_state[o] =
+        memory_per_group(build_training_job(m, q, c, cost))[0].optimizer / job.groups[0].params;
+  }
+  EXPECT_DOUBLE_EQ(state["adam"], 12);
+  EXPECT_DOUBLE_EQ(state["sgd_momentum"], 8);
+  EXPECT_DOUBLE_EQ(state["sgd"], 4);
+  EXPECT_DOUBLE_EQ(fp32_state["adam"], 8);
+  EXPECT_DOUBLE_EQ(fp32_state["sgd"], 0);
+  EXPECT_DOUBLE_EQ(optimizer_step(1e6, Precision::fp16, Optimizer::adam).bytes, 30e6);
+  EXPECT_DOUBLE_EQ(optimizer_step(1e6, Precision::fp16, Optimizer::sgd_momentum).bytes, 22e6);
+  EXPECT_DOUBLE_EQ(optimizer_step(1e6, Precision::fp16, Optimizer::sgd).bytes, 14e6);
+  // A cheaper step, a shorter iteration; an unknown optimizer is refused naming the field.
+  const Plan adam = load_plan_text(base + "optimizer: adam\n", "p.yaml", m, c);
+  const Plan sgd = load_plan_text(base + "optimizer: sgd\n", "p.yaml", m, c);
+  EXPECT_LT(replay(build_training_job(m, sgd, c, cost)).iteration,
+            replay(build_training_job(m, adam, c, cost)).iteration);
+  try {
+    load_plan_text(base + "optimizer: lamb\n", "p.yaml", m, c);
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("optimizer: unknown value \"lamb\""), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(TrainingReplay, RecomputeLayersRecomputesTheFirstLayersOfEachChunk) {
   // recompute_layers: N with recompute: full: the first N layers of each stage's model chunk run
   // their forward pass again before their backward pass and keep only their input; the others

@@ -1,6 +1,6 @@
 // The ground-truth tables' CSV, as the validation tests read it: blank lines and lines starting
 // with '#' skipped, the first other line the header, each later line a row of comma-separated
-// fields (no quoting: the tables hold none).
+// fields; a field in double quotes may hold the separator ("" inside it is one quote).
 #pragma once
 
 #include <filesystem>
@@ -14,8 +14,31 @@ namespace hetsim::validation {
 
 inline std::vector<std::string> split_fields(const std::string& s, char sep = ',') {
   std::vector<std::string> out;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, sep);) out.push_back(item);
+  std::string item;
+  bool quoted = false, any = false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    any = true;
+    if (quoted) {
+      if (c == '"' && i + 1 < s.size() && s[i + 1] == '"') {
+        item += '"';
+        ++i;
+      } else if (c == '"') {
+        quoted = false;
+      } else {
+        item += c;
+      }
+    } else if (c == '"' && item.empty()) {
+      quoted = true;
+    } else if (c == sep) {
+      out.push_back(item);
+      item.clear();
+    } else {
+      item += c;
+    }
+  }
+  // As std::getline splits: a trailing separator ends the last field without starting another.
+  if (any && !(s.back() == sep && !quoted)) out.push_back(item);
   return out;
 }
 
