@@ -113,7 +113,8 @@ struct BadFlagCase {
 
 const std::string kBuiltins =
     "aws-g4dn-12xlarge, aws-p3-g4dn, aws-p3.16xlarge, aws-p3.2xlarge, aws-p3.8xlarge, "
-    "aws-p4de-24xlarge, cpu-host, dgx-a100, dgx-h100, dgx1-v100, "
+    "aws-p3dn.24xlarge, aws-p4d.24xlarge, aws-p4de-24xlarge, aws-p5.48xlarge, cpu-host, dgx-a100, "
+    "dgx-h100, dgx1-v100, "
     "mixed-4090-a100, mixed-a100-v100, mixed-explicit, mixed-h100-a100, pcie-a100, pcie-v100";
 
 // dgx-a100 (the default cluster) has 4 nodes of 8 GPUs.
