@@ -98,6 +98,18 @@ struct NodeType {
 struct Group {
   std::string node_type;
   int count = 0;
+  int site = -1;  // index into ClusterConfig::sites (`site:`), -1 without sites
+};
+
+// Geo-distributed clusters: each site's nodes sit behind a switch of their own (the cluster's
+// `fabric` is each site's, single_switch), and `wan:` joins every pair of sites by a link of its
+// own bandwidth and one-way latency, as a provider's backbone or `tc netem` on the gateways
+// gives them.
+struct WanLink {
+  int a = 0, b = 0;  // site indices
+  double bandwidth_Bps = 0;
+  double latency_s = 0;
+  std::string link_class;
 };
 
 enum class FabricKind { single_switch, fat_tree, rail_optimized, explicit_links };
@@ -133,6 +145,8 @@ struct ClusterConfig {
   Fabric fabric;
   std::map<std::string, GpuProfile> gpu_types;    // every profile the cluster uses
   std::map<std::string, LinkClass> link_classes;  // every class known
+  std::vector<std::string> sites;                 // site names, in the order groups first name them
+  std::vector<WanLink> wan;
   // `placement_group:` whether the instances share a cloud's cluster placement group (default
   // true); false takes each socket class's flow_cap_spread as its flow cap.
   bool placement_group = true;

@@ -230,7 +230,7 @@ class ClusterParser {
   ClusterConfig parse() {
     check_keys(file_, root_, "",
                {"name", "node_types", "groups", "fabric", "gpu_types", "link_classes",
-                "placement_group", "shaping"});
+                "placement_group", "shaping", "wan"});
     ClusterConfig c;
     c.file = file_;
     c.name = get_string(file_, root_, "", "name", std::filesystem::path(file_).stem().string());
@@ -297,8 +297,18 @@ class ClusterParser {
     long total_nodes = 0, total_gpus = 0;
     for (size_t i = 0; i < groups.size(); ++i) {
       const std::string p = idx("groups", i);
-      check_keys(file_, groups[i], p, {"node_type", "count"});
+      check_keys(file_, groups[i], p, {"node_type", "count", "site"});
       Group g;
+      if (groups[i]["site"]) {
+        const std::string site = get_string(file_, groups[i], p, "site");
+        auto it = std::find(c.sites.begin(), c.sites.end(), site);
+        g.site = static_cast<int>(it - c.sites.begin());
+        if (it == c.sites.end()) c.sites.push_back(site);
+      }
+      if ((g.site >= 0) != (i == 0 ? g.site >= 0 : c.groups.front().site >= 0)) {
+        throw InputError(where(file_, groups[i]) + ": " + p +
+                         ".site: either every group names its site or none does");
+      }
       g.node_type = get_string(file_, groups[i], p, "node_type");
       if (std::find(type_names.begin(), type_names.end(), g.node_type) == type_names.end()) {
         throw InputError(where(file_, groups[i]["node_type"]) + ": " + p +
@@ -327,11 +337,77 @@ class ClusterParser {
       }
     }
     c.fabric = parse_fabric(static_cast<int>(total_nodes));  // <= kGpus: a node has a GPU
+    parse_wan(c);
     check_switch_count(c, total_nodes);
     return c;
   }
 
  private:
+  // `wan:` a link between every pair of the sites the groups name.
+  void parse_wan(ClusterConfig& c) {
+    const YAML::Node w = root_["wan"];
+    if (c.sites.empty()) {
+      if (w) throw InputError(where(file_, w) + ": wan: no group names a site (groups[i].site)");
+      return;
+    }
+    if (c.fabric.kind != FabricKind::single_switch) {
+      throw InputError(where(file_, root_["fabric"]) +
+                       ": fabric.kind: with sites each site's nodes sit behind one switch "
+                       "(single_switch); other kinds are not built per site");
+    }
+    const size_t n = c.sites.size();
+    if (n < 2) {
+      if (w) throw InputError(where(file_, w) + ": wan: one site has no wide-area links");
+      return;
+    }
+    if (!w || !w.IsSequence()) {
+      throw InputError((w ? where(file_, w) : file_) +
+                       ": wan: expected a list of links, one per "
+                       "pair of sites ({a: SITE, b: SITE, bandwidth: 10Gbps, latency: 30ms})");
+    }
+    std::vector<int> seen(n * n, 0);
+    for (size_t i = 0; i < w.size(); ++i) {
+      const std::string p = idx("wan", i);
+      check_keys(file_, w[i], p, {"a", "b", "bandwidth", "latency", "link_class"});
+      auto site = [&](const char* key) {
+        const std::string name = get_string(file_, w[i], p, key);
+        auto it = std::find(c.sites.begin(), c.sites.end(), name);
+        if (it == c.sites.end()) {
+          throw InputError(where(file_, w[i][key]) + ": " + join_path(p, key) +
+                           ": unknown site \"" + name + "\" (sites: " + join_names(c.sites) + ")" +
+                           did_you_mean(name, c.sites));
+        }
+        return static_cast<int>(it - c.sites.begin());
+      };
+      WanLink l;
+      l.a = site("a");
+      l.b = site("b");
+      if (l.a == l.b) {
+        throw InputError(where(file_, w[i]) + ": " + p + ": a and b are the same site");
+      }
+      if (seen[l.a * n + l.b]++ || seen[l.b * n + l.a]++) {
+        throw InputError(where(file_, w[i]) + ": " + p + ": the sites " + c.sites[l.a] + " and " +
+                         c.sites[l.b] + " are joined twice");
+      }
+      l.bandwidth_Bps = positive(file_, w[i], p, "bandwidth", Dimension::bandwidth);
+      l.latency_s = get_quantity(file_, w[i], p, "latency", Dimension::time);
+      if (!(l.latency_s >= 0 && l.latency_s <= 10)) {
+        throw InputError(where(file_, w[i]["latency"]) + ": " + join_path(p, "latency") +
+                         ": expected a one-way time from 0 s to 10 s");
+      }
+      l.link_class = w[i]["link_class"] ? link_class(w[i], p) : "wan";
+      c.wan.push_back(l);
+    }
+    for (size_t a = 0; a < n; ++a) {
+      for (size_t b = a + 1; b < n; ++b) {
+        if (!seen[a * n + b] && !seen[b * n + a]) {
+          throw InputError(where(file_, w) + ": wan: no link between the sites " + c.sites[a] +
+                           " and " + c.sites[b] + " (every pair needs one)");
+        }
+      }
+    }
+  }
+
   Shaping shaping(const YAML::Node& n, const std::string& path, Shaping inherited = {}) const {
     const YAML::Node s = n["shaping"];
     if (!s) return inherited;

@@ -302,8 +302,23 @@ void Cluster::build_fabric() {
   };
   switch (f.kind) {
     case config::FabricKind::single_switch: {
-      const uint32_t sw = add_switch("switch");
-      for (NicPort& p : nics_) attach(p, sw, hop);
+      if (cfg_.sites.empty()) {
+        const uint32_t sw = add_switch("switch");
+        for (NicPort& p : nics_) attach(p, sw, hop);
+        break;
+      }
+      // A switch per site, its nodes' NICs on it, and the wide-area links between them.
+      std::vector<uint32_t> site_switch;
+      for (const std::string& s : cfg_.sites) site_switch.push_back(add_switch("site." + s));
+      std::vector<int> node_site;
+      for (const config::Group& g : cfg_.groups) node_site.insert(node_site.end(), g.count, g.site);
+      for (NicPort& p : nics_) attach(p, site_switch[node_site[p.node]], hop);
+      for (const config::WanLink& w : cfg_.wan) {
+        const Time one_way = Time::from_seconds(w.latency_s);
+        const uint32_t a = switch_vertex_[site_switch[w.a]], b = switch_vertex_[site_switch[w.b]];
+        add_link(a, b, w.bandwidth_Bps, w.link_class, one_way, where);
+        add_link(b, a, w.bandwidth_Bps, w.link_class, one_way, where);
+      }
       break;
     }
     case config::FabricKind::fat_tree: {

@@ -44,7 +44,7 @@ const BadFileCase kBadFiles[] = {
      "ena_tcp, ena_tcp_container, ethernet, ib_edr, ib_hdr, ib_ndr, ib_xdr, nvlink1, nvlink2, "
      "nvlink3, nvlink4, nvlink5, "
      "pcie3, "
-     "pcie4, pcie5, roce, upi) (did you mean \"nvlink1\"?)"},
+     "pcie4, pcie5, roce, upi, wan) (did you mean \"nvlink1\"?)"},
     {"UnknownFabricKindListsValidKinds", "unknown_fabric_kind.yaml",
      ":15: fabric.kind: unknown value \"single-switch\" (expected one of single_switch, fat_tree, "
      "rail_optimized, explicit) (did you mean \"single_switch\"?)"},

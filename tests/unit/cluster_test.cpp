@@ -313,3 +313,66 @@ TEST(ClusterFile, ShapingDelaysAndCapsEachNicsEgress) {
 
 }  // namespace
 }  // namespace hetsim::platform
+
+namespace hetsim::platform {
+namespace {
+
+// Sites and the wide area between them: each site's nodes behind a switch of their own, each pair
+// of sites joined by its `wan:` link (bandwidth, one-way latency); a route between sites crosses
+// exactly that link, a route inside a site none.
+const char* kTwoSites = R"(
+name: two-regions
+node_types:
+  - {instance: p3.2xlarge}
+groups:
+  - {node_type: p3.2xlarge, count: 2, site: oregon}
+  - {node_type: p3.2xlarge, count: 2, site: virginia}
+  - {node_type: p3.2xlarge, count: 1, site: ireland}
+wan:
+  - {a: oregon, b: virginia, bandwidth: 1Gbps, latency: 30ms}
+  - {a: virginia, b: ireland, bandwidth: 2Gbps, latency: 40ms}
+  - {a: oregon, b: ireland, bandwidth: 500Mbps, latency: 70ms}
+fabric: {kind: single_switch, latency: 30us}
+)";
+
+TEST(ClusterFile, SitesAreJoinedByTheirWideAreaLinks) {
+  const Cluster c(config::load_cluster_text(kTwoSites, "two-regions.yaml"));
+  ASSERT_EQ(c.config().sites, (std::vector<std::string>{"oregon", "virginia", "ireland"}));
+  const Time inside = c.route_latency(c.route(0, 1));
+  // GPU 0 (oregon) to GPU 2 (virginia): the same path as inside a site, and the 30 ms link.
+  EXPECT_EQ(c.route_latency(c.route(0, 2)) - inside, Time::us(30000));
+  EXPECT_EQ(c.route_latency(c.route(0, 4)) - inside, Time::us(70000));
+  EXPECT_DOUBLE_EQ(c.route_capacity(c.route(0, 2)), 1e9 / 8 * 0.94);
+  EXPECT_DOUBLE_EQ(c.route_capacity(c.route(4, 2)), 2e9 / 8 * 0.94);
+  EXPECT_DOUBLE_EQ(c.route_capacity(c.route(0, 1)), 10e9 / 8 * 0.99);
+  // TCP's window over the 60 ms round trip: 16 sockets x 3 MiB / RTT, 0.84 GB/s, above the link.
+  EXPECT_NEAR(c.route_flow_cap(c.route(0, 2)),
+              16 * 3.0 * (1 << 20) / (2 * c.route_latency(c.route(0, 2)).seconds()), 1);
+}
+
+TEST(ClusterFile, SitesThatAreNotAllJoinedOrUnknownAreRefused) {
+  auto error = [](std::string yaml, const std::string& from, const std::string& to) {
+    yaml.replace(yaml.find(from), from.size(), to);
+    try {
+      config::load_cluster_text(yaml, "sites.yaml");
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string y = kTwoSites;
+  EXPECT_NE(error(y, "  - {a: oregon, b: ireland, bandwidth: 500Mbps, latency: 70ms}\n", "")
+                .find("wan: no link between the sites oregon and ireland"),
+            std::string::npos);
+  EXPECT_NE(error(y, "b: ireland, bandwidth: 2Gbps", "b: dublin, bandwidth: 2Gbps")
+                .find("wan[1].b: unknown site \"dublin\""),
+            std::string::npos);
+  EXPECT_NE(error(y, "count: 1, site: ireland", "count: 1").find("either every group names"),
+            std::string::npos);
+  EXPECT_NE(error(y, "{kind: single_switch, latency: 30us}", "{kind: fat_tree, nics_per_leaf: 2}")
+                .find("with sites each site's nodes sit behind one switch"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace hetsim::platform
