@@ -437,12 +437,25 @@ class ClusterParser {
     const std::string name = get_string(file_, n, path, "instance");
     auto it = instances_.find(name);
     if (it != instances_.end()) return it->second;
-    const std::string file = "topologies/aws-" + name + ".yaml";
+    // topologies/aws-<name>.yaml; the AMP-era files spell the instance with dashes
+    // (aws-g4dn-12xlarge.yaml, aws-p4de-24xlarge.yaml).
+    std::string file = "topologies/aws-" + name + ".yaml";
     const EmbeddedFile* f = find_embedded(file);
+    if (!f) {
+      std::string dashed = name;
+      std::replace(dashed.begin(), dashed.end(), '.', '-');
+      file = "topologies/aws-" + dashed + ".yaml";
+      f = find_embedded(file);
+    }
     if (!f) {
       std::vector<std::string> known;
       for (const std::string& c : builtin_cluster_names()) {
-        if (c.rfind("aws-", 0) == 0) known.push_back(c.substr(4));
+        if (c.rfind("aws-", 0) != 0 || c == "aws-p3-g4dn") continue;  // a cluster, not an instance
+        std::string n = c.substr(4);
+        // g4dn-12xlarge is g4dn.12xlarge: the dash before the size is the instance's dot.
+        const size_t dash = n.rfind('-');
+        if (n.find('.') == std::string::npos && dash != std::string::npos) n[dash] = '.';
+        known.push_back(n);
       }
       throw InputError(where(file_, n["instance"]) + ": " + join_path(path, "instance") +
                        ": unknown instance \"" + name + "\" (built-in: " + join_names(known) + ")" +

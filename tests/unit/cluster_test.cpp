@@ -266,6 +266,16 @@ fabric: {kind: single_switch, latency: 30us}
   // The 25 Gb/s and the 10 Gb/s NICs, in TCP's payload share.
   const auto r = c.route(0, 16);  // a p3.16xlarge to a p3.2xlarge
   EXPECT_DOUBLE_EQ(c.route_capacity(r), std::min(25e9, 10e9) / 8 * 0.99);
+  // The AMP-era files spell the instance with a dash: g4dn.12xlarge is aws-g4dn-12xlarge.yaml's
+  // node (its link classes, fitted on AMP's T4 set, come with it).
+  const Cluster t4(config::load_cluster_text(
+      "name: t4\nnode_types:\n  - {instance: g4dn.12xlarge}\ngroups:\n"
+      "  - {node_type: g4dn.12xlarge, count: 2}\nfabric: {kind: single_switch}\n",
+      "t4.yaml"));
+  EXPECT_EQ(t4.gpu_count(), 8u);
+  EXPECT_EQ(t4.node_type(0).gpu, "t4");
+  EXPECT_EQ(t4.config().link_classes.at("pcie3_host_staged").efficiency,
+            builtin("aws-g4dn-12xlarge").config().link_classes.at("pcie3_host_staged").efficiency);
   // The built-in instances are clusters of their own, one instance by default.
   EXPECT_EQ(builtin("aws-p3.16xlarge").gpu_count(), 8u);
   // An unknown instance names the field and the ones there are.
