@@ -162,7 +162,9 @@ TEST(TrainingValidation, AmpT4DeepSpeedTrials) {
       config::load_cluster(env("HETSIM_AMP_CLUSTER", "aws-g4dn-12xlarge")));
   ASSERT_EQ(cluster.gpu_count(), 16u);
   const std::string framework = env("HETSIM_AMP_FRAMEWORK", "deepspeed");
-  const std::string efficiency = env("HETSIM_AMP_EFFICIENCY", "");
+  const std::string efficiency =
+      env("HETSIM_AMP_EFFICIENCY",
+          std::getenv("HETSIM_EFFICIENCY") ? std::getenv("HETSIM_EFFICIENCY") : "");
   const workload::DatasheetCostModel cost(workload::load_datasheet_efficiency(efficiency));
   int unexpressed = 0;
   for (Trial& t : trials) {

@@ -38,6 +38,7 @@
 #include "sim/workload/training_job.h"
 #include "tests/validation/csv_table.h"
 #include "tests/validation/rank_correlation.h"
+#include "tests/validation/validation_env.h"
 
 namespace {
 
@@ -92,12 +93,9 @@ workload::ModelConfig dtfm_model() {
       "gpt3-xl-dtfm.yaml");
 }
 
-// The framework: megatron-lm-2021 (the fork's era), or the file named in HETSIM_DTFM_FRAMEWORK
-// (to try a mechanism on this set without editing the test).
-std::string dtfm_framework() {
-  const char* v = std::getenv("HETSIM_DTFM_FRAMEWORK");
-  return v && *v ? v : "megatron-lm-2021";
-}
+// The framework: megatron-lm-2021 (the fork's era), or the file HETSIM_FRAMEWORK_MEGATRON_LM_2021
+// names (tests/validation/validation_env.h).
+std::string dtfm_framework() { return validation::framework("megatron-lm-2021"); }
 
 std::string dtfm_plan(const Row& r) {
   std::ostringstream y;
@@ -194,7 +192,7 @@ TEST(TrainingValidation, DtfmGpt3XlOnAws) {
   std::vector<Row> rows = read_megatron_rows(file);
   ASSERT_EQ(rows.size(), 90u);
   const workload::ModelConfig model = dtfm_model();
-  const workload::DatasheetCostModel cost;
+  const workload::DatasheetCostModel cost = validation::datasheet_cost();
   std::map<std::string, platform::Cluster> clusters;
   for (Row& r : rows) {
     const config::ClusterOptions o = options_for(r);

@@ -26,6 +26,7 @@
 #include "sim/workload/replay.h"
 #include "sim/workload/training_job.h"
 #include "tests/validation/csv_table.h"
+#include "tests/validation/validation_env.h"
 
 namespace {
 
@@ -81,7 +82,7 @@ TEST(TrainingValidation, NvidiaDgxH100Fp8Pretraining) {
   const std::vector<Row> rows = read_rows(fs::path(HETSIM_SOURCE_DIR) /
                                           "tests/data/ground_truth/nvidia_h100/pretraining.csv");
   ASSERT_EQ(rows.size(), 10u);
-  const workload::DatasheetCostModel cost;
+  const workload::DatasheetCostModel cost = validation::datasheet_cost();
   double sum[2] = {0, 0};
   std::printf("\n=== NVIDIA DGX H100, FP8 (NeMo 24.09, Megatron-Bridge 25.11) ===\n");
   std::printf("%-20s %5s %10s %10s %8s %10s %8s  %s\n", "row", "gpus", "measured", "hetsim", "err%",

@@ -40,6 +40,7 @@
 #include "sim/workload/replay.h"
 #include "sim/workload/training_job.h"
 #include "tests/validation/csv_table.h"
+#include "tests/validation/validation_env.h"
 
 namespace {
 
@@ -78,7 +79,8 @@ Replayed replay_row(const Row& r, const platform::Cluster& cluster) {
   std::ostringstream p;
   p << "data_parallel: " << r.gpus << "\nmicro_batch_size: " << r.local_batch
     << "\nglobal_batch_size: " << r.gpus * r.local_batch << "\nsequence_length: " << r.sequence
-    << "\nprecision: bf16\nzero_stage: 3\nmain_grads: fp32\nframework: pytorch-fsdp2\n"
+    << "\nprecision: bf16\nzero_stage: 3\nmain_grads: fp32\nframework: "
+    << validation::framework("pytorch-fsdp2") << "\n"
     << "recompute: "
     << (r.checkpointing == "none"           ? "none"
         : r.checkpointing == "selective_op" ? "selective_op"
@@ -87,7 +89,7 @@ Replayed replay_row(const Row& r, const platform::Cluster& cluster) {
   // torchtitan's selective layer checkpointing (ac_freq 2): every second block checkpointed,
   // half the layers, as many as recompute_layers recomputes.
   if (r.checkpointing == "selective_layer") p << "recompute_layers: " << model.layers / 2 << "\n";
-  const workload::DatasheetCostModel cost;
+  const workload::DatasheetCostModel cost = validation::datasheet_cost();
   const workload::Plan plan = workload::load_plan_text(p.str(), r.label + ".yaml", model, cluster);
   const workload::TrainingJob job = workload::build_training_job(model, plan, cluster, cost);
   const std::vector<workload::DeviceMemory> memory = workload::memory_per_group(job);

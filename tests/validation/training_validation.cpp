@@ -38,6 +38,7 @@
 #include "sim/workload/plan.h"
 #include "sim/workload/replay.h"
 #include "sim/workload/training_job.h"
+#include "tests/validation/validation_env.h"
 
 namespace {
 
@@ -91,7 +92,7 @@ constexpr KorthikantiCase kKorthikanti[] = {
 
 TEST(TrainingValidation, Korthikanti) {
   const auto t0 = std::chrono::steady_clock::now();
-  const workload::DatasheetCostModel cost;
+  const workload::DatasheetCostModel cost = validation::datasheet_cost();
   std::ostringstream os;
   char buf[256];
   os << "\n=== Korthikanti et al. (MLSys'23), Selene DGX A100: iteration time ===\n";
@@ -251,7 +252,7 @@ TEST(TrainingValidation, VtrainSingleNode) {
   std::vector<VtrainRow> rows;
   for (size_t i = 0; i < all.size(); i += kVtrainStride) rows.push_back(all[i]);
 
-  const workload::DatasheetCostModel cost;
+  const workload::DatasheetCostModel cost = validation::datasheet_cost();
   config::ClusterOptions copt;
   copt.nodes = 1;
   const platform::Cluster cluster(config::load_cluster("dgx-a100", copt));
