@@ -198,9 +198,19 @@ Node from_proto(const pb::Node& p, const std::string& where) {
   for (const pb::AttributeProto& a : p.attr()) {
     const std::string& name = a.name();
     if (name == kIsCpuOp) {
-      if (a.value_case() != pb::AttributeProto::kBoolVal)
-        throw InputError(at + ": attribute is_cpu_op is not a bool");
-      n.is_cpu_op = a.bool_val();
+      // Chakra's converters write a bool; symbolic_tensor_graph (ASTRA-sim's generator) writes
+      // an integer 0 or 1. Both are read.
+      if (a.value_case() == pb::AttributeProto::kBoolVal) {
+        n.is_cpu_op = a.bool_val();
+      } else {
+        const std::optional<int64_t> v = as_integer(a);
+        if (!v || (*v != 0 && *v != 1)) {
+          throw InputError(at + ": attribute is_cpu_op is " +
+                           (v ? std::to_string(*v) : std::string("neither a bool nor an integer")) +
+                           " (expected a bool, or the integer 0 or 1)");
+        }
+        n.is_cpu_op = *v == 1;
+      }
     } else if (name == kDurationPs) {
       n.duration_ps = non_negative(a);
     } else if (name == kNumOps) {

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "calibrate/cost_models.h"
+#include "sim/chakra/et_def.pb.h"
 #include "sim/chakra/et_io.h"
 #include "sim/chakra/export.h"
 #include "sim/chakra/replay.h"
@@ -235,6 +236,46 @@ std::string read_error(const std::string& bytes) {
     return e.what();
   }
   return "no error";
+}
+
+// A message as Chakra frames it: its size as a varint, then its bytes.
+std::string framed(const google::protobuf::Message& m) {
+  const std::string body = m.SerializeAsString();
+  std::string out;
+  for (uint64_t n = body.size();; n >>= 7) {
+    if (n < 0x80) {
+      out += static_cast<char>(n);
+      break;
+    }
+    out += static_cast<char>((n & 0x7f) | 0x80);
+  }
+  return out + body;
+}
+
+// symbolic_tensor_graph (ASTRA-sim's trace generator) writes is_cpu_op as an integer: 0 and 1
+// read as false and true, anything else is refused naming the node and the value.
+TEST(ChakraFiles, IsCpuOpAsTheIntegerZeroOrOneIsRead) {
+  ChakraProtoMsg::GlobalMetadata meta;
+  meta.set_version("0.0.4");
+  auto node = [](uint64_t id, int64_t cpu) {
+    ChakraProtoMsg::Node n;
+    n.set_id(id);
+    n.set_name("gemm" + std::to_string(id));
+    n.set_type(ChakraProtoMsg::COMP_NODE);
+    n.set_duration_micros(10);
+    ChakraProtoMsg::AttributeProto* a = n.add_attr();
+    a->set_name("is_cpu_op");
+    a->set_int64_val(cpu);
+    return n;
+  };
+  std::stringstream s(framed(meta) + framed(node(0, 0)) + framed(node(1, 1)));
+  const Trace t = read_trace(s, "stg.0.et");
+  ASSERT_EQ(t.nodes.size(), 2u);
+  EXPECT_FALSE(t.nodes[0].is_cpu_op);
+  EXPECT_TRUE(t.nodes[1].is_cpu_op);
+  EXPECT_EQ(read_error(framed(meta) + framed(node(7, 2))),
+            "x.0.et: node 7 \"gemm7\": attribute is_cpu_op is 2 (expected a bool, or the integer "
+            "0 or 1)");
 }
 
 TEST(ChakraFiles, TruncatedEmptyAndForeignFilesAreBadInput) {
