@@ -104,6 +104,7 @@ int run_execute(const ExecuteOpts& o, const execute::MpiSession& mpi) {
   std::unique_ptr<study::RunInputs> inputs;
   std::unique_ptr<CostModels> costs;
   std::unique_ptr<workload::TrainingJob> owned;
+  bool unfused_note = false;
   // Every rank reads the same inputs; they agree on the outcome before any waits for another.
   agree(mpi, [&] {
     if (o.backend != "cpu")
@@ -123,6 +124,12 @@ int run_execute(const ExecuteOpts& o, const execute::MpiSession& mpi) {
     if (!o.fault.empty()) parse_fault(o.fault, eo);
     inputs = std::make_unique<study::RunInputs>(spec);
     refuse_what_ifs(o.plan, *inputs);
+    // The CPU has no fused attention: a plan that does not choose runs (and is predicted with)
+    // the unfused kernel; one that asks for flash is refused (check_cpu_job).
+    if (inputs->plan.flash_attention && inputs->plan.attention_defaulted) {
+      inputs->plan.flash_attention = false;
+      unfused_note = true;
+    }
     costs = std::make_unique<CostModels>(o.efficiency, o.calibration);
     owned = std::make_unique<workload::TrainingJob>(
         workload::build_training_job(inputs->model, inputs->plan, inputs->cluster, costs->get()));
@@ -130,6 +137,10 @@ int run_execute(const ExecuteOpts& o, const execute::MpiSession& mpi) {
   });
   const workload::TrainingJob& job = *owned;
   if (mpi.lead()) print_warnings(*costs);
+  if (mpi.lead() && unfused_note) {
+    std::cerr << "execute: the plan gives no attention; the CPU backend has no fused kernel, so it "
+                 "runs, and the prediction takes, the unfused one (attention: standard)\n";
+  }
   // The prediction: every replica replayed on its own, as every rank runs.
   workload::ReplayOptions ro;
   ro.exact = true;

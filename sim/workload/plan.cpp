@@ -916,6 +916,7 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
   }
   p.flash_attention =
       config::get_choice(file, root, "", "attention", {"flash", "standard"}, "flash") == 0;
+  p.attention_defaulted = !root["attention"];
   p.bucket_bytes = config::get_quantity(file, root, "", "bucket_size", config::Dimension::bytes,
                                         p.framework.bucket_bytes.value_or(p.bucket_bytes));
   // An optional true/false key read into `flag`.
