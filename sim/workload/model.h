@@ -63,6 +63,9 @@ struct ModelConfig {
   bool tied_embeddings = true;
   bool causal = true;
   bool bias = true;
+  // Biases on the query, key and value projections only (Qwen2's; `qkv_bias`), where `bias` is
+  // false: counted in the parameters; their adds ride in the projections' epilogue.
+  bool qkv_bias = false;
   // Dropout probability on the attention probabilities and on each branch before its residual
   // add (one value for both): 0.1 for GPT and BERT as trained, 0 for Llama, GPT-NeoX and their
   // kin. At 0 no mask is kept and eager frameworks run no dropout kernel (PyTorch returns the

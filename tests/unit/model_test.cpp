@@ -46,11 +46,27 @@ TEST(Models, HuggingFaceConfigsOfEachArchitectureLoad) {
        {Case{"gpt2.json", "gpt", 124439808}, Case{"llama-2-7b-hf.json", "llama", 6738415616},
         Case{"meta-llama-3-8b.json", "llama", 8030261248},
         Case{"pythia-1.4b.json", "gptneox", 1414647808},
-        Case{"bert-large-uncased.json", "bert", 334090240}}) {
+        Case{"bert-large-uncased.json", "bert", 334090240},
+        // Qwen/Qwen2-7B: the query, key and value projections' biases counted (7.62B).
+        Case{"qwen2-7b.json", "llama", 7615616512},
+        // google/gemma-7b: head_dim 256 over 16 heads, tied embeddings (8.54B).
+        Case{"gemma-7b.json", "llama", 8537680896}}) {
     const ModelConfig m = load_model(kData + "hf/" + c.file);
     EXPECT_EQ(m.family, c.family) << c.file;
     EXPECT_EQ(m.params(), c.params) << c.file;
   }
+  // Qwen1.5-MoE-A2.7B: 60 experts of 1408, 4 a token, the shared expert of 5632 as four of
+  // them; 14.3B in all as Qwen publishes it (the shared expert's gate, h a layer, not counted).
+  const ModelConfig qmoe = load_model(kData + "hf/qwen1.5-moe-a2.7b.json");
+  EXPECT_EQ(qmoe.experts, 60);
+  EXPECT_EQ(qmoe.experts_per_token, 4);
+  EXPECT_EQ(qmoe.shared_experts, 4);
+  EXPECT_TRUE(qmoe.qkv_bias);
+  EXPECT_NEAR(qmoe.params() / 14.3e9, 1.0, 0.01) << qmoe.params();
+  const ModelConfig gemma = load_model(kData + "hf/gemma-7b.json");
+  EXPECT_EQ(gemma.head_dim, 256);
+  EXPECT_TRUE(gemma.tied_embeddings);
+  EXPECT_EQ(gemma.activation, Activation::swiglu);  // GeGLU: the same gated MLP
   const ModelConfig l3 = load_model(kData + "hf/meta-llama-3-8b.json");
   EXPECT_EQ(l3.kv_heads, 8);
   EXPECT_EQ(l3.activation, Activation::swiglu);
@@ -91,11 +107,19 @@ TEST(Models, BadConfigsNameTheFileAndField) {
     }
     return std::string("no error");
   };
+  // Mistral 7B v0.1 attends within a 4096-token window of a 32768-token context: not hetsim's
+  // full attention, so refused naming the field.
+  EXPECT_EQ(err(kData + "hf/mistral-7b-v0.1.json"),
+            kData +
+                "hf/mistral-7b-v0.1.json: sliding_window: 4096 is shorter than "
+                "max_position_embeddings (32768): hetsim's attention is full causal "
+                "attention, not a sliding window");
   EXPECT_EQ(err(kData + "hf/unknown_arch.json"),
             kData +
                 "hf/unknown_arch.json: architectures: unsupported architecture "
                 "\"T5ForConditionalGeneration\" (expected GPT2LMHeadModel, LlamaForCausalLM, "
-                "MixtralForCausalLM, DeepseekForCausalLM, DeepseekV2ForCausalLM, "
+                "MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM, Qwen2MoeForCausalLM, "
+                "GemmaForCausalLM, DeepseekForCausalLM, DeepseekV2ForCausalLM, "
                 "DeepseekV3ForCausalLM, GPTNeoXForCausalLM or BertModel)");
   EXPECT_EQ(err(kData + "hf/missing_field.json"),
             kData +
