@@ -91,7 +91,7 @@ struct Plan {
   Precision precision = Precision::bf16;
   bool precision_defaulted = false;  // not given: bf16 where every GPU has it, else fp16
   bool flash_attention = true;
-  bool attention_defaulted = false;  // `attention:` not given (flash)
+  bool attention_defaulted = false;       // `attention:` not given (flash)
   bool fp32_main_grads = true;            // Megatron keeps fp32 gradients: 18 bytes per parameter
   Optimizer optimizer = Optimizer::adam;  // `optimizer:` adam, sgd or sgd_momentum
   double bucket_bytes = 40e6 * 4;  // gradient all-reduce bucket (Megatron: 40M fp32 elements)
