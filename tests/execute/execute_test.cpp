@@ -351,10 +351,10 @@ TEST_F(Execute, MoreDevicesThanRanksSaysHowManyToStart) {
 // A plan that does not choose its attention runs the unfused kernel on the CPU (it has no fused
 // one), is predicted with it, and the run says so; one that asks for flash is refused (below).
 TEST_F(Execute, APlanThatDoesNotChooseItsAttentionRunsTheUnfusedKernelAndSaysSo) {
-  const CommandResult r = shell(mpirun(
-      "execute --model " + shell_quote(kModel) + " --cluster cpu-host --plan " +
-      shell_quote(kData + "dp2-attention-unsaid.yaml") + " --calibration " + shell_quote(*db_) +
-      " --iterations 2 --warmup 1"));
+  const CommandResult r =
+      shell(mpirun("execute --model " + shell_quote(kModel) + " --cluster cpu-host --plan " +
+                   shell_quote(kData + "dp2-attention-unsaid.yaml") + " --calibration " +
+                   shell_quote(*db_) + " --iterations 2 --warmup 1"));
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("the CPU backend has no fused kernel, so it runs, and the prediction "
                           "takes, the unfused one (attention: standard)"),
