@@ -104,8 +104,7 @@ std::vector<Target> targets(const fs::path& src) {
   // The HF configs that load (missing_field.json, unknown_arch.json and mistral-7b-v0.1.json,
   // whose sliding window hetsim refuses, are bad-input cases).
   for (const auto& f : files_in(src / "tests/data/hf", ".json"))
-    if (f.stem() != "missing_field" && f.stem() != "unknown_arch" &&
-        f.stem() != "mistral-7b-v0.1")
+    if (f.stem() != "missing_field" && f.stem() != "unknown_arch" && f.stem() != "mistral-7b-v0.1")
       t.push_back({Kind::hf_config,
                    f,
                    {"simulate", "--model", "@", "--cluster", "cpu-host", "--plan", cpu_plan}});
