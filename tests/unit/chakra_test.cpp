@@ -273,6 +273,12 @@ TEST(ChakraFiles, IsCpuOpAsTheIntegerZeroOrOneIsRead) {
   ASSERT_EQ(t.nodes.size(), 2u);
   EXPECT_FALSE(t.nodes[0].is_cpu_op);
   EXPECT_TRUE(t.nodes[1].is_cpu_op);
+  // And it replays: two such ranks, each its two 10 us kernels in a row.
+  TraceSet set;
+  set.ranks = {t, t};
+  const ReplayResult r = replay(set, dgx_a100());
+  EXPECT_EQ(r.iteration, Time::us(20));
+  EXPECT_EQ(r.ranks[1].compute, Time::us(20));
   EXPECT_EQ(read_error(framed(meta) + framed(node(7, 2))),
             "x.0.et: node 7 \"gemm7\": attribute is_cpu_op is 2 (expected a bool, or the integer "
             "0 or 1)");
