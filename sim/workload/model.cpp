@@ -340,7 +340,7 @@ ModelConfig load_model_hf_text(const std::string& text, const std::string& file)
        true},
       {{"LlamaForCausalLM", "LlamaModel", "MistralForCausalLM", "MixtralForCausalLM",
         "DeepseekForCausalLM", "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "Qwen2ForCausalLM",
-        "Qwen2MoeForCausalLM", "GemmaForCausalLM"},
+        "Qwen2MoeForCausalLM", "GemmaForCausalLM", "Phi3ForCausalLM"},
        "llama",
        "num_hidden_layers",
        "hidden_size",
@@ -391,8 +391,9 @@ ModelConfig load_model_hf_text(const std::string& text, const std::string& file)
     throw InputError(file + ": architectures: unsupported architecture \"" + arch +
                      "\" (expected GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM, "
                      "MixtralForCausalLM, Qwen2ForCausalLM, Qwen2MoeForCausalLM, "
-                     "GemmaForCausalLM, DeepseekForCausalLM, DeepseekV2ForCausalLM, "
-                     "DeepseekV3ForCausalLM, GPTNeoXForCausalLM or BertModel)");
+                     "GemmaForCausalLM, Phi3ForCausalLM, DeepseekForCausalLM, "
+                     "DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, GPTNeoXForCausalLM or "
+                     "BertModel)");
   }
   ModelConfig m;
   m.source = file;
@@ -449,6 +450,8 @@ ModelConfig load_model_hf_text(const std::string& text, const std::string& file)
   // Qwen2 (Qwen2, Qwen2.5, Qwen1.5-MoE): biases on the query, key and value projections only.
   const bool qwen2 = arch == "Qwen2ForCausalLM" || arch == "Qwen2MoeForCausalLM";
   if (qwen2) m.qkv_bias = true;
+  // Phi-3 and Phi-4: the query, key and value projections fused into one matmul and the gate and
+  // up projections into another, the same weights and FLOPs as Llama's separate ones.
   // Gemma: GeGLU (GELU on the gate of the same gated MLP as SwiGLU: the same matmuls and one
   // elementwise activation and product, so it costs as SwiGLU), embeddings scaled by sqrt(h).
   // A sliding window (Qwen2's use_sliding_window, Mistral's sliding_window) shorter than the

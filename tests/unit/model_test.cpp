@@ -4,10 +4,17 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "sim/core/error.h"
+#include "sim/platform/cluster.h"
+#include "sim/workload/cost_model.h"
+#include "sim/workload/plan.h"
+#include "sim/workload/replay.h"
+#include "sim/workload/training_job.h"
 
 namespace hetsim::workload {
 namespace {
@@ -50,7 +57,11 @@ TEST(Models, HuggingFaceConfigsOfEachArchitectureLoad) {
         // Qwen/Qwen2-7B: the query, key and value projections' biases counted (7.62B).
         Case{"qwen2-7b.json", "llama", 7615616512},
         // google/gemma-7b: head_dim 256 over 16 heads, tied embeddings (8.54B).
-        Case{"gemma-7b.json", "llama", 8537680896}}) {
+        Case{"gemma-7b.json", "llama", 8537680896},
+        // mistralai/Mistral-Nemo-Base-2407: 32 heads of 128 over hidden 5120 (12.2B).
+        Case{"mistral-nemo-base-2407.json", "llama", 12247782400},
+        // microsoft/phi-4: fused qkv and gate-up projections (14.7B).
+        Case{"phi-4.json", "llama", 14659507200}}) {
     const ModelConfig m = load_model(kData + "hf/" + c.file);
     EXPECT_EQ(m.family, c.family) << c.file;
     EXPECT_EQ(m.params(), c.params) << c.file;
@@ -119,8 +130,9 @@ TEST(Models, BadConfigsNameTheFileAndField) {
                 "hf/unknown_arch.json: architectures: unsupported architecture "
                 "\"T5ForConditionalGeneration\" (expected GPT2LMHeadModel, LlamaForCausalLM, "
                 "MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM, Qwen2MoeForCausalLM, "
-                "GemmaForCausalLM, DeepseekForCausalLM, DeepseekV2ForCausalLM, "
-                "DeepseekV3ForCausalLM, GPTNeoXForCausalLM or BertModel)");
+                "GemmaForCausalLM, Phi3ForCausalLM, DeepseekForCausalLM, "
+                "DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, GPTNeoXForCausalLM or "
+                "BertModel)");
   EXPECT_EQ(err(kData + "hf/missing_field.json"),
             kData +
                 "hf/missing_field.json: num_hidden_layers: missing required field (an integer) "
@@ -135,6 +147,31 @@ TEST(Models, BadConfigsNameTheFileAndField) {
   EXPECT_THROW(
       load_model_yaml_text("name: x\nfamily: gpt\nlayers: 2\nhidden: 64\nheads: 6\n", "x.yaml"),
       InputError);
+}
+
+// Every shipped config that loads also replays: sharded data parallelism over one DGX A100 node
+// at 2048 tokens, a positive iteration whose FLOPs grow with the parameters.
+TEST(Models, EveryShippedHuggingFaceConfigReplays) {
+  config::ClusterOptions o;
+  o.nodes = 1;
+  const platform::Cluster c(config::load_cluster("dgx-a100", o));
+  const DatasheetCostModel cost;
+  int replayed = 0;
+  for (const auto& e : std::filesystem::directory_iterator(kData + "hf")) {
+    const std::string stem = e.path().stem().string();
+    if (stem == "missing_field" || stem == "unknown_arch" || stem == "mistral-7b-v0.1") continue;
+    const ModelConfig m = load_model(e.path().string());
+    const Plan p = load_plan_text(
+        "data_parallel: 8\nmicro_batch_size: 1\nglobal_batch_size: 8\nsequence_length: " +
+            std::to_string(std::min(m.sequence, 2048)) + "\nzero_stage: 3\nrecompute: full\n",
+        stem + ".plan.yaml", m, c);
+    const TrainingJob job = build_training_job(m, p, c, cost);
+    const double t = replay(job).iteration.seconds();
+    EXPECT_GT(t, 0) << stem;
+    EXPECT_TRUE(std::isfinite(t)) << stem;
+    ++replayed;
+  }
+  EXPECT_GE(replayed, 14);
 }
 
 }  // namespace
