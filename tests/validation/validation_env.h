@@ -27,7 +27,8 @@ inline workload::DatasheetCostModel datasheet_cost() {
 // The framework a plan names: the built-in `name`, or the file HETSIM_FRAMEWORK_<NAME> names.
 inline std::string framework(const std::string& name) {
   std::string key = "HETSIM_FRAMEWORK_";
-  for (char c : name) key += c == '-' ? '_' : static_cast<char>(std::toupper(c));
+  for (char c : name)
+    key += c == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   return env_or(key.c_str(), name);
 }
 
