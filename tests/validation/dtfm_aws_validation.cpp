@@ -181,6 +181,10 @@ Stats stats(const std::vector<const Row*>& rows) {
 // pipeline transfers as its code runs them (frameworks/megatron-lm-2021.yaml: blocking, and
 // gathered over the tensor-parallel ranks on arrival): 22.6%, 31.6%, 9.0%, 13.0%.
 constexpr double kTargetMedianPct = 10.0;
+// What hetsim's fastest plan costs against the measured fastest, in measured time (ceilings).
+// 2026-12-05: one node +43.9% (hetsim picks tp2 pp4 mb2, measured 4.46 s against pp8 mb1's
+// 3.10 s: the per-call tensor-parallel cost it misses, docs/validation.md); six nodes +7.1%.
+constexpr double kPickLoss1Node = 0.45, kPickLoss6Nodes = 0.08;
 const std::map<std::string, double> kMedianCeilingPct = {{"1 x p3.16xlarge", 24.0},
                                                          {"6 x p3.16xlarge, 25 Gb/s", 35.0},
                                                          {"48 x p3.2xlarge", 10.0},
@@ -246,7 +250,35 @@ TEST(TrainingValidation, DtfmGpt3XlOnAws) {
     }
   }
   std::printf("out-of-memory rows: hetsim says OOM on %d of %d\n", oom_agree, oom_rows);
+  // The question a user asks of a table: which plan is fastest. Where the measured fastest row
+  // stands in hetsim's order (1: hetsim ranks it first too).
+  std::map<std::string, int> best_rank;
+  std::map<std::string, double> pick_loss;  // measured time of hetsim's pick / the fastest - 1
+  for (const auto& [t, v] : kept) {
+    const Row* fastest = *std::min_element(v.begin(), v.end(), [](const Row* a, const Row* b) {
+      return a->measured_s < b->measured_s;
+    });
+    const Row* pick = *std::min_element(v.begin(), v.end(), [](const Row* a, const Row* b) {
+      return a->predicted_s < b->predicted_s;
+    });
+    int rank = 1;
+    for (const Row* r : v) rank += r->predicted_s < fastest->predicted_s;
+    best_rank[t] = rank;
+    pick_loss[t] = pick->measured_s / fastest->measured_s - 1;
+    std::printf(
+        "%-26s measured fastest: %s (%.2f s), hetsim ranks it %d of %zu; hetsim's pick %s "
+        "measured %.2f s (%+.1f%%)\n",
+        t.c_str(), fastest->label().c_str(), fastest->measured_s, rank, v.size(),
+        pick->label().c_str(), pick->measured_s, pick_loss[t] * 100);
+  }
 
+  // The measured fastest plan's place in hetsim's order and what hetsim's own pick costs in
+  // measured time, 2026-12-05 (held so they can only improve): one p3.16xlarge 5th of 35, six
+  // 3rd of 30 (the 48-instance tables hold one plan each).
+  EXPECT_LE(best_rank["1 x p3.16xlarge"], 5);
+  EXPECT_LE(best_rank["6 x p3.16xlarge, 25 Gb/s"], 3);
+  EXPECT_LE(pick_loss["1 x p3.16xlarge"], kPickLoss1Node);
+  EXPECT_LE(pick_loss["6 x p3.16xlarge, 25 Gb/s"], kPickLoss6Nodes);
   ASSERT_EQ(kept.size(), kMedianCeilingPct.size());
   for (const auto& [t, v] : kept) {
     const Stats s = stats(v);
