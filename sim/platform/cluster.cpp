@@ -310,15 +310,9 @@ void Cluster::build_fabric() {
       // A switch per site, its nodes' NICs on it, and the wide-area links between them.
       std::vector<uint32_t> site_switch;
       for (const std::string& s : cfg_.sites) site_switch.push_back(add_switch("site." + s));
-      std::vector<int> node_site;
-      for (const config::Group& g : cfg_.groups) node_site.insert(node_site.end(), g.count, g.site);
-      for (NicPort& p : nics_) attach(p, site_switch[node_site[p.node]], hop);
-      for (const config::WanLink& w : cfg_.wan) {
-        const Time one_way = Time::from_seconds(w.latency_s);
-        const uint32_t a = switch_vertex_[site_switch[w.a]], b = switch_vertex_[site_switch[w.b]];
-        add_link(a, b, w.bandwidth_Bps, w.link_class, one_way, where);
-        add_link(b, a, w.bandwidth_Bps, w.link_class, one_way, where);
-      }
+      const std::vector<int> site = node_sites();
+      for (NicPort& p : nics_) attach(p, site_switch[site[p.node]], hop);
+      add_wan_links(site_switch, where);
       break;
     }
     case config::FabricKind::fat_tree: {
@@ -399,6 +393,21 @@ void Cluster::build_fabric() {
       }
       break;
     }
+  }
+}
+
+std::vector<int> Cluster::node_sites() const {
+  std::vector<int> site;
+  for (const config::Group& g : cfg_.groups) site.insert(site.end(), g.count, g.site);
+  return site;
+}
+
+void Cluster::add_wan_links(const std::vector<uint32_t>& site_switch, const std::string& where) {
+  for (const config::WanLink& w : cfg_.wan) {
+    const Time one_way = Time::from_seconds(w.latency_s);
+    const uint32_t a = switch_vertex_[site_switch[w.a]], b = switch_vertex_[site_switch[w.b]];
+    add_link(a, b, w.bandwidth_Bps, w.link_class, one_way, where);
+    add_link(b, a, w.bandwidth_Bps, w.link_class, one_way, where);
   }
 }
 

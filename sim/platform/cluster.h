@@ -130,6 +130,10 @@ class Cluster {
   void build_template(const config::NodeType& t);
   void build_nodes();
   void build_fabric();
+  // Each node's site (config::Group::site), in node order.
+  std::vector<int> node_sites() const;
+  // The `wan:` links between the sites' switches (indices into switch_vertex_).
+  void add_wan_links(const std::vector<uint32_t>& site_switch, const std::string& where);
   void build_switch_routes();
   Link make_link(VertexId a, VertexId b, double bandwidth, const std::string& cls,
                  Time extra_latency, const std::string& where) const;

@@ -210,13 +210,7 @@ ModelConfig load_model_yaml_text(const std::string& text, const std::string& fil
   m.tied_embeddings = flag("tied_embeddings");
   m.causal = flag("causal");
   m.bias = flag("bias");
-  if (root["qkv_bias"]) {
-    try {
-      m.qkv_bias = root["qkv_bias"].as<bool>();
-    } catch (const YAML::Exception&) {
-      throw InputError(where(file, root["qkv_bias"]) + ": qkv_bias: expected true or false");
-    }
-  }
+  m.qkv_bias = config::get_bool(file, root, "", "qkv_bias", false);
   m.dropout = get_number(file, root, "", "dropout",
                          m.family == "llama" || m.family == "gptneox" ? 0.0 : 0.1);
   if (!(m.dropout >= 0 && m.dropout < 1)) {
@@ -262,6 +256,60 @@ ModelConfig load_model_yaml_text(const std::string& text, const std::string& fil
   }
   validate(m, file);
   return m;
+}
+
+// The readings Qwen2, Qwen2-MoE, Gemma and Phi-3 configs add to the Llama structure, with the
+// loader's field readers (get, get_or, get_bool: load_model_hf_text).
+template <class Get, class GetOr, class GetBool>
+void read_hf_qwen_gemma_phi(const nlohmann::json& j, const std::string& file,
+                            const std::string& arch, ModelConfig& m, Get get, GetOr get_or,
+                            GetBool get_bool) {
+  // Qwen2 (Qwen2, Qwen2.5, Qwen1.5-MoE): biases on the query, key and value projections only.
+  const bool qwen2 = arch == "Qwen2ForCausalLM" || arch == "Qwen2MoeForCausalLM";
+  if (qwen2) m.qkv_bias = true;
+  // Phi-3 and Phi-4: the query, key and value projections fused into one matmul and the gate and
+  // up projections into another, the same weights and FLOPs as Llama's separate ones.
+  // Gemma: GeGLU (GELU on the gate of the same gated MLP as SwiGLU: the same matmuls and one
+  // elementwise activation and product, so it costs as SwiGLU), embeddings scaled by sqrt(h).
+  // A sliding window (Qwen2's use_sliding_window, Mistral's sliding_window) shorter than the
+  // model's sequence is attention hetsim does not have: refused, naming the field.
+  if (j.contains("sliding_window") && j["sliding_window"].is_number_integer() &&
+      get_bool("use_sliding_window", !qwen2)) {
+    const int64_t w = j["sliding_window"].get<int64_t>();
+    if (w < m.sequence) {
+      throw InputError(file + ": sliding_window: " + std::to_string(w) +
+                       " is shorter than max_position_embeddings (" + std::to_string(m.sequence) +
+                       "): hetsim's attention is full causal attention, not a sliding window");
+    }
+  }
+  if (arch == "Qwen2MoeForCausalLM") {
+    // Every decoder_sparse_step-th layer routes each token to num_experts_per_tok of
+    // num_experts experts of moe_intermediate_size, beside one shared expert of
+    // shared_expert_intermediate_size (hetsim counts it as that many moe-sized experts, so it
+    // must divide). mlp_only_layers lists dense layers: only a leading run is expressible.
+    m.experts = get({"num_experts"}, config::limits::kExperts);
+    m.experts_per_token = get({"num_experts_per_tok"}, m.experts);
+    m.expert_ffn_hidden = get({"moe_intermediate_size"}, config::limits::kFfn);
+    m.moe_every = get_or("decoder_sparse_step", 1, m.layers, 1);
+    const int shared = get_or("shared_expert_intermediate_size", 0, config::limits::kFfn, 0);
+    if (shared % m.expert_ffn_hidden != 0) {
+      throw InputError(file + ": shared_expert_intermediate_size: " + std::to_string(shared) +
+                       " is not a multiple of moe_intermediate_size (" +
+                       std::to_string(m.expert_ffn_hidden) +
+                       "): hetsim counts the shared expert as moe-sized experts");
+    }
+    m.shared_experts = shared / m.expert_ffn_hidden;
+    if (j.contains("mlp_only_layers") && j["mlp_only_layers"].is_array()) {
+      const nlohmann::json& dense = j["mlp_only_layers"];
+      for (size_t i = 0; i < dense.size(); ++i) {
+        if (!dense[i].is_number_integer() || dense[i].get<int64_t>() != static_cast<int64_t>(i)) {
+          throw InputError(file + ": mlp_only_layers: " + dense.dump() +
+                           ": hetsim places dense layers first only (expected [0, 1, ..., k-1])");
+        }
+      }
+      m.dense_layers = static_cast<int>(dense.size());
+    }
+  }
 }
 
 ModelConfig load_model_hf_text(const std::string& text, const std::string& file) {
@@ -447,52 +495,7 @@ ModelConfig load_model_hf_text(const std::string& text, const std::string& file)
                      "); give head_dim");
   }
   m.head_dim = get_or("head_dim", 1, limits::kHidden, m.hidden / m.heads);
-  // Qwen2 (Qwen2, Qwen2.5, Qwen1.5-MoE): biases on the query, key and value projections only.
-  const bool qwen2 = arch == "Qwen2ForCausalLM" || arch == "Qwen2MoeForCausalLM";
-  if (qwen2) m.qkv_bias = true;
-  // Phi-3 and Phi-4: the query, key and value projections fused into one matmul and the gate and
-  // up projections into another, the same weights and FLOPs as Llama's separate ones.
-  // Gemma: GeGLU (GELU on the gate of the same gated MLP as SwiGLU: the same matmuls and one
-  // elementwise activation and product, so it costs as SwiGLU), embeddings scaled by sqrt(h).
-  // A sliding window (Qwen2's use_sliding_window, Mistral's sliding_window) shorter than the
-  // model's sequence is attention hetsim does not have: refused, naming the field.
-  if (j.contains("sliding_window") && j["sliding_window"].is_number_integer() &&
-      get_bool("use_sliding_window", !qwen2)) {
-    const int64_t w = j["sliding_window"].get<int64_t>();
-    if (w < m.sequence) {
-      throw InputError(file + ": sliding_window: " + std::to_string(w) +
-                       " is shorter than max_position_embeddings (" + std::to_string(m.sequence) +
-                       "): hetsim's attention is full causal attention, not a sliding window");
-    }
-  }
-  if (arch == "Qwen2MoeForCausalLM") {
-    // Every decoder_sparse_step-th layer routes each token to num_experts_per_tok of
-    // num_experts experts of moe_intermediate_size, beside one shared expert of
-    // shared_expert_intermediate_size (hetsim counts it as that many moe-sized experts, so it
-    // must divide). mlp_only_layers lists dense layers: only a leading run is expressible.
-    m.experts = get({"num_experts"}, limits::kExperts);
-    m.experts_per_token = get({"num_experts_per_tok"}, m.experts);
-    m.expert_ffn_hidden = get({"moe_intermediate_size"}, limits::kFfn);
-    m.moe_every = get_or("decoder_sparse_step", 1, m.layers, 1);
-    const int shared = get_or("shared_expert_intermediate_size", 0, limits::kFfn, 0);
-    if (shared % m.expert_ffn_hidden != 0) {
-      throw InputError(file + ": shared_expert_intermediate_size: " + std::to_string(shared) +
-                       " is not a multiple of moe_intermediate_size (" +
-                       std::to_string(m.expert_ffn_hidden) +
-                       "): hetsim counts the shared expert as moe-sized experts");
-    }
-    m.shared_experts = shared / m.expert_ffn_hidden;
-    if (j.contains("mlp_only_layers") && j["mlp_only_layers"].is_array()) {
-      const nlohmann::json& dense = j["mlp_only_layers"];
-      for (size_t i = 0; i < dense.size(); ++i) {
-        if (!dense[i].is_number_integer() || dense[i].get<int64_t>() != static_cast<int64_t>(i)) {
-          throw InputError(file + ": mlp_only_layers: " + dense.dump() +
-                           ": hetsim places dense layers first only (expected [0, 1, ..., k-1])");
-        }
-      }
-      m.dense_layers = static_cast<int>(dense.size());
-    }
-  }
+  read_hf_qwen_gemma_phi(j, file, arch, m, get, get_or, get_bool);
   if (arch == "MixtralForCausalLM") {
     // Every layer's FFN is num_local_experts experts of intermediate_size, top-k routed.
     m.experts = get({"num_local_experts"}, limits::kExperts);
