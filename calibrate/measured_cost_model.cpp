@@ -556,6 +556,8 @@ Time MeasuredCostModel::duration(const Op& op, const config::GpuProfile& gpu,
                                            {},
                                            op.fused},
                             gpu);
+      // Local attention: the measured full causal kernel's time over the blocks it computes.
+      if (s) *s *= op.span;
       break;
     case OpKind::memory:
       s = predict_size("memory", memory_kernel_of(op.name), SizePoint{op.bytes, 1, {}});

@@ -28,7 +28,7 @@ void add_moe_flags(const workload::ModelConfig& m, const workload::Plan& p,
     add("--moe-shared-expert-intermediate-size",
         static_cast<long>(m.shared_experts) * m.expert_ffn_hidden);
   }
-  if (m.dense_layers > 0) {
+  if (m.dense_layers > 0 || m.moe_phase > 0) {
     std::string pattern = "[";
     for (int l = 0; l < m.layers; ++l)
       pattern += (l ? "," : "") + std::string(m.is_moe(l) ? "1" : "0");
@@ -72,6 +72,8 @@ void add_megatron_model_flags(const workload::ModelConfig& m, std::vector<std::s
   if (m.activation == workload::Activation::swiglu) a.emplace_back("--swiglu");
   if (!m.tied_embeddings) a.emplace_back("--untie-embeddings-and-output-weights");
   if (!m.bias) a.emplace_back("--disable-bias-linear");
+  if (!m.bias && m.qkv_bias) a.emplace_back("--add-qkv-bias");
+  if (m.qk_norm == workload::QkNorm::head) a.emplace_back("--qk-layernorm");
   // Megatron-LM's dropouts default to 0.1 (attention and hidden); the model's own otherwise.
   if (m.dropout != 0.1) {
     for (const char* flag : {"--attention-dropout", "--hidden-dropout"}) {
@@ -84,6 +86,20 @@ void add_megatron_model_flags(const workload::ModelConfig& m, std::vector<std::s
 
 void check_megatron_shapes(const workload::ModelConfig& m, int tp, const std::string& framework,
                            std::vector<std::string>& unsupported) {
+  // Layer layouts Megatron-LM's GPT model has no argument for.
+  auto lacks = [&](bool has, const std::string& what) {
+    if (has) unsupported.push_back(m.name + "'s " + what + ": " + framework + " has no such layer");
+  };
+  lacks(m.parallel_attention, "parallel attention and MLP (parallel_attention)");
+  lacks(m.norm_placement != workload::NormPlacement::pre,
+        "norms after the blocks (norm_placement " +
+            std::string(m.norm_placement == workload::NormPlacement::post ? "post" : "sandwich") +
+            ")");
+  lacks(m.qk_norm == workload::QkNorm::projection || m.qk_norm == workload::QkNorm::unweighted,
+        "query/key norms over the projection or without weights (qk_norm)");
+  lacks(m.window_kind != workload::WindowKind::none, "local attention (attention_window)");
+  lacks(m.head_bias, "output-layer bias (head_bias)");
+  lacks(m.mlp_bias != m.bias, "MLP biases apart from attention's (mlp_bias)");
   // Megatron's attention divides the query groups among the tensor-parallel ranks exactly.
   if (m.kv_heads % tp != 0) {
     unsupported.push_back("tensor parallel " + std::to_string(tp) + " with " +

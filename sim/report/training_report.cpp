@@ -71,6 +71,7 @@ TrainingReport make_training_report(const workload::TrainingJob& job,
   const platform::Cluster& c = *job.cluster;
   TrainingReport r;
   r.model = job.model->name;
+  r.parameters = job.model->params();
   r.cluster = c.config().name;
   r.plan = p.source;
   r.framework =
@@ -171,6 +172,7 @@ void add_run_cost(TrainingReport& r, double tokens) {
 nlohmann::ordered_json to_json(const TrainingReport& r) {
   nlohmann::ordered_json j;
   j["model"] = r.model;
+  j["parameters"] = r.parameters;
   j["cluster"] = r.cluster;
   j["plan"] = r.plan;
   j["precision"] = r.precision;
@@ -447,6 +449,7 @@ std::string to_text(const TrainingReport& r) {
                               ? std::string(" kept")
                               : fmt::format(" where {}", l.global_batch_before)));
   }
+  s += fmt::format("  parameters     {} ({:.2f}B)\n", r.parameters, r.parameters / 1e9);
   s += fmt::format("  framework      {}\n", r.framework);
   s += fmt::format("  precision      {}\n", r.precision);
   s += fmt::format("  iteration      {}\n", format_time(r.iteration_time_s));

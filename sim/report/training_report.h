@@ -39,7 +39,8 @@ struct LostNodeReport {
 
 struct TrainingReport {
   std::string model, cluster, plan;
-  std::string precision;  // the plan's; "bf16 (default: ...)" when the plan gives none
+  int64_t parameters = 0;  // the model's (ModelConfig::params)
+  std::string precision;   // the plan's; "bf16 (default: ...)" when the plan gives none
   // The framework the plan runs on and its one-line description ("megatron-lm-2021: Megatron-LM
   // v2-v3 (2021-2022), ..."): the era a reproduction has to name.
   std::string framework;

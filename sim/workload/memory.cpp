@@ -23,16 +23,24 @@ double layer_activation_bytes(const ModelConfig& m, const LayerShape& s, Recompu
   // Outside the tensor-parallel regions: both norm inputs and the QKV and fc1 inputs (4 tensors
   // of e bytes), two 1-byte dropout masks: 10 s b h at 16 bits (Korthikanti Table 2); no masks
   // without dropout (Llama).
+  // Sandwich norms keep their two extra inputs (the blocks' outputs); a parallel layer keeps its
+  // input and one normed output per norm, and has one dropout.
   const bool dropout = m.dropout > 0;
-  const double outside_bytes = sb * (4 * e * h + (dropout ? 2 * h : 0.0));
+  const double tensors = m.parallel_attention                          ? 1.0 + m.parallel_norms
+                         : m.norm_placement == NormPlacement::sandwich ? 6.0
+                                                                       : 4.0;
+  const double masks = m.parallel_attention ? 1.0 : 2.0;
+  const double outside_bytes = sb * (tensors * e * h + (dropout ? masks * h : 0.0));
   // Inside: Q, K, V, the projection input, the activation input(s) and fc2's input.
   const double glu = m.activation == Activation::swiglu ? 2.0 : 1.0;
   const double ffn = s.moe_layer ? static_cast<double>(m.shared_experts) * m.expert_ffn_hidden
                                  : static_cast<double>(m.ffn_hidden);
-  // Q, K, V and the projection's input; with MLA also the latents (on every rank in full).
+  // Q, K, V and the projection's input (and the q/k norms' inputs); with MLA also the latents
+  // (on every rank in full).
   const double attention =
       m.mla() ? static_cast<double>(m.heads) * (2.0 * m.head_dim + 2.0 * m.v_head_dim)
-              : m.q_width() + 2.0 * m.kv_width() + m.q_width();
+              : m.q_width() + 2.0 * m.kv_width() + m.q_width() +
+                    (m.qk_norm != QkNorm::none ? m.q_width() + m.kv_width() : 0.0);
   const double latents = m.mla() ? sb * e * (m.q_lora_rank + m.kv_lora_rank + m.rope_head_dim) : 0;
   double inside = sb * e * (attention + (glu + 1) * ffn) / t + latents;
   if (s.moe_layer) {

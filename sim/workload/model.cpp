@@ -20,8 +20,33 @@ namespace hetsim::workload {
 
 int64_t ModelConfig::mlp_params(int64_t ffn) const {
   const int64_t h = hidden;
-  return activation == Activation::swiglu ? 3 * h * ffn + (bias ? 2 * ffn + h : 0)
-                                          : 2 * h * ffn + (bias ? ffn + h : 0);
+  return activation == Activation::swiglu ? 3 * h * ffn + (mlp_bias ? 2 * ffn + h : 0)
+                                          : 2 * h * ffn + (mlp_bias ? ffn + h : 0);
+}
+
+int ModelConfig::windowed_layers() const {
+  if (window_kind == WindowKind::none) return 0;
+  return global_every == 0 ? layers : layers - layers / global_every;
+}
+
+double ModelConfig::attention_span(int64_t sequence) const {
+  const double s = static_cast<double>(sequence), w = attention_window;
+  if (window_kind == WindowKind::none || !(w < s) || layers == 0) return 1;
+  // Keys a query sees, summed over the queries, against the causal mask's s^2 / 2: a sliding
+  // window of w keys sums to s w - w^2 / 2; chunks of w tokens to s w / 2 (a whole number of
+  // chunks; a last, shorter chunk rounds up to one).
+  const double local =
+      window_kind == WindowKind::sliding ? (s * w - w * w / 2) / (s * s / 2) : w / s;
+  const double n = windowed_layers();
+  return (n * local + (layers - n)) / layers;
+}
+
+int64_t ModelConfig::layer_norm_params() const {
+  const int64_t one = norm == Norm::layernorm ? 2 * int64_t{hidden} : int64_t{hidden};
+  const int count = parallel_attention                          ? parallel_norms
+                    : norm_placement == NormPlacement::sandwich ? 4
+                                                                : 2;
+  return count * one;
 }
 
 int64_t ModelConfig::attention_params() const {
@@ -35,16 +60,17 @@ int64_t ModelConfig::attention_params() const {
                        int64_t{kv_lora_rank} * heads64 * (head_dim - rope_head_dim + v_head_dim);
     return q + kv + heads64 * v_head_dim * h;
   }
-  return h * q_width() + 2 * h * kv_width() + q_width() * h +
+  const int64_t qk = qk_norm == QkNorm::head         ? 2 * int64_t{head_dim}
+                     : qk_norm == QkNorm::projection ? q_width() + kv_width()
+                                                     : 0;
+  return h * q_width() + 2 * h * kv_width() + q_width() * h + qk +
          (bias       ? q_width() + 2 * kv_width() + h
           : qkv_bias ? q_width() + 2 * kv_width()
                      : 0);
 }
 
 int64_t ModelConfig::layer_params() const {
-  const int64_t h = hidden;
-  const int64_t norms = 2 * (norm == Norm::layernorm ? 2 * h : h);
-  return attention_params() + mlp_params(ffn_hidden) + norms;
+  return attention_params() + mlp_params(ffn_hidden) + layer_norm_params();
 }
 
 int64_t ModelConfig::layer_params(int layer) const {
@@ -61,7 +87,7 @@ int64_t ModelConfig::expert_layer_params(int layer) const {
 
 int ModelConfig::moe_layers_in(int first, int n) const {
   if (!moe() || n <= 0) return 0;
-  // MoE layers below `end`: the multiples of moe_every from first_moe_layer() on.
+  // MoE layers below `end`: every moe_every-th from first_moe_layer() on.
   const int from = first_moe_layer();
   auto below = [&](int end) { return end <= from ? 0 : (end - from + moe_every - 1) / moe_every; };
   return below(first + n) - below(first);
@@ -69,7 +95,7 @@ int ModelConfig::moe_layers_in(int first, int n) const {
 
 int ModelConfig::first_moe_layer() const {
   if (!moe()) return layers;
-  const int l = (dense_layers + moe_every - 1) / moe_every * moe_every;
+  const int l = dense_layers + ((moe_phase - dense_layers) % moe_every + moe_every) % moe_every;
   return std::min(l, layers);
 }
 
@@ -98,16 +124,15 @@ int64_t ModelConfig::embedding_params() const {
 int64_t ModelConfig::output_params() const {
   if (convolutional()) return 0;
   const int64_t final_norm = norm == Norm::layernorm ? 2 * int64_t{hidden} : int64_t{hidden};
-  return final_norm + (tied_embeddings ? 0 : static_cast<int64_t>(vocab) * hidden);
+  return final_norm + (tied_embeddings ? 0 : static_cast<int64_t>(vocab) * hidden) +
+         (head_bias ? vocab : 0);
 }
 
 int64_t ModelConfig::params() const {
   return embedding_params() + layers_params(0, layers) + output_params();
 }
 
-namespace {
-
-void validate(const ModelConfig& m, const std::string& file) {
+void validate_model(const ModelConfig& m, const std::string& file) {
   auto bad = [&](const std::string& field, const std::string& why) {
     return InputError(file + ": " + field + ": " + why);
   };
@@ -133,13 +158,28 @@ void validate(const ModelConfig& m, const std::string& file) {
                                " and moe_every " + std::to_string(m.moe_every) + ", none of the " +
                                std::to_string(m.layers) + " layers is a MoE layer");
   }
+  if (m.parallel_attention && m.norm_placement != NormPlacement::pre) {
+    throw bad("parallel_attention",
+              "a parallel layer's attention and MLP read one normed input: expected "
+              "norm_placement pre");
+  }
+  if (m.parallel_attention && (m.mla() || m.moe())) {
+    throw bad("parallel_attention",
+              "not with multi-head latent attention (kv_lora_rank) nor experts: expected false");
+  }
+  if (m.global_every == 1) {
+    throw bad("global_every",
+              "1 makes every layer global: leave out attention_window, or give 0 (every layer "
+              "local) or at least 2");
+  }
+  if (m.window_kind != WindowKind::none && !m.causal) {
+    throw bad("attention_window", "local attention applies to a causal model");
+  }
   if (m.family != "gpt" && m.family != "llama" && m.family != "bert" && m.family != "gptneox") {
     throw bad("family",
               "unknown value \"" + m.family + "\" (expected gpt, llama, bert, gptneox or cnn)");
   }
 }
-
-}  // namespace
 
 ModelConfig load_model_yaml_text(const std::string& text, const std::string& file) {
   using namespace config;
@@ -166,6 +206,16 @@ ModelConfig load_model_yaml_text(const std::string& text, const std::string& fil
               "causal",
               "bias",
               "qkv_bias",
+              "mlp_bias",
+              "head_bias",
+              "norm_placement",
+              "parallel_attention",
+              "parallel_norms",
+              "qk_norm",
+              "attention_window",
+              "window_kind",
+              "global_every",
+              "moe_phase",
               "dropout",
               "experts",
               "experts_per_token",
@@ -211,6 +261,22 @@ ModelConfig load_model_yaml_text(const std::string& text, const std::string& fil
   m.causal = flag("causal");
   m.bias = flag("bias");
   m.qkv_bias = config::get_bool(file, root, "", "qkv_bias", false);
+  m.mlp_bias = config::get_bool(file, root, "", "mlp_bias", m.bias);
+  m.head_bias = config::get_bool(file, root, "", "head_bias", false);
+  m.norm_placement = static_cast<NormPlacement>(
+      get_choice(file, root, "", "norm_placement", {"pre", "post", "sandwich"}, "pre"));
+  m.parallel_attention = config::get_bool(file, root, "", "parallel_attention", false);
+  m.parallel_norms = static_cast<int>(get_int(file, root, "", "parallel_norms", 1, 2, 1));
+  m.qk_norm = static_cast<QkNorm>(
+      get_choice(file, root, "", "qk_norm", {"none", "head", "projection", "unweighted"}, "none"));
+  m.window_kind = static_cast<WindowKind>(
+      get_choice(file, root, "", "window_kind", {"none", "sliding", "chunked"},
+                 root["attention_window"] ? "sliding" : "none"));
+  if (m.window_kind != WindowKind::none) {
+    m.attention_window =
+        static_cast<int>(get_int(file, root, "", "attention_window", 1, limits::kSequence));
+    m.global_every = static_cast<int>(get_int(file, root, "", "global_every", 0, m.layers, 0));
+  }
   m.dropout = get_number(file, root, "", "dropout",
                          m.family == "llama" || m.family == "gptneox" ? 0.0 : 0.1);
   if (!(m.dropout >= 0 && m.dropout < 1)) {
@@ -228,9 +294,10 @@ ModelConfig load_model_yaml_text(const std::string& text, const std::string& fil
         static_cast<int>(get_int(file, root, "", "shared_experts", 0, limits::kExperts, 0));
     m.dense_layers = static_cast<int>(get_int(file, root, "", "dense_layers", 0, m.layers - 1, 0));
     m.moe_every = static_cast<int>(get_int(file, root, "", "moe_every", 1, m.layers, 1));
+    m.moe_phase = static_cast<int>(get_int(file, root, "", "moe_phase", 0, m.moe_every - 1, 0));
   } else {
     for (const char* k : {"experts_per_token", "expert_ffn_hidden", "shared_experts",
-                          "dense_layers", "moe_every"}) {
+                          "dense_layers", "moe_every", "moe_phase"}) {
       if (root[k]) {
         throw InputError(where(file, root[k]) + ": " + k +
                          ": applies to a mixture of experts; give experts (the routed experts "
@@ -254,278 +321,7 @@ ModelConfig load_model_yaml_text(const std::string& text, const std::string& fil
       }
     }
   }
-  validate(m, file);
-  return m;
-}
-
-// The readings Qwen2, Qwen2-MoE, Gemma and Phi-3 configs add to the Llama structure, with the
-// loader's field readers (get, get_or, get_bool: load_model_hf_text).
-template <class Get, class GetOr, class GetBool>
-void read_hf_qwen_gemma_phi(const nlohmann::json& j, const std::string& file,
-                            const std::string& arch, ModelConfig& m, Get get, GetOr get_or,
-                            GetBool get_bool) {
-  // Qwen2 (Qwen2, Qwen2.5, Qwen1.5-MoE): biases on the query, key and value projections only.
-  const bool qwen2 = arch == "Qwen2ForCausalLM" || arch == "Qwen2MoeForCausalLM";
-  if (qwen2) m.qkv_bias = true;
-  // Phi-3 and Phi-4: the query, key and value projections fused into one matmul and the gate and
-  // up projections into another, the same weights and FLOPs as Llama's separate ones.
-  // Gemma: GeGLU (GELU on the gate of the same gated MLP as SwiGLU: the same matmuls and one
-  // elementwise activation and product, so it costs as SwiGLU), embeddings scaled by sqrt(h).
-  // A sliding window (Qwen2's use_sliding_window, Mistral's sliding_window) shorter than the
-  // model's sequence is attention hetsim does not have: refused, naming the field.
-  if (j.contains("sliding_window") && j["sliding_window"].is_number_integer() &&
-      get_bool("use_sliding_window", !qwen2)) {
-    const int64_t w = j["sliding_window"].get<int64_t>();
-    if (w < m.sequence) {
-      throw InputError(file + ": sliding_window: " + std::to_string(w) +
-                       " is shorter than max_position_embeddings (" + std::to_string(m.sequence) +
-                       "): hetsim's attention is full causal attention, not a sliding window");
-    }
-  }
-  if (arch == "Qwen2MoeForCausalLM") {
-    // Every decoder_sparse_step-th layer routes each token to num_experts_per_tok of
-    // num_experts experts of moe_intermediate_size, beside one shared expert of
-    // shared_expert_intermediate_size (hetsim counts it as that many moe-sized experts, so it
-    // must divide). mlp_only_layers lists dense layers: only a leading run is expressible.
-    m.experts = get({"num_experts"}, config::limits::kExperts);
-    m.experts_per_token = get({"num_experts_per_tok"}, m.experts);
-    m.expert_ffn_hidden = get({"moe_intermediate_size"}, config::limits::kFfn);
-    m.moe_every = get_or("decoder_sparse_step", 1, m.layers, 1);
-    const int shared = get_or("shared_expert_intermediate_size", 0, config::limits::kFfn, 0);
-    if (shared % m.expert_ffn_hidden != 0) {
-      throw InputError(file + ": shared_expert_intermediate_size: " + std::to_string(shared) +
-                       " is not a multiple of moe_intermediate_size (" +
-                       std::to_string(m.expert_ffn_hidden) +
-                       "): hetsim counts the shared expert as moe-sized experts");
-    }
-    m.shared_experts = shared / m.expert_ffn_hidden;
-    if (j.contains("mlp_only_layers") && j["mlp_only_layers"].is_array()) {
-      const nlohmann::json& dense = j["mlp_only_layers"];
-      for (size_t i = 0; i < dense.size(); ++i) {
-        if (!dense[i].is_number_integer() || dense[i].get<int64_t>() != static_cast<int64_t>(i)) {
-          throw InputError(file + ": mlp_only_layers: " + dense.dump() +
-                           ": hetsim places dense layers first only (expected [0, 1, ..., k-1])");
-        }
-      }
-      m.dense_layers = static_cast<int>(dense.size());
-    }
-  }
-}
-
-ModelConfig load_model_hf_text(const std::string& text, const std::string& file) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    throw InputError(file + ": invalid JSON: " + e.what());
-  }
-  if (!j.is_object()) throw InputError(file + ": expected a JSON object");
-  std::string arch;
-  if (j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty()) {
-    if (!j["architectures"][0].is_string()) {
-      throw InputError(file + ": architectures[0]: expected a string, got " +
-                       std::string(j["architectures"][0].type_name()));
-    }
-    arch = j["architectures"][0].get<std::string>();
-  }
-  // An integer field in [min, max]; a present field of another type, or out of range, is an
-  // error that names it (a value nlohmann reads as unsigned is compared before narrowing).
-  auto integer = [&](const char* k, long min, long max) -> std::optional<int> {
-    if (!j.contains(k) || j[k].is_null()) return std::nullopt;
-    const nlohmann::json& v = j[k];
-    const std::string expected =
-        "an integer from " + std::to_string(min) + " to " + std::to_string(max);
-    if (!v.is_number_integer()) {
-      throw InputError(file + ": " + k + ": expected " + expected + ", got " +
-                       std::string(v.type_name()) + " " + v.dump());
-    }
-    const bool in_range = v.is_number_unsigned() ? v.get<uint64_t>() <= static_cast<uint64_t>(max)
-                                                 : v.get<int64_t>() <= max;
-    if (!in_range || v.get<int64_t>() < min) {
-      throw InputError(file + ": " + k + ": expected " + expected + ", got " + v.dump());
-    }
-    return static_cast<int>(v.get<int64_t>());
-  };
-  auto get = [&](const std::vector<const char*>& keys, long max) -> int {
-    for (const char* k : keys) {
-      if (const std::optional<int> v = integer(k, 1, max)) return *v;
-    }
-    std::string names;
-    for (const char* k : keys) names += (names.empty() ? "" : " or ") + std::string(k);
-    throw InputError(file + ": " + names + ": missing required field (an integer) for " + arch);
-  };
-  auto get_or = [&](const char* k, long min, long max, int def) {
-    return integer(k, min, max).value_or(def);
-  };
-  auto get_bool = [&](const char* k, bool def) {
-    return j.contains(k) && j[k].is_boolean() ? j[k].get<bool>() : def;
-  };
-  // Each architecture: its config keys and the structure its code implies.
-  struct Arch {
-    std::vector<std::string> names;
-    const char* family;
-    const char *layers, *hidden, *heads, *ffn, *vocab;  // ffn nullptr: GPT-2's n_inner or 4 h
-    std::vector<const char*> sequence;
-    Activation activation;
-    Norm norm;
-    Position position;
-    bool tied, causal, bias;
-  };
-  static const std::vector<Arch> archs = {
-      {{"GPT2LMHeadModel", "GPT2Model"},
-       "gpt",
-       "n_layer",
-       "n_embd",
-       "n_head",
-       nullptr,
-       "vocab_size",
-       {"n_positions", "n_ctx"},
-       Activation::gelu,
-       Norm::layernorm,
-       Position::learned,
-       true,
-       true,
-       true},
-      {{"LlamaForCausalLM", "LlamaModel", "MistralForCausalLM", "MixtralForCausalLM",
-        "DeepseekForCausalLM", "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "Qwen2ForCausalLM",
-        "Qwen2MoeForCausalLM", "GemmaForCausalLM", "Phi3ForCausalLM"},
-       "llama",
-       "num_hidden_layers",
-       "hidden_size",
-       "num_attention_heads",
-       "intermediate_size",
-       "vocab_size",
-       {"max_position_embeddings"},
-       Activation::swiglu,
-       Norm::rmsnorm,
-       Position::rotary,
-       false,
-       true,
-       false},
-      {{"GPTNeoXForCausalLM", "GPTNeoXModel"},
-       "gptneox",
-       "num_hidden_layers",
-       "hidden_size",
-       "num_attention_heads",
-       "intermediate_size",
-       "vocab_size",
-       {"max_position_embeddings"},
-       Activation::gelu,
-       Norm::layernorm,
-       Position::rotary,
-       false,
-       true,
-       true},
-      {{"BertModel", "BertForPreTraining", "BertForMaskedLM"},
-       "bert",
-       "num_hidden_layers",
-       "hidden_size",
-       "num_attention_heads",
-       "intermediate_size",
-       "vocab_size",
-       {"max_position_embeddings"},
-       Activation::gelu,
-       Norm::layernorm,
-       Position::learned,
-       true,
-       false,
-       true},
-  };
-  const Arch* a = nullptr;
-  for (const Arch& x : archs) {
-    if (std::find(x.names.begin(), x.names.end(), arch) != x.names.end()) a = &x;
-  }
-  if (!a) {
-    throw InputError(file + ": architectures: unsupported architecture \"" + arch +
-                     "\" (expected GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM, "
-                     "MixtralForCausalLM, Qwen2ForCausalLM, Qwen2MoeForCausalLM, "
-                     "GemmaForCausalLM, Phi3ForCausalLM, DeepseekForCausalLM, "
-                     "DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, GPTNeoXForCausalLM or "
-                     "BertModel)");
-  }
-  ModelConfig m;
-  m.source = file;
-  if (j.contains("_name_or_path") && j["_name_or_path"].is_string()) {
-    m.name = j["_name_or_path"].get<std::string>();
-  }
-  if (m.name.empty()) {
-    const std::filesystem::path p(file);
-    m.name =
-        p.filename() == "config.json" ? p.parent_path().filename().string() : p.stem().string();
-  }
-  m.family = a->family;
-  namespace limits = config::limits;
-  m.layers = get({a->layers}, limits::kLayers);
-  m.hidden = get({a->hidden}, limits::kHidden);
-  m.heads = get({a->heads}, limits::kHeads);
-  m.kv_heads = get_or("num_key_value_heads", 0, m.heads, m.heads);
-  m.ffn_hidden =
-      a->ffn ? get({a->ffn}, limits::kFfn) : get_or("n_inner", 1, limits::kFfn, 4 * m.hidden);
-  m.vocab = get({a->vocab}, limits::kVocab);
-  m.sequence = get(a->sequence, limits::kSequence);
-  m.activation = a->activation;
-  m.norm = a->norm;
-  m.position = a->position;
-  // Gemma ties its embeddings (its config says so only since transformers 4.38).
-  m.tied_embeddings = m.family == "bert"           ? true
-                      : arch == "GemmaForCausalLM" ? get_bool("tie_word_embeddings", true)
-                                                   : get_bool("tie_word_embeddings", a->tied);
-  m.causal = a->causal;
-  m.bias = m.family == "llama" ? get_bool("attention_bias", false) : a->bias;
-  // Dropout as each architecture's config names it (GPT-2 resid_pdrop, BERT hidden_dropout_prob,
-  // Llama's and GPT-NeoX's attention_dropout and hidden_dropout, 0 unless set).
-  auto probability = [&](std::initializer_list<const char*> keys, double def) {
-    for (const char* k : keys) {
-      if (!j.contains(k)) continue;
-      if (!j[k].is_number() || !(j[k].get<double>() >= 0 && j[k].get<double>() < 1))
-        throw InputError(file + ": " + k + ": expected a probability in [0, 1), got " +
-                         j[k].dump());
-      return j[k].get<double>();
-    }
-    return def;
-  };
-  m.dropout = m.family == "gpt"    ? probability({"resid_pdrop", "attn_pdrop"}, 0.1)
-              : m.family == "bert" ? probability({"hidden_dropout_prob"}, 0.1)
-                                   : std::max(probability({"hidden_dropout"}, 0.0),
-                                              probability({"attention_dropout"}, 0.0));
-  if (m.kv_heads == 0) m.kv_heads = m.heads;
-  if (m.hidden % m.heads != 0 && !j.contains("head_dim")) {
-    throw InputError(file + ": " + a->heads + ": " + a->hidden + " (" + std::to_string(m.hidden) +
-                     ") is not a multiple of " + a->heads + " (" + std::to_string(m.heads) +
-                     "); give head_dim");
-  }
-  m.head_dim = get_or("head_dim", 1, limits::kHidden, m.hidden / m.heads);
-  read_hf_qwen_gemma_phi(j, file, arch, m, get, get_or, get_bool);
-  if (arch == "MixtralForCausalLM") {
-    // Every layer's FFN is num_local_experts experts of intermediate_size, top-k routed.
-    m.experts = get({"num_local_experts"}, limits::kExperts);
-    m.experts_per_token = get({"num_experts_per_tok"}, m.experts);
-    m.expert_ffn_hidden = m.ffn_hidden;
-  }
-  const bool deepseek = arch == "DeepseekForCausalLM" || arch == "DeepseekV2ForCausalLM" ||
-                        arch == "DeepseekV3ForCausalLM";
-  if (arch != "DeepseekForCausalLM" && deepseek) {
-    // Multi-head latent attention: queries and keys of qk_nope_head_dim + qk_rope_head_dim,
-    // values of v_head_dim, from latents of q_lora_rank (null: none) and kv_lora_rank. V3's
-    // multi-token prediction module (num_nextn_predict_layers) is not modelled.
-    m.kv_lora_rank = get({"kv_lora_rank"}, limits::kHidden);
-    m.q_lora_rank = get_or("q_lora_rank", 0, limits::kHidden, 0);
-    m.rope_head_dim = get({"qk_rope_head_dim"}, limits::kHidden);
-    m.head_dim = get({"qk_nope_head_dim"}, limits::kHidden) + m.rope_head_dim;
-    m.v_head_dim = get({"v_head_dim"}, limits::kHidden);
-  }
-  if (deepseek && integer("n_routed_experts", 0, limits::kExperts)) {
-    // DeepSeekMoE: first_k_dense_replace dense layers of intermediate_size, then every
-    // moe_layer_freq-th layer routes each token to num_experts_per_tok of n_routed_experts
-    // experts of moe_intermediate_size, beside n_shared_experts of that size.
-    m.experts = get({"n_routed_experts"}, limits::kExperts);
-    m.experts_per_token = get({"num_experts_per_tok"}, m.experts);
-    m.expert_ffn_hidden = get({"moe_intermediate_size"}, limits::kFfn);
-    m.shared_experts = get_or("n_shared_experts", 0, limits::kExperts, 0);
-    m.dense_layers = get_or("first_k_dense_replace", 0, m.layers - 1, 0);
-    m.moe_every = get_or("moe_layer_freq", 1, m.layers, 1);
-  }
-  validate(m, file);
+  validate_model(m, file);
   return m;
 }
 

@@ -11,6 +11,18 @@ namespace hetsim::workload {
 enum class Activation { gelu, swiglu };
 enum class Norm { layernorm, rmsnorm };
 enum class Position { learned, rotary };
+// Where a layer's norms sit: before each block (pre: GPT-2, Llama), after each block's output
+// before its residual add (post: OLMo 2), or both (sandwich: Gemma 2 and 3, four a layer).
+enum class NormPlacement { pre, post, sandwich };
+// Norms over the queries and keys after their projections (Qwen3, Gemma 3, OLMo 2, Llama 4):
+// none; per head over head_dim with one weight vector each for queries and keys (head); over
+// the whole projection, weights as wide (projection: OLMo 2); without weights (unweighted:
+// Llama 4's L2 norm).
+enum class QkNorm { none, head, projection, unweighted };
+// Local attention in some layers: none; a sliding window of the `attention_window` keys before
+// each query (Mistral, Gemma 2 and 3, StarCoder2, Phi-3); or chunks of `attention_window`
+// tokens that attend only within themselves (Llama 4's chunked attention).
+enum class WindowKind { none, sliding, chunked };
 
 // One layer of a convolutional network (family cnn): a convolution, a pooling or a fully
 // connected layer, with the batch norm, ReLU and dropout that follow it, on one image of
@@ -66,6 +78,35 @@ struct ModelConfig {
   // Biases on the query, key and value projections only (Qwen2's; `qkv_bias`), where `bias` is
   // false: counted in the parameters; their adds ride in the projections' epilogue.
   bool qkv_bias = false;
+  // Biases on the MLP's linear layers (GPT-J's where its attention has none; Llama's
+  // `mlp_bias`): `bias` unless said; and on the output projection (GPT-J's lm_head).
+  bool mlp_bias = true;
+  bool head_bias = false;
+  NormPlacement norm_placement = NormPlacement::pre;
+  // Attention and the MLP both read the layer's input (Falcon, GPT-J: y = x + attn(ln(x)) +
+  // mlp(ln(x))), through one shared norm or, `parallel_norms` 2, one each (Falcon-40B's new
+  // decoder architecture); with tensor parallelism their partial outputs are summed and reduced
+  // once (Megatron-LM's parallel-attention layer, GPT-NeoX's).
+  bool parallel_attention = false;
+  int parallel_norms = 1;
+  QkNorm qk_norm = QkNorm::none;
+  // Local attention (window_kind not none): every layer, or where global_every > 0 all but every
+  // global_every-th one (layer l global where (l + 1) % global_every == 0: Gemma 2's alternation
+  // is 2, Gemma 3's 5 local to 1 global is 6, Llama 4's 3 chunked to 1 global is 4).
+  WindowKind window_kind = WindowKind::none;
+  int attention_window = 0;
+  int global_every = 0;
+  bool windowed(int layer) const {
+    return window_kind != WindowKind::none &&
+           (global_every == 0 || (layer + 1) % global_every != 0);
+  }
+  int windowed_layers() const;
+  // The share of a fused causal kernel's score blocks that the model's attention computes at
+  // `sequence` tokens, the mean over the layers (1 without local attention, or where the
+  // window covers the sequence): the kernels skip the blocks outside a window or a chunk.
+  double attention_span(int64_t sequence) const;
+  // Norm weight vectors of one layer (a layernorm's bias with them), q/k norms aside.
+  int64_t layer_norm_params() const;
   // Dropout probability on the attention probabilities and on each branch before its residual
   // add (one value for both): 0.1 for GPT and BERT as trained, 0 for Llama, GPT-NeoX and their
   // kin. At 0 no mask is kept and eager frameworks run no dropout kernel (PyTorch returns the
@@ -84,6 +125,9 @@ struct ModelConfig {
   int shared_experts = 0;
   int dense_layers = 0;
   int moe_every = 1;
+  // Of the layers past dense_layers, those whose index is moe_phase modulo moe_every hold the
+  // experts (Llama 4 Maverick's interleave_moe_layer_step 2 puts them in the odd layers: 1).
+  int moe_phase = 0;
   // Multi-head latent attention (DeepSeek-V2/V3; kv_lora_rank 0: standard attention): keys and
   // values come from a kv_lora_rank-wide latent (a down-projection from the hidden state, normed,
   // then up-projected per head to the keys' non-rotary part and the values), queries from a
@@ -111,7 +155,7 @@ struct ModelConfig {
 
   bool moe() const { return experts > 0; }
   bool is_moe(int layer) const {
-    return experts > 0 && layer >= dense_layers && layer % moe_every == 0;
+    return experts > 0 && layer >= dense_layers && layer % moe_every == moe_phase;
   }
   // Width of the query projection and of each of the key and value projections.
   int64_t q_width() const { return static_cast<int64_t>(heads) * head_dim; }
@@ -147,6 +191,8 @@ struct ModelConfig {
 // "gpt3-175b". Throws InputError naming the file, the field and what was expected.
 ModelConfig load_model(const std::string& path_or_name);
 ModelConfig load_model_yaml_text(const std::string& text, const std::string& file);
-ModelConfig load_model_hf_text(const std::string& text, const std::string& file);
+ModelConfig load_model_hf_text(const std::string& text, const std::string& file);  // hf_config.cpp
+// Throws InputError naming the file and the field where the fields contradict each other.
+void validate_model(const ModelConfig& m, const std::string& file);
 
 }  // namespace hetsim::workload

@@ -193,6 +193,15 @@ struct Builder {
     // backward; flash attention does neither (attention_flops).
     op.flops = attention_flops(op.batch, heads, s.sequence, m.attention_head_dim(), m.causal,
                                s.flash_attention, !forward);
+    // Local attention: a fused kernel skips the blocks outside each window or chunk (over the
+    // whole sequence of the context-parallel group), and the MFU numerator counts what the model
+    // needs; an unfused one computes every score and masks them.
+    const double span = m.causal ? m.attention_span(s.sequence * s.context_parallel) : 1.0;
+    op.model_flops *= span;
+    if (s.flash_attention) {
+      op.span = span;
+      op.flops *= span;
+    }
     const double kv_local = std::max<int64_t>(1, m.kv_heads / s.tensor_parallel);
     const double qkvo = e * tokens() * m.attention_head_dim() * (2.0 * heads + 2.0 * kv_local);
     const double scores =
@@ -599,101 +608,196 @@ void moe_backward(Builder& b) {
 
 }  // namespace
 
-std::vector<Step> layer_forward(const ModelConfig& m, const LayerShape& s) {
-  Builder b(m, s);
+namespace {
+
+// A norm over the queries and keys after their projection (ModelConfig::qk_norm): read and
+// written once, its backward half as much again.
+void qk_norm(Builder& b, bool forward) {
+  const ModelConfig& m = b.m;
+  if (m.qk_norm == QkNorm::none) return;
+  const double n =
+      static_cast<double>(b.tokens()) * (m.q_width() + m.kv_width()) / b.s.tensor_parallel;
+  if (forward)
+    b.memory("qk_norm", b.e * n * 2);
+  else
+    b.memory("qk_norm.bwd", b.e * n * 3);
+}
+
+// The attention block from its normed input to the projection's output; `reduce`: leaving the
+// tensor-parallel region (a parallel layer reduces attention's and the MLP's sum once instead).
+void attention_fwd(Builder& b, bool reduce) {
+  const ModelConfig& m = b.m;
+  const int t = b.s.tensor_parallel;
+  const int64_t qkv = (m.q_width() + 2 * m.kv_width()) / t;
+  if (m.mla()) {
+    mla_forward(b);
+    return;
+  }
+  if (reduce) b.enter_tp_fwd(true);
+  b.linear_fwd("qkv", m.hidden, qkv);
+  qk_norm(b, true);
+  if (m.position == Position::rotary) b.rotary(true, qkv);
+  b.repeat_kv(true);
+  b.context_comm(CommKind::allgather, true);
+  b.attention(true);
+  b.attention_reshape(true);
+  b.fp8_cast_transpose("proj.input", static_cast<double>(b.tokens()) * (m.q_width() / t));
+  if (reduce)
+    b.row_parallel_fwd("proj", m.q_width() / t, m.hidden);
+  else
+    b.linear_fwd("proj", m.q_width() / t, m.hidden);
+}
+
+void mlp_fwd(Builder& b, bool reduce) {
+  const ModelConfig& m = b.m;
+  const int t = b.s.tensor_parallel;
+  if (b.s.moe_layer) {
+    moe_forward(b);
+    return;
+  }
+  if (reduce) b.enter_tp_fwd(true);
+  b.linear_fwd("fc1", m.hidden, b.ffn_in());
+  if (m.activation == Activation::swiglu)
+    b.swiglu(true);
+  else
+    b.memory("gelu", b.e * b.tokens() * (b.ffn_in() + m.ffn_hidden / t));
+  b.fp8_cast_transpose("fc2.input", static_cast<double>(b.tokens()) * (m.ffn_hidden / t));
+  if (reduce)
+    b.row_parallel_fwd("fc2", m.ffn_hidden / t, m.hidden);
+  else
+    b.linear_fwd("fc2", m.ffn_hidden / t, m.hidden);
+}
+
+// The MLP block's backward from its output's gradient to its input's; `reduce`: the input
+// gradient summed over the tensor-parallel ranks (asynchronously, beside fc1's weight gradient).
+void mlp_bwd(Builder& b, bool reduce) {
+  const ModelConfig& m = b.m;
+  const LayerShape& s = b.s;
+  const int t = s.tensor_parallel;
+  const int64_t h = m.hidden;
+  if (s.moe_layer) {
+    moe_backward(b);
+    return;
+  }
+  b.fp8_cast_transpose("fc2.grad_output", b.local_tokens() * h);
+  if (reduce) b.enter_tp_fwd(true);
+  b.linear_dgrad("fc2", m.ffn_hidden / t, h);
+  b.linear_wgrad("fc2", m.ffn_hidden / t, h);
+  if (m.activation == Activation::swiglu)
+    b.swiglu(false);
+  else
+    b.memory("gelu.bwd", b.e * b.tokens() * (b.ffn_in() + 2.0 * m.ffn_hidden / t));
+  b.fp8_cast_transpose("fc1.grad_output", static_cast<double>(b.tokens()) * b.ffn_in());
+  b.regather_input();
+  b.linear_dgrad("fc1", h, b.ffn_in());
+  b.fp8_transpose("fc1.input", static_cast<double>(b.tokens()) * h);
+  if (reduce)
+    b.comm(s.sequence_parallel ? CommKind::reducescatter : CommKind::allreduce, b.boundary_bytes(),
+           true);
+  b.linear_wgrad("fc1", h, b.ffn_in());
+}
+
+void attention_bwd(Builder& b, bool reduce) {
+  const ModelConfig& m = b.m;
+  const LayerShape& s = b.s;
   const int t = s.tensor_parallel;
   const int64_t h = m.hidden;
   const int64_t qkv = (m.q_width() + 2 * m.kv_width()) / t;
-  b.norm_fwd("norm1");
-  b.cast_for_matmul("norm1");
   if (m.mla()) {
-    mla_forward(b);
-  } else {
-    b.enter_tp_fwd(true);
-    b.linear_fwd("qkv", h, qkv);
-    if (m.position == Position::rotary) b.rotary(true, qkv);
-    b.repeat_kv(true);
-    b.context_comm(CommKind::allgather, true);
-    b.attention(true);
-    b.attention_reshape(true);
-    b.fp8_cast_transpose("proj.input", static_cast<double>(b.tokens()) * (m.q_width() / t));
-    b.row_parallel_fwd("proj", m.q_width() / t, h);
+    mla_backward(b);
+    return;
   }
+  b.fp8_cast_transpose("proj.grad_output", b.local_tokens() * h);
+  if (reduce) b.enter_tp_fwd(true);
+  b.linear_dgrad("proj", m.q_width() / t, h);
+  b.linear_wgrad("proj", m.q_width() / t, h);
+  b.attention_reshape(false);
+  b.context_comm(CommKind::allgather, true);
+  b.attention(false);
+  b.context_comm(CommKind::reducescatter, false);
+  b.repeat_kv(false);
+  if (m.position == Position::rotary) b.rotary(false, qkv);
+  qk_norm(b, false);
+  b.fp8_cast_transpose("qkv.grad_output", static_cast<double>(b.tokens()) * qkv);
+  if (reduce) b.regather_input();  // a parallel layer's MLP gathered the shared input
+  b.linear_dgrad("qkv", h, qkv);
+  b.fp8_transpose("qkv.input", static_cast<double>(b.tokens()) * h);
+  b.comm(s.sequence_parallel ? CommKind::reducescatter : CommKind::allreduce, b.boundary_bytes(),
+         true);
+  b.linear_wgrad("qkv", h, qkv);
+}
+
+// A parallel layer (ModelConfig::parallel_attention): attention and the MLP on the same normed
+// input, their outputs added and reduced over the tensor-parallel ranks once.
+std::vector<Step> parallel_layer_forward(Builder& b) {
+  b.norm_fwd("norm1");
+  if (b.m.parallel_norms == 2) b.norm_fwd("norm2");
+  b.cast_for_matmul("norm1");
+  b.enter_tp_fwd(true);
+  attention_fwd(b, false);
+  mlp_fwd(b, false);
+  b.memory("branch_add", b.e * b.tokens() * b.m.hidden * 3);
+  b.leave_tp_fwd();
+  b.dropout_residual("dropout_residual");
+  return b.steps;
+}
+
+// Its backward: the MLP's and attention's input gradients added before their one reduction
+// (attention's), which overlaps qkv's weight gradient.
+std::vector<Step> parallel_layer_backward(Builder& b) {
+  b.dropout_residual_bwd("dropout_residual");
+  b.enter_tp_fwd(true);
+  mlp_bwd(b, false);
+  attention_bwd(b, false);
+  b.cast_back("norm1");
+  if (b.m.parallel_norms == 2) b.norm_bwd("norm2");
+  b.norm_bwd("norm1");
+  b.residual_sum("residual");
+  return b.steps;
+}
+
+}  // namespace
+
+// Pre-norm (GPT, Llama): norm, block, residual add; post-norm (OLMo 2): block, norm, add;
+// sandwich (Gemma 2 and 3): norm, block, norm, add.
+std::vector<Step> layer_forward(const ModelConfig& m, const LayerShape& s) {
+  Builder b(m, s);
+  if (m.parallel_attention) return parallel_layer_forward(b);
+  const bool pre = m.norm_placement != NormPlacement::post;
+  const bool post = m.norm_placement != NormPlacement::pre;
+  if (pre) b.norm_fwd("norm1");
+  b.cast_for_matmul("norm1");
+  attention_fwd(b, true);
+  if (post) b.norm_fwd("post_norm1");
   b.dropout_residual("dropout_residual1");
-  b.norm_fwd("norm2");
+  if (pre) b.norm_fwd("norm2");
   b.cast_for_matmul("norm2");
-  if (s.moe_layer) {
-    moe_forward(b);
-  } else {
-    b.enter_tp_fwd(true);
-    b.linear_fwd("fc1", h, b.ffn_in());
-    if (m.activation == Activation::swiglu)
-      b.swiglu(true);
-    else
-      b.memory("gelu", b.e * b.tokens() * (b.ffn_in() + m.ffn_hidden / t));
-    b.fp8_cast_transpose("fc2.input", static_cast<double>(b.tokens()) * (m.ffn_hidden / t));
-    b.row_parallel_fwd("fc2", m.ffn_hidden / t, h);
-  }
+  mlp_fwd(b, true);
+  if (post) b.norm_fwd("post_norm2");
   b.dropout_residual("dropout_residual2");
   return b.steps;
 }
 
+// The MLP block, then attention, in reverse. The row-parallel fc2's input gradient needs the
+// whole output gradient (all-gather with sequence parallelism); the column-parallel fc1's input
+// gradient is summed over ranks (all-reduce, or reduce-scatter), overlapped with fc1's weight
+// gradient.
 std::vector<Step> layer_backward(const ModelConfig& m, const LayerShape& s) {
   Builder b(m, s);
-  const int t = s.tensor_parallel;
-  const int64_t h = m.hidden;
-  const int64_t qkv = (m.q_width() + 2 * m.kv_width()) / t;
-  // MLP block, in reverse. The row-parallel fc2's input gradient needs the whole output gradient
-  // (all-gather with sequence parallelism); the column-parallel fc1's input gradient is summed
-  // over ranks (all-reduce, or reduce-scatter), overlapped with fc1's weight gradient.
+  if (m.parallel_attention) return parallel_layer_backward(b);
+  const bool pre = m.norm_placement != NormPlacement::post;
+  const bool post = m.norm_placement != NormPlacement::pre;
   b.dropout_residual_bwd("dropout_residual2");
-  if (s.moe_layer) {
-    moe_backward(b);
-  } else {
-    b.fp8_cast_transpose("fc2.grad_output", b.local_tokens() * h);
-    b.enter_tp_fwd(true);
-    b.linear_dgrad("fc2", m.ffn_hidden / t, h);
-    b.linear_wgrad("fc2", m.ffn_hidden / t, h);
-    if (m.activation == Activation::swiglu)
-      b.swiglu(false);
-    else
-      b.memory("gelu.bwd", b.e * b.tokens() * (b.ffn_in() + 2.0 * m.ffn_hidden / t));
-    b.fp8_cast_transpose("fc1.grad_output", static_cast<double>(b.tokens()) * b.ffn_in());
-    b.regather_input();
-    b.linear_dgrad("fc1", h, b.ffn_in());
-    b.fp8_transpose("fc1.input", static_cast<double>(b.tokens()) * h);
-    b.comm(s.sequence_parallel ? CommKind::reducescatter : CommKind::allreduce, b.boundary_bytes(),
-           true);
-    b.linear_wgrad("fc1", h, b.ffn_in());
-  }
+  if (post) b.norm_bwd("post_norm2");
+  mlp_bwd(b, true);
   b.cast_back("norm2");
-  b.norm_bwd("norm2");
+  if (pre) b.norm_bwd("norm2");
   b.residual_sum("residual2");
-  // Attention block.
   b.dropout_residual_bwd("dropout_residual1");
-  if (m.mla()) {
-    mla_backward(b);
-  } else {
-    b.fp8_cast_transpose("proj.grad_output", b.local_tokens() * h);
-    b.enter_tp_fwd(true);
-    b.linear_dgrad("proj", m.q_width() / t, h);
-    b.linear_wgrad("proj", m.q_width() / t, h);
-    b.attention_reshape(false);
-    b.context_comm(CommKind::allgather, true);
-    b.attention(false);
-    b.context_comm(CommKind::reducescatter, false);
-    b.repeat_kv(false);
-    if (m.position == Position::rotary) b.rotary(false, qkv);
-    b.fp8_cast_transpose("qkv.grad_output", static_cast<double>(b.tokens()) * qkv);
-    b.regather_input();
-    b.linear_dgrad("qkv", h, qkv);
-    b.fp8_transpose("qkv.input", static_cast<double>(b.tokens()) * h);
-    b.comm(s.sequence_parallel ? CommKind::reducescatter : CommKind::allreduce, b.boundary_bytes(),
-           true);
-    b.linear_wgrad("qkv", h, qkv);
-  }
+  if (post) b.norm_bwd("post_norm1");
+  attention_bwd(b, true);
   b.cast_back("norm1");
-  b.norm_bwd("norm1");
+  if (pre) b.norm_bwd("norm1");
   b.residual_sum("residual1");
   return b.steps;
 }

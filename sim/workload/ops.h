@@ -55,6 +55,9 @@ struct Op {
   int64_t batch = 0, heads = 0, seq = 0, head_dim = 0;
   bool causal = false;
   bool fused = false;  // attention: one fused (flash) kernel; else GEMMs and a softmax
+  // attention: the share of the causal kernel's score blocks a fused kernel computes under the
+  // model's local attention (ModelConfig::attention_span; 1 without), already in `flops`.
+  double span = 1;
   // memory: a long pass over one large flat buffer with little work per byte (an optimizer
   // step or a gradient accumulation over the parameters, the loss over the logits), unlike a
   // layer's elementwise kernels over activations (dropout's random numbers, norms' reductions,

@@ -241,7 +241,7 @@ TEST(GroupedReport, IdenticalNodesShareOneRowWithTheMemorySplit) {
                   "  replay         4 identical data-parallel replicas replayed as one, in "
                   "lockstep (--exact replays each)\n"))
       << r.output;
-  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 15) << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 16) << r.output;
   // The framework the run used, with its era.
   EXPECT_TRUE(has(r.output, "  framework      megatron: Megatron-LM (Megatron-Core)")) << r.output;
 }
@@ -256,7 +256,7 @@ TEST(GroupedReport, OutOfMemoryIsSummarisedByShortfallAcrossNodes) {
   EXPECT_TRUE(has(r.output, "    16 devices need ")) << r.output;
   EXPECT_TRUE(has(r.output, "over): nodes 0-1 gpu0-7\n")) << r.output;
   // One line for the 16 devices, not one each.
-  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 17) << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 18) << r.output;
 }
 
 // ---- progress ---------------------------------------------------------------------------------

@@ -101,10 +101,9 @@ std::vector<Target> targets(const fs::path& src) {
                     grid_plan_2x2}});
     }
   }
-  // The HF configs that load (missing_field.json, unknown_arch.json and mistral-7b-v0.1.json,
-  // whose sliding window hetsim refuses, are bad-input cases).
+  // The HF configs that load (missing_field.json and unknown_arch.json are bad-input cases).
   for (const auto& f : files_in(src / "tests/data/hf", ".json"))
-    if (f.stem() != "missing_field" && f.stem() != "unknown_arch" && f.stem() != "mistral-7b-v0.1")
+    if (f.stem() != "missing_field" && f.stem() != "unknown_arch")
       t.push_back({Kind::hf_config,
                    f,
                    {"simulate", "--model", "@", "--cluster", "cpu-host", "--plan", cpu_plan}});

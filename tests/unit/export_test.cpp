@@ -276,6 +276,32 @@ TEST(MegatronExport, LlamaShapeFlagsFollowTheModel) {
   EXPECT_EQ(p.num("--vocab-size"), 128256);
 }
 
+// Qwen2's query/key/value biases and Qwen3's per-head query/key norms are Megatron-LM flags;
+// layers it has no module for (Falcon's parallel attention, Gemma 2's sandwich norms and sliding
+// windows) are said, not exported as something else.
+TEST(MegatronExport, LayerLayoutsAreFlagsOrSaidToBeMissing) {
+  const std::string plan = "tensor_parallel: 4\nmicro_batch_size: 1\nglobal_batch_size: 2\n";
+  const std::string hf = std::string(HETSIM_SOURCE_DIR) + "/tests/data/hf/";
+  const Parsed qwen2 = parse_megatron(
+      export_to(inputs(hf + "qwen2-7b.json", "dgx-a100", 1, plan), "megatron").command);
+  EXPECT_TRUE(qwen2.has("--add-qkv-bias"));
+  EXPECT_FALSE(qwen2.has("--qk-layernorm"));
+  const Launch qwen3 = export_to(inputs(hf + "qwen3-8b.json", "dgx-a100", 1, plan), "megatron");
+  EXPECT_TRUE(qwen3.unsupported.empty()) << lines(qwen3.unsupported);
+  EXPECT_TRUE(parse_megatron(qwen3.command).has("--qk-layernorm"));
+  EXPECT_EQ(lines(export_to(inputs(hf + "falcon-7b.json", "dgx-a100", 1,
+                                   "micro_batch_size: 1\nglobal_batch_size: 8\n"),
+                            "megatron")
+                      .unsupported),
+            "falcon-7b's parallel attention and MLP (parallel_attention): Megatron-LM has no such "
+            "layer\n");
+  EXPECT_EQ(
+      lines(export_to(inputs(hf + "gemma-2-9b.json", "dgx-a100", 1, plan), "megatron").unsupported),
+      "gemma-2-9b's norms after the blocks (norm_placement sandwich): Megatron-LM has no such "
+      "layer\n"
+      "gemma-2-9b's local attention (attention_window): Megatron-LM has no such layer\n");
+}
+
 TEST(MegatronExport, AfterBackwardReductionDropsOverlapGradReduce) {
   const Inputs in = inputs("gpt3-1.3b", "dgx-a100", 1,
                            "micro_batch_size: 1\nglobal_batch_size: 8\n"
