@@ -23,11 +23,15 @@ echo "== build (Release, -Werror)"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DHETSIM_WERROR=ON >/dev/null
 cmake --build build -j "$jobs"
 # The build as people type it (issue 37): CMake's default generator (Unix Makefiles), whose
-# rules do not create their output folders as Ninja's do. Its generated sources, the part that
-# failed there, are built; the rest is the same compiler on the same files.
-echo "== plain cmake (default generator): configure and the generated sources"
-cmake -S . -B build-make -DHETSIM_CUDA=OFF -DHETSIM_BUILD_BENCH=OFF >/dev/null
-cmake --build build-make --target hetsim_chakra_proto -j "$jobs" >/dev/null
+# rules do not create their output folders as Ninja's do, in a Debug build (assertions on,
+# unoptimised), installed with `cmake --install` and run from where it was installed.
+echo "== plain cmake (default generator, Debug): build, install, run"
+cmake -S . -B build-make -DCMAKE_BUILD_TYPE=Debug -DHETSIM_CUDA=OFF -DHETSIM_BUILD_BENCH=OFF \
+  -DHETSIM_BUILD_TESTS=OFF -DCMAKE_INSTALL_PREFIX="$PWD/build-make/prefix" >/dev/null
+cmake --build build-make --target hetsim -j "$jobs" >/dev/null
+cmake --install build-make >/dev/null
+build-make/prefix/bin/hetsim simulate --model gpt3-125m --cluster dgx-a100 --nodes 1 \
+  --plan tests/data/plans/chakra_tp2_pp2_dp2.yaml >/dev/null
 echo "== tests"
 ctest --test-dir build --output-on-failure -j "$jobs"
 skip_reasons build

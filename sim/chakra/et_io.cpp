@@ -332,6 +332,11 @@ void check_node(const Node& n, uint32_t rank, const TraceSet& set, const std::st
     case NodeType::compute:
     case NodeType::metadata:
       return;
+    case NodeType::mem_load:
+    case NodeType::mem_store:
+      need(n.tensor_size.has_value() || n.duration_micros > 0 || n.duration_ps.has_value(),
+           "tensor_size");
+      return;
     case NodeType::collective: {
       need(n.comm_type.has_value(), "comm_type");
       need(n.comm_size.has_value(), "comm_size");
@@ -380,7 +385,7 @@ void check_node(const Node& n, uint32_t rank, const TraceSet& set, const std::st
     default:
       throw InputError(at + ": type " + to_string(n.type) +
                        " is not replayed (expected COMP_NODE, COMM_COLL_NODE, COMM_SEND_NODE, "
-                       "COMM_RECV_NODE or METADATA_NODE)");
+                       "COMM_RECV_NODE, MEM_LOAD_NODE, MEM_STORE_NODE or METADATA_NODE)");
   }
 }
 

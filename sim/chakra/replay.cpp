@@ -13,6 +13,7 @@
 #include "sim/core/error.h"
 #include "sim/network/collective_runner.h"
 #include "sim/network/protocol.h"
+#include "sim/workload/cost_model.h"
 
 namespace hetsim::chakra {
 
@@ -77,10 +78,18 @@ class Runner {
     int64_t instance = -1;  // collective: index into instances_
     int64_t transfer = -1;  // send / recv: index into transfers_
   };
+  // One of a rank's serial engines: its nodes in the order they became ready, one at a time.
+  struct Queue {
+    std::deque<uint32_t> ready;
+    bool busy = false;
+  };
+  // The GPU's compute stream, the host thread that runs the CPU operators (is_cpu_op: the
+  // PyTorch converter's aten ops beside their kernels, as ASTRA-sim runs one CPU and one GPU
+  // operator at a time) and the copy engine that loads and stores tensors over PCIe.
+  enum Lane { kGpu, kCpu, kCopy };
   struct Rank {
     std::vector<NodeState> nodes;
-    std::deque<uint32_t> compute;  // ready compute nodes, in the order they became ready
-    bool compute_busy = false;
+    Queue queues[3];
     RankTimes times;
   };
   // One collective as every member runs it: the k-th collective of a process group in each
@@ -224,8 +233,11 @@ class Runner {
     const Node& n = t_.ranks[r].nodes[i];
     switch (n.type) {
       case NodeType::compute:
-        rank.compute.push_back(i);
-        next_compute(r);
+        run_on(r, n.is_cpu_op ? kCpu : kGpu, i);
+        return;
+      case NodeType::mem_load:
+      case NodeType::mem_store:
+        run_on(r, kCopy, i);
         return;
       case NodeType::collective:
         arrive(static_cast<size_t>(s.instance));
@@ -245,22 +257,53 @@ class Runner {
     }
   }
 
-  void next_compute(uint32_t r) {
-    Rank& rank = ranks_[r];
-    if (rank.compute_busy || rank.compute.empty()) return;
-    const uint32_t i = rank.compute.front();
-    rank.compute.pop_front();
-    rank.compute_busy = true;
-    const Node& n = t_.ranks[r].nodes[i];
-    // hetsim's exact duration where the trace has it, else Chakra's microseconds.
-    const Time d = n.duration_ps ? Time::ps(static_cast<int64_t>(*n.duration_ps))
-                                 : Time::us(static_cast<int64_t>(n.duration_micros));
-    engine_.schedule_in(d, [this, r, i, d] {
+  void run_on(uint32_t r, Lane e, uint32_t i) {
+    ranks_[r].queues[e].ready.push_back(i);
+    next(r, e);
+  }
+
+  // How long node n of rank r takes: hetsim's exact duration where the trace has it, else
+  // Chakra's microseconds; a node that gives neither but its work (symbolic_tensor_graph's
+  // num_ops and tensor_size) takes the roofline of its GPU's datasheet, as ASTRA-sim's does: the
+  // larger of its FLOPs at the 16-bit dense peak and its bytes at the memory bandwidth; a
+  // tensor loaded or stored takes its bytes over the node's PCIe link.
+  Time duration(uint32_t r, const Node& n) const {
+    if (n.duration_ps) return Time::ps(static_cast<int64_t>(*n.duration_ps));
+    if (n.duration_micros > 0) return Time::us(static_cast<int64_t>(n.duration_micros));
+    const platform::Gpu& gpu = c_.gpu(r);
+    const double bytes = static_cast<double>(n.tensor_size.value_or(0));
+    if (n.type == NodeType::mem_load || n.type == NodeType::mem_store) {
+      const config::PcieTree& pcie = c_.node_type(gpu.node).pcie;
+      if (!pcie.present || !(pcie.bandwidth_Bps > 0)) {
+        throw InputError(where(r) + ": node " + std::to_string(n.id) + " \"" + n.name + "\" (" +
+                         to_string(n.type) + ") moves " +
+                         std::to_string(n.tensor_size.value_or(0)) +
+                         " bytes to or from the host, but " + c_.gpu_name(r) +
+                         "'s node type describes no PCIe link (give its `pcie:`)");
+      }
+      return Time::from_seconds_ceil(bytes / pcie.bandwidth_Bps);
+    }
+    const double flops = static_cast<double>(n.num_ops.value_or(0));
+    if (flops == 0 && bytes == 0) return Time();
+    const config::GpuProfile& p = *gpu.profile;
+    return Time::from_seconds_ceil(
+        std::max(flops > 0 ? flops / workload::peak_flops(p, workload::Precision::fp16) : 0.0,
+                 bytes / p.memory_bandwidth_Bps));
+  }
+
+  void next(uint32_t r, Lane e) {
+    Queue& q = ranks_[r].queues[e];
+    if (q.busy || q.ready.empty()) return;
+    const uint32_t i = q.ready.front();
+    q.ready.pop_front();
+    q.busy = true;
+    const Time d = duration(r, t_.ranks[r].nodes[i]);
+    engine_.schedule_in(d, [this, r, e, i, d] {
       Rank& rk = ranks_[r];
-      rk.times.compute += d;
-      rk.compute_busy = false;
+      (e == kGpu ? rk.times.compute : e == kCpu ? rk.times.cpu : rk.times.copy) += d;
+      rk.queues[e].busy = false;
       finish(r, i);
-      next_compute(r);
+      next(r, e);
     });
   }
 

@@ -1,6 +1,7 @@
 // Replays a directory of Chakra traces over a hetsim cluster: rank i on GPU i, compute nodes for
-// their duration on one compute stream per rank, collectives as hetsim's collectives (flows)
-// among the ranks of their process group once every member has reached them, sends and
+// their duration (or their roofline) on one compute stream per rank, CPU operators on one host
+// thread beside it, tensors loaded and stored on a copy engine, collectives as hetsim's collectives
+// (flows) among the ranks of their process group once every member has reached them, sends and
 // receives as flows over the route between the two GPUs. Communication runs beside compute, as
 // on NCCL's streams; a node starts when every node it depends on is done.
 #pragma once
@@ -15,7 +16,9 @@
 namespace hetsim::chakra {
 
 struct RankTimes {
-  Time compute;  // busy on the compute stream
+  Time compute;  // busy on the GPU's compute stream
+  Time cpu;      // busy running CPU operators (is_cpu_op)
+  Time copy;     // busy loading and storing tensors over PCIe (MEM_LOAD_NODE, MEM_STORE_NODE)
   Time finish;   // the last node done
 };
 

@@ -103,6 +103,8 @@ void add_replay_chakra_command(CLI::App& app, Action& action) {
                                   {"id", cluster.gpu_name(i)},
                                   {"gpu", cluster.gpu(i).profile->name},
                                   {"busy_s", r.ranks[i].compute.seconds()},
+                                  {"cpu_s", r.ranks[i].cpu.seconds()},
+                                  {"copy_s", r.ranks[i].copy.seconds()},
                                   {"finish_s", r.ranks[i].finish.seconds()}});
         }
         std::cout << j.dump(2) << "\n";

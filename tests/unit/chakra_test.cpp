@@ -20,6 +20,7 @@
 #include "sim/network/collective_runner.h"
 #include "sim/network/protocol.h"
 #include "sim/study/run.h"
+#include "sim/workload/cost_model.h"
 #include "sim/workload/replay.h"
 
 namespace hetsim::chakra {
@@ -273,15 +274,118 @@ TEST(ChakraFiles, IsCpuOpAsTheIntegerZeroOrOneIsRead) {
   ASSERT_EQ(t.nodes.size(), 2u);
   EXPECT_FALSE(t.nodes[0].is_cpu_op);
   EXPECT_TRUE(t.nodes[1].is_cpu_op);
-  // And it replays: two such ranks, each its two 10 us kernels in a row.
+  // And it replays: two such ranks, each its kernel and its CPU operator side by side.
   TraceSet set;
   set.ranks = {t, t};
   const ReplayResult r = replay(set, dgx_a100());
-  EXPECT_EQ(r.iteration, Time::us(20));
-  EXPECT_EQ(r.ranks[1].compute, Time::us(20));
+  EXPECT_EQ(r.iteration, Time::us(10));
+  EXPECT_EQ(r.ranks[1].compute, Time::us(10));
+  EXPECT_EQ(r.ranks[1].cpu, Time::us(10));
   EXPECT_EQ(read_error(framed(meta) + framed(node(7, 2))),
             "x.0.et: node 7 \"gemm7\": attribute is_cpu_op is 2 (expected a bool, or the integer "
             "0 or 1)");
+}
+
+// symbolic_tensor_graph's Chakra 0.0.4 backend: a GlobalMetadata naming its schema, compute
+// nodes with their work (num_ops, tensor_size as uint64) and no duration, collectives with
+// comm_size as uint64 and involved_dim as a bool list, no pg_name (every rank), tensors loaded
+// from host memory (MEM_LOAD_NODE). The work takes its roofline on the GPU's datasheet (A100:
+// 312 TFLOP/s at 16 bits, 2.04 TB/s), the load its bytes over PCIe.
+TEST(ChakraFiles, SymbolicTensorGraphTracesReplayFromTheirWork) {
+  using ChakraProtoMsg::AttributeProto;
+  ChakraProtoMsg::GlobalMetadata meta;
+  AttributeProto* schema = meta.add_attr();
+  schema->set_name("schema");
+  schema->set_string_val("symbolic_tensor_network");
+  auto uint64_attr = [](ChakraProtoMsg::Node& n, const char* name, uint64_t v) {
+    AttributeProto* a = n.add_attr();
+    a->set_name(name);
+    a->set_uint64_val(v);
+  };
+  auto node = [](uint64_t id, ChakraProtoMsg::NodeType type, std::vector<uint64_t> deps) {
+    ChakraProtoMsg::Node n;
+    n.set_id(id);
+    n.set_name("n" + std::to_string(id));
+    n.set_type(type);
+    for (uint64_t d : deps) n.add_data_deps(d);
+    return n;
+  };
+  const platform::Cluster c = dgx_a100();
+  const config::GpuProfile& a100 = *c.gpu(0).profile;
+  const double peak = workload::peak_flops(a100, workload::Precision::fp16);
+  const double pcie = c.node_type(0).pcie.bandwidth_Bps;
+  // A GEMM of 1 ms of FLOPs (its bytes take less), an elementwise op of 1 ms of bytes, a load of
+  // 1 ms over PCIe beside them, then an all-reduce after all three.
+  ChakraProtoMsg::Node gemm = node(0, ChakraProtoMsg::COMP_NODE, {});
+  uint64_attr(gemm, "num_ops", static_cast<uint64_t>(peak * 1e-3));
+  uint64_attr(gemm, "tensor_size", 1 << 20);
+  ChakraProtoMsg::Node add = node(1, ChakraProtoMsg::COMP_NODE, {0});
+  uint64_attr(add, "num_ops", 1000);
+  uint64_attr(add, "tensor_size", static_cast<uint64_t>(a100.memory_bandwidth_Bps * 1e-3));
+  ChakraProtoMsg::Node load = node(2, ChakraProtoMsg::MEM_LOAD_NODE, {});
+  uint64_attr(load, "tensor_size", static_cast<uint64_t>(pcie * 1e-3));
+  ChakraProtoMsg::Node ar = node(3, ChakraProtoMsg::COMM_COLL_NODE, {1, 2});
+  uint64_attr(ar, "comm_size", 1 << 20);
+  AttributeProto* type = ar.add_attr();
+  type->set_name("comm_type");
+  type->set_int64_val(ChakraProtoMsg::ALL_REDUCE);
+  AttributeProto* dims = ar.add_attr();
+  dims->set_name("involved_dim");
+  for (int d = 0; d < 3; ++d) dims->mutable_bool_list()->add_values(true);
+  std::stringstream s(framed(meta) + framed(gemm) + framed(add) + framed(load) + framed(ar));
+  const Trace t = read_trace(s, "workload.0.et");
+  TraceSet set;
+  set.ranks = {t, t};
+  const ReplayResult r = replay(set, c);
+  const Time compute =
+      Time::from_seconds_ceil(static_cast<double>(static_cast<uint64_t>(peak * 1e-3)) / peak) +
+      Time::from_seconds_ceil(
+          static_cast<double>(static_cast<uint64_t>(a100.memory_bandwidth_Bps * 1e-3)) /
+          a100.memory_bandwidth_Bps);
+  EXPECT_EQ(r.ranks[0].compute, compute);
+  EXPECT_EQ(r.ranks[0].copy, Time::from_seconds_ceil(
+                                 static_cast<double>(static_cast<uint64_t>(pcie * 1e-3)) / pcie));
+  EXPECT_EQ(r.collectives, 1u);
+  EXPECT_GT(r.iteration, compute);  // the all-reduce after the 2 ms of compute
+  EXPECT_LT(r.iteration, compute + Time::us(100));
+}
+
+// The PyTorch converter's conventions: CPU operators (is_cpu_op true, aten ops with their host
+// durations) beside the GPU kernels they launch, process groups named by string, and the
+// attributes hetsim does not use (rf_id, op_schema, ...) passed over.
+TEST(ChakraFiles, PyTorchConverterTracesRunTheirCpuOperatorsBesideTheKernels) {
+  ChakraProtoMsg::GlobalMetadata meta;
+  meta.set_version("0.0.4");
+  auto node = [](uint64_t id, bool cpu, uint64_t micros, std::vector<uint64_t> deps) {
+    ChakraProtoMsg::Node n;
+    n.set_id(id);
+    n.set_name(cpu ? "aten::linear" : "sm80_xmma_gemm");
+    n.set_type(ChakraProtoMsg::COMP_NODE);
+    n.set_duration_micros(micros);
+    for (uint64_t d : deps) n.add_ctrl_deps(d);
+    ChakraProtoMsg::AttributeProto* a = n.add_attr();
+    a->set_name("is_cpu_op");
+    a->set_bool_val(cpu);
+    a = n.add_attr();
+    a->set_name("rf_id");
+    a->set_int64_val(static_cast<int64_t>(id) + 100);
+    a = n.add_attr();
+    a->set_name("op_schema");
+    a->set_string_val("aten::linear(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor");
+    return n;
+  };
+  // Host op 0 (5 us) launches kernel 1 (20 us); host op 2 (5 us) runs while kernel 1 does and
+  // launches kernel 3 (20 us): 5 + 20 + 20 us, the host's second op hidden.
+  std::stringstream s(framed(meta) + framed(node(0, true, 5, {})) +
+                      framed(node(1, false, 20, {0})) + framed(node(2, true, 5, {0})) +
+                      framed(node(3, false, 20, {1, 2})));
+  const Trace t = read_trace(s, "kineto.0.et");
+  TraceSet set;
+  set.ranks = {t};
+  const ReplayResult r = replay(set, dgx_a100());
+  EXPECT_EQ(r.iteration, Time::us(45));
+  EXPECT_EQ(r.ranks[0].compute, Time::us(40));
+  EXPECT_EQ(r.ranks[0].cpu, Time::us(10));
 }
 
 TEST(ChakraFiles, TruncatedEmptyAndForeignFilesAreBadInput) {
