@@ -353,7 +353,7 @@ int run_execute_cuda(const ExecuteOpts& o) {
   const bool op_by_op = cm.op_s.size() == ops;
   if (op_by_op) {
     size_t i = 0;
-    for (workload::Task& t : g.program) {
+    for (workload::Task& t : g.program.write()) {
       if (t.kind != workload::TaskKind::compute) continue;
       if (g.segments[t.index].ops.empty()) continue;  // the framework's host time: not measured
       workload::Segment& s = execute::own_segment(g, t);

@@ -18,9 +18,10 @@ double rel(double predicted, double measured) {
 }  // namespace
 
 workload::Segment& own_segment(workload::Group& g, workload::Task& t) {
-  g.segments.push_back(g.segments[t.index]);
-  t.index = static_cast<uint32_t>(g.segments.size() - 1);
-  return g.segments.back();
+  std::vector<workload::Segment>& segments = g.segments.write();
+  segments.push_back(workload::Segment(segments[t.index]));
+  t.index = static_cast<uint32_t>(segments.size() - 1);
+  return segments.back();
 }
 
 workload::TrainingJob with_measured_compute(const workload::TrainingJob& job, const Measured& m) {
@@ -30,8 +31,9 @@ workload::TrainingJob with_measured_compute(const workload::TrainingJob& job, co
     for (platform::GpuId d : g.devices)
       if (d < m.task_s.size() && m.task_s[d].size() == g.program.size()) measured = &m.task_s[d];
     if (!measured) continue;
-    for (size_t pc = 0; pc < g.program.size(); ++pc) {
-      workload::Task& t = g.program[pc];
+    std::vector<workload::Task>& program = g.program.write();
+    for (size_t pc = 0; pc < program.size(); ++pc) {
+      workload::Task& t = program[pc];
       if (t.kind != workload::TaskKind::compute || g.segments[t.index].ops.empty()) continue;
       workload::Segment& s = own_segment(g, t);
       const Time d = Time::from_seconds((*measured)[pc]);

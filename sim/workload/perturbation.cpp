@@ -319,7 +319,7 @@ void slow_down(TrainingJob& job, const std::vector<double>& compute_factor) {
     double f = 1;
     for (platform::GpuId d : g.devices) f = std::max(f, compute_factor.at(d));
     if (f == 1) continue;
-    for (Segment& seg : g.segments) {
+    for (Segment& seg : g.segments.write()) {
       if (seg.ops.empty()) continue;  // framework host time
       Time kernels, scaled;
       for (auto& [op, d] : seg.ops) {

@@ -431,10 +431,19 @@ void tally_sources(TrainingJob& job, const CostModel& cost) {
 // its program runs it: the matmuls of a capped board rescaled to the clock it settles at.
 void power_cap(TrainingJob& job, const CostModel& cost) {
   const Precision p = job.plan->precision;
+  // Groups that share their segments and program (identical replicas) settle at one clock: the
+  // first one's rescaled segments are shared by the others.
+  std::map<std::tuple<const void*, const void*, const config::GpuProfile*>, uint32_t> capped;
   for (Group& g : job.groups) {
     if (g.gpu == nullptr) continue;
     const double share = cost.sustained_share(*g.gpu, p);
     if (!(share < 1)) continue;
+    const auto key = std::make_tuple(g.segments.id(), g.program.id(), g.gpu);
+    if (auto it = capped.find(key); it != capped.end()) {
+      g.segments = job.groups[it->second].segments;
+      continue;
+    }
+    capped.emplace(key, static_cast<uint32_t>(&g - job.groups.data()));
     std::vector<PowerSegment> segs(g.segments.size());
     for (PowerSegment& x : segs) x.count = 0;
     for (const Task& t : g.program) {
@@ -458,7 +467,7 @@ void power_cap(TrainingJob& job, const CostModel& cost) {
     }
     const double clock = power_clock(segs, share, cost.sustained_flops(*g.gpu, p));
     if (clock == 1) continue;
-    for (Segment& seg : g.segments) {
+    for (Segment& seg : g.segments.write()) {
       if (seg.ops.empty()) continue;
       Time gpu;
       for (auto& [op, d] : seg.ops) {
@@ -609,6 +618,10 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
   const uint32_t tied_key = 0x40000000u;
   const bool staged_tied = plan.staged() && model.tied_embeddings && S > 1 &&
                            plan.framework.tied_embedding_reduction != TiedReduction::none;
+  // Replicas whose stages are alike share their programs (issue 38): the first group of each kind
+  // by its description.
+  const bool alike = !plan.staged() && !asymmetric;
+  std::map<std::string, uint32_t> built;
   for (const Spec& spec : specs) {
     const size_t r = spec.r;
     const int s = spec.s;
@@ -622,6 +635,35 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
     if (spec.opens_replica) job.first_group.push_back(static_cast<uint32_t>(job.groups.size()));
     {
       const StagePlan& st = plan.stage_plan(r, static_cast<size_t>(s));
+      const uint32_t ep_rank = static_cast<uint32_t>(r % static_cast<size_t>(ep));
+      // Sharded state: the experts' among the replicas that hold them (none beside this one
+      // where expert_parallel is the data-parallel degree).
+      const double params = group_params(model, st, s, P, ep);
+      const double dense_params =
+          split_experts ? params - group_expert_params(model, st, ep) : params;
+      const double expert_params = split_experts ? group_expert_params(model, st, ep) : 0;
+      const double shard =
+          plan.zero_stage >= 1 && dp ? plan.sharded(dense_params, r) + expert_params / edp : params;
+      // A group built like one before it (the same stage of another replica on the same GPU
+      // type, with the same layers, samples and shard) is that group on its own devices: it
+      // shares the kernels, segments and program.
+      std::string same;
+      if (alike) {
+        same = fmt::format("{}/{}/{}/{}/{}/{}/{}/{}/{}", s, st.devices.size(),
+                           cluster.gpu(st.devices.front()).profile->name, micro_batches,
+                           plan.batch_of(r, static_cast<size_t>(s)), ep_rank, shard, st.first_layer,
+                           st.layers);
+        for (int c = 0; c < v; ++c) same += fmt::format("/{}+{}", st.first_of(c), st.layers_of(c));
+        if (auto it = built.find(same); it != built.end()) {
+          Group g = job.groups[it->second];
+          g.replica = static_cast<uint32_t>(r);
+          g.devices = st.devices;
+          g.gpu = cluster.gpu(st.devices.front()).profile;
+          job.groups.push_back(std::move(g));
+          continue;
+        }
+        built.emplace(same, static_cast<uint32_t>(job.groups.size()));
+      }
       Group g;
       g.replica = static_cast<uint32_t>(r);
       g.stage = static_cast<uint32_t>(s);
@@ -719,7 +761,6 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
       auto layer_weights_of = [&](int l) {
         return e * static_cast<double>(model.layer_params(l)) / t;
       };
-      const uint32_t ep_rank = static_cast<uint32_t>(r % static_cast<size_t>(ep));
       const auto order =
           stage_schedule(plan.schedule, s, P, micro_batches, v, plan.microbatch_group);
       // The last backward of each chunk is where its gradients become final.
@@ -1005,13 +1046,6 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
       }
       if (issued > 0) b.dp_wait(issued);
       b.host(plan.framework.host_per_step, Pass::other, 0, 0);
-      // Sharded state: the experts' among the replicas that hold them (none beside this one
-      // where expert_parallel is the data-parallel degree).
-      const double dense_params = split_experts ? g.params - g.expert_params : g.params;
-      const double expert_params = split_experts ? g.expert_params : 0;
-      const double shard = plan.zero_stage >= 1 && dp
-                               ? plan.sharded(dense_params, r) + expert_params / edp
-                               : g.params;
       const auto& opt =
           b.piece("optimizer", {Step{optimizer_step(shard, plan.precision, plan.optimizer)}});
       b.emit(opt, Pass::other, -1, 0, 0);

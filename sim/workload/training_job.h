@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "sim/core/shared_vector.h"
 #include "sim/platform/cluster.h"
 #include "sim/workload/cost_model.h"
 #include "sim/workload/model.h"
@@ -104,11 +105,13 @@ struct Group {
   int64_t batch = 0;                // samples of each micro-batch it takes
   std::vector<platform::GpuId> devices;
   const config::GpuProfile* gpu = nullptr;
-  std::vector<Op> ops;
-  std::vector<Segment> segments;
+  // The kernels, segments and program, shared with every group built alike (the same stage of
+  // identical replicas) until one of them is changed.
+  SharedVector<Op> ops;
+  SharedVector<Segment> segments;
   std::vector<CommTemplate> comms;
   std::vector<DpCollective> dp;
-  std::vector<Task> program;
+  SharedVector<Task> program;
   double tied_bytes = 0;              // per rank, when the program holds a `tied` task
   std::optional<Time> tied_measured;  // as CommTemplate::measured
   // A slowdown from a time into the iteration on (a perturbation): (from, factor), sorted by

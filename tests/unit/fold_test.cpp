@@ -7,6 +7,7 @@
 #include <map>
 #include <tuple>
 
+#include "sim/workload/perturbation.h"
 #include "sim/workload/replay.h"
 #include "tests/unit/fixtures.h"
 
@@ -131,6 +132,55 @@ TEST(FoldedReplay, ReplicasThatDifferAreEachReplayedOnTheirOwn) {
   EXPECT_EQ(b.folded.folded_replicas, 1u);
   expect_same(b.folded, b.exact, "heterogeneous");
   EXPECT_EQ(b.folded.events, b.exact.events);
+  // Their programs are their own.
+  EXPECT_FALSE(job.group(1, 0).program.shares_with(job.group(0, 0).program));
+}
+
+// A stage of identical replicas is one program in memory (issue 38): built once, shared by every
+// replica's copy, which differs only in its devices; a change to one copy (a slowed GPU's
+// segments) is that copy's alone.
+TEST(FoldedReplay, IdenticalReplicasShareOneProgramPerStage) {
+  const ModelConfig m = small_gpt();
+  const platform::Cluster c = cluster("dgx-a100", 2);
+  const DatasheetCostModel cost;
+  TrainingJob job = build_training_job(m, plan(m, c, 2, 2, 4, 32), c, cost);
+  for (uint32_t s = 0; s < 2; ++s) {
+    for (uint32_t r = 1; r < 4; ++r) {
+      const Group& g = job.group(r, s);
+      EXPECT_TRUE(g.program.shares_with(job.group(0, s).program)) << r << "," << s;
+      EXPECT_TRUE(g.segments.shares_with(job.group(0, s).segments)) << r << "," << s;
+      EXPECT_EQ(g.replica, r);
+      EXPECT_EQ(g.devices, (std::vector<platform::GpuId>{2 * r + 8 * s, 2 * r + 8 * s + 1}));
+    }
+  }
+  EXPECT_FALSE(job.group(0, 1).program.shares_with(job.group(0, 0).program));
+  size_t k = 0;  // a segment of kernels (not the framework's host time)
+  while (job.group(0, 0).segments[k].ops.empty()) ++k;
+  const Time before = job.group(0, 0).segments[k].ops[0].second;
+  std::vector<double> slow(16, 1.0);
+  slow[3] = 2;  // replica 1, stage 0 (Megatron's order: tensor, data, then pipeline rank)
+  slow_down(job, slow);
+  EXPECT_FALSE(job.group(1, 0).segments.shares_with(job.group(0, 0).segments));
+  EXPECT_TRUE(job.group(2, 0).segments.shares_with(job.group(0, 0).segments));
+  EXPECT_EQ(job.group(0, 0).segments[k].ops[0].second, before);
+  EXPECT_GT(job.group(1, 0).segments[k].ops[0].second, before);
+}
+
+TEST(SharedVector, CopiesShareUntilOneIsWritten) {
+  SharedVector<int> a{1, 2, 3};
+  SharedVector<int> b = a;
+  EXPECT_TRUE(b.shares_with(a));
+  b.push_back(4);
+  EXPECT_FALSE(b.shares_with(a));
+  EXPECT_EQ(a.size(), 3u);
+  EXPECT_EQ(b.size(), 4u);
+  SharedVector<int> c = a;
+  c.write()[0] = 7;
+  EXPECT_EQ(a[0], 1);
+  EXPECT_EQ(c[0], 7);
+  a.write()[1] = 9;  // a's own now: written in place
+  EXPECT_EQ(a[1], 9);
+  EXPECT_TRUE(SharedVector<int>().empty());
 }
 
 // 8 nodes of 2 GPUs, one NIC each, on a 2:1 oversubscribed fat tree of 2 spines: pipeline
