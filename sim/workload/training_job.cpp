@@ -647,15 +647,22 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
       // A group built like one before it (the same stage of another replica on the same GPU
       // type, with the same layers, samples and shard) is that group on its own devices: it
       // shares the kernels, segments and program.
+      // Its expert-parallel rank only names the replicas its experts' gradients are reduced
+      // among: the copy's keys are renamed.
       std::string same;
       if (alike) {
-        same = fmt::format("{}/{}/{}/{}/{}/{}/{}/{}/{}", s, st.devices.size(),
-                           cluster.gpu(st.devices.front()).profile->name, micro_batches,
-                           plan.batch_of(r, static_cast<size_t>(s)), ep_rank, shard, st.first_layer,
-                           st.layers);
+        same =
+            fmt::format("{}/{}/{}/{}/{}/{}/{}/{}", s, st.devices.size(),
+                        cluster.gpu(st.devices.front()).profile->name, micro_batches,
+                        plan.batch_of(r, static_cast<size_t>(s)), shard, st.first_layer, st.layers);
         for (int c = 0; c < v; ++c) same += fmt::format("/{}+{}", st.first_of(c), st.layers_of(c));
         if (auto it = built.find(same); it != built.end()) {
           Group g = job.groups[it->second];
+          const uint32_t theirs =
+              expert_sync_key(g.replica % static_cast<uint32_t>(ep), static_cast<uint32_t>(s));
+          for (DpCollective& dc : g.dp) {
+            if (dc.sync == theirs) dc.sync = expert_sync_key(ep_rank, static_cast<uint32_t>(s));
+          }
           g.replica = static_cast<uint32_t>(r);
           g.devices = st.devices;
           g.gpu = cluster.gpu(st.devices.front()).profile;
