@@ -129,6 +129,41 @@ class EdgeIndex {
 };
 
 // Builds the flows of one plan; routes are cached across the plans tried for one request.
+// A rank's path to its tree's root: the wire latency and the hops of each kind of link, so that
+// its latency under a protocol is a sum (exact: Time is an integer).
+struct Depth {
+  Time wire;
+  std::array<uint32_t, 4> hops{};  // by LinkKind
+  Depth plus(config::LinkKind kind, Time w) const {
+    Depth d = *this;
+    d.wire += w;
+    ++d.hops[static_cast<int>(kind)];
+    return d;
+  }
+};
+
+// The trees' depth scratch, by GPU, kept by each thread from one plan to the next and stamped
+// per tree: a collective over a few ranks of a 100,000-GPU cluster costs its ranks, not the
+// cluster's GPUs (issue 38).
+struct TreeScratch {
+  std::vector<uint32_t> mark, done, inner;
+  std::vector<GpuId> parent;
+  std::vector<std::pair<config::LinkKind, Time>> hop;  // to the parent
+  std::vector<Depth> depth;
+  uint32_t stamp = 0;
+  void fit(size_t gpus) {
+    if (mark.size() == gpus) return;
+    mark.assign(gpus, 0);
+    done.assign(gpus, 0);
+    inner.assign(gpus, 0);
+    parent.resize(gpus);
+    hop.resize(gpus);
+    depth.resize(gpus);
+    stamp = 0;
+  }
+};
+thread_local TreeScratch tree_scratch;
+
 class Builder {
  public:
   Builder(const Cluster& c, const CollectiveRequest& r) : c_(c), r_(r) {
@@ -489,18 +524,6 @@ class Builder {
     add_step(std::move(links), bytes, deepest * 2, {}, true, cap);
   }
 
-  // A rank's path to its tree's root: the wire latency and the hops of each kind of link, so
-  // that its latency under a protocol is a sum (exact: Time is an integer).
-  struct Depth {
-    Time wire;
-    std::array<uint32_t, 4> hops{};  // by LinkKind
-    Depth plus(config::LinkKind kind, Time w) const {
-      Depth d = *this;
-      d.wire += w;
-      ++d.hops[static_cast<int>(kind)];
-      return d;
-    }
-  };
   Time latency(const Depth& d) const {
     Time t = d.wire;
     for (int k = 0; k < 4; ++k) t += kind_latency_[k] * d.hops[k];
@@ -520,17 +543,22 @@ class Builder {
     if (!out.empty() || t.edges.empty()) return out;
     std::vector<const Edge*>& ups = tree_up_[which];
     ups.reserve(t.edges.size());
-    // Dense per-GPU scratch; `tree_mark_` stamps what this call has set.
-    const size_t gpus = c_.gpu_count();
-    if (tree_mark_.size() != gpus) {
-      tree_mark_.assign(gpus, 0);
-      tree_done_.assign(gpus, 0);
-      tree_inner_.assign(gpus, 0);
-      tree_parent_.resize(gpus);
-      tree_hop_.resize(gpus);
-      tree_depth_.resize(gpus);
+    // Dense per-GPU scratch; the stamp marks what this call has set.
+    TreeScratch& x = tree_scratch;
+    x.fit(c_.gpu_count());
+    if (x.stamp == std::numeric_limits<uint32_t>::max()) {
+      std::fill(x.mark.begin(), x.mark.end(), 0);
+      std::fill(x.done.begin(), x.done.end(), 0);
+      std::fill(x.inner.begin(), x.inner.end(), 0);
+      x.stamp = 0;
     }
-    const uint32_t mark = ++tree_stamp_;
+    const uint32_t mark = ++x.stamp;
+    std::vector<uint32_t>& tree_mark_ = x.mark;
+    std::vector<uint32_t>& tree_done_ = x.done;
+    std::vector<uint32_t>& tree_inner_ = x.inner;
+    std::vector<GpuId>& tree_parent_ = x.parent;
+    std::vector<std::pair<config::LinkKind, Time>>& tree_hop_ = x.hop;
+    std::vector<Depth>& tree_depth_ = x.depth;
     for (const auto& [child, par] : t.edges) {
       const Edge& e = edge(child, par);
       ups.push_back(&e);
@@ -651,11 +679,6 @@ class Builder {
   Time kind_latency_[4];                           // step_latency(a_, p_, kind) by LinkKind
   std::vector<std::vector<Depth>> tree_depths_;    // by tree in trees_
   std::vector<std::vector<const Edge*>> tree_up_;  // by tree: its edges, child to parent
-  std::vector<uint32_t> tree_mark_, tree_done_, tree_inner_;  // tree_depths' scratch, by GPU
-  std::vector<GpuId> tree_parent_;
-  std::vector<std::pair<config::LinkKind, Time>> tree_hop_;  // to the parent
-  std::vector<Depth> tree_depth_;
-  uint32_t tree_stamp_ = 0;
   Algorithm a_ = Algorithm::ring;
   Protocol p_ = Protocol::simple;
   CollectivePlan* plan_ = nullptr;
@@ -749,13 +772,17 @@ bool ll128_by_default(const Cluster& c, const std::vector<GpuId>& ranks) {
                        [&](const char* a) { return first.architecture == a; });
   }
   if (cc != 7.0 && cc != 8.0 && cc != 9.0 && cc != 10.0) return false;
-  std::vector<uint32_t> per_node(c.node_count(), 0);
+  // The nodes that hold two or more of the ranks (by the ranks, not the cluster's nodes).
+  std::vector<uint32_t> nodes;
+  nodes.reserve(ranks.size());
   for (GpuId g : ranks) {
     if (c.gpu(g).profile->compute_capability != cc) return false;
-    ++per_node[c.gpu(g).node];
+    nodes.push_back(c.gpu(g).node);
   }
-  for (uint32_t n = 0; n < per_node.size(); ++n) {
-    if (per_node[n] > 1 && c.node_type(n).intra == config::IntraKind::pcie) return false;
+  std::sort(nodes.begin(), nodes.end());
+  for (size_t i = 1; i < nodes.size(); ++i) {
+    if (nodes[i] == nodes[i - 1] && c.node_type(nodes[i]).intra == config::IntraKind::pcie)
+      return false;
   }
   return true;
 }
