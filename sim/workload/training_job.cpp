@@ -91,10 +91,10 @@ class GroupBuilder {
         Task t;
         t.kind = st.expert ? TaskKind::ep_comm : st.context ? TaskKind::cp_comm : TaskKind::tp_comm;
         t.index = static_cast<uint32_t>(g_.comms.size());
-        g_.comms.push_back(
+        CommTemplate& ct = g_.comms.emplace_back(
             CommTemplate{st.comm, st.comm_bytes, st.async && !st.expert, st.op.name});
-        g_.comms.back().expert = st.expert;
-        g_.comms.back().context = st.context;
+        ct.expert = st.expert;
+        ct.context = st.context;
         tasks.push_back(t);
         wait_after_next = st.async && !st.expert;
         continue;
@@ -345,7 +345,7 @@ void measured_collectives(TrainingJob& job, const CostModel& cost) {
   for (uint32_t gi = 0; gi < job.groups.size(); ++gi) {
     Group& g = job.groups[gi];
     const int tp = static_cast<int>(g.devices.size());
-    for (CommTemplate& ct : g.comms) {
+    for (CommTemplate& ct : g.comms.write()) {
       if (ct.expert || ct.context) {
         // Tensor-parallel rank 0 of this stage in each replica of the group (every rank, experts
         // whole).
@@ -389,10 +389,13 @@ void tally_sources(TrainingJob& job, const CostModel& cost) {
   std::map<std::string, std::string> type_source;  // GPU type -> where its costs come from
   std::map<std::string, std::map<std::string, std::set<std::string>>> coverage;  // -> how, shapes
   std::map<std::string, std::set<std::string>> classified;  // GPU type -> shapes seen
+  std::set<std::pair<std::string, const void*>> seen_ops;   // (GPU type, shared kernels)
   for (const Group& g : job.groups) {
     type_source[g.gpu->name] = cost.source(Op{}, *g.gpu);
     // Each distinct kernel shape of a GPU type is classified once: groups of one type share
-    // most of their kernels, and the lookup scans the tables.
+    // most of their kernels, and the lookup scans the tables. Groups that share their kernels
+    // (identical replicas) are looked at once.
+    if (!seen_ops.emplace(g.gpu->name, g.ops.id()).second) continue;
     for (const Op& op : g.ops) {
       const ConvShape& c = op.conv;
       const std::string shape =

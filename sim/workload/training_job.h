@@ -109,7 +109,7 @@ struct Group {
   // identical replicas) until one of them is changed.
   SharedVector<Op> ops;
   SharedVector<Segment> segments;
-  std::vector<CommTemplate> comms;
+  SharedVector<CommTemplate> comms;
   std::vector<DpCollective> dp;
   SharedVector<Task> program;
   double tied_bytes = 0;              // per rank, when the program holds a `tied` task
