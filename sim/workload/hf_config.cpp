@@ -426,7 +426,8 @@ ModelConfig load_model_hf_text(const std::string& text, const std::string& file)
   for (const auto& w : kWrappers) names += w.first + ", ";
   if (!a) {
     throw InputError(file + ": architectures: unsupported architecture \"" + arch +
-                     "\" (expected one of " + names.substr(0, names.size() - 2) + ")");
+                     "\" (expected one of " + names.substr(0, names.size() - 2) +
+                     "; or describe the model in YAML: models/README.md)");
   }
   const Fields f{*config, file, arch};
   ModelConfig m;

@@ -149,7 +149,7 @@ TEST(Models, BadConfigsNameTheFileAndField) {
                 "Phi3ForCausalLM, Olmo2ForCausalLM, Llama4ForCausalLM, GPTNeoXForCausalLM, "
                 "GPTNeoXModel, FalconForCausalLM, GPTJForCausalLM, Starcoder2ForCausalLM, "
                 "BertModel, BertForPreTraining, BertForMaskedLM, Gemma3ForConditionalGeneration, "
-                "Llama4ForConditionalGeneration)");
+                "Llama4ForConditionalGeneration; or describe the model in YAML: models/README.md)");
   EXPECT_EQ(err(kData + "hf/missing_field.json"),
             kData +
                 "hf/missing_field.json: num_hidden_layers or n_layer or num_layers: missing "
