@@ -23,6 +23,7 @@ class SharedVector {
   size_t size() const { return v_ ? v_->size() : 0; }
   bool empty() const { return size() == 0; }
   const T& operator[](size_t i) const { return (*v_)[i]; }
+  const T& at(size_t i) const { return get().at(i); }
   const T& front() const { return v_->front(); }
   const T& back() const { return v_->back(); }
   const_iterator begin() const { return get().begin(); }

@@ -271,10 +271,16 @@ namespace {
 // else is a plan the loader should have refused, and would hang the replay.
 void pair_dp_collectives(TrainingJob& job) {
   std::map<std::pair<uint32_t, uint32_t>, uint32_t> by_key;  // (key, k) -> sync
+  // Groups that share their collectives (identical replicas) and pair them alike keep sharing
+  // them: by the shared list, its paired copy and that copy's syncs.
+  std::map<const void*, std::vector<std::pair<std::vector<uint32_t>, SharedVector<DpCollective>>>>
+      paired;
+  std::vector<uint32_t> syncs;
   for (uint32_t g = 0; g < job.groups.size(); ++g) {
     std::map<uint32_t, uint32_t> k;
+    syncs.clear();
     for (uint32_t i = 0; i < job.groups[g].dp.size(); ++i) {
-      DpCollective& dc = job.groups[g].dp[i];
+      const DpCollective& dc = job.groups[g].dp[i];
       const auto [it, fresh] =
           by_key.try_emplace({dc.sync, k[dc.sync]++}, static_cast<uint32_t>(job.dp_syncs.size()));
       if (fresh) job.dp_syncs.emplace_back();
@@ -294,8 +300,20 @@ void pair_dp_collectives(TrainingJob& job) {
         }
       }
       sync.members.emplace_back(g, i);
-      dc.sync = it->second;
+      syncs.push_back(it->second);
     }
+    SharedVector<DpCollective>& dp = job.groups[g].dp;
+    auto& copies = paired[dp.id()];
+    const auto same =
+        std::find_if(copies.begin(), copies.end(), [&](const auto& c) { return c.first == syncs; });
+    if (same != copies.end()) {
+      dp = same->second;
+      continue;
+    }
+    const void* id = dp.id();
+    std::vector<DpCollective>& mine = dp.write();
+    for (size_t i = 0; i < syncs.size(); ++i) mine[i].sync = syncs[i];
+    paired[id].emplace_back(syncs, dp);
   }
   std::map<std::vector<uint32_t>, uint32_t> sets;
   for (DpSync& sync : job.dp_syncs) {
@@ -357,7 +375,7 @@ void measured_collectives(TrainingJob& job, const CostModel& cost) {
       }
       ct.measured = cost.collective_time(ct.kind, ct.bytes, tp, nodes(g.devices), *g.gpu);
     }
-    for (DpCollective& dc : g.dp) {
+    for (DpCollective& dc : g.dp.write()) {
       if (dc.grid) continue;  // over every rank: a table of tensor-parallel rank 0's says nothing
       const DpSync& sync = job.dp_syncs[dc.sync];
       // Shards over mixed tensor-parallel degrees: a table of one group size says nothing.
@@ -532,7 +550,7 @@ TrainingJob build_grid_job(const ModelConfig& model, const Plan& plan,
       if (p.params <= 0 || !(columns || p.grid_gradients)) return;
       issued = b.dp_collective(CommKind::allreduce, grad_bytes * p.params,
                                model.cnn[l].name + ".grads", static_cast<uint32_t>(l));
-      g.dp.back().grid = p.grid_gradients;
+      g.dp.write().back().grid = p.grid_gradients;
     };
     const uint32_t M = static_cast<uint32_t>(rep.micro_batches);
     for (uint32_t mb = 0; mb < M; ++mb) {
@@ -663,8 +681,13 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
           Group g = job.groups[it->second];
           const uint32_t theirs =
               expert_sync_key(g.replica % static_cast<uint32_t>(ep), static_cast<uint32_t>(s));
-          for (DpCollective& dc : g.dp) {
-            if (dc.sync == theirs) dc.sync = expert_sync_key(ep_rank, static_cast<uint32_t>(s));
+          const uint32_t mine = expert_sync_key(ep_rank, static_cast<uint32_t>(s));
+          if (mine != theirs && std::any_of(g.dp.begin(), g.dp.end(), [&](const DpCollective& dc) {
+                return dc.sync == theirs;
+              })) {
+            for (DpCollective& dc : g.dp.write()) {
+              if (dc.sync == theirs) dc.sync = mine;
+            }
           }
           g.replica = static_cast<uint32_t>(r);
           g.devices = st.devices;

@@ -110,7 +110,7 @@ struct Group {
   SharedVector<Op> ops;
   SharedVector<Segment> segments;
   SharedVector<CommTemplate> comms;
-  std::vector<DpCollective> dp;
+  SharedVector<DpCollective> dp;
   SharedVector<Task> program;
   double tied_bytes = 0;              // per rank, when the program holds a `tied` task
   std::optional<Time> tied_measured;  // as CommTemplate::measured
