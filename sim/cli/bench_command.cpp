@@ -165,6 +165,57 @@ void add_bench_plan(CLI::App& bench, Action& action) {
   });
 }
 
+// The training cases of `hetsim bench training`.
+struct TrainingCase {
+  std::string name, model, cluster;
+  int nodes, tp, pp, dp;
+  int64_t batch, seq;
+  int interleave = 1;           // > 1: the interleaved schedule, fp8 and ZeRO-1 (MLPerf's GPT-3)
+  std::string plan;             // the whole plan file, where not a uniform 3D plan as above
+  std::string model_yaml = "";  // the model file, where not a built-in model
+};
+
+std::vector<TrainingCase> training_cases() {
+  // DeepSeek-V3's pre-training layout (experiments/deepseek-v3/deepseek-v3-2048.yaml): 64-way
+  // expert all-to-alls over 8 nodes in every MoE layer of every micro-batch.
+  const std::string deepseek =
+      "pipeline_parallel: 16\ndata_parallel: 128\nexpert_parallel: 64\nmicro_batch_size: 1\n"
+      "global_batch_size: 15360\nsequence_length: 4096\nzero_stage: 1\nprecision: fp8\n";
+  // Llama 3 405B as Meta pre-trained it on 16,384 H100 (experiments/llama3-405b/): the
+  // interleaved schedule with one layer a virtual stage, no recompute, gradients sharded and
+  // reduced in bf16 (the paper's FSDP): it fits in 80 GB as Meta's did.
+  const std::string llama =
+      "tensor_parallel: 8\npipeline_parallel: 16\ndata_parallel: 128\nmicro_batch_size: 1\n"
+      "global_batch_size: 2048\nsequence_length: 8192\nschedule: interleaved\ninterleave: 8\n"
+      "sequence_parallel: true\nzero_stage: 2\nmain_grads: same\nrecompute: none\n";
+  // SimAI's example workload (SimAI-Analytical v1.6, example/workload_analytical.txt, as
+  // rebuilt in shared/reference/peer_cases/): a 96-layer MoE of 192 experts, top 4, on
+  // 1152 DGX H100 nodes. SimAI answers it in 0.12 s on a 2-core machine (issue 38).
+  const std::string simai_model =
+      "name: simai-example-moe\nfamily: gpt\nlayers: 96\nhidden: 6144\nheads: 48\n"
+      "head_dim: 128\nffn_hidden: 16384\nvocab: 50257\nsequence: 4096\nactivation: gelu\n"
+      "norm: layernorm\nposition: learned\ntied_embeddings: false\ncausal: true\n"
+      "bias: false\nexperts: 192\nexperts_per_token: 4\nexpert_ffn_hidden: 16384\n";
+  const std::string simai =
+      "tensor_parallel: 2\npipeline_parallel: 12\ndata_parallel: 384\nexpert_parallel: 16\n"
+      "sequence_parallel: true\nschedule: interleaved\ninterleave: 8\nmicro_batch_size: 1\n"
+      "global_batch_size: 9216\nsequence_length: 4096\nzero_stage: 1\n";
+  // Llama 3 405B's layout (as llama3-405b) on 12,288 DGX H100 nodes: 768 replicas of 16
+  // micro-batches each.
+  std::string llama_98k = llama;
+  llama_98k.replace(llama_98k.find("data_parallel: 128"), 18, "data_parallel: 768");
+  llama_98k.replace(llama_98k.find("global_batch_size: 2048"), 23, "global_batch_size: 12288");
+  return {
+      {"gpt3-175b", "gpt3-175b", "dgx-a100", 128, 8, 8, 16, 1536, 2048, 1, ""},
+      {"llama3-405b", "llama3-405b", "dgx-h100", 2048, 8, 16, 128, 2048, 8192, 1, llama},
+      {"gpt3-il-1024", "gpt3-175b", "dgx-h100", 128, 4, 8, 32, 512, 2048, 12, ""},
+      {"gpt3-il-3584", "gpt3-175b", "dgx-h100", 448, 4, 8, 112, 2688, 2048, 12, ""},
+      {"gpt3-il-10752", "gpt3-175b", "dgx-h100", 1344, 4, 8, 336, 8064, 2048, 12, ""},
+      {"deepseek-v3", "deepseek-v3", "dgx-h100", 256, 1, 16, 128, 15360, 4096, 1, deepseek},
+      {"simai-moe", "", "dgx-h100", 1152, 2, 12, 384, 9216, 4096, 1, simai, simai_model},
+      {"llama3-405b-98k", "llama3-405b", "dgx-h100", 12288, 8, 16, 768, 12288, 8192, 1, llama_98k}};
+}
+
 }  // namespace
 
 void add_bench_command(CLI::App& app, Action& action) {
@@ -213,53 +264,8 @@ void add_bench_command(CLI::App& app, Action& action) {
       ->group("");
   train->callback([which, calibration, progress, exact, &action] {
     action = [which, calibration, progress, exact] {
-      struct Case {
-        std::string name, model, cluster;
-        int nodes, tp, pp, dp;
-        int64_t batch, seq;
-        int interleave = 1;  // > 1: the interleaved schedule, fp8 and ZeRO-1 (MLPerf's GPT-3)
-        std::string plan;    // the whole plan file, where not a uniform 3D plan as above
-        std::string model_yaml = "";  // the model file, where not a built-in model
-      };
-      // DeepSeek-V3's pre-training layout (experiments/deepseek-v3/deepseek-v3-2048.yaml): 64-way
-      // expert all-to-alls over 8 nodes in every MoE layer of every micro-batch.
-      const std::string deepseek =
-          "pipeline_parallel: 16\ndata_parallel: 128\nexpert_parallel: 64\nmicro_batch_size: 1\n"
-          "global_batch_size: 15360\nsequence_length: 4096\nzero_stage: 1\nprecision: fp8\n";
-      // Llama 3 405B as Meta pre-trained it on 16,384 H100 (experiments/llama3-405b/): the
-      // interleaved schedule with one layer a virtual stage, no recompute, gradients sharded and
-      // reduced in bf16 (the paper's FSDP): it fits in 80 GB as Meta's did.
-      const std::string llama =
-          "tensor_parallel: 8\npipeline_parallel: 16\ndata_parallel: 128\nmicro_batch_size: 1\n"
-          "global_batch_size: 2048\nsequence_length: 8192\nschedule: interleaved\ninterleave: 8\n"
-          "sequence_parallel: true\nzero_stage: 2\nmain_grads: same\nrecompute: none\n";
-      // SimAI's example workload (SimAI-Analytical v1.6, example/workload_analytical.txt, as
-      // rebuilt in shared/reference/peer_cases/): a 96-layer MoE of 192 experts, top 4, on
-      // 1152 DGX H100 nodes. SimAI answers it in 0.12 s on a 2-core machine (issue 38).
-      const std::string simai_model =
-          "name: simai-example-moe\nfamily: gpt\nlayers: 96\nhidden: 6144\nheads: 48\n"
-          "head_dim: 128\nffn_hidden: 16384\nvocab: 50257\nsequence: 4096\nactivation: gelu\n"
-          "norm: layernorm\nposition: learned\ntied_embeddings: false\ncausal: true\n"
-          "bias: false\nexperts: 192\nexperts_per_token: 4\nexpert_ffn_hidden: 16384\n";
-      const std::string simai =
-          "tensor_parallel: 2\npipeline_parallel: 12\ndata_parallel: 384\nexpert_parallel: 16\n"
-          "sequence_parallel: true\nschedule: interleaved\ninterleave: 8\nmicro_batch_size: 1\n"
-          "global_batch_size: 9216\nsequence_length: 4096\nzero_stage: 1\n";
-      // Llama 3 405B's layout (as llama3-405b) on 12,288 DGX H100 nodes: 768 replicas of 16
-      // micro-batches each.
-      std::string llama_98k = llama;
-      llama_98k.replace(llama_98k.find("data_parallel: 128"), 18, "data_parallel: 768");
-      llama_98k.replace(llama_98k.find("global_batch_size: 2048"), 23, "global_batch_size: 12288");
-      const std::vector<Case> all = {
-          {"gpt3-175b", "gpt3-175b", "dgx-a100", 128, 8, 8, 16, 1536, 2048, 1, ""},
-          {"llama3-405b", "llama3-405b", "dgx-h100", 2048, 8, 16, 128, 2048, 8192, 1, llama},
-          {"gpt3-il-1024", "gpt3-175b", "dgx-h100", 128, 4, 8, 32, 512, 2048, 12, ""},
-          {"gpt3-il-3584", "gpt3-175b", "dgx-h100", 448, 4, 8, 112, 2688, 2048, 12, ""},
-          {"gpt3-il-10752", "gpt3-175b", "dgx-h100", 1344, 4, 8, 336, 8064, 2048, 12, ""},
-          {"deepseek-v3", "deepseek-v3", "dgx-h100", 256, 1, 16, 128, 15360, 4096, 1, deepseek},
-          {"simai-moe", "", "dgx-h100", 1152, 2, 12, 384, 9216, 4096, 1, simai, simai_model},
-          {"llama3-405b-98k", "llama3-405b", "dgx-h100", 12288, 8, 16, 768, 12288, 8192, 1,
-           llama_98k}};
+      using Case = TrainingCase;
+      const std::vector<Case> all = training_cases();
       for (const std::string& w : *which) {
         if (std::none_of(all.begin(), all.end(), [&](const Case& c) { return c.name == w; })) {
           std::string names;

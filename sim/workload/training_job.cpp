@@ -576,6 +576,42 @@ TrainingJob build_grid_job(const ModelConfig& model, const Plan& plan,
 }
 }  // namespace
 
+namespace {
+
+// What makes two groups of a uniform plan alike: the stage, its devices' count and GPU type, its
+// layers and chunks, its micro-batches and samples, its optimizer shard.
+std::string alike_key(const Plan& plan, const StagePlan& st, int s, int micro_batches,
+                      int64_t batch, double shard, const platform::Cluster& cluster) {
+  std::string key = fmt::format("{}/{}/{}/{}/{}/{}/{}/{}", s, st.devices.size(),
+                                cluster.gpu(st.devices.front()).profile->name, micro_batches, batch,
+                                shard, st.first_layer, st.layers);
+  for (int c = 0; c < plan.interleave; ++c)
+    key += fmt::format("/{}+{}", st.first_of(c), st.layers_of(c));
+  return key;
+}
+
+// Group `like` (the same stage of another replica, built alike) on replica r's devices: it shares
+// the kernels, segments, program and collectives. Its expert-parallel rank only names the
+// replicas its experts' gradients are reduced among: those keys are renamed.
+Group alike_group(const Group& like, size_t r, const StagePlan& st, int ep,
+                  const platform::Cluster& cluster) {
+  Group g = like;
+  const uint32_t stage = g.stage;
+  const uint32_t theirs = expert_sync_key(g.replica % static_cast<uint32_t>(ep), stage);
+  const uint32_t mine = expert_sync_key(static_cast<uint32_t>(r % static_cast<size_t>(ep)), stage);
+  auto renamed = [&](const DpCollective& dc) { return dc.sync == theirs; };
+  if (mine != theirs && std::any_of(g.dp.begin(), g.dp.end(), renamed)) {
+    for (DpCollective& dc : g.dp.write())
+      if (renamed(dc)) dc.sync = mine;
+  }
+  g.replica = static_cast<uint32_t>(r);
+  g.devices = st.devices;
+  g.gpu = cluster.gpu(st.devices.front()).profile;
+  return g;
+}
+
+}  // namespace
+
 TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
                                const platform::Cluster& cluster, const CostModel& cost) {
   if (model.convolutional()) return build_grid_job(model, plan, cluster, cost);
@@ -660,39 +696,17 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
       // Sharded state: the experts' among the replicas that hold them (none beside this one
       // where expert_parallel is the data-parallel degree).
       const double params = group_params(model, st, s, P, ep);
-      const double dense_params =
-          split_experts ? params - group_expert_params(model, st, ep) : params;
       const double expert_params = split_experts ? group_expert_params(model, st, ep) : 0;
+      const double dense_params = params - expert_params;
       const double shard =
           plan.zero_stage >= 1 && dp ? plan.sharded(dense_params, r) + expert_params / edp : params;
-      // A group built like one before it (the same stage of another replica on the same GPU
-      // type, with the same layers, samples and shard) is that group on its own devices: it
-      // shares the kernels, segments and program.
-      // Its expert-parallel rank only names the replicas its experts' gradients are reduced
-      // among: the copy's keys are renamed.
+      // A group built like one before it is that group on its own devices (alike_group).
       std::string same;
       if (alike) {
-        same =
-            fmt::format("{}/{}/{}/{}/{}/{}/{}/{}", s, st.devices.size(),
-                        cluster.gpu(st.devices.front()).profile->name, micro_batches,
-                        plan.batch_of(r, static_cast<size_t>(s)), shard, st.first_layer, st.layers);
-        for (int c = 0; c < v; ++c) same += fmt::format("/{}+{}", st.first_of(c), st.layers_of(c));
+        same = alike_key(plan, st, s, micro_batches, plan.batch_of(r, static_cast<size_t>(s)),
+                         shard, cluster);
         if (auto it = built.find(same); it != built.end()) {
-          Group g = job.groups[it->second];
-          const uint32_t theirs =
-              expert_sync_key(g.replica % static_cast<uint32_t>(ep), static_cast<uint32_t>(s));
-          const uint32_t mine = expert_sync_key(ep_rank, static_cast<uint32_t>(s));
-          if (mine != theirs && std::any_of(g.dp.begin(), g.dp.end(), [&](const DpCollective& dc) {
-                return dc.sync == theirs;
-              })) {
-            for (DpCollective& dc : g.dp.write()) {
-              if (dc.sync == theirs) dc.sync = mine;
-            }
-          }
-          g.replica = static_cast<uint32_t>(r);
-          g.devices = st.devices;
-          g.gpu = cluster.gpu(st.devices.front()).profile;
-          job.groups.push_back(std::move(g));
+          job.groups.push_back(alike_group(job.groups[it->second], r, st, ep, cluster));
           continue;
         }
         built.emplace(same, static_cast<uint32_t>(job.groups.size()));
@@ -705,7 +719,7 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
       g.devices = st.devices;
       g.gpu = cluster.gpu(st.devices.front()).profile;
       const int t = st.tensor_parallel();
-      g.params = group_params(model, st, s, P, ep);
+      g.params = params;
       g.expert_params = group_expert_params(model, st, ep);
       const LayerShape shape = stage_shape(plan, t, g.batch);
       // A staged plan's groups cut their buckets at the same layers, by the bytes per rank of
