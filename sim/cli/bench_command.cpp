@@ -38,6 +38,9 @@ struct CaseResult {
   long peak_kib = 0;
   long gpus = 0;        // plan: the cluster's GPU count
   char label[32] = {};  // algorithm (network) or event count (training)
+  // training: wall seconds of each phase (model, cluster and plan read; job built; replay;
+  // memory and report)
+  double phase_s[4] = {};
 };
 
 // Runs `work` in a child; returns its wall time (measured inside), result and peak RSS.
@@ -258,12 +261,16 @@ void add_bench_command(CLI::App& app, Action& action) {
   };
   auto progress = std::make_shared<Progress>();
   train->add_flag("--quiet", progress->quiet, "No progress lines on standard error");
+  auto phases = std::make_shared<bool>(false);
+  train->add_flag("--phases", *phases,
+                  "Also print each case's wall time by phase: inputs read (model, cluster, "
+                  "plan), job built, replay, report (memory and figures)");
   train
       ->add_option("--progress-after", progress->after_s,
                    "Seconds of wall time before progress lines start")
       ->group("");
-  train->callback([which, calibration, progress, exact, &action] {
-    action = [which, calibration, progress, exact] {
+  train->callback([which, calibration, progress, exact, phases, &action] {
+    action = [which, calibration, progress, exact, phases] {
       using Case = TrainingCase;
       const std::vector<Case> all = training_cases();
       for (const std::string& w : *which) {
@@ -273,8 +280,13 @@ void add_bench_command(CLI::App& app, Action& action) {
           throw InputError("--cases: unknown case \"" + w + "\" (expected one of " + names + ")");
         }
       }
-      std::cout << fmt::format("{:<14} {:>6} {:>10} {:>12} {:>12} {:>8} {:>12}\n", "case", "gpus",
+      std::cout << fmt::format("{:<14} {:>6} {:>10} {:>12} {:>12} {:>8} {:>12}", "case", "gpus",
                                "wall_s", "peak_MiB", "iteration_s", "mfu", "events");
+      if (*phases) {
+        std::cout << fmt::format(" {:>8} {:>8} {:>8} {:>8}", "inputs_s", "job_s", "replay_s",
+                                 "report_s");
+      }
+      std::cout << "\n";
       for (const Case& k : all) {
         if (std::find(which->begin(), which->end(), k.name) == which->end()) continue;
         if (!progress->quiet) {
@@ -282,6 +294,13 @@ void add_bench_command(CLI::App& app, Action& action) {
         }
         const CaseResult r = run_isolated([&] {
           const auto t0 = std::chrono::steady_clock::now();
+          CaseResult cr;
+          auto lap = t0;
+          auto phase = [&](int i) {
+            const auto now = std::chrono::steady_clock::now();
+            cr.phase_s[i] = std::chrono::duration<double>(now - lap).count();
+            lap = now;
+          };
           report::ProgressMeter meter(std::cerr, "bench " + k.name, progress->after_s, 1.0,
                                       report::stderr_is_terminal());
           const workload::ModelConfig model =
@@ -310,16 +329,19 @@ void add_bench_command(CLI::App& app, Action& action) {
             cost = std::make_unique<calibrate::MeasuredCostModel>(
                 calibrate::read_database(*calibration), workload::DatasheetCostModel());
           }
+          phase(0);
           const workload::TrainingJob job = workload::build_training_job(model, plan, c, *cost);
+          phase(1);
           workload::ReplayOptions ropt;
           ropt.exact = *exact;
           if (!progress->quiet)
             ropt.progress = [&meter](const workload::ReplayStatus& s) { meter.update(s); };
           const auto result = workload::replay(job, nullptr, ropt);
           meter.finish();
+          phase(2);
           const auto rep =
               report::make_training_report(job, result, workload::memory_per_group(job));
-          CaseResult cr;
+          phase(3);
           cr.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
           cr.sim_s = rep.iteration_time_s;
           cr.figure = rep.mfu;
@@ -327,10 +349,14 @@ void add_bench_command(CLI::App& app, Action& action) {
                         static_cast<unsigned long long>(rep.events));
           return cr;
         });
-        std::cout << fmt::format("{:<14} {:>6} {:>10.2f} {:>12.1f} {:>12.3f} {:>8.3f} {:>12}\n",
+        std::cout << fmt::format("{:<14} {:>6} {:>10.2f} {:>12.1f} {:>12.3f} {:>8.3f} {:>12}",
                                  k.name, k.nodes * 8, r.wall_s, r.peak_kib / 1024.0, r.sim_s,
-                                 r.figure, r.label)
-                  << std::flush;
+                                 r.figure, r.label);
+        if (*phases) {
+          std::cout << fmt::format(" {:>8.3f} {:>8.3f} {:>8.3f} {:>8.3f}", r.phase_s[0],
+                                   r.phase_s[1], r.phase_s[2], r.phase_s[3]);
+        }
+        std::cout << "\n" << std::flush;
       }
       return 0;
     };

@@ -41,6 +41,8 @@ Cluster::Cluster(config::ClusterConfig cfg) : cfg_(std::move(cfg)) {
   for (const config::NodeType& t : cfg_.node_types) build_template(t);
   build_nodes();
   build_fabric();
+  last_class_name_ = nullptr;  // make_link's memo points into cfg_: none is kept
+  last_class_ = nullptr;
   build_switch_routes();
 }
 
@@ -163,6 +165,16 @@ void Cluster::build_template(const config::NodeType& t) {
 
 Link Cluster::make_link(VertexId a, VertexId b, double bandwidth, const std::string& cls,
                         Time extra_latency, const std::string& where) const {
+  // The fabric adds hundreds of thousands of links of one or two classes: the last class found
+  // is asked first.
+  if (last_class_ != nullptr && *last_class_name_ == cls) {
+    return Link{a,
+                b,
+                bandwidth,
+                bandwidth * last_class_->efficiency,
+                Time::from_seconds(last_class_->latency_s) + extra_latency,
+                last_class_};
+  }
   auto it = cfg_.link_classes.find(cls);
   if (it == cfg_.link_classes.end()) {
     throw InputError(where + ": unknown link class \"" + cls + "\"");
@@ -174,6 +186,8 @@ Link Cluster::make_link(VertexId a, VertexId b, double bandwidth, const std::str
   l.capacity_Bps = bandwidth * it->second.efficiency;
   l.latency = Time::from_seconds(it->second.latency_s) + extra_latency;
   l.cls = &it->second;
+  last_class_name_ = &it->first;
+  last_class_ = &it->second;
   return l;
 }
 
@@ -189,7 +203,7 @@ void Cluster::build_nodes() {
   // when its first node is: every node of the type copies them at its own offset.
   std::vector<std::vector<Link>> type_links(cfg_.node_types.size());
   std::vector<bool> made(cfg_.node_types.size(), false);
-  size_t nodes = 0, vertices = 0, links = 0, gpus = 0;
+  size_t nodes = 0, vertices = 0, links = 0, gpus = 0, nics = 0;
   for (const config::Group& group : cfg_.groups) {
     uint32_t type = 0;
     while (cfg_.node_types[type].name != group.node_type) ++type;
@@ -198,6 +212,20 @@ void Cluster::build_nodes() {
     vertices += count * templates_[type].kinds.size();
     links += count * templates_[type].links.size();
     gpus += count * static_cast<size_t>(cfg_.node_types[type].gpus);
+    nics += count * cfg_.node_types[type].nics.size();
+  }
+  // Room for the fabric's links too (two a NIC; two between each leaf and each spine), so that
+  // the node links are not copied again as build_fabric adds them.
+  links += 2 * nics;
+  const config::Fabric& f = cfg_.fabric;
+  const size_t spines = static_cast<size_t>(std::max(1, f.spines));
+  if (f.kind == config::FabricKind::fat_tree && f.nics_per_leaf > 0) {
+    links += 2 * spines * ((nics + static_cast<size_t>(f.nics_per_leaf) - 1) / f.nics_per_leaf);
+  } else if (f.kind == config::FabricKind::rail_optimized && f.nodes_per_unit > 0) {
+    size_t rails = 0;
+    for (const config::NodeType& t : cfg_.node_types) rails = std::max(rails, t.nics.size());
+    links += 2 * spines * rails *
+             ((nodes + static_cast<size_t>(f.nodes_per_unit) - 1) / f.nodes_per_unit);
   }
   nodes_.reserve(nodes);
   vertex_kind_.reserve(vertices);
@@ -261,7 +289,6 @@ void Cluster::build_fabric() {
   };
   const Time hop = Time::from_seconds(f.latency_s);
   const std::string where = cfg_.file + ": fabric";
-  links_.reserve(links_.size() + 2 * nics_.size());
   auto attach = [&](NicPort& p, uint32_t sw, Time switch_latency) {
     const config::NicSpec& spec = nic_spec(p);
     p.fabric_switch = sw;
@@ -427,11 +454,12 @@ void Cluster::build_switch_routes() {
       return x.to != y.to ? x.to < y.to : x.link < y.link;
     });
   }
-  switch_dist_.assign(s * s, kFar);
   // Breadth-first from every switch (BFS backwards is the same as forwards: every switch link
   // comes in a pair), a level at a time over sets of switches as bits: the next level is the
   // union of the level's neighbour sets, S / 64 words per switch reached instead of one step
-  // per link (a spine of a 1024-node fabric has 256 links, and there are 272 sources).
+  // per link. Switches with the same neighbours (every leaf of a two-level fat tree, every
+  // spine) are one search: from either, every other switch is as far, and each is two hops from
+  // the other; so the searches are one per class (2 on a 12,288-node SuperPOD, not 3,088).
   const size_t words = (s + 63) / 64;
   std::vector<uint64_t> neighbours(s * words, 0);
   for (uint32_t u = 0; u < s; ++u) {
@@ -439,9 +467,36 @@ void Cluster::build_switch_routes() {
       neighbours[u * words + h.to / 64] |= uint64_t{1} << (h.to % 64);
     }
   }
+  switch_class_.assign(s, 0);
+  class_rep_.clear();
+  class_linked_.clear();
+  {
+    std::map<std::span<const uint64_t>, uint32_t,
+             decltype([](std::span<const uint64_t> a, std::span<const uint64_t> b) {
+               return std::lexicographical_compare(a.begin(), a.end(), b.begin(), b.end());
+             })>
+        by_neighbours;
+    for (uint32_t u = 0; u < s; ++u) {
+      const std::span<const uint64_t> row(&neighbours[u * words], words);
+      // A switch linked to itself is not like another with the same neighbours.
+      const bool self = (row[u / 64] >> (u % 64)) & 1;
+      const auto [it, fresh] =
+          self ? std::pair{by_neighbours.end(), true}
+               : by_neighbours.emplace(row, static_cast<uint32_t>(class_rep_.size()));
+      if (fresh) {
+        switch_class_[u] = static_cast<uint32_t>(class_rep_.size());
+        class_rep_.push_back(u);
+        class_linked_.push_back(!switch_out_[u].empty());
+      } else {
+        switch_class_[u] = it->second;
+      }
+    }
+  }
+  class_dist_.assign(class_rep_.size() * s, kFar);
   std::vector<uint64_t> seen(words), level(words), next(words);
-  for (uint32_t from = 0; from < s; ++from) {
-    uint16_t* dist = &switch_dist_[from * s];
+  for (uint32_t c = 0; c < class_rep_.size(); ++c) {
+    const uint32_t from = class_rep_[c];
+    uint16_t* dist = &class_dist_[c * s];
     dist[from] = 0;
     std::fill(seen.begin(), seen.end(), 0);
     std::fill(level.begin(), level.end(), 0);
@@ -467,21 +522,33 @@ void Cluster::build_switch_routes() {
       level.swap(next);
     }
   }
-  // Every switch that holds a NIC must reach every other such switch.
+  // Every switch that holds a NIC must reach every other such switch (one member of a class
+  // stands for the rest: each reaches what the class's search reached, and the others of its
+  // class through any neighbour).
   std::vector<uint32_t> used;
   for (const NicPort& p : nics_) {
     if (p.fabric_switch != kNone) used.push_back(p.fabric_switch);
   }
   std::sort(used.begin(), used.end());
   used.erase(std::unique(used.begin(), used.end()), used.end());
+  std::vector<char> checked(class_rep_.size(), 0);
   for (uint32_t a : used) {
+    if (checked[switch_class_[a]]) continue;
+    checked[switch_class_[a]] = 1;
     for (uint32_t b : used) {
-      if (switch_dist_[a * s + b] == kFar) {
+      if (b != a && switch_distance(a, b) == kFar) {
         throw InputError(cfg_.file + ": fabric: switch \"" + switch_name_[a] +
                          "\" cannot reach switch \"" + switch_name_[b] + "\"");
       }
     }
   }
+}
+
+uint16_t Cluster::switch_distance(uint32_t from, uint32_t to) const {
+  if (from == to) return 0;
+  const uint32_t c = switch_class_[from];
+  if (to == class_rep_[c]) return class_linked_[c] ? 2 : kFar;
+  return class_dist_[c * switch_vertex_.size() + to];
 }
 
 std::vector<double> Cluster::capacities() const {
@@ -574,11 +641,10 @@ void Cluster::append_node_path(std::vector<LinkId>& out, uint32_t node, uint32_t
 
 void Cluster::append_switch_path(std::vector<LinkId>& out, uint32_t from_sw, uint32_t to_sw,
                                  uint64_t hash) const {
-  const size_t s = switch_vertex_.size();
   uint32_t u = from_sw;
   while (u != to_sw) {
     // The links one hop nearer: counted, then the hash picks one (no list is kept).
-    const uint16_t want = static_cast<uint16_t>(switch_dist_[u * s + to_sw] - 1);
+    const uint16_t want = static_cast<uint16_t>(switch_distance(u, to_sw) - 1);
     const uint64_t draw = splitmix64(hash ^ (static_cast<uint64_t>(u) << 40));
     if (want == 0) {
       // The last hop: the links to `to_sw` itself, in switch_out_'s order, found by bisection.
@@ -589,7 +655,7 @@ void Cluster::append_switch_path(std::vector<LinkId>& out, uint32_t from_sw, uin
       out.push_back(first[static_cast<ptrdiff_t>(draw % static_cast<uint64_t>(last - first))].link);
       return;
     }
-    auto nearer = [&](const SwitchHop& h) { return switch_dist_[h.to * s + to_sw] == want; };
+    auto nearer = [&](const SwitchHop& h) { return switch_distance(h.to, to_sw) == want; };
     size_t options = 0;
     for (const SwitchHop& h : switch_out_[u]) options += nearer(h);
     size_t k = draw % options;

@@ -135,6 +135,8 @@ class Cluster {
   // The `wan:` links between the sites' switches (indices into switch_vertex_).
   void add_wan_links(const std::vector<uint32_t>& site_switch, const std::string& where);
   void build_switch_routes();
+  // Hops from switch `from` to switch `to` (UINT16_MAX: unreachable).
+  uint16_t switch_distance(uint32_t from, uint32_t to) const;
   Link make_link(VertexId a, VertexId b, double bandwidth, const std::string& cls,
                  Time extra_latency, const std::string& where) const;
   LinkId add_link(VertexId a, VertexId b, double bandwidth, const std::string& cls,
@@ -147,6 +149,8 @@ class Cluster {
   int working_nic(uint32_t node, int nic) const;
 
   config::ClusterConfig cfg_;
+  mutable const std::string* last_class_name_ = nullptr;  // make_link's last class, and its name
+  mutable const config::LinkClass* last_class_ = nullptr;
   bool has_collective_overhead_ = false;
   bool has_socket_transport_ = false;
   std::vector<NodeTemplate> templates_;
@@ -166,7 +170,12 @@ class Cluster {
   // switch_out_'s order): the last hop of a switch path, to a neighbour, is a binary search
   // among a spine's hundreds of links rather than a scan of them.
   std::vector<std::vector<SwitchHop>> switch_out_by_to_;
-  std::vector<uint16_t> switch_dist_;    // [from * S + to], hop count
+  // Hop counts between switches, one row per class of switches with the same neighbours
+  // (switch_distance() reads them).
+  std::vector<uint32_t> switch_class_;   // switch -> its class
+  std::vector<uint32_t> class_rep_;      // class -> the switch its row was searched from
+  std::vector<char> class_linked_;       // class -> whether its switches have neighbours
+  std::vector<uint16_t> class_dist_;     // [class * S + to]
   std::vector<uint32_t> vertex_switch_;  // vertex -> switch index, or UINT32_MAX
   bool pxn_ = false;
   bool links_scaled_ = false;
