@@ -3,6 +3,7 @@
 #include "sim/network/flow_network.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <tuple>
@@ -220,7 +221,17 @@ void FlowNetwork::recompute_rates(const std::vector<FlowId>& flows) {
   // (64% of the links of a recomputation in an interleaved GPT-3 replay): folding them shrinks
   // the filling's heap.
   touched_.clear();
-  same_.clear();
+  // Room for every link of the component at most half full.
+  size_t crossings = 0;
+  for (FlowId id : flows) crossings += flows_[id].spec.links.size();
+  if (same_.size() < 2 * crossings) {
+    same_.assign(std::bit_ceil(std::max<size_t>(64, 2 * crossings)), SameSlot{});
+    same_stamp_ = 0;
+  }
+  if (++same_stamp_ == 0) {  // the stamp wrapped: no slot may look current
+    std::fill(same_.begin(), same_.end(), SameSlot{});
+    same_stamp_ = 1;
+  }
   rem_.clear();
   weight_.clear();
   own_cap_.clear();
@@ -240,9 +251,8 @@ void FlowNetwork::recompute_rates(const std::vector<FlowId>& flows) {
         // A link with the same capacity and the same flows crossing it the same number of times
         // as one already numbered is the same constraint: only the first counts. (Folded
         // replicas: every copy's link of a transfer carries the same flows.)
-        auto [it, fresh] =
-            same_.try_emplace(Fingerprint{link_hash_[u.link], capacity_[u.link]}, u.link);
-        if (!fresh && link_flows_[it->second] == link_flows_[u.link]) {
+        const LinkId first = first_alike(u.link);
+        if (first != u.link && link_flows_[first] == link_flows_[u.link]) {
           local = kDuplicate;
           touched_.push_back(u.link);
           continue;
@@ -325,6 +335,21 @@ void FlowNetwork::recompute_rates(const std::vector<FlowId>& flows) {
     }
   }
   for (FlowObserver* o : observers_) o->on_rates(*this, now);
+}
+
+LinkId FlowNetwork::first_alike(LinkId link) {
+  const uint64_t hash = link_hash_[link];
+  const double capacity = capacity_[link];
+  const size_t mask = same_.size() - 1;
+  for (size_t i = splitmix64(hash ^ std::bit_cast<uint64_t>(capacity)) & mask;;
+       i = (i + 1) & mask) {
+    SameSlot& s = same_[i];
+    if (s.stamp != same_stamp_) {
+      s = SameSlot{hash, capacity, link, same_stamp_};
+      return link;
+    }
+    if (s.hash == hash && s.capacity == capacity) return s.link;
+  }
 }
 
 void FlowNetwork::schedule_next_completion() {

@@ -113,15 +113,20 @@ class FlowNetwork {
   // links crossed by the same flows the same number of times are found in one lookup.
   std::vector<uint64_t> link_hash_;
   std::vector<uint32_t> joining_;  // update's scratch: flows joining each link, zero between calls
-  struct Fingerprint {
-    uint64_t hash;
-    double capacity;
-    bool operator==(const Fingerprint&) const = default;
+  // recompute_rates' scratch: the first link of each fingerprint (the link's hash and capacity)
+  // in an open-addressing table whose slots are valid for one recomputation (`stamp`), so that
+  // it is neither allocated nor cleared link by link.
+  struct SameSlot {
+    uint64_t hash = 0;
+    double capacity = 0;
+    LinkId link = 0;
+    uint32_t stamp = 0;
   };
-  struct FingerprintHash {
-    size_t operator()(const Fingerprint& f) const { return f.hash; }
-  };
-  std::unordered_map<Fingerprint, LinkId, FingerprintHash> same_;  // scratch of recompute_rates
+  // The first link numbered with this fingerprint, or `link` itself after recording it as the
+  // first.
+  LinkId first_alike(LinkId link);
+  std::vector<SameSlot> same_;
+  uint32_t same_stamp_ = 0;
   EventId update_event_;
   EventId completion_event_;
   Time completion_at_ = Time::max();

@@ -17,50 +17,91 @@ namespace hetsim::report {
 
 namespace {
 
-// What one rank of group g sends in one iteration: over its own group's (or expert-, context-
-// parallel group's) ranks, and among the replicas.
-std::pair<double, double> sent_bytes(const workload::TrainingJob& job, uint32_t gi) {
+// What one rank sends in one collective of kind k of `bytes` over p ranks.
+double sent(workload::CommKind k, double bytes, double p) {
   using workload::CommKind;
-  using workload::TaskKind;
-  auto sent = [](CommKind k, double bytes, double p) {
-    if (p <= 1) return 0.0;
-    switch (k) {
-      case CommKind::allreduce:
-        return 2 * bytes * (p - 1) / p;
-      case CommKind::allgather:
-      case CommKind::reducescatter:
-      case CommKind::alltoall:
-        return bytes * (p - 1) / p;
-      case CommKind::halo:
-        // The mean over the ranks: p - 1 boundaries, `bytes` each way across each (the first
-        // and the last rank have one neighbour).
-        return 2 * bytes * (p - 1) / p;
-      case CommKind::none:
-        break;
-    }
-    return 0.0;
-  };
-  const workload::Group& g = job.groups[gi];
-  double group = 0, replicas = 0;
-  for (const workload::Task& t : g.program) {
-    if (t.kind == TaskKind::tp_comm || t.kind == TaskKind::ep_comm || t.kind == TaskKind::cp_comm) {
-      const workload::CommTemplate& ct = g.comms[t.index];
-      const double p =
-          ct.expert || ct.context ? job.group_size(ct) : static_cast<double>(g.devices.size());
-      group += sent(ct.kind, ct.bytes, p);
-    } else if (t.kind == TaskKind::dp_comm) {
-      const workload::DpCollective& dc = g.dp[t.index];
-      const workload::DpSync& sync = job.dp_syncs[dc.sync];
+  if (p <= 1) return 0.0;
+  switch (k) {
+    case CommKind::allreduce:
+      return 2 * bytes * (p - 1) / p;
+    case CommKind::allgather:
+    case CommKind::reducescatter:
+    case CommKind::alltoall:
+      return bytes * (p - 1) / p;
+    case CommKind::halo:
+      // The mean over the ranks: p - 1 boundaries, `bytes` each way across each (the first
+      // and the last rank have one neighbour).
+      return 2 * bytes * (p - 1) / p;
+    case CommKind::none:
+      break;
+  }
+  return 0.0;
+}
+
+// What one rank of each group sends in one iteration: over its own group's (or expert-, context-
+// parallel group's) ranks, and among the replicas. Groups whose programs and collectives are one
+// in memory (alike replicas' stages) and whose data-parallel collectives send alike are summed
+// once, in the same order: the replicas' copies are not read again.
+class SentBytes {
+ public:
+  explicit SentBytes(const workload::TrainingJob& job) : job_(job) {}
+
+  std::pair<double, double> operator()(uint32_t gi) {
+    const workload::Group& g = job_.groups[gi];
+    std::vector<double> dp_sent(g.dp.size());
+    for (size_t i = 0; i < g.dp.size(); ++i) {
+      const workload::DpCollective& dc = g.dp[i];
+      const workload::DpSync& sync = job_.dp_syncs[dc.sync];
       double p = static_cast<double>(sync.members.size());
       if (dc.grid) {
         p = 0;
-        for (const auto& [m, i] : sync.members) p += job.groups[m].devices.size();
+        for (const auto& [m, k] : sync.members) p += job_.groups[m].devices.size();
       }
-      replicas += sent(dc.kind, dc.bytes, p);
+      dp_sent[i] = sent(dc.kind, dc.bytes, p);
     }
+    if (g.program.id() == nullptr) return sum(g, dp_sent);
+    Key key{g.program.id(), g.comms.id(), g.devices.size(), std::move(dp_sent)};
+    auto it = memo_.find(key);
+    if (it == memo_.end()) {
+      const auto value = sum(g, key.dp_sent);
+      it = memo_.emplace(std::move(key), value).first;
+    }
+    return it->second;
   }
-  return {group, replicas};
-}
+
+ private:
+  struct Key {
+    const void* program;
+    const void* comms;
+    size_t devices;
+    std::vector<double> dp_sent;
+    bool operator<(const Key& o) const {
+      return std::tie(program, comms, devices, dp_sent) <
+             std::tie(o.program, o.comms, o.devices, o.dp_sent);
+    }
+  };
+
+  std::pair<double, double> sum(const workload::Group& g,
+                                const std::vector<double>& dp_sent) const {
+    using workload::TaskKind;
+    double group = 0, replicas = 0;
+    for (const workload::Task& t : g.program) {
+      if (t.kind == TaskKind::tp_comm || t.kind == TaskKind::ep_comm ||
+          t.kind == TaskKind::cp_comm) {
+        const workload::CommTemplate& ct = g.comms[t.index];
+        const double p =
+            ct.expert || ct.context ? job_.group_size(ct) : static_cast<double>(g.devices.size());
+        group += sent(ct.kind, ct.bytes, p);
+      } else if (t.kind == TaskKind::dp_comm) {
+        replicas += dp_sent[t.index];
+      }
+    }
+    return {group, replicas};
+  }
+
+  const workload::TrainingJob& job_;
+  std::map<Key, std::pair<double, double>> memo_;
+};
 
 }  // namespace
 
@@ -130,8 +171,9 @@ TrainingReport make_training_report(const workload::TrainingJob& job,
   r.dp_exposed_s /= devices;
   r.ep_exposed_s /= devices;
   r.cp_exposed_s /= devices;
+  SentBytes sent_bytes(job);
   for (size_t i = 0; i < job.groups.size(); ++i) {
-    const auto [group, replicas] = sent_bytes(job, static_cast<uint32_t>(i));
+    const auto [group, replicas] = sent_bytes(static_cast<uint32_t>(i));
     const double n = static_cast<double>(job.groups[i].devices.size());
     r.sent_group_bytes += group * n / devices;
     r.sent_replicas_bytes += replicas * n / devices;
