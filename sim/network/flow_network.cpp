@@ -6,7 +6,9 @@
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <span>
 #include <tuple>
+#include <unordered_map>
 
 #include "sim/core/error.h"
 #include "sim/core/hash.h"
@@ -43,6 +45,74 @@ void merge_links(std::vector<LinkUse>& links) {
     }
   }
   links.resize(out);
+}
+
+void keep_binding_links(const std::vector<std::vector<LinkUse>*>& templates,
+                        const std::vector<double>& cap) {
+  const size_t links = cap.size();
+  std::vector<uint32_t> start(links + 1, 0);
+  for (auto* l : templates) {
+    merge_links(*l);
+    for (const LinkUse& u : *l) ++start[u.link + 1];
+  }
+  for (size_t l = 0; l < links; ++l) start[l + 1] += start[l];
+  // Per link, (template, count) in template order.
+  std::vector<std::pair<uint32_t, uint32_t>> by_link(start[links]);
+  std::vector<uint32_t> fill(start.begin(), start.end() - 1);
+  std::vector<uint64_t> hash(links, 0);
+  for (uint32_t t = 0; t < templates.size(); ++t) {
+    for (const LinkUse& u : *templates[t]) {
+      by_link[fill[u.link]++] = {t, u.count};
+      hash[u.link] = hash[u.link] * 0x100000001b3ULL ^ (uint64_t{t} << 32 | u.count);
+    }
+  }
+  auto crossings = [&](uint32_t l) {
+    return std::span(by_link.begin() + start[l], by_link.begin() + start[l + 1]);
+  };
+  std::unordered_map<uint64_t, std::vector<uint32_t>> seen;  // hash -> first links
+  std::vector<uint8_t> keep(links, 1);
+  for (uint32_t l = 0; l < links; ++l) {
+    if (start[l] == start[l + 1]) continue;
+    auto& firsts = seen[hash[l]];
+    for (uint32_t f : firsts) {
+      if (cap[f] == cap[l] && std::ranges::equal(crossings(f), crossings(l))) {
+        keep[l] = 0;
+        break;
+      }
+    }
+    if (keep[l]) firsts.push_back(l);
+  }
+  for (auto* l : templates) {
+    std::erase_if(*l, [&](const LinkUse& u) { return !keep[u.link]; });
+  }
+  // Whether every (template, count) of a is in b with at least that count (both by template).
+  auto dominated_by = [&](uint32_t a, uint32_t b) {
+    const auto x = crossings(a), y = crossings(b);
+    auto j = y.begin();
+    for (const auto& [t, count] : x) {
+      while (j != y.end() && j->first < t) ++j;
+      if (j == y.end() || j->first != t || j->second < count) return false;
+    }
+    return true;
+  };
+  std::vector<uint8_t> dominated(links, 0);
+  for (uint32_t l = 0; l < links; ++l) {
+    if (start[l] == start[l + 1] || !keep[l]) continue;
+    // A link that dominates l crosses every template l crosses: look in the shortest of them.
+    uint32_t fewest = by_link[start[l]].first;
+    for (const auto& [t, count] : crossings(l)) {
+      if (templates[t]->size() < templates[fewest]->size()) fewest = t;
+    }
+    for (const LinkUse& u : *templates[fewest]) {
+      if (u.link != l && cap[u.link] == cap[l] && dominated_by(l, u.link)) {
+        dominated[l] = 1;
+        break;
+      }
+    }
+  }
+  for (auto* l : templates) {
+    std::erase_if(*l, [&](const LinkUse& u) { return dominated[u.link]; });
+  }
 }
 
 FlowNetwork::FlowNetwork(Engine& engine, std::vector<double> capacity_Bps)

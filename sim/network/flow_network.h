@@ -32,6 +32,24 @@ struct LinkUse {
 // FlowNetwork::start keeps; cheap on a list already in that form).
 void merge_links(std::vector<LinkUse>& links);
 
+// Where every flow a run will start is an instance of one of `templates` (its links, with how many
+// times it crosses each), keeps in each template only the links that can bind a flow's rate, and
+// merges its crossings by link. Dropped, both exact:
+// - a link crossed by the same templates the same number of times as one before it, with the same
+//   capacity: the two carry the same active flows at every instant, so they are one constraint.
+//   Folded replicas make many: every copy of a transfer crosses its own NIC and PCIe links, that
+//   only the same templates cross;
+// - a link that another of the same capacity dominates: every template crossing it crosses the
+//   other at least as many times. The other then carries at least its load at every instant, and
+//   in max-min fair sharing a constraint that another dominates never binds first: the other's
+//   fair share is never larger, so the other saturates first and fixes the rates of every flow
+//   both carry (progressive filling; Bertsekas and Gallager, Data Networks, 6.5). Folded
+//   replicas make many of these too: a fabric link that some copies' hashed routes share with
+//   a link that more of them share. Dominance between distinct links is a strict order, so the
+//   links kept (those nothing dominates) dominate every link dropped.
+void keep_binding_links(const std::vector<std::vector<LinkUse>*>& templates,
+                        const std::vector<double>& capacity);
+
 struct FlowSpec {
   std::vector<LinkUse> links;  // empty: a local transfer, done right after its latency
   double bytes = 0;            // bytes carried on each crossing

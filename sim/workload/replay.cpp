@@ -1,12 +1,14 @@
 // The training replay; see replay.h.
 #include "sim/workload/replay.h"
 
+#include <algorithm>
 #include <deque>
 #include <functional>
 #include <list>
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <unordered_map>
 
 #include "sim/core/error.h"
@@ -380,11 +382,8 @@ class Replayer {
   }
 
   // ---- flow templates ----------------------------------------------------------------------
-  // Every flow the replay can start is built before it starts, so that links that are the same
-  // constraint for the whole replay (the same capacity, crossed by the same flow templates the
-  // same number of times) can be found: only the first stays in each template. Exact, since
-  // such links carry the same active flows at every instant. Folded replicas make many: every
-  // copy of a transfer crosses its own NIC and PCIe links, that only the same templates cross.
+  // Every flow the replay can start is built before it starts, so that the links that can never
+  // bind a rate are found once and left out of every flow (keep_binding_links).
   void prepare() {
     if (opt_.free_communication) return;
     for (uint32_t g = 0; g < st_.size(); ++g) {
@@ -430,7 +429,7 @@ class Replayer {
       for (uint32_t j = 0; j < job_.dp_syncs[k].pieces; ++j) dp_plan(k, j);
     }
     sealed_ = true;
-    // The templates in a fixed order, each one's crossings merged by link.
+    // The templates in a fixed order.
     std::vector<std::vector<network::LinkUse>*> lists;
     auto add_plan = [&](network::CollectivePlan& p) {
       for (network::PlanStep& st : p.steps) lists.push_back(&st.links);
@@ -444,42 +443,7 @@ class Replayer {
     for (auto& [k, plans] : group_plans_)
       for (auto& p : *plans) add_plan(p);
     for (auto& [k, p] : paths_) lists.push_back(&p->links);
-    const size_t links = c_.capacities().size();
-    std::vector<uint32_t> start(links + 1, 0);
-    for (auto* l : lists) {
-      network::merge_links(*l);
-      for (const network::LinkUse& u : *l) ++start[u.link + 1];
-    }
-    for (size_t l = 0; l < links; ++l) start[l + 1] += start[l];
-    // Per link, (template, count) in template order.
-    std::vector<std::pair<uint32_t, uint32_t>> by_link(start[links]);
-    std::vector<uint32_t> fill(start.begin(), start.end() - 1);
-    std::vector<uint64_t> hash(links, 0);
-    for (uint32_t t = 0; t < lists.size(); ++t) {
-      for (const network::LinkUse& u : *lists[t]) {
-        by_link[fill[u.link]++] = {t, u.count};
-        hash[u.link] = hash[u.link] * 0x100000001b3ULL ^ (uint64_t{t} << 32 | u.count);
-      }
-    }
-    const std::vector<double>& cap = c_.capacities();
-    std::unordered_map<uint64_t, std::vector<uint32_t>> seen;  // hash -> first links
-    std::vector<uint8_t> keep(links, 1);
-    for (uint32_t l = 0; l < links; ++l) {
-      if (start[l] == start[l + 1]) continue;
-      auto& firsts = seen[hash[l]];
-      for (uint32_t f : firsts) {
-        if (cap[f] == cap[l] &&
-            std::equal(by_link.begin() + start[f], by_link.begin() + start[f + 1],
-                       by_link.begin() + start[l], by_link.begin() + start[l + 1])) {
-          keep[l] = 0;
-          break;
-        }
-      }
-      if (keep[l]) firsts.push_back(l);
-    }
-    for (auto* l : lists) {
-      std::erase_if(*l, [&](const network::LinkUse& u) { return !keep[u.link]; });
-    }
+    network::keep_binding_links(lists, c_.capacities());
   }
 
   void unsealed(const char* what) const {
