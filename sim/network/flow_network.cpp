@@ -178,8 +178,10 @@ double FlowNetwork::remaining_now(const Flow& f) const {
 void FlowNetwork::update() {
   in_update_ = true;
   const Time now = engine_.now();
-  // Flows whose completion time has come.
-  std::vector<FlowId> done;
+  // Flows whose completion time has come (the scratch vectors are members: an update runs for
+  // every flow that starts or ends, and none is nested in another).
+  std::vector<FlowId>& done = done_;
+  done.clear();
   while (!completions_.empty() && completions_.top().at <= now) {
     const Completion c = completions_.top();
     completions_.pop();
@@ -190,7 +192,8 @@ void FlowNetwork::update() {
     }
   }
   std::sort(done.begin(), done.end());
-  std::vector<FlowId> seeds;
+  std::vector<FlowId>& seeds = seeds_;
+  seeds.clear();
   for (FlowId id : done) {
     Flow& f = flows_[id];
     f.active = false;
@@ -217,7 +220,8 @@ void FlowNetwork::update() {
     if (cb) cb();
   }
   for (FlowId id : done) free_ids_.push_back(id);
-  std::vector<FlowId> started;
+  std::vector<FlowId>& started = joined_;
+  started.clear();
   started.swap(pending_);
   // Each link's list grows once by all the flows that join it here, not by doubling: a
   // collective's channels start together and meet on every node's links.
@@ -252,9 +256,10 @@ void FlowNetwork::update() {
   if (!pending_.empty()) request_update();
 }
 
-std::vector<FlowId> FlowNetwork::component(const std::vector<FlowId>& seeds) {
+const std::vector<FlowId>& FlowNetwork::component(const std::vector<FlowId>& seeds) {
   ++mark_;
-  std::vector<FlowId> out;
+  std::vector<FlowId>& out = component_;
+  out.clear();
   // Once every active flow is in, there is nothing left to find: where all flows share links (a
   // collective's channels meet on every node's NVSwitch) the search ends after a few links
   // instead of crossing every link of every flow.
@@ -354,20 +359,27 @@ void FlowNetwork::recompute_rates(const std::vector<FlowId>& flows) {
   }
   for (size_t i = 0; i < n; ++i) adj_start_[i + 1] += adj_start_[i];
   adj_.resize(adj_start_[n]);
-  std::vector<uint32_t> fill(adj_start_.begin(), adj_start_.end() - 1);
+  std::vector<uint32_t>& fill = fill_;
+  fill.assign(adj_start_.begin(), adj_start_.end() - 1);
   for (FlowId id : flows) {
     for (const LinkUse& u : flows_[id].spec.links)
       if (local_[u.link] < kDuplicate) adj_[fill[local_[u.link]]++] = id;
     if (cap_local_[id] != kNone) adj_[fill[cap_local_[id]]++] = id;
   }
   // Progressive filling: repeatedly saturate the constraint with the smallest fair share.
-  using Item = std::tuple<double, uint32_t, uint32_t>;  // share, local constraint, stamp
-  std::priority_queue<Item, std::vector<Item>, std::greater<Item>> heap;
+  // A binary heap in heap_ (share, local constraint, stamp), smallest share first.
+  std::vector<HeapItem>& heap = heap_;
+  heap.clear();
+  auto push = [&heap](double share, uint32_t i, uint32_t stamp) {
+    heap.emplace_back(share, i, stamp);
+    std::push_heap(heap.begin(), heap.end(), std::greater<HeapItem>());
+  };
   stamp_.assign(n, 0);
-  for (uint32_t i = 0; i < n; ++i) heap.emplace(rem_[i] / weight_[i], i, 0);
+  for (uint32_t i = 0; i < n; ++i) push(rem_[i] / weight_[i], i, 0);
   while (!heap.empty()) {
-    auto [share, i, s] = heap.top();
-    heap.pop();
+    std::pop_heap(heap.begin(), heap.end(), std::greater<HeapItem>());
+    auto [share, i, s] = heap.back();
+    heap.pop_back();
     if (s != stamp_[i] || weight_[i] <= 0) continue;
     share = std::max(0.0, share);
     for (uint32_t k = adj_start_[i]; k < adj_start_[i + 1]; ++k) {
@@ -381,7 +393,7 @@ void FlowNetwork::recompute_rates(const std::vector<FlowId>& flows) {
         rem_[j] -= share * u.count;
         weight_[j] -= u.count;
         ++stamp_[j];
-        if (weight_[j] > 0) heap.emplace(std::max(0.0, rem_[j]) / weight_[j], j, stamp_[j]);
+        if (weight_[j] > 0) push(std::max(0.0, rem_[j]) / weight_[j], j, stamp_[j]);
       }
       if (cap_local_[id] != kNone) {
         weight_[cap_local_[id]] = 0;

@@ -13,6 +13,7 @@
 #include <queue>
 #include <span>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -113,7 +114,8 @@ class FlowNetwork {
 
   void request_update();
   void update();
-  std::vector<FlowId> component(const std::vector<FlowId>& seeds);
+  // The active flows that share links with the seeds, directly or through others (component_).
+  const std::vector<FlowId>& component(const std::vector<FlowId>& seeds);
   void recompute_rates(const std::vector<FlowId>& flows);
   void schedule_next_completion();
   double remaining_now(const Flow& f) const;
@@ -165,6 +167,11 @@ class FlowNetwork {
   std::vector<LinkId> touched_;
   std::vector<uint32_t> cap_local_;  // per flow id: local index of its own cap
   std::vector<double> own_cap_;      // by position: the tightest of its cap and private links
+  std::vector<uint32_t> fill_;
+  using HeapItem = std::tuple<double, uint32_t, uint32_t>;
+  std::vector<HeapItem> heap_;
+  // Scratch for update and component.
+  std::vector<FlowId> done_, seeds_, joined_, component_;
 };
 
 }  // namespace hetsim::network
