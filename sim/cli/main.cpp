@@ -66,6 +66,7 @@ int main(int argc, char** argv) {
   hetsim::cli::add_execute_command(app, action);
   hetsim::cli::add_export_chakra_command(app, action);
   hetsim::cli::add_replay_chakra_command(app, action);
+  hetsim::cli::add_reference_command(app, action);
   if (argc > 1 && argv[1][0] != '-') {
     bool known = false;
     for (const CLI::App* sub : app.get_subcommands({})) known = known || sub->get_name() == argv[1];

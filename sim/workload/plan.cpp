@@ -21,6 +21,7 @@
 #include "sim/policy/gholami.h"
 #include "sim/workload/cnn.h"
 #include "sim/workload/cost_model.h"
+#include "sim/workload/plan_keys.h"
 
 namespace hetsim::workload {
 
@@ -68,8 +69,23 @@ std::vector<platform::GpuId> device_list(const std::string& file, const YAML::No
     }
     out.push_back(static_cast<platform::GpuId>(v));
   };
+  auto bad = [&](const YAML::Node& at, const std::string& got) {
+    return InputError(where(file, at) + ": " + path +
+                      ": expected GPU ids such as \"0-7,16\" or a list of them, got " + got);
+  };
   if (n.IsSequence()) {
-    for (const auto& x : n) add(x.as<long>());
+    for (size_t i = 0; i < n.size(); ++i) {
+      long v = -1;
+      try {
+        v = n[i].as<long>();
+      } catch (const YAML::Exception&) {
+        throw bad(n[i], n[i].IsScalar() ? "\"" + n[i].Scalar() + "\" in the list"
+                                        : "a nested list or map in the list");
+      }
+      add(v);
+    }
+  } else if (!n.IsScalar()) {
+    throw bad(n, "a map");
   } else {
     const std::string text = n.as<std::string>();
     std::stringstream ss(text);
@@ -473,12 +489,12 @@ void read_common(const std::string& file, const YAML::Node& root,
   }
   if (root["precision"]) {
     p.precision = static_cast<Precision>(
-        config::get_choice(file, root, "", "precision", {"fp32", "fp16", "bf16", "fp8"}));
+        config::get_choice(file, root, "", "precision", plan_choices("precision")));
   }
   p.fp32_main_grads =
-      config::get_choice(file, root, "", "main_grads", {"fp32", "same"}, "fp32") == 0;
+      config::get_choice(file, root, "", "main_grads", plan_choices("main_grads"), "fp32") == 0;
   p.optimizer = static_cast<Optimizer>(
-      config::get_choice(file, root, "", "optimizer", {"adam", "sgd", "sgd_momentum"}, "adam"));
+      config::get_choice(file, root, "", "optimizer", plan_choices("optimizer"), "adam"));
   const std::string framework = get_string(file, root, "", "framework", framework_default);
   try {
     p.framework = load_framework(framework);
@@ -486,7 +502,7 @@ void read_common(const std::string& file, const YAML::Node& root,
     throw InputError(where(file, root["framework"]) + ": framework: " + e.what());
   }
   p.gradient_reduction = static_cast<GradReduction>(
-      config::get_choice(file, root, "", "gradient_reduction", {"overlapped", "after_backward"},
+      config::get_choice(file, root, "", "gradient_reduction", plan_choices("gradient_reduction"),
                          to_string(p.framework.gradient_reduction)));
 }
 
@@ -845,39 +861,7 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
                      " is a transformer: use tensor_parallel, pipeline_parallel, "
                      "data_parallel)");
   }
-  config::check_keys(file, root, "",
-                     {"tensor_parallel",
-                      "pipeline_parallel",
-                      "data_parallel",
-                      "micro_batch_size",
-                      "global_batch_size",
-                      "sequence_length",
-                      "schedule",
-                      "interleave",
-                      "microbatch_group",
-                      "recompute",
-                      "recompute_layers",
-                      "sequence_parallel",
-                      "tp_comm_overlap",
-                      "zero_stage",
-                      "precision",
-                      "attention",
-                      "main_grads",
-                      "optimizer",
-                      "bucket_size",
-                      "devices",
-                      "replicas",
-                      "stages",
-                      "stage_layers",
-                      "framework",
-                      "gradient_reduction",
-                      "gradient_accumulation",
-                      "expert_parallel",
-                      "expert_tensor_parallel",
-                      "context_parallel",
-                      "capacity_factor",
-                      "routing",
-                      "perturbations"});
+  config::check_keys(file, root, "", plan_key_names());
   Plan p;
   p.source = file;
   // The framework first: its defaults (bucket, ZeRO stage, gradient reduction) yield to the
@@ -894,7 +878,7 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
   }
   // Enum order follows the option lists.
   p.schedule = static_cast<Schedule>(
-      config::get_choice(file, root, "", "schedule", {"gpipe", "1f1b", "interleaved"}, "1f1b"));
+      config::get_choice(file, root, "", "schedule", plan_choices("schedule"), "1f1b"));
   p.interleave = static_cast<int>(get_int(file, root, "", "interleave", 1, limits::kLayers, 1));
   if (p.schedule != Schedule::interleaved && p.interleave != 1) {
     throw InputError(where(file, root["interleave"]) + ": interleave: needs schedule: interleaved");
@@ -905,8 +889,8 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
     throw InputError(where(file, root["microbatch_group"]) +
                      ": microbatch_group: needs schedule: interleaved");
   }
-  p.recompute = static_cast<Recompute>(config::get_choice(
-      file, root, "", "recompute", {"none", "selective", "full", "selective_op"}, "none"));
+  p.recompute = static_cast<Recompute>(
+      config::get_choice(file, root, "", "recompute", plan_choices("recompute"), "none"));
   p.recompute_layers =
       static_cast<int>(get_int(file, root, "", "recompute_layers", 1, limits::kLayers, 0));
   if (p.recompute_layers > 0 && p.recompute != Recompute::full) {
@@ -915,7 +899,7 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
                      "stage recompute in full)");
   }
   p.flash_attention =
-      config::get_choice(file, root, "", "attention", {"flash", "standard"}, "flash") == 0;
+      config::get_choice(file, root, "", "attention", plan_choices("attention"), "flash") == 0;
   p.attention_defaulted = !root["attention"];
   p.bucket_bytes = config::get_quantity(file, root, "", "bucket_size", config::Dimension::bytes,
                                         p.framework.bucket_bytes.value_or(p.bucket_bytes));
@@ -934,7 +918,7 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
   p.zero_stage = static_cast<int>(
       get_int(file, root, "", "zero_stage", 0, 3, p.framework.zero_stage.value_or(0)));
   p.layered = config::get_choice(file, root, "", "gradient_accumulation",
-                                 {"micro_batch", "layered"}, "micro_batch") == 1;
+                                 plan_choices("gradient_accumulation"), "micro_batch") == 1;
   read_moe(file, root, model, p);
   const int v = p.interleave;
   if (root["stages"]) return load_staged_plan(root, file, model, cluster, p);

@@ -1,0 +1,423 @@
+// The plan keys' table and what is generated from it; see plan_keys.h.
+#include "sim/workload/plan_keys.h"
+
+#include <fmt/format.h>
+
+#include <stdexcept>
+
+#include "sim/config/limits.h"
+
+namespace hetsim::workload {
+
+namespace {
+namespace limits = config::limits;
+using T = PlanKeyType;
+constexpr double kGpus = static_cast<double>(limits::kGpus);
+constexpr double kBatch = static_cast<double>(limits::kBatch);
+constexpr double kLayers = static_cast<double>(limits::kLayers);
+
+std::vector<PlanKey> make_table() {
+  // Readers: plan (workload/plan.cpp), memory (workload/memory.cpp), job (workload/
+  // training_job.cpp), estimate (policy/estimate.cpp), search (policy/neighbours.cpp),
+  // export (launch/), execute (execute/).
+  return {
+      {"tensor_parallel",
+       T::integer,
+       {},
+       1,
+       kGpus,
+       "1",
+       "Tensor-parallel degree (Megatron's order: tensor fastest, then context, data, pipeline)",
+       "plan, memory, job, estimate, search, export, execute"},
+      {"pipeline_parallel",
+       T::integer,
+       {},
+       1,
+       kGpus,
+       "1",
+       "Pipeline stages",
+       "plan, memory, job, estimate, search, export, execute"},
+      {"data_parallel",
+       T::integer,
+       {},
+       1,
+       kGpus,
+       "devices / (tp x cp x pp)",
+       "Data-parallel replicas",
+       "plan, job, estimate, export, execute"},
+      {"micro_batch_size",
+       T::integer,
+       {},
+       1,
+       kBatch,
+       "1",
+       "Sequences in one micro-batch",
+       "plan, memory, job, estimate, search, export, execute"},
+      {"global_batch_size",
+       T::integer,
+       {},
+       1,
+       kBatch,
+       "required (replicas: their sum)",
+       "Sequences in one iteration, over every replica",
+       "plan, job, estimate, export, execute"},
+      {"sequence_length",
+       T::integer,
+       {},
+       1,
+       static_cast<double>(limits::kSequence),
+       "the model's",
+       "Tokens in one sequence",
+       "plan, memory, job, estimate, export, execute"},
+      {"schedule",
+       T::choice,
+       {"gpipe", "1f1b", "interleaved"},
+       0,
+       0,
+       "1f1b",
+       "Pipeline schedule",
+       "plan, memory, job, estimate, search, export"},
+      {"interleave",
+       T::integer,
+       {},
+       1,
+       kLayers,
+       "1",
+       "schedule: interleaved: model chunks per stage",
+       "plan, memory, job, estimate, export"},
+      {"microbatch_group",
+       T::integer,
+       {},
+       1,
+       kBatch,
+       "pipeline_parallel",
+       "schedule: interleaved: micro-batches that run one chunk before the next",
+       "plan, memory, job"},
+      {"recompute",
+       T::choice,
+       {"none", "selective", "full", "selective_op"},
+       0,
+       0,
+       "none",
+       "Activation recomputation: the attention core, whole layers, or torchtitan's op-level",
+       "plan, memory, job, estimate, search, export"},
+      {"recompute_layers",
+       T::integer,
+       {},
+       1,
+       kLayers,
+       "every layer",
+       "recompute: full: only the first N layers of each stage's chunk recompute",
+       "plan, memory, job, estimate, search, export"},
+      {"sequence_parallel",
+       T::flag,
+       {},
+       0,
+       0,
+       "false",
+       "All-gather / reduce-scatter instead of all-reduce around tensor-parallel regions",
+       "plan, memory, job, estimate, export"},
+      {"tp_comm_overlap",
+       T::flag,
+       {},
+       0,
+       0,
+       "false",
+       "Megatron-LM's --tp-comm-overlap: sequence-parallel collectives beside their GEMMs "
+       "(needs sequence_parallel)",
+       "plan, job, estimate, export"},
+      {"zero_stage",
+       T::integer,
+       {},
+       0,
+       3,
+       "the framework's (0)",
+       "ZeRO stage: optimizer state (1), gradients (2), parameters (3, FSDP-style) sharded",
+       "plan, memory, job, estimate, search, export"},
+      {"precision",
+       T::choice,
+       {"fp32", "fp16", "bf16", "fp8"},
+       0,
+       0,
+       "bf16 where every GPU has it, else fp16",
+       "Training precision of the matmuls",
+       "plan, memory, job, estimate, export, execute"},
+      {"attention",
+       T::choice,
+       {"flash", "standard"},
+       0,
+       0,
+       "flash",
+       "Fused (flash) or unfused attention",
+       "plan, memory, job, estimate, execute"},
+      {"main_grads",
+       T::choice,
+       {"fp32", "same"},
+       0,
+       0,
+       "fp32",
+       "Gradients accumulated in fp32 or in the training precision",
+       "plan, memory, job"},
+      {"optimizer",
+       T::choice,
+       {"adam", "sgd", "sgd_momentum"},
+       0,
+       0,
+       "adam",
+       "The optimizer's state and step",
+       "plan, memory, job, estimate"},
+      {"bucket_size",
+       T::size,
+       {},
+       0,
+       0,
+       "the framework's (160MB)",
+       "Gradient bucket of the data-parallel reduction",
+       "plan, job, estimate, export"},
+      {"devices",
+       T::devices,
+       {},
+       0,
+       0,
+       "every GPU",
+       "The GPUs the plan uses, e.g. \"0-7\"",
+       "plan"},
+      {"replicas",
+       T::list,
+       {},
+       0,
+       0,
+       "",
+       "Heterogeneous plans: each replica's micro_batches, state_share and stages (layers, "
+       "tensor_parallel, devices)",
+       "plan, memory, job, estimate"},
+      {"stages",
+       T::list,
+       {},
+       0,
+       0,
+       "",
+       "Staged plans: each stage's layers and data-parallel groups of their own degrees",
+       "plan, memory, job"},
+      {"stage_layers",
+       T::list,
+       {},
+       0,
+       0,
+       "even",
+       "Layers of each pipeline stage, e.g. [23, 25, 25, 23]",
+       "plan, memory, job, estimate"},
+      {"framework",
+       T::text,
+       {},
+       0,
+       0,
+       "megatron",
+       "The framework the plan runs on: a frameworks/*.yaml name or a framework file",
+       "plan, job, export"},
+      {"gradient_reduction",
+       T::choice,
+       {"overlapped", "after_backward"},
+       0,
+       0,
+       "the framework's",
+       "Gradient buckets reduced during the backward pass or after it",
+       "plan, job, estimate"},
+      {"gradient_accumulation",
+       T::choice,
+       {"micro_batch", "layered"},
+       0,
+       0,
+       "micro_batch",
+       "Cephalo's layered gradient accumulation (every micro-batch through a layer first)",
+       "plan, memory, job"},
+      {"expert_parallel",
+       T::integer,
+       {},
+       1,
+       static_cast<double>(limits::kExperts / 2),
+       "1",
+       "A MoE model's experts split over this many consecutive data-parallel replicas",
+       "plan, memory, job, estimate, search, export"},
+      {"expert_tensor_parallel",
+       T::integer,
+       {},
+       1,
+       kGpus,
+       "tensor_parallel",
+       "Uniform MoE plans: the experts' own tensor-parallel degree, 1 or tensor_parallel",
+       "plan, memory, job, estimate, export"},
+      {"context_parallel",
+       T::integer,
+       {},
+       1,
+       kGpus,
+       "1",
+       "Uniform plans: each sequence split over this many consecutive replicas (ring attention)",
+       "plan, memory, job, estimate, export"},
+      {"capacity_factor",
+       T::number,
+       {},
+       0,
+       static_cast<double>(limits::kExperts),
+       "dropless",
+       "MoE: each expert's tokens capped at this multiple of an even share",
+       "plan, job"},
+      {"routing",
+       T::any,
+       {},
+       0,
+       0,
+       "uniform",
+       "MoE: uniform, or {zipf: EXPONENT, seed: N}: skewed expert popularity",
+       "plan, job"},
+      {"perturbations",
+       T::map,
+       {},
+       0,
+       0,
+       "",
+       "What-ifs the plan carries (slow, link, stragglers, lost), as simulate --perturb takes",
+       "plan, job"},
+  };
+}
+
+std::string_view type_name(PlanKeyType t) {
+  switch (t) {
+    case T::integer:
+      return "integer";
+    case T::number:
+      return "number";
+    case T::flag:
+      return "true / false";
+    case T::choice:
+      return "choice";
+    case T::size:
+      return "bytes (160MB)";
+    case T::text:
+      return "name or file";
+    case T::list:
+      return "list";
+    case T::map:
+      return "map";
+    case T::devices:
+      return "GPU set";
+    case T::any:
+      return "name or map";
+  }
+  return "";
+}
+
+std::string values_of(const PlanKey& k) {
+  if (k.type == T::choice) {
+    std::string s;
+    for (std::string_view c : k.choices) s += fmt::format("{}`{}`", s.empty() ? "" : ", ", c);
+    return s;
+  }
+  if (k.type == T::integer) {
+    return fmt::format("{} to {}", static_cast<int64_t>(k.min), static_cast<int64_t>(k.max));
+  }
+  if (k.type == T::number) return fmt::format("above {}, at most {}", k.min, k.max);
+  return "";
+}
+}  // namespace
+
+const std::vector<PlanKey>& plan_keys() {
+  static const std::vector<PlanKey> table = make_table();
+  return table;
+}
+
+const PlanKey& plan_key(std::string_view name) {
+  for (const PlanKey& k : plan_keys()) {
+    if (k.name == name) return k;
+  }
+  throw std::logic_error(fmt::format("plan key \"{}\" is not in workload::plan_keys()", name));
+}
+
+std::vector<std::string> plan_choices(std::string_view name) {
+  const PlanKey& k = plan_key(name);
+  return {k.choices.begin(), k.choices.end()};
+}
+
+std::vector<std::string> plan_key_names() {
+  std::vector<std::string> out;
+  for (const PlanKey& k : plan_keys()) out.emplace_back(k.name);
+  return out;
+}
+
+std::string plan_keys_markdown() {
+  std::string s =
+      "# Plan keys\n\n"
+      "<!-- Generated by `hetsim reference plan-keys` from sim/workload/plan_keys.cpp; do not "
+      "edit. -->\n\n"
+      "The keys of a transformer plan file. What each does, with examples: "
+      "[models, clusters and plans](../models-clusters-plans.md#plans). Editors check plans "
+      "against [the JSON Schema](../schemas/plan.schema.json).\n\n"
+      "| key | type | values | default | meaning | read by |\n"
+      "| --- | --- | --- | --- | --- | --- |\n";
+  for (const PlanKey& k : plan_keys()) {
+    s += fmt::format("| `{}` | {} | {} | {} | {} | {} |\n", k.name, type_name(k.type), values_of(k),
+                     k.default_value, k.help, k.read_by);
+  }
+  return s;
+}
+
+nlohmann::ordered_json plan_json_schema() {
+  using J = nlohmann::ordered_json;
+  J props = J::object();
+  for (const PlanKey& k : plan_keys()) {
+    J p;
+    p["description"] =
+        std::string(k.help) +
+        (k.default_value.empty() ? "" : " (default: " + std::string(k.default_value) + ")");
+    switch (k.type) {
+      case T::integer:
+        p["type"] = "integer";
+        p["minimum"] = static_cast<int64_t>(k.min);
+        p["maximum"] = static_cast<int64_t>(k.max);
+        break;
+      case T::number:
+        p["type"] = "number";
+        p["exclusiveMinimum"] = k.min;
+        p["maximum"] = k.max;
+        break;
+      case T::flag:
+        p["type"] = "boolean";
+        break;
+      case T::choice:
+        p["enum"] = J::array();
+        for (std::string_view c : k.choices) p["enum"].push_back(std::string(c));
+        break;
+      case T::size:
+        p["type"] = J::array({"string", "number"});
+        break;
+      case T::text:
+        p["type"] = "string";
+        break;
+      case T::list:
+        p["type"] = "array";
+        break;
+      case T::map:
+        p["type"] = "object";
+        break;
+      case T::devices:
+        p["type"] = J::array({"string", "array", "integer"});
+        break;
+      case T::any:
+        p["type"] = J::array({"string", "object"});
+        break;
+    }
+    props[std::string(k.name)] = std::move(p);
+  }
+  J schema;
+  schema["$schema"] = "https://json-schema.org/draft/2020-12/schema";
+  schema["title"] = "hetsim plan (transformer models)";
+  schema["description"] =
+      "Generated by `hetsim reference plan-schema` from sim/workload/plan_keys.cpp; do not edit.";
+  schema["type"] = "object";
+  schema["properties"] = std::move(props);
+  schema["additionalProperties"] = false;
+  return schema;
+}
+
+}  // namespace hetsim::workload

@@ -1,0 +1,38 @@
+#!/usr/bin/env python3
+"""The generated reference pages and schemas are current (issue 40).
+
+    check_generated.py HETSIM SOURCE_DIR
+
+Each file below is what a `hetsim reference` command prints; the check fails, naming the
+command that rewrites the file, when the file differs from what the code generates now.
+Python 3's standard library only.
+"""
+import subprocess
+import sys
+from pathlib import Path
+
+GENERATED = {
+    "docs/reference/plan-keys.md": ["reference", "plan-keys"],
+    "docs/schemas/plan.schema.json": ["reference", "plan-schema"],
+}
+
+
+def main():
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    hetsim, root = sys.argv[1], Path(sys.argv[2])
+    stale = []
+    for path, args in GENERATED.items():
+        now = subprocess.run([hetsim] + args, check=True, stdout=subprocess.PIPE).stdout
+        kept = (root / path).read_bytes() if (root / path).exists() else b""
+        if now != kept:
+            stale.append("%s is stale: run `build/hetsim %s > %s`" % (path, " ".join(args), path))
+        else:
+            print("ok   %s" % path)
+    for s in stale:
+        print("FAIL " + s)
+    sys.exit(1 if stale else 0)
+
+
+if __name__ == "__main__":
+    main()
