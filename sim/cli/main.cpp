@@ -69,12 +69,15 @@ int main(int argc, char** argv) {
   hetsim::cli::add_reference_command(app, action);
   if (argc > 1 && argv[1][0] != '-') {
     bool known = false;
-    for (const CLI::App* sub : app.get_subcommands({})) known = known || sub->get_name() == argv[1];
+    std::string names;
+    const auto subs = app.get_subcommands({});
+    for (size_t i = 0; i < subs.size(); ++i) {
+      known = known || subs[i]->get_name() == argv[1];
+      names += (i == 0 ? "" : i + 1 == subs.size() ? " or " : ", ") + subs[i]->get_name();
+    }
     if (!known) {
-      std::cerr
-          << "hetsim: error: unknown command \"" << argv[1]
-          << "\" (expected simulate, plan, sweep, export, collective, calibrate or bench; see "
-             "hetsim --help)\n";
+      std::cerr << "hetsim: error: unknown command \"" << argv[1] << "\" (expected " << names
+                << "; see hetsim --help)\n";
       return 2;
     }
   }

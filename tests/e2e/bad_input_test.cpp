@@ -216,8 +216,9 @@ const BadFlagCase kBadFlags[] = {
      "hetsim: error: The following argument was not expected: --frobnicate (see hetsim --help)\n"},
     {"UnknownSubcommandIsRejected",
      {"frobnicate"},
-     "hetsim: error: unknown command \"frobnicate\" (expected simulate, plan, sweep, export, "
-     "collective, calibrate or bench; see hetsim --help)\n"},
+     "hetsim: error: unknown command \"frobnicate\" (expected simulate, plan, sweep, collective, "
+     "bench, calibrate, export, execute, export-chakra, replay-chakra or reference; see hetsim "
+     "--help)\n"},
     {"MissingSubcommandIsRejected",
      {},
      "hetsim: error: A subcommand is required (see hetsim --help)\n"},
