@@ -27,7 +27,7 @@ cmake --build build -j "$jobs"
 # unoptimised), installed with `cmake --install` and run from where it was installed.
 echo "== plain cmake (default generator, Debug): build, install, run"
 cmake -S . -B build-make -DCMAKE_BUILD_TYPE=Debug -DHETSIM_CUDA=OFF -DHETSIM_BUILD_BENCH=OFF \
-  -DHETSIM_BUILD_TESTS=OFF -DCMAKE_INSTALL_PREFIX="$PWD/build-make/prefix" >/dev/null
+  -DHETSIM_BUILD_TESTS=OFF -DHETSIM_PYTHON=OFF -DCMAKE_INSTALL_PREFIX="$PWD/build-make/prefix" >/dev/null
 cmake --build build-make --target hetsim -j "$jobs" >/dev/null
 cmake --install build-make >/dev/null
 build-make/prefix/bin/hetsim simulate --model gpt3-125m --cluster dgx-a100 --nodes 1 \
@@ -39,7 +39,7 @@ skip_reasons build
 if [ "${HETSIM_SKIP_SANITIZE:-0}" != "1" ]; then
   echo "== build (ASan + UBSan)"
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHETSIM_WERROR=ON \
-    -DHETSIM_SANITIZE=ON -DHETSIM_BUILD_BENCH=OFF -DHETSIM_CUDA=OFF >/dev/null
+    -DHETSIM_SANITIZE=ON -DHETSIM_BUILD_BENCH=OFF -DHETSIM_CUDA=OFF -DHETSIM_PYTHON=OFF >/dev/null
   cmake --build build-asan -j "$jobs"
   echo "== tests under ASan + UBSan"
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \

@@ -1,0 +1,116 @@
+"""hetsim from Python: one training iteration replayed on a (heterogeneous) GPU cluster.
+
+    import hetsim
+    r = hetsim.simulate("llama2-13b", "mixed-h100-a100", "experiments/default/llama2-13b-mixed.yaml")
+    r.iteration_time_s, r.tokens_per_s, r.mfu, r.breakdown_s, r.devices[0]
+
+Models, clusters and plans are what `hetsim simulate` takes: built-in names or file paths; a plan
+may also be a dict with the plan file's keys. Keyword arguments the function does not name are
+plan overrides (`micro_batch_size=2`, as `--plan-set micro_batch_size=2`). A bad input raises
+ValueError naming the file (or "<dict plan>"), the field and what was expected. The figures are
+the command line's to the bit: `to_dict()` is what `hetsim simulate --json` prints.
+"""
+import json as _json
+
+from . import _hetsim
+
+__version__ = _hetsim.__version__
+__all__ = ["simulate", "Result"]
+
+
+class Result:
+    """One replayed iteration: the report's figures as attributes, the whole report as to_dict()."""
+
+    def __init__(self, report):
+        self._report = report
+
+    def to_dict(self):
+        """The report as `hetsim simulate --json` prints it."""
+        return _json.loads(_json.dumps(self._report))
+
+    @property
+    def iteration_time_s(self):
+        return self._report["iteration_time_s"]
+
+    @property
+    def tokens_per_s(self):
+        return self._report["throughput_tokens_per_s"]
+
+    @property
+    def samples_per_s(self):
+        return self._report["throughput_samples_per_s"]
+
+    @property
+    def mfu(self):
+        return self._report["mfu"]
+
+    @property
+    def oom(self):
+        return self._report["oom"]
+
+    @property
+    def gpus(self):
+        return self._report["gpus"]
+
+    @property
+    def breakdown_s(self):
+        """Mean over devices: compute, exposed communication (and its parts), pipeline bubble."""
+        return dict(self._report["breakdown_s"])
+
+    @property
+    def cost_per_iteration_usd(self):
+        return self._report["cost_per_iteration_usd"]
+
+    @property
+    def cost_per_million_tokens_usd(self):
+        return self._report["cost_per_million_tokens_usd"]
+
+    @property
+    def devices(self):
+        """One dict per GPU: id, gpu, replica, stage, busy_s, memory."""
+        return [dict(d) for d in self._report["devices"]]
+
+    def __repr__(self):
+        return "<hetsim.Result %s on %s: iteration %.6g s, %.6g tokens/s, MFU %.1f%%%s>" % (
+            self._report["model"], self._report["cluster"], self.iteration_time_s,
+            self.tokens_per_s, 100 * self.mfu, ", OOM" if self.oom else "")
+
+
+def _setting(key, value):
+    # A plan or cluster override as `--plan-set` / `--set` take it: PATH=VALUE, VALUE as YAML
+    # (JSON is YAML), so that True, None and lists keep their meaning.
+    return "%s=%s" % (key, _json.dumps(value))
+
+
+def simulate(model, cluster, plan, *, nodes=None, framework=None, calibration=None,
+             efficiency=None, cluster_set=None, perturb=None, exact=False,
+             free_communication=False, tokens=None, **plan_overrides):
+    """Replay one training iteration and report it (as `hetsim simulate`).
+
+    model, cluster: a built-in name or a file path. plan: a plan file's path, or a dict of its
+    keys. nodes: the node count of a single-group cluster. framework: the plan's framework
+    (as the plan key). calibration: a calibration database (HDF5). cluster_set: a dict of
+    cluster overrides (path: value, as --set). perturb: a list of what-ifs as --perturb takes
+    them (YAML text or dicts). tokens: a whole run's tokens, for its days and cost. Other keyword
+    arguments override plan keys.
+    """
+    if not isinstance(model, str) or not isinstance(cluster, str):
+        raise TypeError("model and cluster are built-in names or file paths (str)")
+    plan_path, plan_text = "", ""
+    if isinstance(plan, dict):
+        plan_path, plan_text = "<dict plan>", _json.dumps(plan)
+    elif isinstance(plan, str):
+        plan_path = plan
+    else:
+        raise TypeError("plan is a file path (str) or a dict of plan keys")
+    if framework is not None:
+        plan_overrides["framework"] = framework
+    sets = [_setting(k, v) for k, v in plan_overrides.items()]
+    cluster_sets = [_setting(k, v) for k, v in (cluster_set or {}).items()]
+    what_ifs = [p if isinstance(p, str) else _json.dumps(p) for p in (perturb or [])]
+    text = _hetsim.simulate_json(
+        model=model, cluster=cluster, nodes=int(nodes or 0), cluster_sets=cluster_sets,
+        plan=plan_path, plan_text=plan_text, plan_sets=sets, perturbations=what_ifs,
+        calibration=calibration or "", efficiency=efficiency or "", exact=bool(exact),
+        free_communication=bool(free_communication), tokens=float(tokens or 0))
+    return Result(_json.loads(text))
