@@ -7,7 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build --target hetsim
+cmake --build build --target hetsim _hetsim
+scripts/python_path.sh   # import hetsim from any shell (docs/python.md)
 mkdir -p out
 ./build/hetsim simulate --model llama2-13b --cluster mixed-h100-a100 \
   --plan experiments/default/llama2-13b-mixed.yaml --trace out/default-trace.json "$@"

@@ -22,6 +22,7 @@ git ls-files '*.cpp' '*.h' | xargs clang-format --dry-run -Werror
 echo "== build (Release, -Werror)"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DHETSIM_WERROR=ON >/dev/null
 cmake --build build -j "$jobs"
+scripts/python_path.sh   # import hetsim from any shell (docs/python.md)
 # The build as people type it (issue 37): CMake's default generator (Unix Makefiles), whose
 # rules do not create their output folders as Ninja's do, in a Debug build (assertions on,
 # unoptimised), installed with `cmake --install` and run from where it was installed.
