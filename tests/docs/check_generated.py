@@ -14,6 +14,7 @@ from pathlib import Path
 GENERATED = {
     "docs/reference/plan-keys.md": ["reference", "plan-keys"],
     "docs/schemas/plan.schema.json": ["reference", "plan-schema"],
+    "docs/reference/commands.md": ["reference", "commands"],
 }
 
 
