@@ -10,6 +10,7 @@
 
 #include "calibrate/cost_models.h"
 #include "sim/core/error.h"
+#include "sim/policy/planner.h"
 #include "sim/report/training_report.h"
 #include "sim/study/run.h"
 #include "sim/workload/perturbation.h"
@@ -48,6 +49,37 @@ std::string simulate_json(const std::string& model, const std::string& cluster, 
   return hetsim::report::to_json(out.report).dump(2);
 }
 
+// A plan search, as `hetsim plan --json` reports it (a JSON text).
+std::string plan_json(const std::string& model, const std::string& cluster, long nodes,
+                      const std::vector<std::string>& cluster_sets, int64_t global_batch,
+                      int64_t sequence, const std::string& policies, const std::string& framework,
+                      const std::vector<std::string>& plan_sets, int top, bool search,
+                      const std::string& calibration, const std::string& efficiency) {
+  py::gil_scoped_release release;
+  const std::vector<const hetsim::policy::Policy*> chosen =
+      hetsim::policy::select_policies(policies);
+  const hetsim::workload::ModelConfig m = hetsim::workload::load_model(model);
+  hetsim::config::ClusterOptions options;
+  if (nodes > 0) options.nodes = nodes;
+  options.sets = cluster_sets;
+  const hetsim::platform::Cluster c(hetsim::config::load_cluster(cluster, options));
+  if (!framework.empty()) hetsim::workload::load_framework(framework);  // fails early if bad
+  const hetsim::calibrate::CostModels costs(efficiency, calibration);
+  hetsim::policy::Request req;
+  req.model = &m;
+  req.cluster = &c;
+  req.global_batch = global_batch;
+  req.sequence = sequence > 0 ? sequence : m.sequence;
+  req.framework = framework;
+  req.plan_sets = plan_sets;
+  hetsim::policy::check_plan_sets(req.plan_sets);
+  hetsim::policy::SearchOptions sopt;
+  sopt.keep = static_cast<size_t>(top);
+  sopt.explore = search;
+  const hetsim::policy::Search s = hetsim::policy::search(req, chosen, costs.get(), sopt);
+  return hetsim::policy::to_json(s, req).dump(2);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_hetsim, m) {
@@ -58,5 +90,9 @@ PYBIND11_MODULE(_hetsim, m) {
         py::arg("cluster_sets"), py::arg("plan"), py::arg("plan_text"), py::arg("plan_sets"),
         py::arg("perturbations"), py::arg("calibration"), py::arg("efficiency"), py::arg("exact"),
         py::arg("free_communication"), py::arg("tokens"));
+  m.def("plan_json", &plan_json, py::arg("model"), py::arg("cluster"), py::arg("nodes"),
+        py::arg("cluster_sets"), py::arg("global_batch"), py::arg("sequence"), py::arg("policies"),
+        py::arg("framework"), py::arg("plan_sets"), py::arg("top"), py::arg("search"),
+        py::arg("calibration"), py::arg("efficiency"));
   m.attr("__version__") = HETSIM_VERSION;
 }

@@ -4,6 +4,9 @@
     r = hetsim.simulate("llama2-13b", "mixed-h100-a100", "experiments/default/llama2-13b-mixed.yaml")
     r.iteration_time_s, r.tokens_per_s, r.mfu, r.breakdown_s, r.devices[0]
 
+    best = hetsim.plan("llama2-13b", "mixed-h100-a100", 32, sequence_length=4096).best
+    hetsim.simulate("llama2-13b", "mixed-h100-a100", best)
+
 Models, clusters and plans are what `hetsim simulate` takes: built-in names or file paths; a plan
 may also be a dict with the plan file's keys. Keyword arguments the function does not name are
 plan overrides (`micro_batch_size=2`, as `--plan-set micro_batch_size=2`). A bad input raises
@@ -15,7 +18,7 @@ import json as _json
 from . import _hetsim
 
 __version__ = _hetsim.__version__
-__all__ = ["simulate", "Result"]
+__all__ = ["simulate", "plan", "Result", "Plan", "PlanSearch"]
 
 
 class Result:
@@ -76,6 +79,60 @@ class Result:
             self.tokens_per_s, 100 * self.mfu, ", OOM" if self.oom else "")
 
 
+class Plan:
+    """A plan the planner proposed: its policy, label, predicted iteration and the plan file's
+    text (YAML). simulate() takes it as its plan; save() writes the file."""
+
+    def __init__(self, candidate):
+        self.policy = candidate["policy"]
+        self.label = candidate["label"]
+        self.iteration_time_s = candidate.get("iteration_time_s")
+        self.yaml = candidate["plan"]
+
+    def save(self, path):
+        with open(path, "w") as f:
+            f.write(self.yaml)
+
+    def __repr__(self):
+        return "<hetsim.Plan %s: %s, %s s>" % (self.policy, self.label, self.iteration_time_s)
+
+
+class PlanSearch:
+    """What the planner found (as `hetsim plan --json`): candidates fastest first, the rejected
+    proposals with their reasons, and the best plan."""
+
+    def __init__(self, found):
+        self._found = found
+
+    def to_dict(self):
+        return _json.loads(_json.dumps(self._found))
+
+    @property
+    def best(self):
+        return Plan(self._found["candidates"][0])
+
+    @property
+    def candidates(self):
+        """One dict per candidate, fastest first: policy, label, iteration_time_s, estimate_s,
+        outcome, plan (YAML text)."""
+        keys = ("policy", "label", "iteration_time_s", "estimate_s", "outcome", "plan")
+        return [{k: c[k] for k in keys} for c in self._found["candidates"]]
+
+    @property
+    def plans(self):
+        return [Plan(c) for c in self._found["candidates"]]
+
+    @property
+    def rejected(self):
+        """One dict per rejected proposal: policy, label, outcome, reason, plan."""
+        keys = ("policy", "label", "outcome", "reason", "plan")
+        return [{k: c[k] for k in keys} for c in self._found["rejected"]]
+
+    @property
+    def proposed(self):
+        return self._found["proposed"]
+
+
 def _setting(key, value):
     # A plan or cluster override as `--plan-set` / `--set` take it: PATH=VALUE, VALUE as YAML
     # (JSON is YAML), so that True, None and lists keep their meaning.
@@ -99,10 +156,12 @@ def simulate(model, cluster, plan, *, nodes=None, framework=None, calibration=No
     plan_path, plan_text = "", ""
     if isinstance(plan, dict):
         plan_path, plan_text = "<dict plan>", _json.dumps(plan)
+    elif isinstance(plan, Plan):
+        plan_path, plan_text = "<%s plan: %s>" % (plan.policy, plan.label), plan.yaml
     elif isinstance(plan, str):
         plan_path = plan
     else:
-        raise TypeError("plan is a file path (str) or a dict of plan keys")
+        raise TypeError("plan is a file path (str), a dict of plan keys or a hetsim.Plan")
     if framework is not None:
         plan_overrides["framework"] = framework
     sets = [_setting(k, v) for k, v in plan_overrides.items()]
@@ -114,3 +173,22 @@ def simulate(model, cluster, plan, *, nodes=None, framework=None, calibration=No
         calibration=calibration or "", efficiency=efficiency or "", exact=bool(exact),
         free_communication=bool(free_communication), tokens=float(tokens or 0))
     return Result(_json.loads(text))
+
+
+def plan(model, cluster, global_batch_size, *, sequence_length=None, nodes=None,
+         policies="all", framework=None, top=5, search=True, calibration=None, efficiency=None,
+         cluster_set=None, **plan_overrides):
+    """Search for the fastest plan that fits (as `hetsim plan`): every policy proposes plans, the
+    memory model drops those that do not fit, the replay ranks the rest. policies: "all" or one
+    policy's name. search: also the one-step changes around the best proposals. Other keyword
+    arguments are plan keys every proposal gets (as --plan-set). Returns a PlanSearch."""
+    if not isinstance(model, str) or not isinstance(cluster, str):
+        raise TypeError("model and cluster are built-in names or file paths (str)")
+    text = _hetsim.plan_json(
+        model=model, cluster=cluster, nodes=int(nodes or 0),
+        cluster_sets=[_setting(k, v) for k, v in (cluster_set or {}).items()],
+        global_batch=int(global_batch_size), sequence=int(sequence_length or 0),
+        policies=policies, framework=framework or "",
+        plan_sets=[_setting(k, v) for k, v in plan_overrides.items()], top=int(top),
+        search=bool(search), calibration=calibration or "", efficiency=efficiency or "")
+    return PlanSearch(_json.loads(text))

@@ -145,42 +145,7 @@ void add_plan_command(CLI::App& app, Action& action) {
         if (c.outcome == policy::Candidate::Outcome::pruned) ++pruned;
       }
       if (o->json) {
-        nlohmann::ordered_json j;
-        j["model"] = model.name;
-        j["cluster"] = cluster.config().name;
-        j["gpus"] = cluster.gpu_count();
-        j["global_batch_size"] = o->global_batch;
-        j["sequence_length"] = req.sequence;
-        j["proposed"] = s.proposed;
-        j["search_explored"] = s.explored;
-        j["search_reached"] = s.reached;
-        auto& cands = j["candidates"] = nlohmann::ordered_json::array();
-        for (const policy::Candidate& c : s.ranked) {
-          nlohmann::ordered_json x;
-          x["policy"] = c.proposal.policy;
-          x["label"] = c.proposal.label;
-          x["iteration_time_s"] = c.iteration_s;
-          x["estimate_s"] = c.estimate_s;
-          x["outcome"] = c.report ? "replayed" : "estimated";
-          x["oom"] = false;
-          x["plan"] = c.proposal.plan;
-          if (c.report) x["report"] = report::to_json(*c.report);
-          cands.push_back(std::move(x));
-        }
-        auto& rej = j["rejected"] = nlohmann::ordered_json::array();
-        for (const policy::Candidate& c : s.rejected) {
-          nlohmann::ordered_json x;
-          x["policy"] = c.proposal.policy;
-          x["label"] = c.proposal.label;
-          x["oom"] = c.outcome == policy::Candidate::Outcome::out_of_memory;
-          x["outcome"] = c.outcome == policy::Candidate::Outcome::out_of_memory ? "out_of_memory"
-                         : c.outcome == policy::Candidate::Outcome::pruned      ? "pruned"
-                                                                                : "invalid";
-          x["reason"] = c.reason;
-          x["plan"] = c.proposal.plan;
-          rej.push_back(std::move(x));
-        }
-        std::cout << j.dump(2) << "\n";
+        std::cout << policy::to_json(s, req).dump(2) << "\n";
         return 0;
       }
       std::string t =

@@ -292,4 +292,43 @@ Search search(const Request& r, const std::vector<const Policy*>& policies,
   return out;
 }
 
+nlohmann::ordered_json to_json(const Search& s, const Request& req) {
+  nlohmann::ordered_json j;
+  j["model"] = req.model->name;
+  j["cluster"] = req.cluster->config().name;
+  j["gpus"] = req.cluster->gpu_count();
+  j["global_batch_size"] = req.global_batch;
+  j["sequence_length"] = req.sequence;
+  j["proposed"] = s.proposed;
+  j["search_explored"] = s.explored;
+  j["search_reached"] = s.reached;
+  auto& cands = j["candidates"] = nlohmann::ordered_json::array();
+  for (const Candidate& c : s.ranked) {
+    nlohmann::ordered_json x;
+    x["policy"] = c.proposal.policy;
+    x["label"] = c.proposal.label;
+    x["iteration_time_s"] = c.iteration_s;
+    x["estimate_s"] = c.estimate_s;
+    x["outcome"] = c.report ? "replayed" : "estimated";
+    x["oom"] = false;
+    x["plan"] = c.proposal.plan;
+    if (c.report) x["report"] = report::to_json(*c.report);
+    cands.push_back(std::move(x));
+  }
+  auto& rej = j["rejected"] = nlohmann::ordered_json::array();
+  for (const Candidate& c : s.rejected) {
+    nlohmann::ordered_json x;
+    x["policy"] = c.proposal.policy;
+    x["label"] = c.proposal.label;
+    x["oom"] = c.outcome == Candidate::Outcome::out_of_memory;
+    x["outcome"] = c.outcome == Candidate::Outcome::out_of_memory ? "out_of_memory"
+                   : c.outcome == Candidate::Outcome::pruned      ? "pruned"
+                                                                  : "invalid";
+    x["reason"] = c.reason;
+    x["plan"] = c.proposal.plan;
+    rej.push_back(std::move(x));
+  }
+  return j;
+}
+
 }  // namespace hetsim::policy

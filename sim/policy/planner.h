@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "sim/policy/policy.h"
 #include "sim/report/training_report.h"
 #include "sim/workload/cost_model.h"
@@ -73,5 +75,9 @@ struct Search {
 Search search(const Request& r, const std::vector<const Policy*>& policies,
               const workload::CostModel& cost, const SearchOptions& options = {},
               const std::function<void(const SearchProgress&)>& progress = {});
+
+// The search as `hetsim plan --json` prints it: the request, the candidates (each with its plan
+// and, where replayed, its report) and the rejected proposals with their reasons.
+nlohmann::ordered_json to_json(const Search& s, const Request& req);
 
 }  // namespace hetsim::policy
