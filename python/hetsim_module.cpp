@@ -5,12 +5,18 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
 #include "calibrate/cost_models.h"
+#include "sim/config/units.h"
 #include "sim/core/error.h"
+#include "sim/launch/launcher.h"
+#include "sim/network/collective.h"
+#include "sim/network/collective_runner.h"
 #include "sim/policy/planner.h"
+#include "sim/report/collective_report.h"
 #include "sim/report/training_report.h"
 #include "sim/study/run.h"
 #include "sim/workload/perturbation.h"
@@ -80,6 +86,96 @@ std::string plan_json(const std::string& model, const std::string& cluster, long
   return hetsim::policy::to_json(s, req).dump(2);
 }
 
+hetsim::config::ClusterOptions cluster_options(long nodes, const std::vector<std::string>& sets) {
+  hetsim::config::ClusterOptions options;
+  if (nodes > 0) options.nodes = nodes;
+  options.sets = sets;
+  return options;
+}
+
+// One collective, as `hetsim collective --json` reports it (a JSON text).
+std::string collective_json(const std::string& cluster, long nodes,
+                            const std::vector<std::string>& cluster_sets, const std::string& op,
+                            const std::string& bytes, const std::vector<uint32_t>& ranks,
+                            const std::string& algorithm, const std::string& protocol) {
+  using hetsim::InputError;
+  namespace network = hetsim::network;
+  network::CollectiveRequest req;
+  const auto o = network::parse_op(op);
+  if (!o) {
+    throw InputError("op: unknown collective \"" + op +
+                     "\" (expected allreduce, allgather, reducescatter, alltoall, broadcast or "
+                     "sendrecv)");
+  }
+  req.op = *o;
+  try {
+    req.bytes = std::round(hetsim::config::parse_quantity(bytes, hetsim::config::Dimension::bytes));
+  } catch (const InputError& e) {
+    throw InputError(std::string("bytes: ") + e.what());
+  }
+  if (algorithm != "auto") {
+    req.algorithm = network::parse_algorithm(algorithm);
+    if (!req.algorithm) {
+      throw InputError("algorithm: unknown algorithm \"" + algorithm +
+                       "\" (expected auto, ring, tree, hierarchical or direct)");
+    }
+  }
+  if (protocol != "auto") {
+    req.protocol = network::parse_protocol(protocol);
+    if (!req.protocol) {
+      throw InputError("protocol: unknown protocol \"" + protocol +
+                       "\" (expected auto, LL, LL128 or Simple)");
+    }
+  }
+  py::gil_scoped_release release;
+  const hetsim::platform::Cluster c(
+      hetsim::config::load_cluster(cluster, cluster_options(nodes, cluster_sets)));
+  std::vector<bool> seen(c.gpu_count(), false);
+  for (uint32_t r : ranks) {
+    if (r < c.gpu_count() && seen[r]) {
+      throw InputError("ranks: GPU " + std::to_string(r) + " is listed twice");
+    }
+    if (r < c.gpu_count()) seen[r] = true;
+    if (r >= c.gpu_count()) {
+      throw InputError("ranks: GPU " + std::to_string(r) + " does not exist (the cluster has " +
+                       std::to_string(c.gpu_count()) + " GPUs)");
+    }
+  }
+  if (ranks.empty()) {
+    for (hetsim::platform::GpuId g = 0; g < c.gpu_count(); ++g) req.ranks.push_back(g);
+  } else {
+    req.ranks = ranks;
+  }
+  const network::CollectiveResult result = network::simulate_collective(c, req);
+  return hetsim::report::to_json(hetsim::report::make_collective_report(c, req, result)).dump(2);
+}
+
+// A plan as a framework's launch, as `hetsim export --json` writes it (a JSON text); with
+// unsupported parts and not `force`, an InputError that lists them.
+std::string export_json(const std::string& model, const std::string& cluster, long nodes,
+                        const std::vector<std::string>& cluster_sets, const std::string& plan,
+                        const std::string& plan_text, const std::vector<std::string>& plan_sets,
+                        const std::string& framework, bool force) {
+  py::gil_scoped_release release;
+  const hetsim::launch::Launcher& launcher = hetsim::launch::find_launcher(framework);
+  const hetsim::workload::ModelConfig m = hetsim::workload::load_model(model);
+  const hetsim::platform::Cluster c(
+      hetsim::config::load_cluster(cluster, cluster_options(nodes, cluster_sets)));
+  hetsim::workload::PlanOptions popt;
+  popt.sets = plan_sets;
+  const hetsim::workload::Plan p =
+      plan_text.empty() ? hetsim::workload::load_plan(plan, m, c, popt)
+                        : hetsim::workload::load_plan_text(plan_text, plan, m, c, popt);
+  const hetsim::launch::Launch l = launcher.make({&m, &p, &c});
+  if (!l.unsupported.empty() && !force) {
+    std::string msg = plan + ": " + launcher.name() + " cannot express this plan:";
+    for (const std::string& u : l.unsupported) msg += "\n  " + u;
+    msg += "\nforce=True exports the " + l.approximation;
+    throw hetsim::InputError(msg);
+  }
+  return hetsim::launch::to_json(l).dump(2);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_hetsim, m) {
@@ -94,5 +190,11 @@ PYBIND11_MODULE(_hetsim, m) {
         py::arg("cluster_sets"), py::arg("global_batch"), py::arg("sequence"), py::arg("policies"),
         py::arg("framework"), py::arg("plan_sets"), py::arg("top"), py::arg("search"),
         py::arg("calibration"), py::arg("efficiency"));
+  m.def("collective_json", &collective_json, py::arg("cluster"), py::arg("nodes"),
+        py::arg("cluster_sets"), py::arg("op"), py::arg("bytes"), py::arg("ranks"),
+        py::arg("algorithm"), py::arg("protocol"));
+  m.def("export_json", &export_json, py::arg("model"), py::arg("cluster"), py::arg("nodes"),
+        py::arg("cluster_sets"), py::arg("plan"), py::arg("plan_text"), py::arg("plan_sets"),
+        py::arg("framework"), py::arg("force"));
   m.attr("__version__") = HETSIM_VERSION;
 }

@@ -18,7 +18,7 @@ import json as _json
 from . import _hetsim
 
 __version__ = _hetsim.__version__
-__all__ = ["simulate", "plan", "Result", "Plan", "PlanSearch"]
+__all__ = ["simulate", "plan", "collective", "export", "Result", "Plan", "PlanSearch"]
 
 
 class Result:
@@ -133,6 +133,17 @@ class PlanSearch:
         return self._found["proposed"]
 
 
+def _plan_source(plan):
+    # (name, text): a file's path and no text, or a dict's or a Plan's text and its name.
+    if isinstance(plan, dict):
+        return "<dict plan>", _json.dumps(plan)
+    if isinstance(plan, Plan):
+        return "<%s plan: %s>" % (plan.policy, plan.label), plan.yaml
+    if isinstance(plan, str):
+        return plan, ""
+    raise TypeError("plan is a file path (str), a dict of plan keys or a hetsim.Plan")
+
+
 def _setting(key, value):
     # A plan or cluster override as `--plan-set` / `--set` take it: PATH=VALUE, VALUE as YAML
     # (JSON is YAML), so that True, None and lists keep their meaning.
@@ -153,15 +164,7 @@ def simulate(model, cluster, plan, *, nodes=None, framework=None, calibration=No
     """
     if not isinstance(model, str) or not isinstance(cluster, str):
         raise TypeError("model and cluster are built-in names or file paths (str)")
-    plan_path, plan_text = "", ""
-    if isinstance(plan, dict):
-        plan_path, plan_text = "<dict plan>", _json.dumps(plan)
-    elif isinstance(plan, Plan):
-        plan_path, plan_text = "<%s plan: %s>" % (plan.policy, plan.label), plan.yaml
-    elif isinstance(plan, str):
-        plan_path = plan
-    else:
-        raise TypeError("plan is a file path (str), a dict of plan keys or a hetsim.Plan")
+    plan_path, plan_text = _plan_source(plan)
     if framework is not None:
         plan_overrides["framework"] = framework
     sets = [_setting(k, v) for k, v in plan_overrides.items()]
@@ -192,3 +195,33 @@ def plan(model, cluster, global_batch_size, *, sequence_length=None, nodes=None,
         plan_sets=[_setting(k, v) for k, v in plan_overrides.items()], top=int(top),
         search=bool(search), calibration=calibration or "", efficiency=efficiency or "")
     return PlanSearch(_json.loads(text))
+
+
+def collective(cluster, op, bytes, ranks=None, *, nodes=None, algorithm="auto",
+               protocol="auto", cluster_set=None):
+    """One collective as nccl-tests measures it (as `hetsim collective --json`): a dict with
+    time_s, algbw_Bps, busbw_Bps, the algorithm, protocol and channels chosen. op: allreduce,
+    allgather, reducescatter, alltoall, broadcast or sendrecv. bytes: a number or a quantity
+    ("1GiB"). ranks: a count (the first N GPUs), a list of GPU ids, or None (every GPU)."""
+    if isinstance(ranks, int):
+        ranks = list(range(ranks))
+    text = _hetsim.collective_json(
+        cluster=cluster, nodes=int(nodes or 0),
+        cluster_sets=[_setting(k, v) for k, v in (cluster_set or {}).items()], op=op,
+        bytes=str(bytes), ranks=list(ranks or []), algorithm=algorithm, protocol=protocol)
+    return _json.loads(text)
+
+
+def export(model, cluster, plan, framework, *, nodes=None, force=False, cluster_set=None,
+           **plan_overrides):
+    """A plan as the launch of Megatron-LM, DeepSpeed or torchrun (as `hetsim export --json`):
+    a dict with the command (argv), config, env and hosts. Where the framework cannot express
+    the plan, a ValueError lists why, unless force=True, which exports the closest uniform plan
+    and says what it changed under "unsupported" and "approximation"."""
+    plan_path, plan_text = _plan_source(plan)
+    text = _hetsim.export_json(
+        model=model, cluster=cluster, nodes=int(nodes or 0),
+        cluster_sets=[_setting(k, v) for k, v in (cluster_set or {}).items()], plan=plan_path,
+        plan_text=plan_text, plan_sets=[_setting(k, v) for k, v in plan_overrides.items()],
+        framework=framework, force=bool(force))
+    return _json.loads(text)
