@@ -13,7 +13,7 @@ packages=(
   libprotobuf-dev protobuf-compiler   # Chakra execution traces (sim/chakra/)
   clang-format python3
   python3-matplotlib chromium   # hetsim sweep's plots and HTML report; the test that loads it
-  pybind11-dev python3-dev python3-pytest   # the Python module (import hetsim) and its tests
+  pybind11-dev python3-dev python3-pytest python3-pandas   # the Python module (import hetsim), its tests
 )
 
 missing=()

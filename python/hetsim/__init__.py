@@ -21,6 +21,15 @@ __version__ = _hetsim.__version__
 __all__ = ["simulate", "plan", "collective", "export", "Result", "Plan", "PlanSearch"]
 
 
+def _pandas():
+    try:
+        import pandas
+    except ImportError as e:
+        raise ImportError("hetsim's tables are pandas DataFrames: install pandas (Debian: "
+                          "python3-pandas), or read to_dict()") from e
+    return pandas
+
+
 class Result:
     """One replayed iteration: the report's figures as attributes, the whole report as to_dict()."""
 
@@ -70,8 +79,25 @@ class Result:
 
     @property
     def devices(self):
-        """One dict per GPU: id, gpu, replica, stage, busy_s, memory."""
-        return [dict(d) for d in self._report["devices"]]
+        """A pandas DataFrame, one row per GPU: id, gpu, replica, stage, busy_s, peak and
+        capacity bytes, each part of its memory (weights_bytes, ...), oom."""
+        pd = _pandas()
+        rows = []
+        for d in self._report["devices"]:
+            row = {k: v for k, v in d.items() if k != "memory_bytes"}
+            row.update({"%s_bytes" % k: v for k, v in d["memory_bytes"].items()})
+            rows.append(row)
+        return pd.DataFrame(rows)
+
+    @property
+    def kinds(self):
+        """A pandas DataFrame of the devices that are alike (the same GPU type, stage, busy time
+        and memory), one row per kind with how many devices it has and their ids."""
+        frame = self.devices
+        alike = [c for c in frame.columns if c not in ("id", "replica")]
+        kinds = frame.groupby(alike, sort=False, dropna=False).agg(
+            devices=("id", "size"), ids=("id", lambda ids: ",".join(ids))).reset_index()
+        return kinds
 
     def __repr__(self):
         return "<hetsim.Result %s on %s: iteration %.6g s, %.6g tokens/s, MFU %.1f%%%s>" % (
@@ -113,10 +139,18 @@ class PlanSearch:
 
     @property
     def candidates(self):
-        """One dict per candidate, fastest first: policy, label, iteration_time_s, estimate_s,
-        outcome, plan (YAML text)."""
-        keys = ("policy", "label", "iteration_time_s", "estimate_s", "outcome", "plan")
-        return [{k: c[k] for k in keys} for c in self._found["candidates"]]
+        """A pandas DataFrame, one row per candidate, fastest first: policy, label,
+        iteration_time_s, estimate_s, outcome, mfu, tokens_per_s, plan (YAML text)."""
+        rows = []
+        for c in self._found["candidates"]:
+            row = {k: c[k] for k in ("policy", "label", "iteration_time_s", "estimate_s",
+                                     "outcome")}
+            report = c.get("report") or {}
+            row["mfu"] = report.get("mfu")
+            row["tokens_per_s"] = report.get("throughput_tokens_per_s")
+            row["plan"] = c["plan"]
+            rows.append(row)
+        return _pandas().DataFrame(rows)
 
     @property
     def plans(self):
@@ -124,9 +158,11 @@ class PlanSearch:
 
     @property
     def rejected(self):
-        """One dict per rejected proposal: policy, label, outcome, reason, plan."""
+        """A pandas DataFrame, one row per rejected proposal: policy, label, outcome, reason,
+        plan."""
         keys = ("policy", "label", "outcome", "reason", "plan")
-        return [{k: c[k] for k in keys} for c in self._found["rejected"]]
+        return _pandas().DataFrame([{k: c[k] for k in keys} for c in self._found["rejected"]],
+                                   columns=list(keys))
 
     @property
     def proposed(self):

@@ -25,8 +25,10 @@ def test_the_candidates_are_the_command_lines():
     found = hetsim.plan(**ARGS, policies="megatron", search=False)
     cli = cli_plan("--policy", "megatron", "--no-search")
     assert found.to_dict() == cli
-    assert [c["label"] for c in found.candidates] == [c["label"] for c in cli["candidates"]]
-    times = [c["iteration_time_s"] for c in found.candidates]
+    frame = found.candidates
+    assert list(frame["label"]) == [c["label"] for c in cli["candidates"]]
+    assert list(frame["mfu"]) == [c["report"]["mfu"] for c in cli["candidates"]]
+    times = list(frame["iteration_time_s"])
     assert times == sorted(times)
     assert found.proposed == cli["proposed"] and found.proposed >= len(found.candidates)
 

@@ -28,6 +28,14 @@ def test_the_default_study_is_the_command_lines_to_the_bit():
     assert r.iteration_time_s == cli["iteration_time_s"]
     assert r.tokens_per_s == cli["throughput_tokens_per_s"]
     assert r.gpus == 32 and len(r.devices) == 32
+    devices = r.devices
+    assert list(devices["id"]) == [d["id"] for d in cli["devices"]]
+    assert list(devices["weights_bytes"]) == [d["memory_bytes"]["weights"] for d in cli["devices"]]
+    # The kinds: alike devices (type, stage, busy time, memory) together, every device once.
+    kinds = r.kinds
+    assert kinds["devices"].sum() == 32
+    assert len(kinds) == len(devices.drop(columns=["id", "replica"]).drop_duplicates())
+    assert set(kinds["gpu"]) == {"h100-sxm5-80gb", "a100-sxm4-80gb"}
     assert {"compute", "bubble", "communication_exposed"} <= set(r.breakdown_s)
     assert "iteration" in repr(r)
 
