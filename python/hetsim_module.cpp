@@ -26,7 +26,8 @@ namespace py = pybind11;
 namespace {
 
 // One replayed iteration, as `hetsim simulate --json` reports it (a JSON text).
-std::string simulate_json(const std::string& model, const std::string& cluster, long nodes,
+std::string simulate_json(const std::string& model, const std::string& model_text,
+                          const std::string& cluster, const std::string& cluster_text, long nodes,
                           const std::vector<std::string>& cluster_sets, const std::string& plan,
                           const std::string& plan_text, const std::vector<std::string>& plan_sets,
                           const std::vector<std::string>& perturbations,
@@ -34,7 +35,9 @@ std::string simulate_json(const std::string& model, const std::string& cluster, 
                           bool free_communication, double tokens) {
   hetsim::study::RunSpec spec;
   spec.model = model;
+  if (!model_text.empty()) spec.model_text = model_text;
   spec.cluster = cluster;
+  if (!cluster_text.empty()) spec.cluster_text = cluster_text;
   if (nodes > 0) spec.cluster_options.nodes = nodes;
   spec.cluster_options.sets = cluster_sets;
   spec.plan = plan;
@@ -55,8 +58,27 @@ std::string simulate_json(const std::string& model, const std::string& cluster, 
   return hetsim::report::to_json(out.report).dump(2);
 }
 
+hetsim::config::ClusterOptions cluster_options(long nodes, const std::vector<std::string>& sets) {
+  hetsim::config::ClusterOptions options;
+  if (nodes > 0) options.nodes = nodes;
+  options.sets = sets;
+  return options;
+}
+
+// A model or a cluster from its name (or file), or from the text a dict became.
+hetsim::workload::ModelConfig load_model(const std::string& name, const std::string& text) {
+  return text.empty() ? hetsim::workload::load_model(name)
+                      : hetsim::workload::load_model_yaml_text(text, name);
+}
+hetsim::config::ClusterConfig load_cluster(const std::string& name, const std::string& text,
+                                           long nodes, const std::vector<std::string>& sets) {
+  return text.empty() ? hetsim::config::load_cluster(name, cluster_options(nodes, sets))
+                      : hetsim::config::load_cluster_text(text, name, cluster_options(nodes, sets));
+}
+
 // A plan search, as `hetsim plan --json` reports it (a JSON text).
-std::string plan_json(const std::string& model, const std::string& cluster, long nodes,
+std::string plan_json(const std::string& model, const std::string& model_text,
+                      const std::string& cluster, const std::string& cluster_text, long nodes,
                       const std::vector<std::string>& cluster_sets, int64_t global_batch,
                       int64_t sequence, const std::string& policies, const std::string& framework,
                       const std::vector<std::string>& plan_sets, int top, bool search,
@@ -64,11 +86,8 @@ std::string plan_json(const std::string& model, const std::string& cluster, long
   py::gil_scoped_release release;
   const std::vector<const hetsim::policy::Policy*> chosen =
       hetsim::policy::select_policies(policies);
-  const hetsim::workload::ModelConfig m = hetsim::workload::load_model(model);
-  hetsim::config::ClusterOptions options;
-  if (nodes > 0) options.nodes = nodes;
-  options.sets = cluster_sets;
-  const hetsim::platform::Cluster c(hetsim::config::load_cluster(cluster, options));
+  const hetsim::workload::ModelConfig m = load_model(model, model_text);
+  const hetsim::platform::Cluster c(load_cluster(cluster, cluster_text, nodes, cluster_sets));
   if (!framework.empty()) hetsim::workload::load_framework(framework);  // fails early if bad
   const hetsim::calibrate::CostModels costs(efficiency, calibration);
   hetsim::policy::Request req;
@@ -86,15 +105,8 @@ std::string plan_json(const std::string& model, const std::string& cluster, long
   return hetsim::policy::to_json(s, req).dump(2);
 }
 
-hetsim::config::ClusterOptions cluster_options(long nodes, const std::vector<std::string>& sets) {
-  hetsim::config::ClusterOptions options;
-  if (nodes > 0) options.nodes = nodes;
-  options.sets = sets;
-  return options;
-}
-
 // One collective, as `hetsim collective --json` reports it (a JSON text).
-std::string collective_json(const std::string& cluster, long nodes,
+std::string collective_json(const std::string& cluster, const std::string& cluster_text, long nodes,
                             const std::vector<std::string>& cluster_sets, const std::string& op,
                             const std::string& bytes, const std::vector<uint32_t>& ranks,
                             const std::string& algorithm, const std::string& protocol) {
@@ -128,8 +140,7 @@ std::string collective_json(const std::string& cluster, long nodes,
     }
   }
   py::gil_scoped_release release;
-  const hetsim::platform::Cluster c(
-      hetsim::config::load_cluster(cluster, cluster_options(nodes, cluster_sets)));
+  const hetsim::platform::Cluster c(load_cluster(cluster, cluster_text, nodes, cluster_sets));
   std::vector<bool> seen(c.gpu_count(), false);
   for (uint32_t r : ranks) {
     if (r < c.gpu_count() && seen[r]) {
@@ -152,15 +163,15 @@ std::string collective_json(const std::string& cluster, long nodes,
 
 // A plan as a framework's launch, as `hetsim export --json` writes it (a JSON text); with
 // unsupported parts and not `force`, an InputError that lists them.
-std::string export_json(const std::string& model, const std::string& cluster, long nodes,
+std::string export_json(const std::string& model, const std::string& model_text,
+                        const std::string& cluster, const std::string& cluster_text, long nodes,
                         const std::vector<std::string>& cluster_sets, const std::string& plan,
                         const std::string& plan_text, const std::vector<std::string>& plan_sets,
                         const std::string& framework, bool force) {
   py::gil_scoped_release release;
   const hetsim::launch::Launcher& launcher = hetsim::launch::find_launcher(framework);
-  const hetsim::workload::ModelConfig m = hetsim::workload::load_model(model);
-  const hetsim::platform::Cluster c(
-      hetsim::config::load_cluster(cluster, cluster_options(nodes, cluster_sets)));
+  const hetsim::workload::ModelConfig m = load_model(model, model_text);
+  const hetsim::platform::Cluster c(load_cluster(cluster, cluster_text, nodes, cluster_sets));
   hetsim::workload::PlanOptions popt;
   popt.sets = plan_sets;
   const hetsim::workload::Plan p =
@@ -182,19 +193,20 @@ PYBIND11_MODULE(_hetsim, m) {
   m.doc() = "hetsim's native part: use the hetsim package (import hetsim)";
   py::register_exception<hetsim::InputError>(m, "InputError", PyExc_ValueError);
   py::register_exception<hetsim::RunError>(m, "RunError", PyExc_RuntimeError);
-  m.def("simulate_json", &simulate_json, py::arg("model"), py::arg("cluster"), py::arg("nodes"),
-        py::arg("cluster_sets"), py::arg("plan"), py::arg("plan_text"), py::arg("plan_sets"),
-        py::arg("perturbations"), py::arg("calibration"), py::arg("efficiency"), py::arg("exact"),
+  m.def("simulate_json", &simulate_json, py::arg("model"), py::arg("model_text"),
+        py::arg("cluster"), py::arg("cluster_text"), py::arg("nodes"), py::arg("cluster_sets"),
+        py::arg("plan"), py::arg("plan_text"), py::arg("plan_sets"), py::arg("perturbations"),
+        py::arg("calibration"), py::arg("efficiency"), py::arg("exact"),
         py::arg("free_communication"), py::arg("tokens"));
-  m.def("plan_json", &plan_json, py::arg("model"), py::arg("cluster"), py::arg("nodes"),
-        py::arg("cluster_sets"), py::arg("global_batch"), py::arg("sequence"), py::arg("policies"),
-        py::arg("framework"), py::arg("plan_sets"), py::arg("top"), py::arg("search"),
-        py::arg("calibration"), py::arg("efficiency"));
-  m.def("collective_json", &collective_json, py::arg("cluster"), py::arg("nodes"),
-        py::arg("cluster_sets"), py::arg("op"), py::arg("bytes"), py::arg("ranks"),
-        py::arg("algorithm"), py::arg("protocol"));
-  m.def("export_json", &export_json, py::arg("model"), py::arg("cluster"), py::arg("nodes"),
-        py::arg("cluster_sets"), py::arg("plan"), py::arg("plan_text"), py::arg("plan_sets"),
-        py::arg("framework"), py::arg("force"));
+  m.def("plan_json", &plan_json, py::arg("model"), py::arg("model_text"), py::arg("cluster"),
+        py::arg("cluster_text"), py::arg("nodes"), py::arg("cluster_sets"), py::arg("global_batch"),
+        py::arg("sequence"), py::arg("policies"), py::arg("framework"), py::arg("plan_sets"),
+        py::arg("top"), py::arg("search"), py::arg("calibration"), py::arg("efficiency"));
+  m.def("collective_json", &collective_json, py::arg("cluster"), py::arg("cluster_text"),
+        py::arg("nodes"), py::arg("cluster_sets"), py::arg("op"), py::arg("bytes"),
+        py::arg("ranks"), py::arg("algorithm"), py::arg("protocol"));
+  m.def("export_json", &export_json, py::arg("model"), py::arg("model_text"), py::arg("cluster"),
+        py::arg("cluster_text"), py::arg("nodes"), py::arg("cluster_sets"), py::arg("plan"),
+        py::arg("plan_text"), py::arg("plan_sets"), py::arg("framework"), py::arg("force"));
   m.attr("__version__") = HETSIM_VERSION;
 }

@@ -7,8 +7,8 @@
     best = hetsim.plan("llama2-13b", "mixed-h100-a100", 32, sequence_length=4096).best
     hetsim.simulate("llama2-13b", "mixed-h100-a100", best)
 
-Models, clusters and plans are what `hetsim simulate` takes: built-in names or file paths; a plan
-may also be a dict with the plan file's keys. Keyword arguments the function does not name are
+Models, clusters and plans are what `hetsim simulate` takes: built-in names or file paths, or
+dicts with the same keys as their YAML files. Keyword arguments the function does not name are
 plan overrides (`micro_batch_size=2`, as `--plan-set micro_batch_size=2`). A bad input raises
 ValueError naming the file (or "<dict plan>"), the field and what was expected. The figures are
 the command line's to the bit: `to_dict()` is what `hetsim simulate --json` prints.
@@ -169,6 +169,16 @@ class PlanSearch:
         return self._found["proposed"]
 
 
+def _source(what, value):
+    # (name, text) of a model or a cluster: a built-in name or a file path and no text, or a
+    # dict as YAML text (JSON is YAML) named "<dict model>" / "<dict cluster>".
+    if isinstance(value, dict):
+        return "<dict %s>" % what, _json.dumps(value)
+    if isinstance(value, str):
+        return value, ""
+    raise TypeError("%s is a built-in name, a file path (str) or a dict of its keys" % what)
+
+
 def _plan_source(plan):
     # (name, text): a file's path and no text, or a dict's or a Plan's text and its name.
     if isinstance(plan, dict):
@@ -191,15 +201,15 @@ def simulate(model, cluster, plan, *, nodes=None, framework=None, calibration=No
              free_communication=False, tokens=None, **plan_overrides):
     """Replay one training iteration and report it (as `hetsim simulate`).
 
-    model, cluster: a built-in name or a file path. plan: a plan file's path, or a dict of its
-    keys. nodes: the node count of a single-group cluster. framework: the plan's framework
+    model, cluster: a built-in name, a file path, or a dict of the file's keys. plan: a plan
+    file's path, a dict of its keys, or a hetsim.Plan from plan(). nodes: the node count of a single-group cluster. framework: the plan's framework
     (as the plan key). calibration: a calibration database (HDF5). cluster_set: a dict of
     cluster overrides (path: value, as --set). perturb: a list of what-ifs as --perturb takes
     them (YAML text or dicts). tokens: a whole run's tokens, for its days and cost. Other keyword
     arguments override plan keys.
     """
-    if not isinstance(model, str) or not isinstance(cluster, str):
-        raise TypeError("model and cluster are built-in names or file paths (str)")
+    model, model_text = _source("model", model)
+    cluster, cluster_text = _source("cluster", cluster)
     plan_path, plan_text = _plan_source(plan)
     if framework is not None:
         plan_overrides["framework"] = framework
@@ -207,7 +217,8 @@ def simulate(model, cluster, plan, *, nodes=None, framework=None, calibration=No
     cluster_sets = [_setting(k, v) for k, v in (cluster_set or {}).items()]
     what_ifs = [p if isinstance(p, str) else _json.dumps(p) for p in (perturb or [])]
     text = _hetsim.simulate_json(
-        model=model, cluster=cluster, nodes=int(nodes or 0), cluster_sets=cluster_sets,
+        model=model, model_text=model_text, cluster=cluster, cluster_text=cluster_text,
+        nodes=int(nodes or 0), cluster_sets=cluster_sets,
         plan=plan_path, plan_text=plan_text, plan_sets=sets, perturbations=what_ifs,
         calibration=calibration or "", efficiency=efficiency or "", exact=bool(exact),
         free_communication=bool(free_communication), tokens=float(tokens or 0))
@@ -221,10 +232,11 @@ def plan(model, cluster, global_batch_size, *, sequence_length=None, nodes=None,
     memory model drops those that do not fit, the replay ranks the rest. policies: "all" or one
     policy's name. search: also the one-step changes around the best proposals. Other keyword
     arguments are plan keys every proposal gets (as --plan-set). Returns a PlanSearch."""
-    if not isinstance(model, str) or not isinstance(cluster, str):
-        raise TypeError("model and cluster are built-in names or file paths (str)")
+    model, model_text = _source("model", model)
+    cluster, cluster_text = _source("cluster", cluster)
     text = _hetsim.plan_json(
-        model=model, cluster=cluster, nodes=int(nodes or 0),
+        model=model, model_text=model_text, cluster=cluster, cluster_text=cluster_text,
+        nodes=int(nodes or 0),
         cluster_sets=[_setting(k, v) for k, v in (cluster_set or {}).items()],
         global_batch=int(global_batch_size), sequence=int(sequence_length or 0),
         policies=policies, framework=framework or "",
@@ -241,8 +253,9 @@ def collective(cluster, op, bytes, ranks=None, *, nodes=None, algorithm="auto",
     ("1GiB"). ranks: a count (the first N GPUs), a list of GPU ids, or None (every GPU)."""
     if isinstance(ranks, int):
         ranks = list(range(ranks))
+    cluster, cluster_text = _source("cluster", cluster)
     text = _hetsim.collective_json(
-        cluster=cluster, nodes=int(nodes or 0),
+        cluster=cluster, cluster_text=cluster_text, nodes=int(nodes or 0),
         cluster_sets=[_setting(k, v) for k, v in (cluster_set or {}).items()], op=op,
         bytes=str(bytes), ranks=list(ranks or []), algorithm=algorithm, protocol=protocol)
     return _json.loads(text)
@@ -254,9 +267,12 @@ def export(model, cluster, plan, framework, *, nodes=None, force=False, cluster_
     a dict with the command (argv), config, env and hosts. Where the framework cannot express
     the plan, a ValueError lists why, unless force=True, which exports the closest uniform plan
     and says what it changed under "unsupported" and "approximation"."""
+    model, model_text = _source("model", model)
+    cluster, cluster_text = _source("cluster", cluster)
     plan_path, plan_text = _plan_source(plan)
     text = _hetsim.export_json(
-        model=model, cluster=cluster, nodes=int(nodes or 0),
+        model=model, model_text=model_text, cluster=cluster, cluster_text=cluster_text,
+        nodes=int(nodes or 0),
         cluster_sets=[_setting(k, v) for k, v in (cluster_set or {}).items()], plan=plan_path,
         plan_text=plan_text, plan_sets=[_setting(k, v) for k, v in plan_overrides.items()],
         framework=framework, force=bool(force))

@@ -27,8 +27,11 @@ workload::Perturbations perturbations(const RunSpec& spec, const workload::Plan&
 }  // namespace
 
 RunInputs::RunInputs(const RunSpec& spec)
-    : model(workload::load_model(spec.model)),
-      cluster(config::load_cluster(spec.cluster, spec.cluster_options)),
+    : model(spec.model_text ? workload::load_model_yaml_text(*spec.model_text, spec.model)
+                            : workload::load_model(spec.model)),
+      cluster(spec.cluster_text ? config::load_cluster_text(*spec.cluster_text, spec.cluster,
+                                                            spec.cluster_options)
+                                : config::load_cluster(spec.cluster, spec.cluster_options)),
       plan(load_plan(spec, model, cluster)),
       perturbed(workload::resolve_perturbations(perturbations(spec, plan), cluster)) {
   workload::scale_links(perturbed, cluster);

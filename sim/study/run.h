@@ -21,13 +21,15 @@
 namespace hetsim::study {
 
 struct RunSpec {
-  std::string model;                       // a file, a Hugging Face folder or a built-in name
-  std::string cluster;                     // a file or a built-in name
-  config::ClusterOptions cluster_options;  // --nodes, --set
-  std::string plan;                        // the plan file; with plan_text, the name errors use
-  std::optional<std::string> plan_text;    // a plan made in code (a policy's), instead of a file
-  std::vector<std::string> plan_sets;      // --plan-set
-  workload::Perturbations perturbations;   // --perturb
+  std::string model;                        // a file, a Hugging Face folder or a built-in name
+  std::optional<std::string> model_text;    // a model made in code (YAML), instead; model names it
+  std::string cluster;                      // a file or a built-in name
+  std::optional<std::string> cluster_text;  // a cluster made in code (YAML); cluster names it
+  config::ClusterOptions cluster_options;   // --nodes, --set
+  std::string plan;                         // the plan file; with plan_text, the name errors use
+  std::optional<std::string> plan_text;     // a plan made in code (a policy's), instead of a file
+  std::vector<std::string> plan_sets;       // --plan-set
+  workload::Perturbations perturbations;    // --perturb
 };
 
 // The parsed and validated inputs: every input error is thrown here, before anything runs.
