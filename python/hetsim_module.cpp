@@ -6,6 +6,8 @@
 #include <pybind11/stl.h>
 
 #include <cmath>
+#include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -16,9 +18,14 @@
 #include "sim/network/collective.h"
 #include "sim/network/collective_runner.h"
 #include "sim/policy/planner.h"
+#include "sim/report/chrome_trace.h"
 #include "sim/report/collective_report.h"
 #include "sim/report/training_report.h"
+#include "sim/study/results.h"
 #include "sim/study/run.h"
+#include "sim/study/runner.h"
+#include "sim/study/store.h"
+#include "sim/study/study.h"
 #include "sim/workload/perturbation.h"
 
 namespace py = pybind11;
@@ -32,7 +39,8 @@ std::string simulate_json(const std::string& model, const std::string& model_tex
                           const std::string& plan_text, const std::vector<std::string>& plan_sets,
                           const std::vector<std::string>& perturbations,
                           const std::string& calibration, const std::string& efficiency, bool exact,
-                          bool free_communication, double tokens) {
+                          bool free_communication, double tokens, const std::string& trace) {
+  if (!trace.empty()) hetsim::report::check_trace_path(trace, "trace");
   hetsim::study::RunSpec spec;
   spec.model = model;
   if (!model_text.empty()) spec.model_text = model_text;
@@ -52,9 +60,22 @@ std::string simulate_json(const std::string& model, const std::string& model_tex
   hetsim::study::RunOptions options;
   options.exact = exact;
   options.free_communication = free_communication;
+  // The Chrome trace, with simulate --trace's default selection of devices and micro-batches.
+  std::unique_ptr<hetsim::report::ChromeTrace> chrome;
+  if (!trace.empty()) {
+    chrome = std::make_unique<hetsim::report::ChromeTrace>(hetsim::report::make_trace_filter(
+        inputs.cluster, "", "", hetsim::report::most_micro_batches(inputs.plan)));
+    options.observer = chrome.get();
+  }
   hetsim::study::RunOutput out = hetsim::study::run(inputs, costs.get(), options);
   out.report.warnings = costs.warnings();
   if (tokens > 0) hetsim::report::add_run_cost(out.report, tokens);
+  if (chrome) {
+    std::ofstream file(trace, std::ios::binary);
+    if (!file) throw hetsim::InputError("trace " + trace + ": cannot write the file");
+    chrome->write(file, out.job);
+    if (!file) throw hetsim::RunError("trace " + trace + ": write failed");
+  }
   return hetsim::report::to_json(out.report).dump(2);
 }
 
@@ -187,6 +208,20 @@ std::string export_json(const std::string& model, const std::string& model_text,
   return hetsim::launch::to_json(l).dump(2);
 }
 
+// A study (hetsim sweep's file), every run stored in `store` as it finishes (runs the store
+// already has are not run again), as `hetsim sweep --json` reports it (a JSON text).
+std::string sweep_json(const std::string& study_file, const std::string& store_path,
+                       unsigned jobs) {
+  py::gil_scoped_release release;
+  const hetsim::study::Study s = hetsim::study::load_study(study_file);
+  { const hetsim::calibrate::CostModels costs(s.efficiency, s.calibration); }  // fails early
+  hetsim::study::Store store(store_path);
+  hetsim::study::RunnerOptions options;
+  options.jobs = jobs;
+  hetsim::study::run_study(s, store, options);
+  return hetsim::study::to_json(s, store_path, hetsim::study::study_records(s, store)).dump(2);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_hetsim, m) {
@@ -197,7 +232,7 @@ PYBIND11_MODULE(_hetsim, m) {
         py::arg("cluster"), py::arg("cluster_text"), py::arg("nodes"), py::arg("cluster_sets"),
         py::arg("plan"), py::arg("plan_text"), py::arg("plan_sets"), py::arg("perturbations"),
         py::arg("calibration"), py::arg("efficiency"), py::arg("exact"),
-        py::arg("free_communication"), py::arg("tokens"));
+        py::arg("free_communication"), py::arg("tokens"), py::arg("trace"));
   m.def("plan_json", &plan_json, py::arg("model"), py::arg("model_text"), py::arg("cluster"),
         py::arg("cluster_text"), py::arg("nodes"), py::arg("cluster_sets"), py::arg("global_batch"),
         py::arg("sequence"), py::arg("policies"), py::arg("framework"), py::arg("plan_sets"),
@@ -208,5 +243,6 @@ PYBIND11_MODULE(_hetsim, m) {
   m.def("export_json", &export_json, py::arg("model"), py::arg("model_text"), py::arg("cluster"),
         py::arg("cluster_text"), py::arg("nodes"), py::arg("cluster_sets"), py::arg("plan"),
         py::arg("plan_text"), py::arg("plan_sets"), py::arg("framework"), py::arg("force"));
+  m.def("sweep_json", &sweep_json, py::arg("study"), py::arg("store"), py::arg("jobs"));
   m.attr("__version__") = HETSIM_VERSION;
 }

@@ -18,7 +18,8 @@ import json as _json
 from . import _hetsim
 
 __version__ = _hetsim.__version__
-__all__ = ["simulate", "plan", "collective", "export", "Result", "Plan", "PlanSearch"]
+__all__ = ["simulate", "plan", "collective", "export", "sweep", "Result", "Plan", "PlanSearch",
+           "Sweep"]
 
 
 def _pandas():
@@ -198,14 +199,15 @@ def _setting(key, value):
 
 def simulate(model, cluster, plan, *, nodes=None, framework=None, calibration=None,
              efficiency=None, cluster_set=None, perturb=None, exact=False,
-             free_communication=False, tokens=None, **plan_overrides):
+             free_communication=False, tokens=None, trace=None, **plan_overrides):
     """Replay one training iteration and report it (as `hetsim simulate`).
 
     model, cluster: a built-in name, a file path, or a dict of the file's keys. plan: a plan
     file's path, a dict of its keys, or a hetsim.Plan from plan(). nodes: the node count of a single-group cluster. framework: the plan's framework
     (as the plan key). calibration: a calibration database (HDF5). cluster_set: a dict of
     cluster overrides (path: value, as --set). perturb: a list of what-ifs as --perturb takes
-    them (YAML text or dicts). tokens: a whole run's tokens, for its days and cost. Other keyword
+    them (YAML text or dicts). tokens: a whole run's tokens, for its days and cost. trace: write
+    the iteration's Chrome trace (Perfetto) to this file, as --trace does. Other keyword
     arguments override plan keys.
     """
     model, model_text = _source("model", model)
@@ -221,7 +223,8 @@ def simulate(model, cluster, plan, *, nodes=None, framework=None, calibration=No
         nodes=int(nodes or 0), cluster_sets=cluster_sets,
         plan=plan_path, plan_text=plan_text, plan_sets=sets, perturbations=what_ifs,
         calibration=calibration or "", efficiency=efficiency or "", exact=bool(exact),
-        free_communication=bool(free_communication), tokens=float(tokens or 0))
+        free_communication=bool(free_communication), tokens=float(tokens or 0),
+        trace=str(trace or ""))
     return Result(_json.loads(text))
 
 
@@ -277,3 +280,38 @@ def export(model, cluster, plan, framework, *, nodes=None, force=False, cluster_
         plan_text=plan_text, plan_sets=[_setting(k, v) for k, v in plan_overrides.items()],
         framework=framework, force=bool(force))
     return _json.loads(text)
+
+
+class Sweep:
+    """A study's runs (as `hetsim sweep --json`): runs as a DataFrame, one row per run, and the
+    whole document as to_dict() (each run's inputs and simulate report)."""
+
+    def __init__(self, found):
+        self._found = found
+
+    def to_dict(self):
+        return _json.loads(_json.dumps(self._found))
+
+    @property
+    def store(self):
+        return self._found["store"]
+
+    @property
+    def runs(self):
+        """A pandas DataFrame, one row per run: the study's CSV columns."""
+        rows = [{k: v for k, v in r.items() if k not in ("inputs", "report")}
+                for r in self._found["runs"]]
+        return _pandas().DataFrame(rows)
+
+
+def sweep(study, *, store=None, jobs=None):
+    """Run a study file (as `hetsim sweep`): models x clusters x plans x frameworks x what-ifs,
+    each run stored in the SQLite `store` as it finishes (default: the study's name with .db);
+    runs the store already has are not run again, so an interrupted sweep resumes. jobs: threads
+    (default: the machine's cores). Returns a Sweep."""
+    import os
+    if store is None:
+        store = os.path.splitext(study)[0] + ".db"
+    text = _hetsim.sweep_json(study=str(study), store=str(store),
+                              jobs=int(jobs or os.cpu_count() or 1))
+    return Sweep(_json.loads(text))

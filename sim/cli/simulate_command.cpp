@@ -14,29 +14,7 @@
 
 namespace hetsim::cli {
 
-namespace {
-
-// A trace path must be a file in an existing folder: found now, not after a long simulation.
-void check_trace_path(const std::string& path) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (fs::is_directory(path, ec)) {
-    throw InputError("--trace " + path + ": is a directory (expected a file name, e.g. " +
-                     (fs::path(path) / "trace.json").string() + ")");
-  }
-  const fs::path folder = fs::path(path).parent_path();
-  if (!folder.empty() && !fs::is_directory(folder, ec)) {
-    throw InputError("--trace " + path + ": folder " + folder.string() + " does not exist");
-  }
-}
-
-uint32_t most_micro_batches(const workload::Plan& plan) {
-  int n = 0;
-  for (const auto& r : plan.replicas) n = std::max(n, r.micro_batches);
-  return static_cast<uint32_t>(n);
-}
-
-}  // namespace
+namespace {}  // namespace
 
 void add_simulate_command(CLI::App& app, Action& action) {
   struct Opts {
@@ -98,7 +76,7 @@ void add_simulate_command(CLI::App& app, Action& action) {
     action = [o] {
       report::ProgressMeter progress(std::cerr, "simulate", o->progress_after_s, 1.0,
                                      report::stderr_is_terminal());
-      if (!o->trace.empty()) check_trace_path(o->trace);
+      if (!o->trace.empty()) report::check_trace_path(o->trace, "--trace");
       // A selection without a trace would be silently ignored.
       if (o->trace.empty() && !(o->trace_devices + o->trace_micro_batches).empty()) {
         throw InputError(
@@ -119,7 +97,7 @@ void add_simulate_command(CLI::App& app, Action& action) {
       report::TraceFilter filter;
       if (!o->trace.empty()) {
         filter = report::make_trace_filter(inputs.cluster, o->trace_devices, o->trace_micro_batches,
-                                           most_micro_batches(inputs.plan));
+                                           report::most_micro_batches(inputs.plan));
       }
       std::unique_ptr<report::ChromeTrace> trace;
       if (!o->trace.empty()) trace = std::make_unique<report::ChromeTrace>(filter);

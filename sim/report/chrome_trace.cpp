@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <set>
 
 #include "sim/core/error.h"
@@ -71,6 +73,25 @@ const char* pass_name(workload::Pass p) {
 }
 
 }  // namespace
+
+void check_trace_path(const std::string& path, const std::string& option) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    throw InputError(option + " " + path + ": is a directory (expected a file name, e.g. " +
+                     (fs::path(path) / "trace.json").string() + ")");
+  }
+  const fs::path folder = fs::path(path).parent_path();
+  if (!folder.empty() && !fs::is_directory(folder, ec)) {
+    throw InputError(option + " " + path + ": folder " + folder.string() + " does not exist");
+  }
+}
+
+uint32_t most_micro_batches(const workload::Plan& plan) {
+  int n = 0;
+  for (const auto& r : plan.replicas) n = std::max(n, r.micro_batches);
+  return static_cast<uint32_t>(n);
+}
 
 TraceFilter make_trace_filter(const platform::Cluster& c, const std::string& devices,
                               const std::string& micro_batches, uint32_t micro_batch_count) {

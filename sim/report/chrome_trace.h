@@ -25,6 +25,12 @@ TraceFilter make_trace_filter(const platform::Cluster& c, const std::string& dev
                               const std::string& micro_batches,
                               uint32_t micro_batch_count = 1 << 20);
 
+// A trace's path must be a file in an existing folder: found before a long simulation, not
+// after it. `option` names the flag or argument in the error (InputError).
+void check_trace_path(const std::string& path, const std::string& option);
+// The most micro-batches a replica of the plan runs (make_trace_filter's count).
+uint32_t most_micro_batches(const workload::Plan& plan);
+
 class ChromeTrace : public workload::ReplayObserver {
  public:
   explicit ChromeTrace(TraceFilter f) : filter_(std::move(f)) {}
