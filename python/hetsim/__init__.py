@@ -34,8 +34,17 @@ def _pandas():
 class Result:
     """One replayed iteration: the report's figures as attributes, the whole report as to_dict()."""
 
-    def __init__(self, report):
+    def __init__(self, report, replay=None):
         self._report = report
+        self._replay = replay  # replays the same iteration with a trace: f(path)
+
+    def trace(self, path):
+        """Write this iteration's Chrome trace (open in https://ui.perfetto.dev), as
+        `hetsim simulate --trace` does. The replay is run again with a recorder: it is
+        deterministic, so the trace is of this very iteration."""
+        if self._replay is None:
+            raise ValueError("this result has no inputs to replay")
+        self._replay(str(path))
 
     def to_dict(self):
         """The report as `hetsim simulate --json` prints it."""
@@ -218,14 +227,15 @@ def simulate(model, cluster, plan, *, nodes=None, framework=None, calibration=No
     sets = [_setting(k, v) for k, v in plan_overrides.items()]
     cluster_sets = [_setting(k, v) for k, v in (cluster_set or {}).items()]
     what_ifs = [p if isinstance(p, str) else _json.dumps(p) for p in (perturb or [])]
-    text = _hetsim.simulate_json(
+    args = dict(
         model=model, model_text=model_text, cluster=cluster, cluster_text=cluster_text,
         nodes=int(nodes or 0), cluster_sets=cluster_sets,
         plan=plan_path, plan_text=plan_text, plan_sets=sets, perturbations=what_ifs,
         calibration=calibration or "", efficiency=efficiency or "", exact=bool(exact),
-        free_communication=bool(free_communication), tokens=float(tokens or 0),
-        trace=str(trace or ""))
-    return Result(_json.loads(text))
+        free_communication=bool(free_communication), tokens=float(tokens or 0))
+    text = _hetsim.simulate_json(trace=str(trace or ""), **args)
+    return Result(_json.loads(text),
+                  replay=lambda path: _hetsim.simulate_json(trace=path, **args))
 
 
 def plan(model, cluster, global_batch_size, *, sequence_length=None, nodes=None,

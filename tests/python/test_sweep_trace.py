@@ -36,3 +36,6 @@ def test_the_trace_is_simulate_traces(tmp_path):
                    stdout=subprocess.DEVNULL)
     assert (tmp_path / "py.json").read_bytes() == (tmp_path / "cli.json").read_bytes()
     assert json.loads((tmp_path / "py.json").read_text())["traceEvents"]
+    # A result writes its own iteration's trace afterwards: the same file.
+    hetsim.simulate(model, cluster, plan).trace(tmp_path / "later.json")
+    assert (tmp_path / "later.json").read_bytes() == (tmp_path / "cli.json").read_bytes()
