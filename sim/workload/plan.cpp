@@ -18,8 +18,8 @@
 #include "sim/config/yaml_util.h"
 #include "sim/core/error.h"
 #include "sim/core/hash.h"
-#include "sim/policy/gholami.h"
 #include "sim/workload/cnn.h"
+#include "sim/workload/cnn_split.h"
 #include "sim/workload/cost_model.h"
 #include "sim/workload/plan_keys.h"
 
@@ -610,10 +610,10 @@ Plan load_grid_plan(const YAML::Node& root, const std::string& file, const Model
         for (platform::GpuId d : r.stages.front().devices) all.push_back(d);
       }
       const double e = element_bytes(p.precision), g = p.fp32_main_grads ? 4 : e;
-      p.layer_splits = policy::gholami_splits(
-          model, static_cast<int>(rows), static_cast<int>(columns), p.micro_batch_size, e, g,
-          policy::fit_alpha_beta(cluster, row), policy::fit_alpha_beta(cluster, column),
-          policy::fit_alpha_beta(cluster, all));
+      p.layer_splits =
+          gholami_splits(model, static_cast<int>(rows), static_cast<int>(columns),
+                         p.micro_batch_size, e, g, fit_alpha_beta(cluster, row),
+                         fit_alpha_beta(cluster, column), fit_alpha_beta(cluster, all));
       p.split_policy = "gholami";
     }
   } else {

@@ -9,9 +9,9 @@
 #include <memory>
 
 #include "sim/core/error.h"
-#include "sim/policy/gholami.h"
 #include "sim/report/training_report.h"
 #include "sim/workload/cnn.h"
+#include "sim/workload/cnn_split.h"
 #include "sim/workload/memory.h"
 #include "sim/workload/replay.h"
 #include "tests/unit/fixtures.h"
@@ -333,7 +333,7 @@ TEST(Cnn, LayerCommunicationIsThePapersAlphaBetaFormulas) {
   // column (B / P_c), e = 2 bytes an activation, g = 4 a gradient. hetsim's two departures:
   // each side of the halo is its own width (the paper's floor(k_w / 2) for both), and a layer
   // reading the images (whole on every rank) exchanges no forward halo.
-  const policy::AlphaBeta row{3e-6, 1 / 150e9}, column{5e-6, 1 / 20e9}, grid{7e-6, 1 / 25e9};
+  const workload::AlphaBeta row{3e-6, 1 / 150e9}, column{5e-6, 1 / 20e9}, grid{7e-6, 1 / 25e9};
   const double b = 32, e = 2, g = 4;
   const ModelConfig a = load_model("alexnet");
   const CnnLayer& conv1 = a.cnn[0];  // 3 x 224 x 224 -> 64 x 55 x 55, 11x11 stride 4 pad 2
@@ -343,7 +343,7 @@ TEST(Cnn, LayerCommunicationIsThePapersAlphaBetaFormulas) {
   ASSERT_EQ(fc6.name, "fc6");
   const double w2 = 192.0 * 64 * 25 + 192, w1 = 64.0 * 3 * 121 + 64, w6 = 4096.0 * 9216 + 4096;
   auto comm = [&](const CnnLayer& l, bool whole, bool dx, LayerSplit s, int rows, int cols) {
-    return policy::layer_comm_seconds(l, whole, dx, s, rows, cols, 32, e, g, row, column, grid);
+    return workload::layer_comm_seconds(l, whole, dx, s, rows, cols, 32, e, g, row, column, grid);
   };
   auto expect = [](double got, double want, const char* what) {
     EXPECT_NEAR(got / want, 1.0, 1e-12) << what << ": " << got << " against " << want;
@@ -389,7 +389,7 @@ TEST(Cnn, AlphaBetaFitReproducesTheEstimatesItWasFittedOn) {
   const platform::Cluster c = test::cluster("dgx-a100", 2);
   std::vector<platform::GpuId> ranks;
   for (platform::GpuId g = 0; g < 16; ++g) ranks.push_back(g);
-  const policy::AlphaBeta ab = policy::fit_alpha_beta(c, ranks);
+  const workload::AlphaBeta ab = workload::fit_alpha_beta(c, ranks);
   EXPECT_GT(ab.alpha, 0);
   // Across two nodes the ring runs at the NICs' pace: beta near 1 / (8 x 25 GB/s) per byte.
   EXPECT_GT(1 / ab.beta, 100e9);

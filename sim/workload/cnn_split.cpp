@@ -1,16 +1,12 @@
-// The Gholami et al. per-layer choice; see gholami.h.
-#include "sim/policy/gholami.h"
+// The Gholami et al. per-layer choice; see cnn_split.h.
+#include "sim/workload/cnn_split.h"
 
 #include <cmath>
 
 #include "sim/network/collective.h"
 #include "sim/workload/cnn.h"
 
-namespace hetsim::policy {
-
-using workload::CnnKind;
-using workload::CnnLayer;
-using workload::LayerSplit;
+namespace hetsim::workload {
 
 namespace {
 
@@ -67,27 +63,26 @@ double layer_comm_seconds(const CnnLayer& l, bool whole_input, bool input_gradie
       // Each side's halo from its neighbour, alpha + beta x size (a side of no columns costs
       // nothing): the input's columns forward (none from a whole input: each rank reads its
       // own), the output gradient's backward (where the input's gradient is computed).
-      auto sides = [&](const workload::Halo& h, double column_bytes) {
+      auto sides = [&](const Halo& h, double column_bytes) {
         double t = 0;
         for (const int64_t c : {h.left, h.right})
           if (c > 0) t += row.alpha + row.beta * column_bytes * static_cast<double>(c);
         return t;
       };
       double t = 0;
-      if (!whole_input)
-        t += sides(workload::halo_forward(l), e * b * static_cast<double>(l.in_c * l.in_h));
+      if (!whole_input) t += sides(halo_forward(l), e * b * static_cast<double>(l.in_c * l.in_h));
       if (input_gradient)
-        t += sides(workload::halo_backward(l), e * b * static_cast<double>(l.out_c * l.out_h));
+        t += sides(halo_backward(l), e * b * static_cast<double>(l.out_c * l.out_h));
       return t + allreduce(grid, rows * columns, g * weights);
     }
   }
   return 0;
 }
 
-std::vector<LayerSplit> gholami_splits(const workload::ModelConfig& model, int rows, int columns,
+std::vector<LayerSplit> gholami_splits(const ModelConfig& model, int rows, int columns,
                                        int64_t batch, double e, double g, const AlphaBeta& row,
                                        const AlphaBeta& column, const AlphaBeta& grid) {
-  const std::vector<bool> dx = workload::cnn_input_gradients(model);
+  const std::vector<bool> dx = cnn_input_gradients(model);
   std::vector<LayerSplit> out;
   for (size_t i = 0; i < model.cnn.size(); ++i) {
     const CnnLayer& l = model.cnn[i];
@@ -102,9 +97,9 @@ std::vector<LayerSplit> gholami_splits(const workload::ModelConfig& model, int r
     // The images are whole on every rank; any other input the policy takes as split (a copy
     // gathered for another consumer is the replay's to find), so that whatever it chooses fits
     // cnn_programs' rule, one stricter or the same.
-    const bool images = workload::cnn_source(model, static_cast<int>(i)) == CnnLayer::kImages;
-    const bool domain_fits = workload::domain_split_misfit(l, rows, !images, dx[i]).empty();
-    const bool model_fits = workload::model_split_misfit(l, rows).empty();
+    const bool images = cnn_source(model, static_cast<int>(i)) == CnnLayer::kImages;
+    const bool domain_fits = domain_split_misfit(l, rows, !images, dx[i]).empty();
+    const bool model_fits = model_split_misfit(l, rows).empty();
     auto cost = [&](LayerSplit s) {
       return layer_comm_seconds(l, images, dx[i], s, rows, columns, batch, e, g, row, column, grid);
     };
@@ -116,4 +111,4 @@ std::vector<LayerSplit> gholami_splits(const workload::ModelConfig& model, int r
   return out;
 }
 
-}  // namespace hetsim::policy
+}  // namespace hetsim::workload

@@ -21,7 +21,7 @@
 #include "sim/workload/model.h"
 #include "sim/workload/ops.h"
 
-namespace hetsim::policy {
+namespace hetsim::workload {
 
 // t(n) = alpha x steps + beta x n: the paper's model of one collective over p ranks, with
 // steps = ceil(log2 p) (all-gather) or 2 ceil(log2 p) (all-reduce).
@@ -36,21 +36,20 @@ AlphaBeta fit_alpha_beta(const platform::Cluster& c, const std::vector<platform:
 // images per column on a rows x columns grid, e bytes per activation and g per gradient:
 // model: all-gather of the output (over the rows), all-reduce of the input gradient (where
 // `input_gradient`: not for a layer reading the images), all-reduce of its rows' gradients over
-// the columns; domain: the halo exchange, each side alpha + beta x its size (workload::Halo),
+// the columns; domain: the halo exchange, each side alpha + beta x its size (Halo),
 // forward unless the input is whole on every rank (`whole_input`: the images) and backward
 // where `input_gradient`, and the whole gradient all-reduced over the grid; batch (rows 1): the
 // gradient all-reduced over the columns.
-double layer_comm_seconds(const workload::CnnLayer& l, bool whole_input, bool input_gradient,
-                          workload::LayerSplit split, int rows, int columns, int64_t batch,
-                          double e, double g, const AlphaBeta& row, const AlphaBeta& column,
+double layer_comm_seconds(const CnnLayer& l, bool whole_input, bool input_gradient,
+                          LayerSplit split, int rows, int columns, int64_t batch, double e,
+                          double g, const AlphaBeta& row, const AlphaBeta& column,
                           const AlphaBeta& grid);
 
 // Per layer, the split of least layer_comm_seconds among those that fit it
-// (workload::domain_split_misfit and model_split_misfit, cnn_programs' own rules): model for
+// (domain_split_misfit and model_split_misfit, cnn_programs' own rules): model for
 // fully connected layers, whose images have no columns to split.
-std::vector<workload::LayerSplit> gholami_splits(const workload::ModelConfig& model, int rows,
-                                                 int columns, int64_t batch, double e, double g,
-                                                 const AlphaBeta& row, const AlphaBeta& column,
-                                                 const AlphaBeta& grid);
+std::vector<LayerSplit> gholami_splits(const ModelConfig& model, int rows, int columns,
+                                       int64_t batch, double e, double g, const AlphaBeta& row,
+                                       const AlphaBeta& column, const AlphaBeta& grid);
 
-}  // namespace hetsim::policy
+}  // namespace hetsim::workload
