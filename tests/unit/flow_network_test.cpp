@@ -120,6 +120,27 @@ class CapacityAndBytes : public FlowObserver {
   int checks = 0;
 };
 
+// Starts `first` flows, then one more whenever one ends and another every third time, until
+// `budget` have started; each made by `make` (links, bytes, latency). Returns the completion
+// times in order.
+std::vector<double> run_spawning(Engine& e, FlowNetwork& net, int first, int budget,
+                                 const std::function<FlowSpec()>& make) {
+  std::vector<double> ends;
+  std::function<void()> spawn = [&] {
+    if (--budget < 0) return;
+    FlowSpec s = make();
+    s.on_done = [&] {
+      ends.push_back(e.now().seconds());
+      spawn();
+      if (budget % 3 == 0) spawn();
+    };
+    net.start(std::move(s));
+  };
+  for (int i = 0; i < first; ++i) spawn();
+  e.run();
+  return ends;
+}
+
 std::vector<double> random_run(uint32_t seed, CapacityAndBytes* obs, double* delivered,
                                double* started) {
   std::mt19937 rng(seed);
@@ -130,23 +151,13 @@ std::vector<double> random_run(uint32_t seed, CapacityAndBytes* obs, double* del
   Engine e;
   FlowNetwork net(e, caps);
   if (obs) net.add_observer(obs);
-  std::vector<double> ends;
-  int budget = 400;
-  std::function<void()> spawn = [&] {
-    if (--budget < 0) return;
+  const std::vector<double> ends = run_spawning(e, net, 20, 400, [&] {
     FlowSpec s;
     for (uint32_t h = hops(rng); h > 0; --h) s.links.push_back({link(rng), count(rng)});
     s.bytes = bytes(rng);
     s.latency = Time::ns(lat(rng));
-    s.on_done = [&] {
-      ends.push_back(e.now().seconds());
-      spawn();
-      if (budget % 3 == 0) spawn();
-    };
-    net.start(std::move(s));
-  };
-  for (int i = 0; i < 20; ++i) spawn();
-  e.run();
+    return s;
+  });
   *delivered = net.delivered_bytes();
   *started = net.started_bytes();
   return ends;
@@ -293,24 +304,13 @@ std::vector<double> template_run(uint32_t seed, bool reduce, size_t* crossings) 
   for (auto& t : templates) *crossings += t.size();
   Engine e;
   FlowNetwork net(e, caps);
-  std::vector<double> ends;
-  int budget = 300;
-  std::function<void()> spawn = [&] {
-    if (--budget < 0) return;
+  return run_spawning(e, net, 12, 300, [&] {
     FlowSpec s;
     s.links = templates[pick(rng)];
     s.bytes = bytes(rng);
     s.latency = Time::ns(lat(rng));
-    s.on_done = [&] {
-      ends.push_back(e.now().seconds());
-      spawn();
-      if (budget % 3 == 0) spawn();
-    };
-    net.start(std::move(s));
-  };
-  for (int i = 0; i < 12; ++i) spawn();
-  e.run();
-  return ends;
+    return s;
+  });
 }
 
 TEST(FlowNetworkProperties, LinksThatCannotBindAreLeftOutExactly) {
