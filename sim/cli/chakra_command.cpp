@@ -31,7 +31,7 @@ void add_export_chakra_command(CLI::App& app, Action& action) {
                   "Model file (models/*.yaml or a Hugging Face config.json) or a built-in name")
       ->required();
   o->cluster.add_to(*cmd, "dgx-a100");
-  cmd->add_option("--plan", o->plan, "Plan file (YAML; keys in docs/models-clusters-plans.md)")
+  cmd->add_option("--plan", o->plan, "Plan file (YAML; keys in docs/reference/plan-keys.md)")
       ->required();
   cmd->add_option("--plan-set", o->plan_sets,
                   "Override a field of the plan: PATH=VALUE, e.g. micro_batch_size=2 (repeatable)");
