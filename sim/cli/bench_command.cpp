@@ -219,23 +219,69 @@ std::vector<TrainingCase> training_cases() {
       {"llama3-405b-98k", "llama3-405b", "dgx-h100", 12288, 8, 16, 768, 12288, 8192, 1, llama_98k}};
 }
 
-}  // namespace
+// What `bench training` runs for one case, timed by phase (in the forked process).
+struct TrainingOptions {
+  std::vector<std::string> cases{"gpt3-175b",     "llama3-405b", "gpt3-il-1024", "gpt3-il-3584",
+                                 "gpt3-il-10752", "deepseek-v3", "simai-moe",    "llama3-405b-98k"};
+  bool exact = false, quiet = false, phases = false;
+  std::string calibration;
+  double progress_after_s = 2;  // a case runs for minutes: its progress on standard error
+};
 
-void add_bench_command(CLI::App& app, Action& action) {
-  struct Opts {
-    std::vector<int> gpus{1024, 8192};
-    std::string bytes = "1GiB";
+CaseResult run_training_case(const TrainingCase& k, const TrainingOptions& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  CaseResult cr;
+  auto lap = t0;
+  auto phase = [&](int i) {
+    const auto now = std::chrono::steady_clock::now();
+    cr.phase_s[i] = std::chrono::duration<double>(now - lap).count();
+    lap = now;
   };
-  auto o = std::make_shared<Opts>();
-  CLI::App* cmd = app.add_subcommand(
-      "bench", "Print wall time and peak memory of large simulations (one process per case)");
-  CLI::App* net = cmd->add_subcommand(
-      "network",
-      "An all-reduce (algorithm and protocol chosen as hetsim collective does) over DGX H100 "
-      "nodes in a rail-optimised fat tree");
-  net->add_option("--gpus", o->gpus, "GPU counts (multiples of 8)")->capture_default_str();
-  net->add_option("--bytes", o->bytes, "All-reduce size")->capture_default_str();
-  CLI::App* train = cmd->add_subcommand(
+  report::ProgressMeter meter(std::cerr, "bench " + k.name, o.progress_after_s, 1.0,
+                              report::stderr_is_terminal());
+  const workload::ModelConfig model =
+      k.model_yaml.empty() ? workload::load_model(k.model)
+                           : workload::load_model_yaml_text(k.model_yaml, "bench " + k.name);
+  config::ClusterOptions opt;
+  opt.nodes = k.nodes;
+  const platform::Cluster c(config::load_cluster(k.cluster, opt));
+  // As a user writes it: plan files go through the same validation.
+  std::string text = fmt::format(
+      "tensor_parallel: {}\npipeline_parallel: {}\ndata_parallel: {}\n"
+      "micro_batch_size: 1\nglobal_batch_size: {}\nsequence_length: {}\n"
+      "recompute: selective\nsequence_parallel: true\n",
+      k.tp, k.pp, k.dp, k.batch, k.seq);
+  if (!k.plan.empty()) text = k.plan;
+  if (k.interleave > 1) {
+    text += fmt::format("schedule: interleaved\ninterleave: {}\nprecision: fp8\nzero_stage: 1\n",
+                        k.interleave);
+  }
+  const workload::Plan plan = workload::load_plan_text(text, "bench " + k.name, model, c);
+  std::unique_ptr<workload::CostModel> cost = std::make_unique<workload::DatasheetCostModel>();
+  if (!o.calibration.empty()) {
+    cost = std::make_unique<calibrate::MeasuredCostModel>(calibrate::read_database(o.calibration),
+                                                          workload::DatasheetCostModel());
+  }
+  phase(0);
+  const workload::TrainingJob job = workload::build_training_job(model, plan, c, *cost);
+  phase(1);
+  workload::ReplayOptions ropt;
+  ropt.exact = o.exact;
+  if (!o.quiet) ropt.progress = [&meter](const workload::ReplayStatus& s) { meter.update(s); };
+  const auto result = workload::replay(job, nullptr, ropt);
+  meter.finish();
+  phase(2);
+  const auto rep = report::make_training_report(job, result, workload::memory_per_group(job));
+  phase(3);
+  cr.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  cr.sim_s = rep.iteration_time_s;
+  cr.figure = rep.mfu;
+  std::snprintf(cr.label, sizeof cr.label, "%llu", static_cast<unsigned long long>(rep.events));
+  return cr;
+}
+
+void add_bench_training(CLI::App& cmd, Action& action) {
+  CLI::App* train = cmd.add_subcommand(
       "training",
       "One iteration of GPT-3 175B on 1024 A100 (TP 8, PP 8, DP 16, batch 1536, micro-batch 1), "
       "of Llama 3 405B on 16384 H100 (TP 8, PP 16, DP 128, batch 2048 x 8192 tokens), and of "
@@ -244,36 +290,25 @@ void add_bench_command(CLI::App& app, Action& action) {
       "pre-training layout (PP 16, EP 64, DP 128, ZeRO-1, fp8, batch 15360 x 4096 tokens); "
       "SimAI's example MoE on 9216 H100 (TP 2, EP 16, PP 12 interleaved by 8, DP 384: "
       "simai-moe), and Llama 3 405B's layout on 98304 H100 (DP 768: llama3-405b-98k)");
-  auto which = std::make_shared<std::vector<std::string>>(
-      std::vector<std::string>{"gpt3-175b", "llama3-405b", "gpt3-il-1024", "gpt3-il-3584",
-                               "gpt3-il-10752", "deepseek-v3", "simai-moe", "llama3-405b-98k"});
-  train->add_option("--cases", *which, "Cases to run")->capture_default_str();
-  auto exact = std::make_shared<bool>(false);
-  train->add_flag("--exact", *exact,
+  auto o = std::make_shared<TrainingOptions>();
+  train->add_option("--cases", o->cases, "Cases to run")->capture_default_str();
+  train->add_flag("--exact", o->exact,
                   "Replay every data-parallel replica on its own (as simulate --exact)");
-  auto calibration = std::make_shared<std::string>();
-  train->add_option("--calibration", *calibration,
+  train->add_option("--calibration", o->calibration,
                     "Cost kernels from this calibration database (as simulate does)");
-  // A case runs for minutes: say which one starts, and show its progress, on standard error.
-  struct Progress {
-    bool quiet = false;
-    double after_s = 2;
-  };
-  auto progress = std::make_shared<Progress>();
-  train->add_flag("--quiet", progress->quiet, "No progress lines on standard error");
-  auto phases = std::make_shared<bool>(false);
-  train->add_flag("--phases", *phases,
+  train->add_flag("--quiet", o->quiet, "No progress lines on standard error");
+  train->add_flag("--phases", o->phases,
                   "Also print each case's wall time by phase: inputs read (model, cluster, "
                   "plan), job built, replay, report (memory and figures)");
   train
-      ->add_option("--progress-after", progress->after_s,
+      ->add_option("--progress-after", o->progress_after_s,
                    "Seconds of wall time before progress lines start")
       ->group("");
-  train->callback([which, calibration, progress, exact, phases, &action] {
-    action = [which, calibration, progress, exact, phases] {
+  train->callback([o, &action] {
+    action = [o] {
       using Case = TrainingCase;
       const std::vector<Case> all = training_cases();
-      for (const std::string& w : *which) {
+      for (const std::string& w : o->cases) {
         if (std::none_of(all.begin(), all.end(), [&](const Case& c) { return c.name == w; })) {
           std::string names;
           for (const Case& c : all) names += (names.empty() ? "" : ", ") + c.name;
@@ -282,77 +317,21 @@ void add_bench_command(CLI::App& app, Action& action) {
       }
       std::cout << fmt::format("{:<14} {:>6} {:>10} {:>12} {:>12} {:>8} {:>12}", "case", "gpus",
                                "wall_s", "peak_MiB", "iteration_s", "mfu", "events");
-      if (*phases) {
+      if (o->phases) {
         std::cout << fmt::format(" {:>8} {:>8} {:>8} {:>8}", "inputs_s", "job_s", "replay_s",
                                  "report_s");
       }
       std::cout << "\n";
       for (const Case& k : all) {
-        if (std::find(which->begin(), which->end(), k.name) == which->end()) continue;
-        if (!progress->quiet) {
+        if (std::find(o->cases.begin(), o->cases.end(), k.name) == o->cases.end()) continue;
+        if (!o->quiet) {
           std::cerr << fmt::format("bench: {} on {} GPUs ...\n", k.name, k.nodes * 8) << std::flush;
         }
-        const CaseResult r = run_isolated([&] {
-          const auto t0 = std::chrono::steady_clock::now();
-          CaseResult cr;
-          auto lap = t0;
-          auto phase = [&](int i) {
-            const auto now = std::chrono::steady_clock::now();
-            cr.phase_s[i] = std::chrono::duration<double>(now - lap).count();
-            lap = now;
-          };
-          report::ProgressMeter meter(std::cerr, "bench " + k.name, progress->after_s, 1.0,
-                                      report::stderr_is_terminal());
-          const workload::ModelConfig model =
-              k.model_yaml.empty()
-                  ? workload::load_model(k.model)
-                  : workload::load_model_yaml_text(k.model_yaml, "bench " + k.name);
-          config::ClusterOptions opt;
-          opt.nodes = k.nodes;
-          const platform::Cluster c(config::load_cluster(k.cluster, opt));
-          // As a user writes it: plan files go through the same validation.
-          std::string text = fmt::format(
-              "tensor_parallel: {}\npipeline_parallel: {}\ndata_parallel: {}\n"
-              "micro_batch_size: 1\nglobal_batch_size: {}\nsequence_length: {}\n"
-              "recompute: selective\nsequence_parallel: true\n",
-              k.tp, k.pp, k.dp, k.batch, k.seq);
-          if (!k.plan.empty()) text = k.plan;
-          if (k.interleave > 1) {
-            text += fmt::format(
-                "schedule: interleaved\ninterleave: {}\nprecision: fp8\nzero_stage: 1\n",
-                k.interleave);
-          }
-          const workload::Plan plan = workload::load_plan_text(text, "bench " + k.name, model, c);
-          std::unique_ptr<workload::CostModel> cost =
-              std::make_unique<workload::DatasheetCostModel>();
-          if (!calibration->empty()) {
-            cost = std::make_unique<calibrate::MeasuredCostModel>(
-                calibrate::read_database(*calibration), workload::DatasheetCostModel());
-          }
-          phase(0);
-          const workload::TrainingJob job = workload::build_training_job(model, plan, c, *cost);
-          phase(1);
-          workload::ReplayOptions ropt;
-          ropt.exact = *exact;
-          if (!progress->quiet)
-            ropt.progress = [&meter](const workload::ReplayStatus& s) { meter.update(s); };
-          const auto result = workload::replay(job, nullptr, ropt);
-          meter.finish();
-          phase(2);
-          const auto rep =
-              report::make_training_report(job, result, workload::memory_per_group(job));
-          phase(3);
-          cr.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-          cr.sim_s = rep.iteration_time_s;
-          cr.figure = rep.mfu;
-          std::snprintf(cr.label, sizeof cr.label, "%llu",
-                        static_cast<unsigned long long>(rep.events));
-          return cr;
-        });
+        const CaseResult r = run_isolated([&] { return run_training_case(k, *o); });
         std::cout << fmt::format("{:<14} {:>6} {:>10.2f} {:>12.1f} {:>12.3f} {:>8.3f} {:>12}",
                                  k.name, k.nodes * 8, r.wall_s, r.peak_kib / 1024.0, r.sim_s,
                                  r.figure, r.label);
-        if (*phases) {
+        if (o->phases) {
           std::cout << fmt::format(" {:>8.3f} {:>8.3f} {:>8.3f} {:>8.3f}", r.phase_s[0],
                                    r.phase_s[1], r.phase_s[2], r.phase_s[3]);
         }
@@ -361,16 +340,19 @@ void add_bench_command(CLI::App& app, Action& action) {
       return 0;
     };
   });
+}
+
+void add_bench_sweep(CLI::App& cmd, Action& action) {
   struct SweepOpts {
     std::string study = "experiments/sweep-bench/study.yaml";
     unsigned jobs = 2;
   };
   auto so = std::make_shared<SweepOpts>();
   CLI::App* sweep =
-      cmd->add_subcommand("sweep",
-                          "Runs per second of a study (default: experiments/sweep-bench, 1000 runs "
-                          "of small plans and what-ifs), "
-                          "run into a fresh store in the temporary folder as hetsim sweep runs it");
+      cmd.add_subcommand("sweep",
+                         "Runs per second of a study (default: experiments/sweep-bench, 1000 runs "
+                         "of small plans and what-ifs), "
+                         "run into a fresh store in the temporary folder as hetsim sweep runs it");
   sweep->add_option("--study", so->study, "Study file")->capture_default_str();
   sweep->add_option("--jobs", so->jobs, "Threads")
       ->capture_default_str()
@@ -401,8 +383,20 @@ void add_bench_command(CLI::App& app, Action& action) {
       return 0;
     };
   });
-  add_bench_plan(*cmd, action);
-  cmd->require_subcommand(1);
+}
+
+void add_bench_network(CLI::App& cmd, Action& action) {
+  struct Opts {
+    std::vector<int> gpus{1024, 8192};
+    std::string bytes = "1GiB";
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* net = cmd.add_subcommand(
+      "network",
+      "An all-reduce (algorithm and protocol chosen as hetsim collective does) over DGX H100 "
+      "nodes in a rail-optimised fat tree");
+  net->add_option("--gpus", o->gpus, "GPU counts (multiples of 8)")->capture_default_str();
+  net->add_option("--bytes", o->bytes, "All-reduce size")->capture_default_str();
   net->callback([o, &action] {
     action = [o] {
       for (int gpus : o->gpus) {
@@ -437,6 +431,18 @@ void add_bench_command(CLI::App& app, Action& action) {
       return 0;
     };
   });
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app, Action& action) {
+  CLI::App* cmd = app.add_subcommand(
+      "bench", "Print wall time and peak memory of large simulations (one process per case)");
+  add_bench_network(*cmd, action);
+  add_bench_training(*cmd, action);
+  add_bench_sweep(*cmd, action);
+  add_bench_plan(*cmd, action);
+  cmd->require_subcommand(1);
 }
 
 }  // namespace hetsim::cli
