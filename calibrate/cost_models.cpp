@@ -13,6 +13,12 @@ CostModels::CostModels(const std::string& efficiency, const std::string& calibra
   measured_ = std::make_unique<MeasuredCostModel>(std::move(db), datasheet_);
 }
 
+CostModels::CostModels(const std::string& efficiency, Database db)
+    : datasheet_(workload::load_datasheet_efficiency(efficiency)) {
+  warnings_ = spread_warnings(db);
+  measured_ = std::make_unique<MeasuredCostModel>(std::move(db), datasheet_);
+}
+
 const workload::CostModel& CostModels::get() const {
   return measured_ ? static_cast<const workload::CostModel&>(*measured_) : datasheet_;
 }

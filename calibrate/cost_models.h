@@ -19,6 +19,8 @@ class CostModels {
  public:
   // Empty strings: the shipped efficiency constants, no database.
   CostModels(const std::string& efficiency, const std::string& calibration);
+  // A database already in memory (one imported from a profiler trace, say).
+  CostModels(const std::string& efficiency, Database db);
   CostModels(const CostModels&) = delete;
   CostModels& operator=(const CostModels&) = delete;
   const workload::CostModel& get() const;

@@ -10,6 +10,7 @@ packages=(
   libcli11-dev libfmt-dev nlohmann-json3-dev
   libopenmpi-dev openmpi-bin libopenblas-dev
   libsqlite3-dev sqlite3
+  zlib1g-dev                          # gzip-compressed PyTorch profiler traces
   libprotobuf-dev protobuf-compiler   # Chakra execution traces (sim/chakra/)
   clang-format python3
   python3-matplotlib chromium   # hetsim sweep's plots and HTML report; the test that loads it

@@ -17,6 +17,7 @@
 #include "calibrate/measured_cost_model.h"
 #include "calibrate/model_shapes.h"
 #include "calibrate/nccl_tests.h"
+#include "calibrate/trace_import.h"
 #include "sim/cli/commands.h"
 #include "sim/config/cluster_config.h"
 #include "sim/config/yaml_util.h"
@@ -121,6 +122,65 @@ int run_check(const std::string& file, bool points, bool strict) {
 
 }  // namespace
 
+void check_device_type(const std::string& device) {
+  if (config::builtin_gpus().count(device)) return;
+  std::vector<std::string> names;
+  for (const auto& [name, _] : config::builtin_gpus()) names.push_back(name);
+  throw InputError("--device-type: no GPU profile \"" + device +
+                   "\" (known: " + config::join_names(names) + ")");
+}
+
+// `calibrate import-trace`: a PyTorch profiler trace as measurements (calibrate/trace_import.h).
+void add_import_trace_command(CLI::App& calibrate, Action& action) {
+  struct Opts {
+    std::string trace, device, out, dtype = "fp32";
+    bool non_causal = false;
+    int gpus_per_node = 8;
+    size_t top = 15;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* cmd = calibrate.add_subcommand(
+      "import-trace",
+      "Read a PyTorch profiler (Kineto) trace of real iterations into a database: its GEMMs, "
+      "attention, memory-bound kernels, optimizer and NCCL collectives as measurements of the "
+      "device type, with the operators it cannot map listed");
+  cmd->add_option("trace", o->trace, "The trace (.json or .json.gz, torch.profiler's export)")
+      ->required();
+  cmd->add_option("--device-type", o->device, "GPU profile that ran it (topologies/gpus/)")
+      ->required();
+  cmd->add_option("--out", o->out, "Database file to write (.h5)")->required();
+  cmd->add_option("--dtype", o->dtype,
+                  "Element type where the trace records none: fp32 | bf16 | fp16")
+      ->capture_default_str();
+  cmd->add_flag("--non-causal", o->non_causal, "Attention is not causal (an encoder's)");
+  cmd->add_option("--gpus-per-node", o->gpus_per_node,
+                  "GPUs a node: a collective over more ranks spans several nodes")
+      ->capture_default_str();
+  cmd->add_option("--top", o->top, "Unmapped operators to list")->capture_default_str();
+  cmd->callback([o, &action] {
+    action = [o] {
+      check_device_type(o->device);
+      if (o->dtype != "fp32" && o->dtype != "bf16" && o->dtype != "fp16")
+        throw InputError("--dtype: expected fp32, bf16 or fp16, got \"" + o->dtype + "\"");
+      if (o->gpus_per_node < 1)
+        throw InputError("--gpus-per-node: expected 1 or more, got " +
+                         std::to_string(o->gpus_per_node));
+      calibrate::ImportOptions io;
+      io.device_type = o->device;
+      io.dtype = o->dtype;
+      io.causal = !o->non_causal;
+      io.gpus_per_node = o->gpus_per_node;
+      const calibrate::TraceImport r =
+          calibrate::import_trace(calibrate::read_kineto_trace(o->trace), io);
+      calibrate::write_database(o->out, r.db);
+      std::cout << o->trace << ": " << calibrate::to_text(r, o->top);
+      std::cout << r.db.size() << " measurements (" << o->device << ") written to " << o->out
+                << "\n";
+      return 0;
+    };
+  });
+}
+
 void add_calibrate_command(CLI::App& app, Action& action) {
   struct Opts {
     std::string backend = "cpu", out, ops, check_file, csv, import_out, shapes_file;
@@ -184,6 +244,7 @@ void add_calibrate_command(CLI::App& app, Action& action) {
   o->compare_cluster.add_to(*compare, "");
   compare->add_flag("--points", o->points, "Also print every point");
   CLI::App* imp = cmd->add_subcommand("import", "Convert a backend's CSV into the database");
+  add_import_trace_command(*cmd, action);
   imp->add_option("csv", o->csv, "CSV written by a backend")->required();
   imp->add_option("--out", o->import_out, "Database file to write")->required();
   cmd->callback([o, cmd, &action] {
@@ -301,12 +362,7 @@ void add_calibrate_command(CLI::App& app, Action& action) {
         throw InputError("--op: expected one of " + config::join_names(ops) + ", got \"" +
                          o->nccl_op + "\"");
       }
-      if (!config::builtin_gpus().count(o->nccl_device)) {
-        std::vector<std::string> names;
-        for (const auto& [name, _] : config::builtin_gpus()) names.push_back(name);
-        throw InputError("--device-type: no GPU profile \"" + o->nccl_device +
-                         "\" (known: " + config::join_names(names) + ")");
-      }
+      check_device_type(o->nccl_device);
       calibrate::Database db;
       db.attrs = {{"backend", "nccl-tests"}, {"device_type", o->nccl_device}};
       std::string sources;

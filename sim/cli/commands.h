@@ -43,6 +43,7 @@ void add_execute_command(CLI::App& app, Action& action);
 void add_export_chakra_command(CLI::App& app, Action& action);
 void add_replay_chakra_command(CLI::App& app, Action& action);
 void add_reference_command(CLI::App& app, Action& action);
+void add_compare_command(CLI::App& app, Action& action);
 
 // Prints why a command failed on standard error, as main() does ("hetsim: error: ..." for bad
 // input, "hetsim: failure: ..." otherwise, after prefix), and returns the exit status: 2 for bad

@@ -64,6 +64,7 @@ int main(int argc, char** argv) {
   hetsim::cli::add_calibrate_command(app, action);
   hetsim::cli::add_export_command(app, action);
   hetsim::cli::add_execute_command(app, action);
+  hetsim::cli::add_compare_command(app, action);
   hetsim::cli::add_export_chakra_command(app, action);
   hetsim::cli::add_replay_chakra_command(app, action);
   hetsim::cli::add_reference_command(app, action);

@@ -1292,7 +1292,10 @@ LayerShape stage_shape(const Plan& plan, int tensor_parallel, int64_t batch) {
   shape.flash_attention = plan.flash_attention;
   shape.precision = plan.precision;
   shape.eager = plan.framework.eager_kernels;
-  shape.autocast = plan.framework.eager_kernels && plan.framework.autocast;
+  // Autocast runs the matmuls in the plan's lower precision over fp32 parameters; an fp32 plan
+  // trains without it (no casts: `hetsim compare` on a PyTorch CPU trace found them absent).
+  shape.autocast =
+      plan.framework.eager_kernels && plan.framework.autocast && plan.precision != Precision::fp32;
   shape.grad_accumulate = plan.framework.separate_grad_accumulation && !shape.autocast;
   return shape;
 }

@@ -217,8 +217,8 @@ const BadFlagCase kBadFlags[] = {
     {"UnknownSubcommandIsRejected",
      {"frobnicate"},
      "hetsim: error: unknown command \"frobnicate\" (expected simulate, plan, sweep, collective, "
-     "bench, calibrate, export, execute, export-chakra, replay-chakra or reference; see hetsim "
-     "--help)\n"},
+     "bench, calibrate, export, execute, compare, export-chakra, replay-chakra or reference; see "
+     "hetsim --help)\n"},
     {"MissingSubcommandIsRejected",
      {},
      "hetsim: error: A subcommand is required (see hetsim --help)\n"},

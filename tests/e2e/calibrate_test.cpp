@@ -2,9 +2,11 @@
 // MPI collectives under mpirun; resuming an interrupted run; a bad database as bad input.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 
 #include "calibrate/database.h"
 #include "tests/e2e/run_command.h"
@@ -166,6 +168,69 @@ TEST_F(CalibrateCpu, AnInterruptedRunResumesAndKeepsWhatItHadMeasured) {
   EXPECT_EQ(d.memory.at("copy").front().t.repetitions, 7);
   EXPECT_EQ(d.memory.at("gelu").size(), d.memory.at("adam").size());   // the cut one was redone
   EXPECT_NE(c.output.find("(39/39)"), std::string::npos) << c.output;  // 40 planned, 1 kept
+}
+
+// A PyTorch profiler trace of tiny-gpt on this machine's CPU (tests/data/traces/): imported as a
+// database that `simulate` and `calibrate check` read, and compared with the replay.
+TEST(ImportTrace, ATraceBecomesADatabaseAndComparesWithTheReplay) {
+  const std::string data = std::string(HETSIM_SOURCE_DIR) + "/tests/data/";
+  const std::string trace = data + "traces/tiny-gpt-cpu.json.gz";
+  const std::string db = fresh("trace-cpu.h5");
+  const CommandResult c =
+      run_hetsim({"calibrate", "import-trace", trace, "--device-type", "cpu", "--out", db});
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  EXPECT_NE(c.output.find("3 iterations recorded"), std::string::npos) << c.output;
+  EXPECT_NE(c.output.find("unmapped:"), std::string::npos) << c.output;
+  const calibrate::Database d = calibrate::read_database(db);
+  EXPECT_EQ(d.device_type(), "cpu");
+  EXPECT_EQ(d.attrs.at("backend"), "torch-profiler-trace");
+  EXPECT_EQ(d.gemm.at("fp32").size(), 10u);
+  const CommandResult check = run_hetsim({"calibrate", "check", db});
+  EXPECT_EQ(check.exit_code, 0) << check.output;
+
+  const std::vector<std::string> compare = {"compare",
+                                            "--trace",
+                                            trace,
+                                            "--model",
+                                            data + "execute/tiny-gpt.yaml",
+                                            "--cluster",
+                                            "cpu-host",
+                                            "--plan",
+                                            data + "traces/tiny-gpt-cpu-plan.yaml",
+                                            "--json"};
+  const CommandResult j = run_hetsim(compare, Capture::stdout_only);
+  ASSERT_EQ(j.exit_code, 0) << j.output;
+  const nlohmann::json r = nlohmann::json::parse(j.output);
+  EXPECT_EQ(r["calibration"], "trace");
+  EXPECT_LT(std::abs(r["error"].get<double>()), 0.10) << j.output;
+  // With the imported database given as --calibration: the same kernel times, the same answer.
+  std::vector<std::string> given = compare;
+  given.insert(given.end(), {"--calibration", db});
+  const CommandResult k = run_hetsim(given, Capture::stdout_only);
+  ASSERT_EQ(k.exit_code, 0) << k.output;
+  const nlohmann::json q = nlohmann::json::parse(k.output);
+  EXPECT_EQ(q["predicted_iteration_s"], r["predicted_iteration_s"]);
+  EXPECT_EQ(q["trace_calibrated_iteration_s"], r["predicted_iteration_s"]);
+}
+
+TEST(ImportTrace, BadInputNamesWhatIsWrong) {
+  const std::string trace =
+      std::string(HETSIM_SOURCE_DIR) + "/tests/data/traces/tiny-gpt-cpu.json.gz";
+  CommandResult c = run_hetsim(
+      {"calibrate", "import-trace", trace, "--device-type", "nonesuch", "--out", fresh("x.h5")});
+  EXPECT_EQ(c.exit_code, 2);
+  EXPECT_NE(c.output.find("--device-type: no GPU profile \"nonesuch\""), std::string::npos)
+      << c.output;
+  c = run_hetsim({"calibrate", "import-trace", kPlans + "good.yaml", "--device-type", "cpu",
+                  "--out", fresh("x.h5")});
+  EXPECT_EQ(c.exit_code, 2);
+  EXPECT_NE(c.output.find("good.yaml: not JSON"), std::string::npos) << c.output;
+  c = run_hetsim({"compare", "--trace", trace, "--model", "gpt3-125m", "--cluster", "cpu-host",
+                  "--plan",
+                  std::string(HETSIM_SOURCE_DIR) + "/tests/data/traces/tiny-gpt-cpu-plan.yaml",
+                  "--device", "7"});
+  EXPECT_EQ(c.exit_code, 2);
+  EXPECT_NE(c.output.find("--device 7: the cluster has 2 devices"), std::string::npos) << c.output;
 }
 
 TEST_F(CalibrateCpu, ACorruptDatabaseIsBadInput) {
