@@ -16,8 +16,9 @@
 //   with the bytes hetsim's op of that work counts (sim/workload/ops.cpp): native_layer_norm
 //   (2 passes; backward 3) as layernorm, gelu (2; backward 3), _softmax and _log_softmax (2;
 //   backward 3) as softmax, native_dropout and dropout ((2e + 1) n) as dropout, add, mul of two
-//   tensors of one size (3) as residual_add, copy_ (source and destination) and embedding (2;
-//   backward 3) as copy.
+//   tensors of one size (3) as residual_add, copy_ (source and destination) and embedding (2)
+//   as copy. Not the embedding's backward, a sort and scatter-add on the CPU many times slower
+//   than a copy of its bytes: filed as a copy it made the copy table's curve meaningless.
 // - The optimizer: an Optimizer.step#Adam.step or #AdamW.step range as one adam kernel over the
 //   parameters its addcmul_ (or _foreach_addcmul_, _fused_adam(w)_) touch, 28 bytes a parameter
 //   (fp32 parameters: ops.cpp's optimizer_step).
@@ -73,7 +74,9 @@ struct StepTimes {
 };
 
 struct TraceImport {
-  Database db;                       // one point per distinct table and key: median over runs
+  // One point per distinct table and key: the mean of its runs as the time (they differ by
+  // where they run, not by noise; see trace_import.cpp), the 10th and 90th percentiles.
+  Database db;
   std::vector<TraceOp> ops;          // every mapped run, in trace order
   std::vector<UnmappedOp> unmapped;  // by seconds, most first
   double mapped_s = 0, unmapped_s = 0;

@@ -121,15 +121,52 @@ TEST(TraceImport, RealCpuTraceAgainstTheReplayIsWithinExecutesBounds) {
     if (row.what.rfind("gemm/", 0) != 0) continue;
     EXPECT_NEAR(row.predicted_calls, row.measured_calls, 1e-9) << row.what;
   }
-  const auto gemms = std::find_if(c.tables.begin(), c.tables.end(),
-                                  [](const auto& t) { return t.what == "gemm/fp32"; });
-  ASSERT_NE(gemms, c.tables.end());
-  EXPECT_LT(std::abs(gemms->predicted_s / gemms->measured_s - 1), 0.05);
+  // A point's time is its runs' mean: where hetsim runs the kernels the trace ran, shape for
+  // shape, the replay gives back the trace's time to rounding (GEMMs: the transposes of the
+  // weight gradients, interpolated from their counterparts, within 2%).
+  for (const auto& t : c.tables) {
+    if (t.what == "attention/fp32" || t.what == "memory/adam" || t.what == "memory/dropout" ||
+        t.what == "memory/layernorm" || t.what == "memory/gelu") {
+      EXPECT_NEAR(t.predicted_s, t.measured_s, 1e-6 * t.measured_s) << t.what;
+    }
+    if (t.what == "gemm/fp32") {
+      EXPECT_LT(std::abs(t.predicted_s / t.measured_s - 1), 0.02);
+    }
+  }
   // The prediction reads the trace: the datasheet model alone gives another iteration.
   const CostModels datasheet("", "");
   const workload::TrainingJob other =
       workload::build_training_job(inputs.model, inputs.plan, inputs.cluster, datasheet.get());
   EXPECT_NE(workload::replay(other, nullptr, ro).iteration, predicted.iteration);
+}
+
+// The point of a calibration: another plan. Micro-batch 4 and two micro-batches an iteration,
+// predicted with the kernels of the micro-batch-2 trace, against its own trace: within execute's
+// bound for a calibrated prediction (15%).
+TEST(TraceImport, AnotherPlanPredictedFromTheFirstTracesKernels) {
+  ImportOptions o;
+  o.device_type = "cpu";
+  const TraceImport measured =
+      import_trace(read_kineto_trace(kData + "traces/tiny-gpt-cpu-mb4x2.json.gz"), o);
+  study::RunSpec spec;
+  spec.model = kData + "execute/tiny-gpt.yaml";
+  spec.cluster = "cpu-host";
+  spec.plan = kData + "traces/tiny-gpt-cpu-mb4x2-plan.yaml";
+  const study::RunInputs inputs(spec);
+  const CostModels first("", cpu_import().db);
+  const workload::TrainingJob job =
+      workload::build_training_job(inputs.model, inputs.plan, inputs.cluster, first.get());
+  workload::ReplayOptions ro;
+  ro.exact = true;
+  const execute::TraceComparison c =
+      execute::compare_trace(job, workload::replay(job, nullptr, ro), measured, 0);
+  EXPECT_LT(std::abs(c.error), 0.15) << execute::to_text(c);
+  // Two micro-batches: twice the GEMM calls of the first trace, every one of them matched.
+  const auto gemms = std::find_if(c.tables.begin(), c.tables.end(),
+                                  [](const auto& t) { return t.what == "gemm/fp32"; });
+  ASSERT_NE(gemms, c.tables.end());
+  EXPECT_NEAR(gemms->measured_calls, 102, 1e-9);
+  EXPECT_NEAR(gemms->predicted_calls, 102, 1e-9);
 }
 
 // A GPU trace's layout, as Kineto writes it: operators on the host, the runtime calls they make,
