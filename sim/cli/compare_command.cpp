@@ -2,12 +2,15 @@
 // replay of the same model, cluster and plan (sim/execute/trace_compare.h).
 #include <fmt/format.h>
 
+#include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include "calibrate/trace_import.h"
 #include "sim/cli/commands.h"
 #include "sim/core/error.h"
 #include "sim/execute/trace_compare.h"
+#include "sim/report/chrome_trace.h"
 #include "sim/study/run.h"
 
 namespace hetsim::cli {
@@ -15,7 +18,7 @@ namespace hetsim::cli {
 namespace {
 
 struct CompareOpts {
-  std::string trace, model, plan, calibration, efficiency, dtype = "fp32";
+  std::string trace, model, plan, calibration, efficiency, dtype = "fp32", chrome;
   ClusterFlags cluster;
   std::vector<std::string> plan_sets;
   uint32_t device = 0;
@@ -28,6 +31,18 @@ workload::ReplayResult replay_exact(const workload::TrainingJob& job) {
   workload::ReplayOptions ro;
   ro.exact = true;
   return workload::replay(job, nullptr, ro);
+}
+
+void write_chrome(const CompareOpts& o, report::ChromeTrace& chrome,
+                  const workload::TrainingJob& job, const calibrate::KinetoTrace& trace,
+                  const calibrate::TraceImport& measured) {
+  std::ostringstream replayed;
+  chrome.write(replayed, job);
+  std::ofstream f(o.chrome);
+  if (!(f << execute::side_by_side(replayed.str(), trace, measured) << "\n"))
+    throw RunError("--chrome-trace " + o.chrome + ": cannot write");
+  if (!o.json)
+    std::cout << "  Chrome trace (the replay and the measured iteration) " << o.chrome << "\n";
 }
 
 int run_compare(const CompareOpts& o) {
@@ -47,8 +62,9 @@ int run_compare(const CompareOpts& o) {
   io.dtype = o.dtype;
   io.causal = !o.non_causal;
   io.gpus_per_node = o.gpus_per_node;
-  const calibrate::TraceImport measured =
-      calibrate::import_trace(calibrate::read_kineto_trace(o.trace), io);
+  if (!o.chrome.empty()) report::check_trace_path(o.chrome, "--chrome-trace");
+  const calibrate::KinetoTrace trace = calibrate::read_kineto_trace(o.trace);
+  const calibrate::TraceImport measured = calibrate::import_trace(trace, io);
   // The prediction: with --calibration where given, else with the trace's own kernel times
   // (then the error is the schedule's, the kernels hetsim's op list has or lacks, the host).
   const CostModels own(o.efficiency, measured.db);
@@ -60,7 +76,15 @@ int run_compare(const CompareOpts& o) {
   const CostModels& primary = given ? *given : own;
   const workload::TrainingJob job =
       workload::build_training_job(inputs.model, inputs.plan, inputs.cluster, primary.get());
-  const workload::ReplayResult predicted = replay_exact(job);
+  // The Chrome trace of the replay: the compared device's streams, every micro-batch.
+  report::TraceFilter filter;
+  filter.devices.assign(inputs.cluster.gpu_count(), false);
+  filter.devices[o.device] = true;
+  report::ChromeTrace chrome(filter);
+  workload::ReplayOptions ro;
+  ro.exact = true;
+  const workload::ReplayResult predicted =
+      workload::replay(job, o.chrome.empty() ? nullptr : &chrome, ro);
   const execute::TraceComparison c = execute::compare_trace(job, predicted, measured, o.device);
   // The other prediction, for scale.
   const CostModels datasheet(o.efficiency, "");
@@ -72,6 +96,7 @@ int run_compare(const CompareOpts& o) {
   const std::string other_what =
       given ? "replayed with the trace's own kernel times" : "the datasheet model alone";
   if (o.json) {
+    if (!o.chrome.empty()) write_chrome(o, chrome, job, trace, measured);
     nlohmann::ordered_json j = nlohmann::ordered_json::parse(execute::to_json(c));
     j["calibration"] = given ? o.calibration : "trace";
     j[given ? "trace_calibrated_iteration_s" : "datasheet_iteration_s"] = other_s;
@@ -94,6 +119,7 @@ int run_compare(const CompareOpts& o) {
   std::cout << fmt::format("  {:<44} {:.4f} s   error {:+.1f}%\n", other_what, other_s,
                            100 * other_error);
   for (const std::string& n : measured.notes) std::cout << "  note: " << n << "\n";
+  if (!o.chrome.empty()) write_chrome(o, chrome, job, trace, measured);
   return 0;
 }
 
@@ -126,6 +152,9 @@ void add_compare_command(CLI::App& app, Action& action) {
       ->capture_default_str();
   cmd->add_option("--top", o->top, "Kernel shapes to list")->capture_default_str();
   cmd->add_flag("--json", o->json, "Print JSON");
+  cmd->add_option("--chrome-trace", o->chrome,
+                  "Write one Chrome trace (Perfetto) with the replayed device and the trace's "
+                  "iteration of median length side by side");
   cmd->callback([o, &action] { action = [o] { return run_compare(*o); }; });
 }
 

@@ -189,6 +189,56 @@ std::string to_text(const TraceComparison& c, size_t top) {
   return s;
 }
 
+std::string side_by_side(const std::string& replayed, const calibrate::KinetoTrace& trace,
+                         const calibrate::TraceImport& measured) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(replayed);
+  nlohmann::ordered_json& events = j["traceEvents"];
+  if (trace.steps.empty()) return j.dump();
+  // The iteration of median length.
+  std::vector<size_t> order(measured.iteration_s.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return measured.iteration_s[a] < measured.iteration_s[b];
+  });
+  const int step = static_cast<int>(order[order.size() / 2]);
+  const double t0 = trace.events[trace.steps[static_cast<size_t>(step)]].ts;
+  constexpr int kPid = 1 << 30;  // beside the replay's processes (one per node)
+  events.push_back(
+      {{"ph", "M"},
+       {"name", "process_name"},
+       {"pid", kPid},
+       {"args",
+        {{"name", fmt::format("measured: {}, {} (the median of {} iterations)", trace.path,
+                              trace.events[trace.steps[static_cast<size_t>(step)]].name,
+                              measured.iteration_s.size())}}}});
+  std::map<std::string, int> tids;
+  for (uint32_t i = 0; i < trace.events.size(); ++i) {
+    const calibrate::TraceEvent& e = trace.events[i];
+    const bool gpu =
+        e.cat == calibrate::TraceCategory::kernel || e.cat == calibrate::TraceCategory::gpu_other;
+    if (!gpu && e.cat != calibrate::TraceCategory::cpu_op &&
+        e.cat != calibrate::TraceCategory::annotation)
+      continue;
+    if (calibrate::step_of(trace, i) != step) continue;
+    const std::string thread = (gpu ? "gpu " : "host ") + e.tid;
+    const auto [it, fresh] = tids.emplace(thread, static_cast<int>(tids.size()));
+    if (fresh) {
+      events.push_back({{"ph", "M"},
+                        {"name", "thread_name"},
+                        {"pid", kPid},
+                        {"tid", it->second},
+                        {"args", {{"name", thread}}}});
+    }
+    events.push_back({{"ph", "X"},
+                      {"name", e.name},
+                      {"pid", kPid},
+                      {"tid", it->second},
+                      {"ts", e.ts - t0},
+                      {"dur", e.dur}});
+  }
+  return j.dump();
+}
+
 std::string to_json(const TraceComparison& c) {
   nlohmann::ordered_json j;
   j["device"] = c.device;

@@ -44,4 +44,10 @@ TraceComparison compare_trace(const workload::TrainingJob& job,
 std::string to_text(const TraceComparison& c, size_t top = 25);
 std::string to_json(const TraceComparison& c);
 
+// One Chrome trace with both: `replayed` (report::ChromeTrace's JSON of the replay), and the
+// trace's iteration of median length (its operators and kernels, from 0 like the replay's, as a
+// process of its own named after the trace).
+std::string side_by_side(const std::string& replayed, const calibrate::KinetoTrace& trace,
+                         const calibrate::TraceImport& measured);
+
 }  // namespace hetsim::execute

@@ -211,6 +211,23 @@ TEST(ImportTrace, ATraceBecomesADatabaseAndComparesWithTheReplay) {
   const nlohmann::json q = nlohmann::json::parse(k.output);
   EXPECT_EQ(q["predicted_iteration_s"], r["predicted_iteration_s"]);
   EXPECT_EQ(q["trace_calibrated_iteration_s"], r["predicted_iteration_s"]);
+  // Side by side in one Chrome trace: the replayed device's streams and the measured iteration.
+  const std::string chrome = fresh("side.json");
+  std::vector<std::string> side = compare;
+  side.insert(side.end(), {"--chrome-trace", chrome});
+  ASSERT_EQ(run_hetsim(side, Capture::stdout_only).exit_code, 0);
+  std::ifstream in(chrome);
+  const nlohmann::json t = nlohmann::json::parse(in);
+  std::map<int64_t, size_t> slices;  // by process
+  bool named = false;
+  for (const auto& e : t["traceEvents"]) {
+    if (e["ph"] == "X") ++slices[e["pid"].get<int64_t>()];
+    if (e["ph"] == "M" && e["name"] == "process_name" &&
+        e["args"]["name"].get<std::string>().find("ProfilerStep#") != std::string::npos)
+      named = true;
+  }
+  EXPECT_EQ(slices.size(), 2u);
+  EXPECT_TRUE(named);
 }
 
 TEST(ImportTrace, BadInputNamesWhatIsWrong) {
