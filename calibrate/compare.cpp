@@ -57,4 +57,49 @@ std::vector<CollectiveComparison> compare_collectives(const Database& db,
   return out;
 }
 
+std::vector<CheckRow> compare_databases(const Database& reference, const Database& other,
+                                        const config::GpuProfile& gpu) {
+  const MeasuredCostModel model(reference, workload::DatasheetCostModel());
+  std::vector<CheckRow> rows;
+  auto add = [&](CheckRow r) {
+    summarise_row(r);
+    rows.push_back(std::move(r));
+  };
+  for (const auto& [dtype, points] : other.gemm) {
+    CheckRow r;
+    r.table = "gemm/" + dtype;
+    for (const GemmPoint& p : points)
+      if (const auto s = model.predict_gemm(dtype, p, gpu))
+        r.points.push_back(check_point(point_label(p), p.t, *s));
+    add(std::move(r));
+  }
+  for (const auto& [dtype, points] : other.attention) {
+    CheckRow r;
+    r.table = "attention/" + dtype;
+    for (const AttentionPoint& p : points)
+      if (const auto s = model.predict_attention(dtype, p, gpu))
+        r.points.push_back(check_point(point_label(p), p.t, *s));
+    add(std::move(r));
+  }
+  for (const auto& [kernel, points] : other.memory) {
+    CheckRow r;
+    r.table = "memory/" + kernel;
+    for (const SizePoint& p : points)
+      if (const auto s = model.predict_size("memory", kernel, p))
+        r.points.push_back(check_point(fmt::format("bytes={:.0f}", p.bytes), p.t, *s));
+    add(std::move(r));
+  }
+  for (const auto& [op, points] : other.collective) {
+    std::map<std::pair<int64_t, int64_t>, CheckRow> tables;
+    for (const SizePoint& p : points) {
+      CheckRow& r = tables[{p.ranks, p.nodes}];
+      r.table = fmt::format("collective/{} ranks={} nodes={}", op, p.ranks, p.nodes);
+      if (const auto s = model.predict_size("collective", op, p))
+        r.points.push_back(check_point(fmt::format("bytes={:.0f}", p.bytes), p.t, *s));
+    }
+    for (auto& [_, r] : tables) add(std::move(r));
+  }
+  return rows;
+}
+
 }  // namespace hetsim::calibrate

@@ -22,4 +22,12 @@ struct CollectiveComparison {
 std::vector<CollectiveComparison> compare_collectives(const Database& db,
                                                       const platform::Cluster& cluster);
 
+// Another database's measurements against a reference database's model (`hetsim calibrate
+// diff`): each point of `other` predicted by `reference` (its own measurement where it has that
+// key, interpolated or datasheet-scaled where it does not), one row per table of `other`
+// ("gemm/bf16", "memory/layernorm", "collective/allreduce ranks=8 nodes=1"). `gpu` is the
+// reference's GPU profile. Tables the reference cannot predict come back without points.
+std::vector<CheckRow> compare_databases(const Database& reference, const Database& other,
+                                        const config::GpuProfile& gpu);
+
 }  // namespace hetsim::calibrate

@@ -181,6 +181,60 @@ void add_import_trace_command(CLI::App& calibrate, Action& action) {
   });
 }
 
+// `calibrate diff`: one database's measurements against another's model (calibrate/compare.h).
+void add_diff_command(CLI::App& calibrate, Action& action) {
+  struct Opts {
+    std::string reference, other;
+    bool points = false;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* cmd = calibrate.add_subcommand(
+      "diff",
+      "One database's measurements against another's: each point of OTHER predicted from "
+      "REFERENCE (its own measurement of that shape, else interpolated), per table (a trace's "
+      "kernels against the calibration of the same GPU, say)");
+  cmd->add_option("reference", o->reference, "Calibration database that predicts")->required();
+  cmd->add_option("other", o->other, "Calibration database whose measurements are compared")
+      ->required();
+  cmd->add_flag("--points", o->points, "Also print every point");
+  cmd->callback([o, &action] {
+    action = [o] {
+      const calibrate::Database ref = calibrate::read_database(o->reference);
+      const calibrate::Database other = calibrate::read_database(o->other);
+      const config::GpuProfile& gpu = profile_of(ref);
+      std::cout << fmt::format("{} ({} measurements, {}) against {} ({}, {})\n", o->other,
+                               other.size(), other.device_type(), o->reference, ref.size(),
+                               ref.device_type());
+      if (other.device_type() != ref.device_type()) {
+        std::cout << "  note: another device type; the reference's measurements stand for it "
+                     "unscaled\n";
+      }
+      std::cout << fmt::format("  {:<40} {:>7} {:>9} {:>9} {:>9}\n", "table", "points", "mean %",
+                               "max %", "bias %");
+      for (const calibrate::CheckRow& r : calibrate::compare_databases(ref, other, gpu)) {
+        if (r.points.empty()) {
+          std::cout << fmt::format("  {:<40} the reference has no such table\n", r.table);
+          continue;
+        }
+        double bias = 0;
+        for (const auto& p : r.points) bias += p.predicted_s / p.measured_s - 1;
+        bias /= static_cast<double>(r.points.size());
+        std::cout << fmt::format("  {:<40} {:>7} {:>9.2f} {:>9.2f} {:>+9.2f}\n", r.table,
+                                 r.points.size(), 100 * r.mean_error, 100 * r.max_error,
+                                 100 * bias);
+        if (!o->points) continue;
+        for (const auto& p : r.points) {
+          std::cout << fmt::format(
+              "    {:<48} measured {:>11.4g} s  reference {:>11.4g} s  "
+              "{:>+7.2f}%\n",
+              p.label, p.measured_s, p.predicted_s, 100 * (p.predicted_s / p.measured_s - 1));
+        }
+      }
+      return 0;
+    };
+  });
+}
+
 void add_calibrate_command(CLI::App& app, Action& action) {
   struct Opts {
     std::string backend = "cpu", out, ops, check_file, csv, import_out, shapes_file;
@@ -245,6 +299,7 @@ void add_calibrate_command(CLI::App& app, Action& action) {
   compare->add_flag("--points", o->points, "Also print every point");
   CLI::App* imp = cmd->add_subcommand("import", "Convert a backend's CSV into the database");
   add_import_trace_command(*cmd, action);
+  add_diff_command(*cmd, action);
   imp->add_option("csv", o->csv, "CSV written by a backend")->required();
   imp->add_option("--out", o->import_out, "Database file to write")->required();
   cmd->callback([o, cmd, &action] {

@@ -230,6 +230,23 @@ TEST(ImportTrace, ATraceBecomesADatabaseAndComparesWithTheReplay) {
   EXPECT_TRUE(named);
 }
 
+TEST(ImportTrace, DiffComparesOneDatabaseWithAnother) {
+  const std::string data = std::string(HETSIM_SOURCE_DIR) + "/tests/data/traces/";
+  const std::string a = fresh("trace-a.h5"), b = fresh("trace-b.h5");
+  for (const auto& [trace, db] : {std::pair{data + "tiny-gpt-cpu.json.gz", a},
+                                  std::pair{data + "tiny-gpt-cpu-mb4x2.json.gz", b}}) {
+    ASSERT_EQ(run_hetsim({"calibrate", "import-trace", trace, "--device-type", "cpu", "--out", db})
+                  .exit_code,
+              0);
+  }
+  const CommandResult d = run_hetsim({"calibrate", "diff", a, b, "--points"});
+  ASSERT_EQ(d.exit_code, 0) << d.output;
+  EXPECT_NE(d.output.find("gemm/fp32                                     12"), std::string::npos)
+      << d.output;
+  EXPECT_NE(d.output.find("m=512 n=768 k=256 batch=1"), std::string::npos) << d.output;
+  EXPECT_EQ(run_hetsim({"calibrate", "diff", a, data + "missing.h5"}).exit_code, 2);
+}
+
 TEST(ImportTrace, BadInputNamesWhatIsWrong) {
   const std::string trace =
       std::string(HETSIM_SOURCE_DIR) + "/tests/data/traces/tiny-gpt-cpu.json.gz";

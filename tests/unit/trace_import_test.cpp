@@ -7,6 +7,7 @@
 #include <cmath>
 #include <string>
 
+#include "calibrate/compare.h"
 #include "calibrate/cost_models.h"
 #include "calibrate/trace_import.h"
 #include "sim/core/error.h"
@@ -167,6 +168,27 @@ TEST(TraceImport, AnotherPlanPredictedFromTheFirstTracesKernels) {
   ASSERT_NE(gemms, c.tables.end());
   EXPECT_NEAR(gemms->measured_calls, 102, 1e-9);
   EXPECT_NEAR(gemms->predicted_calls, 102, 1e-9);
+}
+
+// `calibrate diff`: a database against itself is exact point for point (every key is its own
+// measurement); the second trace's GEMMs against the first's model are near (interpolated).
+TEST(TraceImport, DatabasesComparePointForPoint) {
+  const config::GpuProfile& cpu = config::builtin_gpus().at("cpu");
+  const Database& a = cpu_import().db;
+  for (const CheckRow& r : compare_databases(a, a, cpu)) {
+    ASSERT_FALSE(r.points.empty()) << r.table;
+    EXPECT_LT(r.max_error, 1e-12) << r.table;
+  }
+  ImportOptions o;
+  o.device_type = "cpu";
+  const Database b =
+      import_trace(read_kineto_trace(kData + "traces/tiny-gpt-cpu-mb4x2.json.gz"), o).db;
+  const std::vector<CheckRow> rows = compare_databases(a, b, cpu);
+  const auto gemm = std::find_if(rows.begin(), rows.end(),
+                                 [](const CheckRow& r) { return r.table == "gemm/fp32"; });
+  ASSERT_NE(gemm, rows.end());
+  EXPECT_EQ(gemm->points.size(), b.gemm.at("fp32").size());
+  EXPECT_LT(gemm->mean_error, 0.15);
 }
 
 // A GPU trace's layout, as Kineto writes it: operators on the host, the runtime calls they make,
