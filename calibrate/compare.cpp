@@ -65,22 +65,22 @@ std::vector<CheckRow> compare_databases(const Database& reference, const Databas
     summarise_row(r);
     rows.push_back(std::move(r));
   };
-  for (const auto& [dtype, points] : other.gemm) {
-    CheckRow r;
-    r.table = "gemm/" + dtype;
-    for (const GemmPoint& p : points)
-      if (const auto s = model.predict_gemm(dtype, p, gpu))
-        r.points.push_back(check_point(point_label(p), p.t, *s));
-    add(std::move(r));
-  }
-  for (const auto& [dtype, points] : other.attention) {
-    CheckRow r;
-    r.table = "attention/" + dtype;
-    for (const AttentionPoint& p : points)
-      if (const auto s = model.predict_attention(dtype, p, gpu))
-        r.points.push_back(check_point(point_label(p), p.t, *s));
-    add(std::move(r));
-  }
+  // A table of points with labels, each predicted by `predict` (nullopt: left out).
+  auto tables = [&](const auto& by_name, const char* kind, auto predict) {
+    for (const auto& [name, points] : by_name) {
+      CheckRow r;
+      r.table = std::string(kind) + "/" + name;
+      for (const auto& p : points)
+        if (const std::optional<double> s = predict(name, p))
+          r.points.push_back(check_point(point_label(p), p.t, *s));
+      add(std::move(r));
+    }
+  };
+  tables(other.gemm, "gemm",
+         [&](const std::string& d, const GemmPoint& p) { return model.predict_gemm(d, p, gpu); });
+  tables(other.attention, "attention", [&](const std::string& d, const AttentionPoint& p) {
+    return model.predict_attention(d, p, gpu);
+  });
   for (const auto& [kernel, points] : other.memory) {
     CheckRow r;
     r.table = "memory/" + kernel;

@@ -4,10 +4,8 @@ few iterations (Kineto's Chrome-trace JSON), for `hetsim calibrate import-trace`
 `hetsim compare --trace` (tests/data/traces/, docs/guides/check-against-your-run.md).
 
 The model is torch_train_iterations.py's (learned positions, pre-LayerNorm, GELU MLP, biases, tied
-embeddings, hidden dropout), with the attention core written out (Q K^T, the causal mask, softmax,
-dropout, P V) inside a `record_function("attention")` range where PyTorch has no
-scaled_dot_product_attention (before 2.0) or `--unfused` asks for it; hetsim's importer reads such
-a range as one unfused attention kernel. Each iteration is `--accum` micro-batches and an AdamW
+embeddings, hidden dropout), its attention core written out inside a `record_function("attention")`
+range where PyTorch has no scaled_dot_product_attention (before 2.0) or `--unfused` asks for it. Each iteration is `--accum` micro-batches and an AdamW
 step; the profiler skips one iteration, warms up on one and records `--iters`.
 
 Where PyTorch was built with Kineto, the trace is the profiler's own export_chrome_trace. Debian's
@@ -24,62 +22,7 @@ import argparse
 import json
 import sys
 
-
-def build(torch, a):
-    nn = torch.nn
-    F = torch.nn.functional
-    hidden, heads, seq = a.hidden, a.heads, a.seq
-    fused = hasattr(F, "scaled_dot_product_attention") and not a.unfused
-
-    class Block(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.ln1 = nn.LayerNorm(hidden)
-            self.qkv = nn.Linear(hidden, 3 * hidden)
-            self.proj = nn.Linear(hidden, hidden)
-            self.ln2 = nn.LayerNorm(hidden)
-            self.fc1 = nn.Linear(hidden, 4 * hidden)
-            self.fc2 = nn.Linear(4 * hidden, hidden)
-            self.drop = nn.Dropout(0.1)
-            self.attn_drop = nn.Dropout(0.1)
-            self.register_buffer("mask", torch.ones(seq, seq, dtype=torch.bool).triu(1))
-
-        def attention(self, q, k, v):
-            if fused:
-                return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            with torch.profiler.record_function("attention"):
-                s = (q @ k.transpose(-2, -1)) * (q.shape[-1] ** -0.5)
-                p = self.attn_drop(F.softmax(s.masked_fill(self.mask, float("-inf")), dim=-1))
-                return p @ v
-
-        def forward(self, x):
-            b, s, h = x.shape
-            q, k, v = self.qkv(self.ln1(x)).split(h, dim=2)
-            q = q.view(b, s, heads, h // heads).transpose(1, 2)
-            k = k.view(b, s, heads, h // heads).transpose(1, 2)
-            v = v.view(b, s, heads, h // heads).transpose(1, 2)
-            a = self.attention(q, k, v)
-            x = x + self.drop(self.proj(a.transpose(1, 2).reshape(b, s, h)))
-            return x + self.drop(self.fc2(F.gelu(self.fc1(self.ln2(x)))))
-
-    class GPT(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.tok = nn.Embedding(a.vocab, hidden)
-            self.pos = nn.Embedding(seq, hidden)
-            self.blocks = nn.ModuleList(Block() for _ in range(a.layers))
-            self.ln = nn.LayerNorm(hidden)
-            self.drop = nn.Dropout(0.1)
-
-        def forward(self, idx, targets):
-            pos = torch.arange(idx.shape[1], device=idx.device)
-            x = self.drop(self.tok(idx) + self.pos(pos))
-            for blk in self.blocks:
-                x = blk(x)
-            logits = self.ln(x) @ self.tok.weight.t()  # tied output embedding
-            return F.cross_entropy(logits.float().view(-1, a.vocab), targets.view(-1))
-
-    return GPT()
+from torch_train_iterations import build
 
 
 def kineto_layout(torch, prof, note):
@@ -126,7 +69,7 @@ def main(argv=None):
     if a.threads:
         torch.set_num_threads(a.threads)
     dev = torch.device(a.device)
-    model = build(torch, a).to(dev)
+    model = build(torch, a.hidden, a.layers, a.heads, a.seq, a.vocab, a.unfused).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     idx = torch.randint(0, a.vocab, (a.micro_batch, a.seq), device=dev)
     tgt = torch.randint(0, a.vocab, (a.micro_batch, a.seq), device=dev)

@@ -32,9 +32,15 @@ FIELDS = ["model", "hidden", "layers", "heads", "ffn_hidden", "vocab", "sequence
           "accum", "iteration_s", "iteration_min_s", "iteration_max_s", "tokens_per_s", "error"]
 
 
-def build(torch, hidden, layers, heads, seq):
+def build(torch, hidden, layers, heads, seq, vocab=VOCAB, unfused=False):
+    """The GPT of the module's doc. `unfused`, or a PyTorch without scaled_dot_product_attention
+    (before 2.0): the attention core written out (Q K^T, the causal mask, softmax, dropout 0.1 on
+    the probabilities as Megatron-LM's unfused path has it, P V) inside a
+    record_function("attention") range, which hetsim's trace importer reads as one unfused
+    attention kernel."""
     nn = torch.nn
     F = torch.nn.functional
+    fused = hasattr(F, "scaled_dot_product_attention") and not unfused
 
     class Block(nn.Module):
         def __init__(self):
@@ -46,6 +52,17 @@ def build(torch, hidden, layers, heads, seq):
             self.fc1 = nn.Linear(hidden, 4 * hidden)
             self.fc2 = nn.Linear(4 * hidden, hidden)
             self.drop = nn.Dropout(0.1)
+            if not fused:
+                self.attn_drop = nn.Dropout(0.1)
+                self.register_buffer("mask", torch.ones(seq, seq, dtype=torch.bool).triu(1))
+
+        def attention(self, q, k, v):
+            if fused:
+                return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            with torch.profiler.record_function("attention"):
+                s = (q @ k.transpose(-2, -1)) * (q.shape[-1] ** -0.5)
+                p = self.attn_drop(F.softmax(s.masked_fill(self.mask, float("-inf")), dim=-1))
+                return p @ v
 
         def forward(self, x):
             b, s, h = x.shape
@@ -53,14 +70,14 @@ def build(torch, hidden, layers, heads, seq):
             q = q.view(b, s, heads, h // heads).transpose(1, 2)
             k = k.view(b, s, heads, h // heads).transpose(1, 2)
             v = v.view(b, s, heads, h // heads).transpose(1, 2)
-            a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            a = self.attention(q, k, v)
             x = x + self.drop(self.proj(a.transpose(1, 2).reshape(b, s, h)))
             return x + self.drop(self.fc2(F.gelu(self.fc1(self.ln2(x)))))
 
     class GPT(nn.Module):
         def __init__(self):
             super().__init__()
-            self.tok = nn.Embedding(VOCAB, hidden)
+            self.tok = nn.Embedding(vocab, hidden)
             self.pos = nn.Embedding(seq, hidden)
             self.blocks = nn.ModuleList(Block() for _ in range(layers))
             self.ln = nn.LayerNorm(hidden)
@@ -72,7 +89,7 @@ def build(torch, hidden, layers, heads, seq):
             for blk in self.blocks:
                 x = blk(x)
             logits = self.ln(x) @ self.tok.weight.t()  # tied output embedding
-            return F.cross_entropy(logits.float().view(-1, VOCAB), targets.view(-1))
+            return F.cross_entropy(logits.float().view(-1, vocab), targets.view(-1))
 
     return GPT()
 

@@ -122,6 +122,32 @@ int run_check(const std::string& file, bool points, bool strict) {
 
 }  // namespace
 
+// A table of measurements against a prediction (calibrate compare, calibrate diff): its header,
+// and one row (`skipped`: why it has no points), with every point where `points`.
+std::string comparison_header() {
+  return fmt::format("  {:<40} {:>7} {:>9} {:>9} {:>9}\n", "table", "points", "mean %", "max %",
+                     "bias %");
+}
+
+void print_comparison_row(const calibrate::CheckRow& r, const std::string& skipped, bool points,
+                          const char* predictor) {
+  if (!skipped.empty()) {
+    std::cout << fmt::format("  {:<40} skipped: {}\n", r.table, skipped);
+    return;
+  }
+  double bias = 0;
+  for (const auto& p : r.points) bias += p.predicted_s / p.measured_s - 1;
+  bias /= static_cast<double>(std::max<size_t>(1, r.points.size()));
+  std::cout << fmt::format("  {:<40} {:>7} {:>9.2f} {:>9.2f} {:>+9.2f}\n", r.table, r.held_out,
+                           100 * r.mean_error, 100 * r.max_error, 100 * bias);
+  if (!points) return;
+  for (const auto& p : r.points) {
+    std::cout << fmt::format("    {:<40} measured {:>11.4g} s  {} {:>11.4g} s  error {:>+7.2f}%\n",
+                             p.label, p.measured_s, predictor, p.predicted_s,
+                             100 * (p.predicted_s / p.measured_s - 1));
+  }
+}
+
 void check_device_type(const std::string& device) {
   if (config::builtin_gpus().count(device)) return;
   std::vector<std::string> names;
@@ -209,26 +235,10 @@ void add_diff_command(CLI::App& calibrate, Action& action) {
         std::cout << "  note: another device type; the reference's measurements stand for it "
                      "unscaled\n";
       }
-      std::cout << fmt::format("  {:<40} {:>7} {:>9} {:>9} {:>9}\n", "table", "points", "mean %",
-                               "max %", "bias %");
+      std::cout << comparison_header();
       for (const calibrate::CheckRow& r : calibrate::compare_databases(ref, other, gpu)) {
-        if (r.points.empty()) {
-          std::cout << fmt::format("  {:<40} the reference has no such table\n", r.table);
-          continue;
-        }
-        double bias = 0;
-        for (const auto& p : r.points) bias += p.predicted_s / p.measured_s - 1;
-        bias /= static_cast<double>(r.points.size());
-        std::cout << fmt::format("  {:<40} {:>7} {:>9.2f} {:>9.2f} {:>+9.2f}\n", r.table,
-                                 r.points.size(), 100 * r.mean_error, 100 * r.max_error,
-                                 100 * bias);
-        if (!o->points) continue;
-        for (const auto& p : r.points) {
-          std::cout << fmt::format(
-              "    {:<48} measured {:>11.4g} s  reference {:>11.4g} s  "
-              "{:>+7.2f}%\n",
-              p.label, p.measured_s, p.predicted_s, 100 * (p.predicted_s / p.measured_s - 1));
-        }
+        print_comparison_row(r, r.points.empty() ? "the reference has no such table" : "",
+                             o->points, "reference");
       }
       return 0;
     };
@@ -439,26 +449,9 @@ void add_calibrate_command(CLI::App& app, Action& action) {
       const calibrate::Database db = calibrate::read_database(o->compare_file);
       const config::GpuProfile& gpu = profile_of(db);
       auto print = [&](const calibrate::CheckRow& r, const std::string& skipped) {
-        if (!skipped.empty()) {
-          std::cout << fmt::format("  {:<40} skipped: {}\n", r.table, skipped);
-          return;
-        }
-        double bias = 0;
-        for (const auto& p : r.points) bias += p.predicted_s / p.measured_s - 1;
-        bias /= std::max<size_t>(1, r.points.size());
-        std::cout << fmt::format("  {:<40} {:>7} {:>9.2f} {:>9.2f} {:>+9.2f}\n", r.table,
-                                 r.held_out, 100 * r.mean_error, 100 * r.max_error, 100 * bias);
-        if (o->points) {
-          for (const auto& p : r.points) {
-            std::cout << fmt::format(
-                "    {:<40} measured {:>11.4g} s  model {:>11.4g} s  "
-                "error {:>+7.2f}%\n",
-                p.label, p.measured_s, p.predicted_s, 100 * (p.predicted_s / p.measured_s - 1));
-          }
-        }
+        print_comparison_row(r, skipped, o->points, "model");
       };
-      const std::string header = fmt::format("  {:<40} {:>7} {:>9} {:>9} {:>9}\n", "table",
-                                             "points", "mean %", "max %", "bias %");
+      const std::string header = comparison_header();
       std::cout << fmt::format("{} ({} measurements, {}): measured against hetsim's models\n",
                                o->compare_file, db.size(), db.device_type());
       const calibrate::MeasuredCostModel model(db, workload::DatasheetCostModel());

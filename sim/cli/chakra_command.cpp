@@ -18,33 +18,19 @@ namespace hetsim::cli {
 
 void add_export_chakra_command(CLI::App& app, Action& action) {
   struct Opts {
-    ClusterFlags cluster;
-    std::string model, plan, out;
-    std::vector<std::string> plan_sets;
+    RunFlags run;
+    std::string out;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand(
       "export-chakra",
       "Write the replayed training iteration as Chakra execution traces, one per GPU "
       "(OUT/et.<rank>.et and OUT/comm_group.json)");
-  cmd->add_option("--model", o->model,
-                  "Model file (models/*.yaml or a Hugging Face config.json) or a built-in name")
-      ->required();
-  o->cluster.add_to(*cmd, "dgx-a100");
-  cmd->add_option("--plan", o->plan, "Plan file (YAML; keys in docs/reference/plan-keys.md)")
-      ->required();
-  cmd->add_option("--plan-set", o->plan_sets,
-                  "Override a field of the plan: PATH=VALUE, e.g. micro_batch_size=2 (repeatable)");
+  o->run.add_to(*cmd, "dgx-a100");
   cmd->add_option("--out", o->out, "Folder to write the traces to (created if needed)")->required();
   cmd->callback([o, &action] {
     action = [o] {
-      study::RunSpec spec;
-      spec.model = o->model;
-      spec.cluster = o->cluster.cluster;
-      spec.cluster_options = o->cluster.options();
-      spec.plan = o->plan;
-      spec.plan_sets = o->plan_sets;
-      const study::RunInputs inputs(spec);
+      const study::RunInputs inputs(o->run.spec());
       const CostModels costs("", "");
       const workload::TrainingJob job =
           workload::build_training_job(inputs.model, inputs.plan, inputs.cluster, costs.get());

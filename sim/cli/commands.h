@@ -11,6 +11,7 @@
 
 #include "calibrate/cost_models.h"
 #include "sim/config/cluster_config.h"
+#include "sim/study/run.h"
 #include "sim/workload/cost_model.h"
 
 namespace hetsim::cli {
@@ -25,6 +26,16 @@ struct ClusterFlags {
   std::vector<std::string> sets;
   void add_to(CLI::App& app, const std::string& default_cluster);
   config::ClusterOptions options() const;
+};
+
+// --model, the cluster's flags, --plan, --plan-set: what every command that builds a plan's job
+// reads, with one help text.
+struct RunFlags {
+  std::string model, plan;
+  ClusterFlags cluster;
+  std::vector<std::string> plan_sets;
+  void add_to(CLI::App& app, const std::string& default_cluster);
+  study::RunSpec spec() const;
 };
 
 // The kernel costs of --efficiency and --calibration (calibrate/cost_models.h). The commands

@@ -18,9 +18,8 @@ namespace hetsim::cli {
 namespace {
 
 struct CompareOpts {
-  std::string trace, model, plan, calibration, efficiency, dtype = "fp32", chrome;
-  ClusterFlags cluster;
-  std::vector<std::string> plan_sets;
+  std::string trace, calibration, efficiency, dtype = "fp32", chrome;
+  RunFlags run;
   uint32_t device = 0;
   bool non_causal = false, json = false;
   int gpus_per_node = 8;
@@ -46,13 +45,7 @@ void write_chrome(const CompareOpts& o, report::ChromeTrace& chrome,
 }
 
 int run_compare(const CompareOpts& o) {
-  study::RunSpec spec;
-  spec.model = o.model;
-  spec.cluster = o.cluster.cluster;
-  spec.cluster_options = o.cluster.options();
-  spec.plan = o.plan;
-  spec.plan_sets = o.plan_sets;
-  const study::RunInputs inputs(spec);
+  const study::RunInputs inputs(o.run.spec());
   if (o.device >= inputs.cluster.gpu_count()) {
     throw InputError(fmt::format("--device {}: the cluster has {} devices", o.device,
                                  inputs.cluster.gpu_count()));
@@ -108,7 +101,7 @@ int run_compare(const CompareOpts& o) {
   std::cout << fmt::format(
       "{} against {} on {}, plan {} ({} operator runs mapped, {:.1f}% of "
       "their time)\n",
-      o.trace, inputs.model.name, o.cluster.cluster, o.plan, measured.ops.size(),
+      o.trace, inputs.model.name, o.run.cluster.cluster, o.run.plan, measured.ops.size(),
       100 * measured.mapped_s / (measured.mapped_s + measured.unmapped_s));
   std::cout << "  kernel times from "
             << (given ? o.calibration
@@ -133,11 +126,7 @@ void add_compare_command(CLI::App& app, Action& action) {
       "cluster and plan: per iteration, kind of time, kind of kernel and kernel shape");
   cmd->add_option("--trace", o->trace, "The trace (.json or .json.gz, torch.profiler's export)")
       ->required();
-  cmd->add_option("--model", o->model, "Model file or built-in name (as simulate)")->required();
-  o->cluster.add_to(*cmd, "");
-  cmd->get_option("--cluster")->required();
-  cmd->add_option("--plan", o->plan, "Plan file (as simulate)")->required();
-  cmd->add_option("--plan-set", o->plan_sets, "Override a field of the plan: PATH=VALUE");
+  o->run.add_to(*cmd, "");
   cmd->add_option("--device", o->device, "The device of the cluster whose rank the trace recorded")
       ->capture_default_str();
   cmd->add_option("--calibration", o->calibration,

@@ -29,10 +29,9 @@ namespace hetsim::cli {
 namespace {
 
 struct ExecuteOpts {
-  ClusterFlags cluster;
-  std::string model, plan, backend = "cpu", calibration, efficiency, trace, fault;
+  RunFlags run;
+  std::string backend = "cpu", calibration, efficiency, trace, fault;
   std::string program_out, measured;  // --backend cuda
-  std::vector<std::string> plan_sets;
   int iterations = 3, warmup = 1;
   double timeout_s = 0;
   bool json = false;
@@ -95,12 +94,7 @@ void agree(const execute::MpiSession& mpi, const std::function<void()>& f) {
 
 int run_execute(const ExecuteOpts& o, const execute::MpiSession& mpi) {
   execute::Options eo;
-  study::RunSpec spec;
-  spec.model = o.model;
-  spec.cluster = o.cluster.cluster;
-  spec.cluster_options = o.cluster.options();
-  spec.plan = o.plan;
-  spec.plan_sets = o.plan_sets;
+  const study::RunSpec spec = o.run.spec();
   std::unique_ptr<study::RunInputs> inputs;
   std::unique_ptr<CostModels> costs;
   std::unique_ptr<workload::TrainingJob> owned;
@@ -123,7 +117,7 @@ int run_execute(const ExecuteOpts& o, const execute::MpiSession& mpi) {
     eo.warmup = o.warmup;
     if (!o.fault.empty()) parse_fault(o.fault, eo);
     inputs = std::make_unique<study::RunInputs>(spec);
-    refuse_what_ifs(o.plan, *inputs);
+    refuse_what_ifs(o.run.plan, *inputs);
     // The CPU has no fused attention: a plan that does not choose runs (and is predicted with)
     // the unfused kernel; one that asks for flash is refused (check_cpu_job).
     if (inputs->plan.flash_attention && inputs->plan.attention_defaulted) {
@@ -207,7 +201,7 @@ int run_execute(const ExecuteOpts& o, const execute::MpiSession& mpi) {
     std::cout << execute::to_json(c, m) << "\n";
   } else {
     std::cout << fmt::format("execute: {} on {} ({} ranks, backend {}), plan {}\n",
-                             inputs->model.name, o.cluster.cluster, m.ranks, m.backend,
+                             inputs->model.name, o.run.cluster.cluster, m.ranks, m.backend,
                              inputs->plan.source)
               << execute::to_text(c, m);
     if (!o.trace.empty()) std::cout << "  trace (measured)  " << o.trace << "\n";
@@ -243,14 +237,9 @@ int run_execute_cuda(const ExecuteOpts& o) {
       throw InputError("--trace " + o.trace + ": folder " + folder.string() + " does not exist");
   }
   if (!o.fault.empty()) throw InputError("--fault: only with --backend cpu");
-  study::RunSpec spec;
-  spec.model = o.model;
-  spec.cluster = o.cluster.cluster;
-  spec.cluster_options = o.cluster.options();
-  spec.plan = o.plan;
-  spec.plan_sets = o.plan_sets;
+  const study::RunSpec spec = o.run.spec();
   const study::RunInputs inputs(spec);
-  refuse_what_ifs(o.plan, inputs);
+  refuse_what_ifs(o.run.plan, inputs);
   const CostModels costs(o.efficiency, o.calibration);
   const workload::TrainingJob job =
       workload::build_training_job(inputs.model, inputs.plan, inputs.cluster, costs.get());
@@ -260,13 +249,13 @@ int run_execute_cuda(const ExecuteOpts& o) {
   ro.exact = true;
   const workload::ReplayResult predicted = workload::replay(job, nullptr, ro);
   const double predicted_s = predicted.iteration.seconds();
-  const std::string program =
-      execute::cuda_program(job, predicted_s,
-                            fmt::format("model={} cluster={} plan={} micro_batch_size={} "
-                                        "global_batch_size={} calibration={}",
-                                        inputs.model.name, o.cluster.cluster, inputs.plan.source,
-                                        inputs.plan.micro_batch_size, inputs.plan.global_batch_size,
-                                        o.calibration.empty() ? "none" : o.calibration));
+  const std::string program = execute::cuda_program(
+      job, predicted_s,
+      fmt::format("model={} cluster={} plan={} micro_batch_size={} "
+                  "global_batch_size={} calibration={}",
+                  inputs.model.name, o.run.cluster.cluster, inputs.plan.source,
+                  inputs.plan.micro_batch_size, inputs.plan.global_batch_size,
+                  o.calibration.empty() ? "none" : o.calibration));
   if (!o.program_out.empty()) {
     std::ofstream out(o.program_out, std::ios::binary);
     if (!(out << program) || !out.flush())
@@ -386,7 +375,7 @@ int run_execute_cuda(const ExecuteOpts& o) {
   for (const auto& [impl, n] : cm.attention)
     attention += fmt::format("{}{} {}", attention.empty() ? "" : ", ", n, impl);
   std::cout << fmt::format("execute: {} on {} (1 GPU{}, backend cuda), plan {}\n",
-                           inputs.model.name, o.cluster.cluster,
+                           inputs.model.name, o.run.cluster.cluster,
                            cm.device_name.empty() ? "" : ": " + cm.device_name, inputs.plan.source);
   if (!o.measured.empty()) std::cout << "  measured          " << o.measured << "\n";
   if (!attention.empty()) std::cout << "  attention ops     " << attention << "\n";
@@ -403,10 +392,7 @@ void add_execute_command(CLI::App& app, Action& action) {
       "execute",
       "Run a plan on this machine's devices (mpirun -np N, one rank per device), measure its "
       "iterations and compare them with the prediction, per op kind, device and kernel");
-  cmd->add_option("--model", o->model, "Model file or built-in name (as simulate)")->required();
-  o->cluster.add_to(*cmd, "cpu-host");
-  cmd->add_option("--plan", o->plan, "Plan file (as simulate)")->required();
-  cmd->add_option("--plan-set", o->plan_sets, "Override a field of the plan: PATH=VALUE");
+  o->run.add_to(*cmd, "cpu-host");
   cmd->add_option("--backend", o->backend, "cpu (OpenBLAS and MPI) | cuda")->capture_default_str();
   cmd->add_option("--calibration", o->calibration,
                   "Calibration database for the prediction (hetsim calibrate on this machine)");

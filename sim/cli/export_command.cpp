@@ -11,9 +11,8 @@ namespace hetsim::cli {
 
 void add_export_command(CLI::App& app, Action& action) {
   struct Opts {
-    ClusterFlags cluster;
-    std::string model, plan, framework, out;
-    std::vector<std::string> plan_sets;
+    RunFlags run;
+    std::string framework, out;
     bool json = false, force = false;
   };
   auto o = std::make_shared<Opts>();
@@ -25,14 +24,7 @@ void add_export_command(CLI::App& app, Action& action) {
       "export",
       "Print the launch command and configuration that run a plan in the framework people deploy "
       "with (Megatron-LM, DeepSpeed, PyTorch DDP/FSDP)");
-  cmd->add_option("--model", o->model,
-                  "Model file (models/*.yaml or a Hugging Face config.json) or a built-in name")
-      ->required();
-  o->cluster.add_to(*cmd, "dgx-a100");
-  cmd->add_option("--plan", o->plan, "Plan file (YAML; keys in docs/reference/plan-keys.md)")
-      ->required();
-  cmd->add_option("--plan-set", o->plan_sets,
-                  "Override a field of the plan: PATH=VALUE, e.g. micro_batch_size=2 (repeatable)");
+  o->run.add_to(*cmd, "dgx-a100");
   cmd->add_option("--framework", o->framework, "Framework to export to:" + frameworks)->required();
   cmd->add_option("--out", o->out, "Write the output to this file instead of standard output");
   cmd->add_flag("--json", o->json,
@@ -43,20 +35,20 @@ void add_export_command(CLI::App& app, Action& action) {
   cmd->callback([o, &action] {
     action = [o] {
       const launch::Launcher& launcher = launch::find_launcher(o->framework);
-      const workload::ModelConfig model = workload::load_model(o->model);
+      const workload::ModelConfig model = workload::load_model(o->run.model);
       if (model.convolutional()) {
-        throw InputError(o->model +
+        throw InputError(o->run.model +
                          ": is a convolutional network; export writes transformer launches "
                          "(Megatron-LM, DeepSpeed, torchrun) only");
       }
       const platform::Cluster cluster(
-          config::load_cluster(o->cluster.cluster, o->cluster.options()));
+          config::load_cluster(o->run.cluster.cluster, o->run.cluster.options()));
       workload::PlanOptions popt;
-      popt.sets = o->plan_sets;
-      const workload::Plan plan = workload::load_plan(o->plan, model, cluster, popt);
+      popt.sets = o->run.plan_sets;
+      const workload::Plan plan = workload::load_plan(o->run.plan, model, cluster, popt);
       const launch::Launch l = launcher.make({&model, &plan, &cluster});
       if (!l.unsupported.empty() && !o->force) {
-        std::string msg = o->plan + ": " + launcher.name() + " cannot express this plan:";
+        std::string msg = o->run.plan + ": " + launcher.name() + " cannot express this plan:";
         for (const std::string& u : l.unsupported) msg += "\n  " + u;
         msg += "\n--force exports the " + l.approximation;
         throw InputError(msg);

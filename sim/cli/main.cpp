@@ -18,6 +18,28 @@ void ClusterFlags::add_to(CLI::App& app, const std::string& default_cluster) {
                  "(repeatable)");
 }
 
+void RunFlags::add_to(CLI::App& app, const std::string& default_cluster) {
+  app.add_option("--model", model,
+                 "Model file (models/*.yaml or a Hugging Face config.json) or a built-in name")
+      ->required();
+  cluster.add_to(app, default_cluster);
+  if (default_cluster.empty()) app.get_option("--cluster")->required();
+  app.add_option("--plan", plan, "Plan file (YAML; keys in docs/reference/plan-keys.md)")
+      ->required();
+  app.add_option("--plan-set", plan_sets,
+                 "Override a field of the plan: PATH=VALUE, e.g. micro_batch_size=2 (repeatable)");
+}
+
+study::RunSpec RunFlags::spec() const {
+  study::RunSpec s;
+  s.model = model;
+  s.cluster = cluster.cluster;
+  s.cluster_options = cluster.options();
+  s.plan = plan;
+  s.plan_sets = plan_sets;
+  return s;
+}
+
 void print_warnings(const CostModels& costs) {
   for (const std::string& w : costs.warnings()) std::cerr << "hetsim: warning: " << w << "\n";
 }
