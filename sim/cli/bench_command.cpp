@@ -291,7 +291,9 @@ void add_bench_training(CLI::App& cmd, Action& action) {
       "SimAI's example MoE on 9216 H100 (TP 2, EP 16, PP 12 interleaved by 8, DP 384: "
       "simai-moe), and Llama 3 405B's layout on 98304 H100 (DP 768: llama3-405b-98k)");
   auto o = std::make_shared<TrainingOptions>();
-  train->add_option("--cases", o->cases, "Cases to run")->capture_default_str();
+  train->add_option("--cases", o->cases, "Cases to run (separated by spaces or commas)")
+      ->delimiter(',')
+      ->capture_default_str();
   train->add_flag("--exact", o->exact,
                   "Replay every data-parallel replica on its own (as simulate --exact)");
   train->add_option("--calibration", o->calibration,
