@@ -15,6 +15,7 @@ packages=(
   clang-format python3
   python3-matplotlib chromium   # hetsim sweep's plots and HTML report; the test that loads it
   pybind11-dev python3-dev python3-pytest python3-pandas   # the Python module (import hetsim), its tests
+  python3-yaml python3-jsonschema   # docs.schemas: the shipped YAML against docs/schemas/
 )
 
 missing=()

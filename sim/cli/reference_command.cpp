@@ -5,6 +5,8 @@
 #include <iostream>
 
 #include "sim/cli/commands.h"
+#include "sim/config/cluster_config.h"
+#include "sim/workload/framework.h"
 #include "sim/workload/plan_keys.h"
 
 namespace hetsim::cli {
@@ -35,18 +37,30 @@ void add_reference_command(CLI::App& app, Action& action) {
   CLI::App* cmd = app.add_subcommand(
       "reference",
       "Print a reference generated from the code: plan-keys (Markdown, "
-      "docs/reference/plan-keys.md), plan-schema (JSON Schema, docs/schemas/plan.schema.json) or "
-      "commands (every command's options, docs/reference/commands.md)");
+      "docs/reference/plan-keys.md), plan-schema (JSON Schema, docs/schemas/plan.schema.json), "
+      "framework-keys, framework-schema, gpu-keys, gpu-schema (likewise for framework files and "
+      "GPU profiles) or commands (every command's options, docs/reference/commands.md)");
   auto what = std::make_shared<std::string>();
-  cmd->add_option("what", *what, "plan-keys, plan-schema or commands")
+  cmd->add_option("what", *what,
+                  "plan-keys, plan-schema, framework-keys, framework-schema, gpu-keys, gpu-schema "
+                  "or commands")
       ->required()
-      ->check(CLI::IsMember({"plan-keys", "plan-schema", "commands"}));
+      ->check(CLI::IsMember({"plan-keys", "plan-schema", "framework-keys", "framework-schema",
+                             "gpu-keys", "gpu-schema", "commands"}));
   cmd->callback([&action, &app, what] {
     action = [&app, what] {
       if (*what == "plan-keys") {
         std::cout << workload::plan_keys_markdown();
       } else if (*what == "plan-schema") {
         std::cout << workload::plan_json_schema().dump(2) << "\n";
+      } else if (*what == "framework-keys") {
+        std::cout << workload::framework_keys_markdown();
+      } else if (*what == "framework-schema") {
+        std::cout << workload::framework_json_schema().dump(2) << "\n";
+      } else if (*what == "gpu-keys") {
+        std::cout << config::gpu_keys_markdown();
+      } else if (*what == "gpu-schema") {
+        std::cout << config::gpu_json_schema().dump(2) << "\n";
       } else {
         std::cout << commands_markdown(app);
       }

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "sim/config/key_table.h"
+
 namespace hetsim::config {
 
 struct GpuProfile {
@@ -165,6 +167,14 @@ ClusterConfig load_cluster_text(const std::string& text, const std::string& file
 
 // The built-in GPU profiles and link classes (topologies/gpus/*.yaml, link_classes.yaml).
 const std::map<std::string, GpuProfile>& builtin_gpus();
+
+// The keys of a GPU profile (topologies/gpus/*.yaml, or a cluster's `gpus:` entry), declared
+// once (config/key_table.h): the loader checks a profile's keys from this table; `hetsim
+// reference gpu-keys` and `gpu-schema` write docs/reference/gpu-keys.md and
+// docs/schemas/gpu.schema.json from it.
+const std::vector<Key>& gpu_profile_keys();
+std::string gpu_keys_markdown();
+nlohmann::ordered_json gpu_json_schema();
 const std::map<std::string, LinkClass>& builtin_link_classes();
 std::vector<std::string> builtin_cluster_names();
 

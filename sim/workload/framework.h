@@ -4,6 +4,8 @@
 // and FSDP differ in these and so in time.
 #pragma once
 
+#include "sim/config/key_table.h"
+
 #include <optional>
 #include <string>
 #include <vector>
@@ -111,5 +113,13 @@ std::vector<std::string> framework_names();
 // A built-in name or a framework YAML file. InputError naming the valid names otherwise.
 Framework load_framework(const std::string& name_or_path);
 Framework load_framework_text(const std::string& text, const std::string& file);
+
+// The keys of a framework file, declared once (config/key_table.h): the loader checks a file's
+// keys and reads its choices from this table; `hetsim reference framework-keys` and
+// `framework-schema` write docs/reference/framework-keys.md and
+// docs/schemas/framework.schema.json from it.
+const std::vector<config::Key>& framework_keys();
+std::string framework_keys_markdown();
+nlohmann::ordered_json framework_json_schema();
 
 }  // namespace hetsim::workload

@@ -10,31 +10,13 @@
 #include <string_view>
 #include <vector>
 
+#include "sim/config/key_table.h"
+
 namespace hetsim::workload {
 
-enum class PlanKeyType {
-  integer,  // a whole number in [min, max]
-  number,   // a real number in (min, max]
-  flag,     // true or false
-  choice,   // one of `choices`
-  size,     // a byte quantity such as 160MB
-  text,     // a name or a file path
-  list,     // a YAML list
-  map,      // a YAML map
-  devices,  // a GPU set: "0-7,16" or a list of ids
-  any,      // a scalar or a map (see help)
-};
-
-struct PlanKey {
-  std::string_view name;
-  PlanKeyType type;
-  // For choice keys, in the order of the enum they read into (the loader casts the position).
-  std::vector<std::string_view> choices;
-  double min = 0, max = 0;         // integer and number keys
-  std::string_view default_value;  // as the reader sees it ("1", "the framework's")
-  std::string_view help;           // one line
-  std::string_view read_by;        // the components that read it
-};
+// A plan key's row (config/key_table.h).
+using PlanKeyType = config::KeyType;
+using PlanKey = config::Key;
 
 // Every key of a transformer plan (the loader's "did you mean" looks in this order).
 const std::vector<PlanKey>& plan_keys();

@@ -5,7 +5,9 @@
 
 Each file below is what a `hetsim reference` command prints; the check fails, naming the
 command that rewrites the file, when the file differs from what the code generates now. It also
-fails when docs/design.md, the code map, leaves out a folder of sim/ or of the repository root.
+fails when docs/design.md, the code map, leaves out a folder of sim/ or of the repository root,
+when a framework file or a GPU profile does not name its schema on its first line, or when a
+YAML file names a schema that does not exist.
 Python 3's standard library only.
 """
 import subprocess
@@ -16,7 +18,36 @@ GENERATED = {
     "docs/reference/plan-keys.md": ["reference", "plan-keys"],
     "docs/schemas/plan.schema.json": ["reference", "plan-schema"],
     "docs/reference/commands.md": ["reference", "commands"],
+    "docs/reference/framework-keys.md": ["reference", "framework-keys"],
+    "docs/schemas/framework.schema.json": ["reference", "framework-schema"],
+    "docs/reference/gpu-keys.md": ["reference", "gpu-keys"],
+    "docs/schemas/gpu.schema.json": ["reference", "gpu-schema"],
 }
+
+# Shipped YAML that names its schema on its first line (for editors: the YAML language server).
+SCHEMA_LINE = "# yaml-language-server: $schema="
+MUST_NAME = {"frameworks/*.yaml": "framework.schema.json",
+             "topologies/gpus/*.yaml": "gpu.schema.json"}
+
+
+def schema_lines(root):
+    """Problems with the files' schema lines: missing where required, or naming no schema."""
+    problems = []
+    for pattern, schema in MUST_NAME.items():
+        for f in sorted(root.glob(pattern)):
+            first = f.read_text().split("\n", 1)[0]
+            if not first.startswith(SCHEMA_LINE) or not first.endswith("/" + schema):
+                problems.append("%s: its first line is not `%s.../docs/schemas/%s`"
+                                % (f.relative_to(root), SCHEMA_LINE, schema))
+    for f in sorted(root.glob("**/*.yaml")):
+        if any(part.startswith("build") or part in ("out", ".git") for part in f.parts):
+            continue
+        first = f.read_text(errors="replace").split("\n", 1)[0]
+        if first.startswith(SCHEMA_LINE):
+            target = (f.parent / first[len(SCHEMA_LINE):]).resolve()
+            if not target.exists():
+                problems.append("%s names %s, which does not exist" % (f.relative_to(root), target))
+    return problems
 
 
 def main():
@@ -42,6 +73,10 @@ def main():
         stale.append("docs/design.md does not name %s" % ", ".join(missing))
     else:
         print("ok   docs/design.md names every folder")
+    lines = schema_lines(root)
+    stale += lines
+    if not lines:
+        print("ok   shipped YAML names its schema")
     for s in stale:
         print("FAIL " + s)
     sys.exit(1 if stale else 0)

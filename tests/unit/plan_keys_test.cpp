@@ -7,6 +7,10 @@
 
 #include <set>
 
+#include "sim/config/cluster_config.h"
+#include "sim/core/error.h"
+#include "sim/workload/framework.h"
+
 #include "tests/unit/fixtures.h"
 
 namespace hetsim::workload {
@@ -64,6 +68,109 @@ TEST(PlanKeys, TheReferenceAndTheSchemaListEveryKey) {
   EXPECT_EQ(schema["properties"]["schedule"]["enum"],
             nlohmann::ordered_json({"gpipe", "1f1b", "interleaved"}));
   EXPECT_FALSE(schema["additionalProperties"].get<bool>());
+}
+
+// A file with `key: [[oops]]` (at its path: `host.per_kernel` inside `host:`) on top of `base`,
+// a valid file whose maps are written in flow style on one line each.
+std::string with_bad_value(std::string base, std::string_view key) {
+  const size_t dot = key.find('.');
+  if (dot == std::string_view::npos) {
+    // replace the key's own line where base has it
+    const std::string k = std::string(key) + ":";
+    const size_t at = base.find("\n" + k);
+    if (at != std::string::npos) base.erase(at + 1, base.find('\n', at + 1) - at);
+    return base + std::string(key) + ": [[oops]]\n";
+  }
+  const std::string map = std::string(key.substr(0, dot)) + ": {";
+  const std::string sub = std::string(key.substr(dot + 1)) + ": ";
+  const size_t at = base.find(map);
+  if (at == std::string::npos) return base + map + sub + "[[oops]]}\n";
+  const size_t close = base.find('}', at);
+  const size_t own = base.find(sub, at);
+  if (own != std::string::npos && own < close) {  // the map has the key: its value replaced
+    const size_t end = std::min(base.find(',', own), close);
+    return base.replace(own + sub.size(), end - own - sub.size(), "[[oops]]");
+  }
+  return base.insert(at + map.size(), sub + "[[oops]], ");
+}
+
+// The framework file's keys (workload::framework_keys) are what its loader reads: a value of the
+// wrong shape for any key is refused naming the key, never as an unknown key, and the schema
+// and the reference list every key.
+TEST(FrameworkKeys, EveryKeyInTheTableIsOneTheLoaderKnows) {
+  const std::string base =
+      "name: f\ngradient_reduction: overlapped\npipeline_p2p: async\n"
+      "host: {per_pass: 0s, per_step: 0s}\n";
+  ASSERT_NO_THROW(load_framework_text(base, "f.yaml"));
+  for (const config::Key& k : framework_keys()) {
+    if (k.type == config::KeyType::map || k.name == "name" || k.name == "description") continue;
+    const std::string text = with_bad_value(base, k.name);
+    std::string error = "no error";
+    try {
+      load_framework_text(text, "f.yaml");
+    } catch (const InputError& e) {
+      error = e.what();
+    }
+    EXPECT_EQ(error.rfind("f.yaml:", 0), 0u) << k.name << ": " << error << "\n" << text;
+    EXPECT_EQ(error.find("unknown key"), std::string::npos) << k.name << ": " << error;
+  }
+  try {
+    load_framework_text(base + "kernel: eager\n", "f.yaml");
+    FAIL() << "an unknown key was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("kernel: unknown key (did you mean \"kernels\"?)"),
+              std::string::npos)
+        << e.what();
+  }
+  const nlohmann::ordered_json schema = framework_json_schema();
+  const std::string page = framework_keys_markdown();
+  for (const config::Key& k : framework_keys())
+    EXPECT_NE(page.find("| `" + std::string(k.name) + "` |"), std::string::npos) << k.name;
+  EXPECT_EQ(schema["properties"]["host"]["properties"].size(), 3u);
+  EXPECT_FALSE(schema["properties"]["host"]["additionalProperties"].get<bool>());
+  EXPECT_EQ(schema["properties"]["gather_copy_out"]["type"], "boolean");
+}
+
+TEST(GpuKeys, EveryKeyInTheTableIsOneTheLoaderKnows) {
+  const std::string cluster =
+      "name: c\ngpu_types:\n  - {NAME}\nnode_types:\n"
+      "  - {name: n, gpu: g, gpus: 1, intra: {kind: pcie}, pcie: {link_class: pcie4, bandwidth: "
+      "32GB/s, switches: [[0]]}}\n"
+      "groups:\n  - {node_type: n, count: 1}\n";
+  const std::string base =
+      "name: g\nsms: 10\nmemory: 8GiB\nmemory_bandwidth: 100GB/s\n"
+      "peak: {fp16: 10TFLOPS, fp32: 5TFLOPS}\n";
+  auto load = [&](const std::string& gpu) {
+    std::string flow = "{";
+    for (size_t start = 0; start < gpu.size();) {
+      const size_t end = gpu.find('\n', start);
+      flow += (flow.size() > 1 ? ", " : "") + gpu.substr(start, end - start);
+      start = end + 1;
+    }
+    std::string text = cluster;
+    text.replace(text.find("{NAME}"), 6, flow + "}");
+    std::string error = "no error";
+    try {
+      config::load_cluster_text(text, "c.yaml");
+    } catch (const InputError& e) {
+      error = e.what();
+    }
+    return error;
+  };
+  ASSERT_EQ(load(base), "no error");
+  for (const config::Key& k : config::gpu_profile_keys()) {
+    if (k.type == config::KeyType::map || k.name == "name" || k.name == "description" ||
+        k.name == "architecture")
+      continue;
+    const std::string error = load(with_bad_value(base, k.name));
+    EXPECT_EQ(error.rfind("c.yaml:", 0), 0u) << k.name << ": " << error;
+    EXPECT_EQ(error.find("unknown key"), std::string::npos) << k.name << ": " << error;
+  }
+  EXPECT_NE(load(base + "tdps: 700W\n").find("tdps: unknown key"), std::string::npos);
+  const nlohmann::ordered_json schema = config::gpu_json_schema();
+  EXPECT_EQ(schema["properties"]["peak"]["properties"].size(), 7u);
+  EXPECT_EQ(schema["required"],
+            nlohmann::ordered_json({"name", "sms", "memory", "memory_bandwidth", "peak"}));
 }
 
 }  // namespace

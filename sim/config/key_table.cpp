@@ -1,0 +1,187 @@
+// Key tables and what is generated from them; see key_table.h.
+#include "sim/config/key_table.h"
+
+#include <fmt/format.h>
+
+#include <stdexcept>
+
+namespace hetsim::config {
+
+namespace {
+
+using T = KeyType;
+
+std::string_view type_name(KeyType t) {
+  switch (t) {
+    case T::integer:
+      return "integer";
+    case T::number:
+      return "number";
+    case T::flag:
+      return "true / false";
+    case T::choice:
+      return "choice";
+    case T::size:
+      return "bytes (160MB)";
+    case T::text:
+      return "name or file";
+    case T::list:
+      return "list";
+    case T::map:
+      return "map";
+    case T::devices:
+      return "GPU set";
+    case T::any:
+      return "name or map";
+    case T::time:
+      return "time (31us)";
+    case T::bandwidth:
+      return "bandwidth (600GB/s)";
+    case T::flop_rate:
+      return "rate (989TFLOPS)";
+    case T::power:
+      return "power (700W)";
+  }
+  return "";
+}
+
+std::string values_of(const Key& k) {
+  if (k.type == T::choice) {
+    std::string s;
+    for (std::string_view c : k.choices) s += fmt::format("{}`{}`", s.empty() ? "" : ", ", c);
+    return s;
+  }
+  if (k.type == T::integer) {
+    return fmt::format("{} to {}", static_cast<int64_t>(k.min), static_cast<int64_t>(k.max));
+  }
+  if (k.type == T::number) return fmt::format("above {}, at most {}", k.min, k.max);
+  return "";
+}
+
+nlohmann::ordered_json property(const Key& k) {
+  using J = nlohmann::ordered_json;
+  J p;
+  p["description"] =
+      std::string(k.help) +
+      (k.default_value.empty() ? "" : " (default: " + std::string(k.default_value) + ")");
+  switch (k.type) {
+    case T::integer:
+      p["type"] = "integer";
+      p["minimum"] = static_cast<int64_t>(k.min);
+      p["maximum"] = static_cast<int64_t>(k.max);
+      break;
+    case T::number:
+      p["type"] = "number";
+      p["exclusiveMinimum"] = k.min;
+      p["maximum"] = k.max;
+      break;
+    case T::flag:
+      p["type"] = "boolean";
+      break;
+    case T::choice:
+      p["enum"] = J::array();
+      for (std::string_view c : k.choices) p["enum"].push_back(std::string(c));
+      break;
+    case T::size:
+    case T::time:
+    case T::bandwidth:
+    case T::flop_rate:
+    case T::power:
+      p["type"] = J::array({"string", "number"});
+      break;
+    case T::text:
+      p["type"] = "string";
+      break;
+    case T::list:
+      p["type"] = "array";
+      break;
+    case T::map:
+      p["type"] = "object";
+      break;
+    case T::devices:
+      p["type"] = J::array({"string", "array", "integer"});
+      break;
+    case T::any:
+      p["type"] = J::array({"string", "object"});
+      break;
+  }
+  return p;
+}
+
+// The key's map ("" at the top level) and its own name.
+std::pair<std::string_view, std::string_view> split(std::string_view name) {
+  const size_t dot = name.rfind('.');
+  if (dot == std::string_view::npos) return {"", name};
+  return {name.substr(0, dot), name.substr(dot + 1)};
+}
+
+}  // namespace
+
+const Key& find_key(const std::vector<Key>& table, std::string_view name, std::string_view what) {
+  for (const Key& k : table) {
+    if (k.name == name) return k;
+  }
+  throw std::logic_error(fmt::format("key \"{}\" is not in {}", name, what));
+}
+
+std::vector<std::string> choices_of(const Key& k) { return {k.choices.begin(), k.choices.end()}; }
+
+std::vector<std::string> key_names(const std::vector<Key>& table, std::string_view path) {
+  std::vector<std::string> out;
+  for (const Key& k : table) {
+    const auto [map, name] = split(k.name);
+    if (map == path) out.emplace_back(name);
+  }
+  return out;
+}
+
+std::string keys_markdown(const std::vector<Key>& table, bool read_by) {
+  std::string s = read_by ? "| key | type | values | default | meaning | read by |\n"
+                            "| --- | --- | --- | --- | --- | --- |\n"
+                          : "| key | type | values | default | meaning |\n"
+                            "| --- | --- | --- | --- | --- |\n";
+  for (const Key& k : table) {
+    s += fmt::format("| `{}` | {} | {} | {} | {} |", k.name, type_name(k.type), values_of(k),
+                     k.default_value, k.help);
+    s += read_by ? fmt::format(" {} |\n", k.read_by) : "\n";
+  }
+  return s;
+}
+
+nlohmann::ordered_json keys_json_schema(const std::vector<Key>& table, const std::string& title,
+                                        const std::string& description,
+                                        const std::vector<std::string>& required) {
+  using J = nlohmann::ordered_json;
+  // Each map's object, by its path ("" the file itself); a map's row opens one.
+  auto object_at = [](J& root, std::string_view path) -> J& {
+    J* o = &root;
+    size_t start = 0;
+    while (start < path.size()) {
+      const size_t dot = std::min(path.find('.', start), path.size());
+      o = &(*o)["properties"][std::string(path.substr(start, dot - start))];
+      start = dot + 1;
+    }
+    return *o;
+  };
+  J schema;
+  schema["$schema"] = "https://json-schema.org/draft/2020-12/schema";
+  schema["title"] = title;
+  schema["description"] = description;
+  schema["type"] = "object";
+  schema["properties"] = J::object();
+  for (const Key& k : table) {
+    const auto [map, name] = split(k.name);
+    J& parent = object_at(schema, map);
+    J p = property(k);
+    if (k.type == T::map && !key_names(table, k.name).empty()) {
+      p["properties"] = J::object();
+      p["additionalProperties"] = false;
+    }
+    parent["properties"][std::string(name)] = std::move(p);
+  }
+  schema["additionalProperties"] = false;
+  if (!required.empty()) schema["required"] = required;
+  return schema;
+}
+
+}  // namespace hetsim::config

@@ -1,0 +1,62 @@
+// The keys of an input file declared once, as a table (issues 39 and 40): a loader checks a file's
+// keys and reads its choices from the table, and the reference page (Markdown) and the JSON
+// Schema editors check the file with are generated from it. Plans (workload/plan_keys.h),
+// frameworks (workload/framework.h) and GPU profiles (config/cluster_config.h) have one.
+//
+// A key of a nested map is written with its path: `host.per_kernel` is `per_kernel` in the map
+// `host`, which is a row of its own (type map).
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace hetsim::config {
+
+enum class KeyType {
+  integer,    // a whole number in [min, max]
+  number,     // a real number in (min, max]
+  flag,       // true or false
+  choice,     // one of `choices`
+  size,       // a byte quantity such as 160MB
+  text,       // a name or a file path
+  list,       // a YAML list
+  map,        // a YAML map
+  devices,    // a GPU set: "0-7,16" or a list of ids
+  any,        // a scalar or a map (see help)
+  time,       // a duration such as 31us
+  bandwidth,  // a rate such as 600GB/s
+  flop_rate,  // a compute rate such as 989TFLOPS
+  power,      // a power such as 700W
+};
+
+struct Key {
+  std::string_view name;  // `map.key` for a key of a nested map
+  KeyType type;
+  // For choice keys, in the order of the enum they read into (a loader casts the position).
+  std::vector<std::string_view> choices;
+  double min = 0, max = 0;         // integer and number keys
+  std::string_view default_value;  // as the reader sees it ("1", "the framework's")
+  std::string_view help;           // one line
+  std::string_view read_by;        // the components that read it
+};
+
+// The row of `name` in `table`; throws std::logic_error for a name the table lacks (a
+// programming error), naming `what` (the table).
+const Key& find_key(const std::vector<Key>& table, std::string_view name, std::string_view what);
+// Its choices as strings (config::get_choice's form).
+std::vector<std::string> choices_of(const Key& k);
+// The keys of the map at `path` ("" for the top level), as config::check_keys takes them.
+std::vector<std::string> key_names(const std::vector<Key>& table, std::string_view path = "");
+
+// The table as Markdown rows under a header (| key | type | values | default | meaning |, and
+// | read by | where `read_by`).
+std::string keys_markdown(const std::vector<Key>& table, bool read_by);
+// A JSON Schema (draft 2020-12) of a file with these keys: nested maps as nested objects,
+// unknown keys refused, `required` the keys listed.
+nlohmann::ordered_json keys_json_schema(const std::vector<Key>& table, const std::string& title,
+                                        const std::string& description,
+                                        const std::vector<std::string>& required = {});
+
+}  // namespace hetsim::config
