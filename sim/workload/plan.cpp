@@ -842,31 +842,24 @@ Plan load_plan(const std::string& path, const ModelConfig& model, const platform
   return load_plan_text(config::read_text_file(path, "plan file"), path, model, cluster, options);
 }
 
-Plan load_plan_text(const std::string& text, const std::string& file, const ModelConfig& model,
-                    const platform::Cluster& cluster, const PlanOptions& options) {
-  YAML::Node root = config::load_yaml(text, file);
-  if (!root.IsMap()) throw InputError(file + ": expected a map at the top level");
-  for (const std::string& s : options.sets) {
-    try {
-      config::apply_override(root, s);
-    } catch (const InputError& e) {
-      throw InputError(file + ": " + e.what());
-    }
-  }
-  if (model.convolutional()) return load_grid_plan(root, file, model, cluster);
-  if (root["grid"] || root["split"]) {
-    throw InputError(where(file, root["grid"] ? root["grid"] : root["split"]) + ": " +
-                     (root["grid"] ? "grid" : "split") + ": applies to convolutional networks (" +
-                     model.name +
-                     " is a transformer: use tensor_parallel, pipeline_parallel, "
-                     "data_parallel)");
-  }
-  config::check_keys(file, root, "", plan_key_names());
-  Plan p;
-  p.source = file;
-  // The framework first: its defaults (bucket, ZeRO stage, gradient reduction) yield to the
-  // plan's own keys.
-  read_common(file, root, "megatron", p);
+namespace {
+
+// What every plan checks once its replicas are laid out.
+void check_plan(const std::string& file, const YAML::Node& root, const ModelConfig& model,
+                const Plan& p) {
+  check_layered(file, root, p);
+  check_pipeline_zero(file, root, p);
+  check_pipeline_schedule(file, root, p);
+  check_sequence_parallel(file, root, p);
+  check_moe(file, root, model, p);
+  check_tp_overlap(file, root, p);
+  check_selective_op(file, root, model, p);
+}
+
+// The keys of a transformer plan that do not lay out devices: micro-batches and sequences, the
+// schedule, recomputation, attention, buckets, sequence parallelism, ZeRO, accumulation, MoE.
+void read_training_keys(const YAML::Node& root, const std::string& file, const ModelConfig& model,
+                        Plan& p) {
   p.micro_batch_size = get_int(file, root, "", "micro_batch_size", 1, limits::kBatch, 1);
   p.sequence_length =
       get_int(file, root, "", "sequence_length", 1, limits::kSequence, model.sequence);
@@ -920,172 +913,224 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
   p.layered = config::get_choice(file, root, "", "gradient_accumulation",
                                  plan_choices("gradient_accumulation"), "micro_batch") == 1;
   read_moe(file, root, model, p);
-  const int v = p.interleave;
-  if (root["stages"]) return load_staged_plan(root, file, model, cluster, p);
-  if (root["replicas"]) {
-    // Heterogeneous: replicas and stages spelled out.
-    p.uniform = false;
-    for (const char* k : {"tensor_parallel", "pipeline_parallel", "data_parallel", "devices",
-                          "stage_layers", "context_parallel"}) {
-      if (root[k]) {
-        throw InputError(where(file, root[k]) + ": " + k +
-                         ": give either uniform degrees or replicas, not both");
+}
+
+// The replicas of a `replicas:` plan, each its micro-batches and its stages (layers, devices),
+// into p.replicas: every layer in exactly one stage of each replica, no GPU twice.
+void read_replicas(const YAML::Node& reps, const std::string& file, const ModelConfig& model,
+                   const platform::Cluster& cluster, Plan& p) {
+  std::set<platform::GpuId> used;
+  for (size_t r = 0; r < reps.size(); ++r) {
+    const std::string rp = "replicas[" + std::to_string(r) + "]";
+    config::check_keys(file, reps[r], rp, {"micro_batches", "stages", "state_share"});
+    ReplicaPlan rep;
+    rep.micro_batches =
+        static_cast<int>(get_int(file, reps[r], rp, "micro_batches", 1, limits::kMicroBatches));
+    if (reps[r]["state_share"]) {
+      rep.state_share = config::get_number(file, reps[r], rp, "state_share");
+      if (!(rep.state_share > 0 && rep.state_share <= 1)) {
+        throw InputError(fmt::format("{}: {}.state_share: expected a fraction in (0, 1], got {}",
+                                     where(file, reps[r]["state_share"]), rp, rep.state_share));
       }
     }
-    const YAML::Node reps = root["replicas"];
-    if (!reps.IsSequence() || reps.size() == 0) {
-      throw InputError(where(file, reps) + ": replicas: expected a non-empty list");
+    const YAML::Node stages = config::require(file, reps[r], rp, "stages");
+    if (!stages.IsSequence() || stages.size() == 0) {
+      throw InputError(where(file, stages) + ": " + rp + ".stages: expected a non-empty list");
     }
-    std::set<platform::GpuId> used;
-    for (size_t r = 0; r < reps.size(); ++r) {
-      const std::string rp = "replicas[" + std::to_string(r) + "]";
-      config::check_keys(file, reps[r], rp, {"micro_batches", "stages", "state_share"});
-      ReplicaPlan rep;
-      rep.micro_batches =
-          static_cast<int>(get_int(file, reps[r], rp, "micro_batches", 1, limits::kMicroBatches));
-      if (reps[r]["state_share"]) {
-        rep.state_share = config::get_number(file, reps[r], rp, "state_share");
-        if (!(rep.state_share > 0 && rep.state_share <= 1)) {
-          throw InputError(fmt::format("{}: {}.state_share: expected a fraction in (0, 1], got {}",
-                                       where(file, reps[r]["state_share"]), rp, rep.state_share));
+    int next_layer = 0;
+    for (size_t s = 0; s < stages.size(); ++s) {
+      const std::string sp = rp + ".stages[" + std::to_string(s) + "]";
+      config::check_keys(file, stages[s], sp, {"layers", "tensor_parallel", "devices"});
+      StagePlan st;
+      const long layers = get_int(file, stages[s], sp, "layers", 0, limits::kLayers);
+      if (layers == 0) {
+        throw InputError(where(file, stages[s]["layers"]) + ": " + sp +
+                         ".layers: a stage with no layers");
+      }
+      st.first_layer = next_layer;
+      st.layers = static_cast<int>(layers);
+      next_layer += st.layers;
+      st.devices = device_list(file, config::require(file, stages[s], sp, "devices"),
+                               sp + ".devices", cluster.gpu_count());
+      const long tp = get_int(file, stages[s], sp, "tensor_parallel", 1, limits::kGpus,
+                              static_cast<long>(st.devices.size()));
+      if (static_cast<size_t>(tp) != st.devices.size()) {
+        throw InputError(where(file, stages[s]) + ": " + sp + ": tensor_parallel " +
+                         std::to_string(tp) + " but " + std::to_string(st.devices.size()) +
+                         " devices");
+      }
+      for (platform::GpuId g : st.devices) {
+        if (!used.insert(g).second) {
+          throw InputError(where(file, stages[s]) + ": " + sp + ".devices: GPU " +
+                           std::to_string(g) + " is already used by another stage");
         }
       }
-      const YAML::Node stages = config::require(file, reps[r], rp, "stages");
-      if (!stages.IsSequence() || stages.size() == 0) {
-        throw InputError(where(file, stages) + ": " + rp + ".stages: expected a non-empty list");
-      }
-      int next_layer = 0;
-      for (size_t s = 0; s < stages.size(); ++s) {
-        const std::string sp = rp + ".stages[" + std::to_string(s) + "]";
-        config::check_keys(file, stages[s], sp, {"layers", "tensor_parallel", "devices"});
-        StagePlan st;
-        const long layers = get_int(file, stages[s], sp, "layers", 0, limits::kLayers);
-        if (layers == 0) {
-          throw InputError(where(file, stages[s]["layers"]) + ": " + sp +
-                           ".layers: a stage with no layers");
-        }
-        st.first_layer = next_layer;
-        st.layers = static_cast<int>(layers);
-        next_layer += st.layers;
-        st.devices = device_list(file, config::require(file, stages[s], sp, "devices"),
-                                 sp + ".devices", cluster.gpu_count());
-        const long tp = get_int(file, stages[s], sp, "tensor_parallel", 1, limits::kGpus,
-                                static_cast<long>(st.devices.size()));
-        if (static_cast<size_t>(tp) != st.devices.size()) {
-          throw InputError(where(file, stages[s]) + ": " + sp + ": tensor_parallel " +
-                           std::to_string(tp) + " but " + std::to_string(st.devices.size()) +
-                           " devices");
-        }
-        for (platform::GpuId g : st.devices) {
-          if (!used.insert(g).second) {
-            throw InputError(where(file, stages[s]) + ": " + sp + ".devices: GPU " +
-                             std::to_string(g) + " is already used by another stage");
-          }
-        }
-        check_stage(where(file, stages[s]) + ": " + sp, model, cluster, st);
-        rep.stages.push_back(std::move(st));
-      }
-      if (next_layer != model.layers) {
-        throw InputError(where(file, stages) + ": " + rp + ".stages: the layers add up to " +
-                         std::to_string(next_layer) + ", but " + model.name + " has " +
-                         std::to_string(model.layers));
-      }
-      p.replicas.push_back(std::move(rep));
+      check_stage(where(file, stages[s]) + ": " + sp, model, cluster, st);
+      rep.stages.push_back(std::move(st));
     }
-    if (p.schedule == Schedule::interleaved) {
-      throw InputError(where(file, root["schedule"]) +
-                       ": schedule: interleaved applies to uniform plans only");
+    if (next_layer != model.layers) {
+      throw InputError(where(file, stages) + ": " + rp + ".stages: the layers add up to " +
+                       std::to_string(next_layer) + ", but " + model.name + " has " +
+                       std::to_string(model.layers));
     }
-    check_work(file, p);
-    int64_t total = 0;
-    for (const ReplicaPlan& r : p.replicas) total += r.micro_batches * p.micro_batch_size;
-    p.global_batch_size = get_int(file, root, "", "global_batch_size", 1, limits::kBatch, total);
-    if (p.global_batch_size != total) {
-      throw InputError(where(file, root["global_batch_size"]) +
-                       ": global_batch_size: " + std::to_string(p.global_batch_size) +
-                       ", but the replicas' micro_batches x "
-                       "micro_batch_size add up to " +
-                       std::to_string(total));
-    }
-    // State shares: given for every replica or for none, summing to one, of sharded state.
-    const size_t shared =
-        static_cast<size_t>(std::count_if(p.replicas.begin(), p.replicas.end(),
-                                          [](const ReplicaPlan& r) { return r.state_share > 0; }));
-    if (shared > 0) {
-      double sum = 0;
-      for (const ReplicaPlan& r : p.replicas) sum += r.state_share;
-      if (shared != p.replicas.size() || std::abs(sum - 1) > 1e-6) {
-        throw InputError(fmt::format(
-            "{}: replicas: state_share must be given for every replica and add up to 1 (given "
-            "for {} of {}, adding up to {:.6g})",
-            where(file, reps), shared, p.replicas.size(), sum));
-      }
-      if (p.zero_stage == 0) {
-        throw InputError(where(file, reps) +
-                         ": replicas: state_share shards the training state, which zero_stage 0 "
-                         "does not; use zero_stage 1 to 3");
-      }
-    }
-    // ZeRO-2 and -3 reduce-scatter each micro-batch's gradients (and ZeRO-3 gathers each layer's
-    // parameters per micro-batch) among the replicas: they must run as many micro-batches, or
-    // the collectives do not pair up (DeepSpeed and FSDP would hang the same way). Layered
-    // accumulation reduces and gathers once per layer, whatever the micro-batches.
-    if (p.zero_stage >= 2 && !p.layered) {
-      for (size_t r = 1; r < p.replicas.size(); ++r) {
-        if (p.replicas[r].micro_batches != p.replicas[0].micro_batches) {
-          throw InputError(fmt::format(
-              "{}: zero_stage: {} reduces gradients every micro-batch among the replicas, so each "
-              "must run as many micro-batches (replica 0 runs {}, replica {} runs {}); use "
-              "zero_stage 0 or 1 for uneven batch shares",
-              where(file, root["zero_stage"] ? root["zero_stage"] : root), p.zero_stage,
-              p.replicas[0].micro_batches, r, p.replicas[r].micro_batches));
-        }
-      }
-    }
-    // Replicas whose stages differ reduce each layer's gradients among the stages that hold it,
-    // rank by rank: those stages must split the layer the same way.
-    if (p.asymmetric()) {
-      if (p.zero_stage != 0) {
-        throw InputError(where(file, root["zero_stage"]) +
-                         ": zero_stage: " + std::to_string(p.zero_stage) +
-                         " shards the training state among stages that match replica for "
-                         "replica; these replicas' stages differ (in number, layers or "
-                         "tensor-parallel degree), so use zero_stage 0");
-      }
-      // A segment held over different tensor-parallel degrees is reduced in lcm(degrees)
-      // shards (DpSync); bound them.
-      const std::vector<int> cuts = layer_segments(p, model.layers);
-      for (size_t i = 0; i + 1 < cuts.size(); ++i) {
-        long shards = 1;
-        for (const ReplicaPlan& rep : p.replicas) {
-          for (const StagePlan& st : rep.stages) {
-            if (cuts[i] < st.first_layer || cuts[i] >= st.first_layer + st.layers) continue;
-            shards = std::lcm(shards, static_cast<long>(st.tensor_parallel()));
-          }
-        }
-        if (shards > kMaxShards) {
-          throw InputError(fmt::format(
-              "{}: replicas: layers {}-{} are held with tensor-parallel degrees whose least common "
-              "multiple is {}; their gradients would be reduced in that many shards (at most {}: "
-              "use degrees that divide one another)",
-              where(file, reps), cuts[i], cuts[i + 1] - 1, shards, kMaxShards));
-        }
-      }
-    }
-    p.tensor_parallel = p.replicas[0].stages[0].tensor_parallel();
-    check_layered(file, root, p);
-    check_pipeline_zero(file, root, p);
-    check_pipeline_schedule(file, root, p);
-    check_sequence_parallel(file, root, p);
-    check_moe(file, root, model, p);
-    check_tp_overlap(file, root, p);
-    check_selective_op(file, root, model, p);
-    p.pipeline_parallel = p.stages();
-    p.data_parallel = static_cast<int>(p.replicas.size());
-    resolve_precision(file, root, cluster, p);
-    return p;
+    p.replicas.push_back(std::move(rep));
   }
-  // Uniform: Megatron's rank order, tensor-parallel fastest, then data, then pipeline.
+}
+
+// Heterogeneous: replicas and their stages spelled out (`replicas:`).
+Plan load_replica_plan(const YAML::Node& root, const std::string& file, const ModelConfig& model,
+                       const platform::Cluster& cluster, Plan& p) {
+  p.uniform = false;
+  for (const char* k : {"tensor_parallel", "pipeline_parallel", "data_parallel", "devices",
+                        "stage_layers", "context_parallel"}) {
+    if (root[k]) {
+      throw InputError(where(file, root[k]) + ": " + k +
+                       ": give either uniform degrees or replicas, not both");
+    }
+  }
+  const YAML::Node reps = root["replicas"];
+  if (!reps.IsSequence() || reps.size() == 0) {
+    throw InputError(where(file, reps) + ": replicas: expected a non-empty list");
+  }
+  read_replicas(reps, file, model, cluster, p);
+  if (p.schedule == Schedule::interleaved) {
+    throw InputError(where(file, root["schedule"]) +
+                     ": schedule: interleaved applies to uniform plans only");
+  }
+  check_work(file, p);
+  int64_t total = 0;
+  for (const ReplicaPlan& r : p.replicas) total += r.micro_batches * p.micro_batch_size;
+  p.global_batch_size = get_int(file, root, "", "global_batch_size", 1, limits::kBatch, total);
+  if (p.global_batch_size != total) {
+    throw InputError(where(file, root["global_batch_size"]) +
+                     ": global_batch_size: " + std::to_string(p.global_batch_size) +
+                     ", but the replicas' micro_batches x "
+                     "micro_batch_size add up to " +
+                     std::to_string(total));
+  }
+  // State shares: given for every replica or for none, summing to one, of sharded state.
+  const size_t shared =
+      static_cast<size_t>(std::count_if(p.replicas.begin(), p.replicas.end(),
+                                        [](const ReplicaPlan& r) { return r.state_share > 0; }));
+  if (shared > 0) {
+    double sum = 0;
+    for (const ReplicaPlan& r : p.replicas) sum += r.state_share;
+    if (shared != p.replicas.size() || std::abs(sum - 1) > 1e-6) {
+      throw InputError(fmt::format(
+          "{}: replicas: state_share must be given for every replica and add up to 1 (given "
+          "for {} of {}, adding up to {:.6g})",
+          where(file, reps), shared, p.replicas.size(), sum));
+    }
+    if (p.zero_stage == 0) {
+      throw InputError(where(file, reps) +
+                       ": replicas: state_share shards the training state, which zero_stage 0 "
+                       "does not; use zero_stage 1 to 3");
+    }
+  }
+  // ZeRO-2 and -3 reduce-scatter each micro-batch's gradients (and ZeRO-3 gathers each layer's
+  // parameters per micro-batch) among the replicas: they must run as many micro-batches, or
+  // the collectives do not pair up (DeepSpeed and FSDP would hang the same way). Layered
+  // accumulation reduces and gathers once per layer, whatever the micro-batches.
+  if (p.zero_stage >= 2 && !p.layered) {
+    for (size_t r = 1; r < p.replicas.size(); ++r) {
+      if (p.replicas[r].micro_batches != p.replicas[0].micro_batches) {
+        throw InputError(fmt::format(
+            "{}: zero_stage: {} reduces gradients every micro-batch among the replicas, so each "
+            "must run as many micro-batches (replica 0 runs {}, replica {} runs {}); use "
+            "zero_stage 0 or 1 for uneven batch shares",
+            where(file, root["zero_stage"] ? root["zero_stage"] : root), p.zero_stage,
+            p.replicas[0].micro_batches, r, p.replicas[r].micro_batches));
+      }
+    }
+  }
+  // Replicas whose stages differ reduce each layer's gradients among the stages that hold it,
+  // rank by rank: those stages must split the layer the same way.
+  if (p.asymmetric()) {
+    if (p.zero_stage != 0) {
+      throw InputError(where(file, root["zero_stage"]) +
+                       ": zero_stage: " + std::to_string(p.zero_stage) +
+                       " shards the training state among stages that match replica for "
+                       "replica; these replicas' stages differ (in number, layers or "
+                       "tensor-parallel degree), so use zero_stage 0");
+    }
+    // A segment held over different tensor-parallel degrees is reduced in lcm(degrees)
+    // shards (DpSync); bound them.
+    const std::vector<int> cuts = layer_segments(p, model.layers);
+    for (size_t i = 0; i + 1 < cuts.size(); ++i) {
+      long shards = 1;
+      for (const ReplicaPlan& rep : p.replicas) {
+        for (const StagePlan& st : rep.stages) {
+          if (cuts[i] < st.first_layer || cuts[i] >= st.first_layer + st.layers) continue;
+          shards = std::lcm(shards, static_cast<long>(st.tensor_parallel()));
+        }
+      }
+      if (shards > kMaxShards) {
+        throw InputError(fmt::format(
+            "{}: replicas: layers {}-{} are held with tensor-parallel degrees whose least common "
+            "multiple is {}; their gradients would be reduced in that many shards (at most {}: "
+            "use degrees that divide one another)",
+            where(file, reps), cuts[i], cuts[i + 1] - 1, shards, kMaxShards));
+      }
+    }
+  }
+  p.tensor_parallel = p.replicas[0].stages[0].tensor_parallel();
+  check_plan(file, root, model, p);
+  p.pipeline_parallel = p.stages();
+  p.data_parallel = static_cast<int>(p.replicas.size());
+  resolve_precision(file, root, cluster, p);
+  return p;
+}
+
+// Layers per virtual stage (model chunk c of stage s is virtual stage c x pp + s; without
+// interleaving, the stages): equal, or when they do not divide, one more on the middle ones,
+// so the first and last (which also hold the embedding and the head) get fewer: Llama 3
+// 405B's 126 layers on 16 stages (Meta, 2024), and interleaved by 8, its first chunk with only
+// the embedding and its last with only the head (Megatron-LM's
+// --account-for-embedding/loss-in-pipeline-split).
+// `stage_layers:` gives the split instead (one count per stage, as AMP's and Metis's uneven
+// splits, DeepSpeed's partition_method), with the same rank order.
+std::pair<std::vector<int>, std::vector<int>> virtual_stage_layers(const YAML::Node& root,
+                                                                   const std::string& file,
+                                                                   const ModelConfig& model, int pp,
+                                                                   int v) {
+  const int vstages = pp * v;
+  const int extra = model.layers % vstages;
+  const int extra_from = (vstages - extra) / 2;
+  std::vector<int> vlayers(vstages, model.layers / vstages), vfirst(vstages, 0);
+  for (int k = 0; k < vstages; ++k)
+    if (k >= extra_from && k < extra_from + extra) ++vlayers[k];
+  if (const YAML::Node given = root["stage_layers"]) {
+    if (v > 1) {
+      throw InputError(where(file, given) +
+                       ": stage_layers: the interleaved schedule splits the layers evenly over "
+                       "its model chunks; give stage_layers without interleave");
+    }
+    if (!given.IsSequence() || given.size() != static_cast<size_t>(pp)) {
+      throw InputError(fmt::format(
+          "{}: stage_layers: expected a list of {} layer counts, one per pipeline stage (got {})",
+          where(file, given), pp,
+          given.IsSequence() ? std::to_string(given.size()) + " entries" : "no list"));
+    }
+    long sum = 0;
+    for (int k = 0; k < pp; ++k) {
+      const long n =
+          config::int_value(file, given[k], fmt::format("stage_layers[{}]", k), 1, limits::kLayers);
+      vlayers[k] = static_cast<int>(n);
+      sum += n;
+    }
+    if (sum != model.layers) {
+      throw InputError(fmt::format("{}: stage_layers: the layers add up to {}, but {} has {}",
+                                   where(file, given), sum, model.name, model.layers));
+    }
+  }
+  for (int k = 1; k < vstages; ++k) vfirst[k] = vfirst[k - 1] + vlayers[k - 1];
+  return {vlayers, vfirst};
+}
+
+// Uniform: Megatron's rank order, tensor-parallel fastest, then data, then pipeline.
+Plan load_uniform_plan(const YAML::Node& root, const std::string& file, const ModelConfig& model,
+                       const platform::Cluster& cluster, Plan& p) {
+  const int v = p.interleave;
   const int tp = static_cast<int>(get_int(file, root, "", "tensor_parallel", 1, limits::kGpus, 1));
   const int pp =
       static_cast<int>(get_int(file, root, "", "pipeline_parallel", 1, limits::kGpus, 1));
@@ -1162,45 +1207,7 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
   // The work is known before the replicas are laid out: tp x dp ranks each run m micro-batches
   // over the whole model's layers, a pipeline stage's share of them each.
   check_work(file, static_cast<long>(tp) * dp * cp * m * model.layers);
-  // Layers per virtual stage (model chunk c of stage s is virtual stage c x pp + s; without
-  // interleaving, the stages): equal, or when they do not divide, one more on the middle ones,
-  // so the first and last (which also hold the embedding and the head) get fewer: Llama 3
-  // 405B's 126 layers on 16 stages (Meta, 2024), and interleaved by 8, its first chunk with only
-  // the embedding and its last with only the head (Megatron-LM's
-  // --account-for-embedding/loss-in-pipeline-split).
-  // `stage_layers:` gives the split instead (one count per stage, as AMP's and Metis's uneven
-  // splits, DeepSpeed's partition_method), with the same rank order.
-  const int vstages = pp * v;
-  const int extra = model.layers % vstages;
-  const int extra_from = (vstages - extra) / 2;
-  std::vector<int> vlayers(vstages, model.layers / vstages), vfirst(vstages, 0);
-  for (int k = 0; k < vstages; ++k)
-    if (k >= extra_from && k < extra_from + extra) ++vlayers[k];
-  if (const YAML::Node given = root["stage_layers"]) {
-    if (v > 1) {
-      throw InputError(where(file, given) +
-                       ": stage_layers: the interleaved schedule splits the layers evenly over "
-                       "its model chunks; give stage_layers without interleave");
-    }
-    if (!given.IsSequence() || given.size() != static_cast<size_t>(pp)) {
-      throw InputError(fmt::format(
-          "{}: stage_layers: expected a list of {} layer counts, one per pipeline stage (got {})",
-          where(file, given), pp,
-          given.IsSequence() ? std::to_string(given.size()) + " entries" : "no list"));
-    }
-    long sum = 0;
-    for (int k = 0; k < pp; ++k) {
-      const long n =
-          config::int_value(file, given[k], fmt::format("stage_layers[{}]", k), 1, limits::kLayers);
-      vlayers[k] = static_cast<int>(n);
-      sum += n;
-    }
-    if (sum != model.layers) {
-      throw InputError(fmt::format("{}: stage_layers: the layers add up to {}, but {} has {}",
-                                   where(file, given), sum, model.name, model.layers));
-    }
-  }
-  for (int k = 1; k < vstages; ++k) vfirst[k] = vfirst[k - 1] + vlayers[k - 1];
+  const auto [vlayers, vfirst] = virtual_stage_layers(root, file, model, pp, v);
   // Replica r = data-parallel rank x cp + context-parallel rank (tensor fastest, then context).
   const int replicas = dp * cp;
   for (int r = 0; r < replicas; ++r) {
@@ -1222,15 +1229,42 @@ Plan load_plan_text(const std::string& text, const std::string& file, const Mode
     }
     p.replicas.push_back(std::move(rep));
   }
-  check_layered(file, root, p);
-  check_pipeline_zero(file, root, p);
-  check_pipeline_schedule(file, root, p);
-  check_sequence_parallel(file, root, p);
-  check_moe(file, root, model, p);
-  check_tp_overlap(file, root, p);
-  check_selective_op(file, root, model, p);
+  check_plan(file, root, model, p);
   resolve_precision(file, root, cluster, p);
   return p;
+}
+
+}  // namespace
+
+Plan load_plan_text(const std::string& text, const std::string& file, const ModelConfig& model,
+                    const platform::Cluster& cluster, const PlanOptions& options) {
+  YAML::Node root = config::load_yaml(text, file);
+  if (!root.IsMap()) throw InputError(file + ": expected a map at the top level");
+  for (const std::string& s : options.sets) {
+    try {
+      config::apply_override(root, s);
+    } catch (const InputError& e) {
+      throw InputError(file + ": " + e.what());
+    }
+  }
+  if (model.convolutional()) return load_grid_plan(root, file, model, cluster);
+  if (root["grid"] || root["split"]) {
+    throw InputError(where(file, root["grid"] ? root["grid"] : root["split"]) + ": " +
+                     (root["grid"] ? "grid" : "split") + ": applies to convolutional networks (" +
+                     model.name +
+                     " is a transformer: use tensor_parallel, pipeline_parallel, "
+                     "data_parallel)");
+  }
+  config::check_keys(file, root, "", plan_key_names());
+  Plan p;
+  p.source = file;
+  // The framework first: its defaults (bucket, ZeRO stage, gradient reduction) yield to the
+  // plan's own keys.
+  read_common(file, root, "megatron", p);
+  read_training_keys(root, file, model, p);
+  if (root["stages"]) return load_staged_plan(root, file, model, cluster, p);
+  if (root["replicas"]) return load_replica_plan(root, file, model, cluster, p);
+  return load_uniform_plan(root, file, model, cluster, p);
 }
 
 std::vector<SharedSamples> shared_samples(const Plan& plan, size_t stage) {
