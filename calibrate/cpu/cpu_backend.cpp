@@ -127,25 +127,10 @@ std::vector<workload::ConvShape> conv_grid(bool quick) {
   return out;
 }
 
-int run(const Options& o) {
-  int rank = 0, size = 1, inited = 0;
-  MPI_Initialized(&inited);
-  if (!inited) MPI_Init(nullptr, nullptr);
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  const bool lead = rank == 0;
-  auto wants = [&](const char* op) {
-    return o.ops.empty() || std::find(o.ops.begin(), o.ops.end(), op) != o.ops.end();
-  };
-  for (const std::string& op : o.ops) {
-    if (op != "gemm" && op != "attention" && op != "memory" && op != "collective" && op != "conv") {
-      throw InputError(
-          "--ops: unknown kind \"" + op +
-          "\" for the CPU backend (expected gemm, attention, memory, collective, conv)");
-    }
-  }
-  const std::string journal = o.out + ".journal.csv";
-  // Resume: what the journal already holds is not measured again.
+// The journal the measurements are appended to as they finish (rank 0's): opened for appending
+// (a header and the machine's provenance when new), and the keys of what it already holds.
+std::set<std::string> open_journal(const Options& o, bool lead, const std::string& journal,
+                                   std::ofstream& jout) {
   std::set<std::string> done;
   if (lead && std::filesystem::exists(journal)) {
     // A line cut short by the interruption is dropped before appending after it.
@@ -175,7 +160,6 @@ int run(const Options& o) {
       done.insert(key_of(line));
     }
   }
-  std::ofstream jout;
   if (lead) {
     const bool fresh = !std::filesystem::exists(journal);
     jout.open(journal, std::ios::app);
@@ -195,181 +179,178 @@ int run(const Options& o) {
            << csv_header() << "\n";
     }
   }
-  const ModelShapes shapes = o.shapes.empty() ? ModelShapes{} : read_model_shapes_csv(o.shapes);
-  // The plan.
-  std::vector<Item> items;
+  return done;
+}
+
+// The plan: one item per measurement, each kind's grid and the shapes file's shapes.
+void plan_gemms(const Options& o, const ModelShapes& shapes, std::vector<Item>& items) {
   const std::vector<int64_t> dims =
       o.quick ? std::vector<int64_t>{64, 128, 256}
               : std::vector<int64_t>{64, 96, 128, 192, 256, 384, 512, 768, 1024};
-  if (wants("gemm")) {
-    // fp32 only: Debian's OpenBLAS is built without its bfloat16 GEMM (sbgemm).
-    std::set<std::tuple<int64_t, int64_t, int64_t>> gemms;
-    for (int64_t m : dims)
-      for (int64_t n : dims)
-        for (int64_t k : dims) gemms.emplace(m, n, k);
-    // The shapes file's batched GEMMs are attention's, measured as attention below.
-    std::set<std::tuple<int64_t, int64_t, int64_t>> job_shapes;
-    for (const auto& [m, n, k, batch] : shapes.gemm)
-      if (batch == 1) job_shapes.emplace(m, n, k);
-    gemms.insert(job_shapes.begin(), job_shapes.end());
-    for (const auto& [m, n, k] : gemms) {
-      // A job's own shapes are measured in full even in --quick: its prediction rests on them.
-      const bool quick = o.quick && !job_shapes.count({m, n, k});
-      GemmPoint g{m, n, k, 1, {}};
-      const std::string d = "fp32";
-      items.push_back(Item{csv_line("gemm", d, &g, nullptr, nullptr),
-                           fmt::format("gemm {} {}x{}x{}", d, m, n, k), false, [=, &o]() mutable {
-                             std::vector<float> A(m * k, 0.5f), B(k * n, 0.25f), C(m * n, 0);
-                             g.t = measure([&] { gemm_fp32(m, n, k, A, B, C); }, quick);
-                             return csv_line("gemm", d, &g, nullptr, nullptr);
-                           }});
-    }
+  // fp32 only: Debian's OpenBLAS is built without its bfloat16 GEMM (sbgemm).
+  std::set<std::tuple<int64_t, int64_t, int64_t>> gemms;
+  for (int64_t m : dims)
+    for (int64_t n : dims)
+      for (int64_t k : dims) gemms.emplace(m, n, k);
+  // The shapes file's batched GEMMs are attention's, measured as attention below.
+  std::set<std::tuple<int64_t, int64_t, int64_t>> job_shapes;
+  for (const auto& [m, n, k, batch] : shapes.gemm)
+    if (batch == 1) job_shapes.emplace(m, n, k);
+  gemms.insert(job_shapes.begin(), job_shapes.end());
+  for (const auto& [m, n, k] : gemms) {
+    // A job's own shapes are measured in full even in --quick: its prediction rests on them.
+    const bool quick = o.quick && !job_shapes.count({m, n, k});
+    GemmPoint g{m, n, k, 1, {}};
+    const std::string d = "fp32";
+    items.push_back(Item{csv_line("gemm", d, &g, nullptr, nullptr),
+                         fmt::format("gemm {} {}x{}x{}", d, m, n, k), false, [=, &o]() mutable {
+                           std::vector<float> A(m * k, 0.5f), B(k * n, 0.25f), C(m * n, 0);
+                           g.t = measure([&] { gemm_fp32(m, n, k, A, B, C); }, quick);
+                           return csv_line("gemm", d, &g, nullptr, nullptr);
+                         }});
   }
-  if (wants("attention")) {
-    // Unfused, fp32: forward and backward of each shape (a small grid, and the shapes file's).
-    std::set<std::tuple<int64_t, int64_t, int64_t, int64_t, bool>> calls = shapes.attention;
-    for (int64_t seq :
-         o.quick ? std::vector<int64_t>{64, 256} : std::vector<int64_t>{64, 128, 256, 512, 1024})
-      for (int64_t heads : o.quick ? std::vector<int64_t>{2} : std::vector<int64_t>{1, 4, 16})
-        calls.emplace(1, heads, seq, 64, true);
-    for (const auto& [batch, heads, seq, head_dim, causal] : calls) {
-      const bool quick = o.quick && !shapes.attention.count({batch, heads, seq, head_dim, causal});
-      for (bool backward : {false, true}) {
-        AttentionPoint a{batch, heads, seq, head_dim, causal, backward, {}, false};
-        items.push_back(
-            Item{csv_line("attention", "fp32", nullptr, &a, nullptr),
-                 fmt::format("attention {}x{}x{}x{}{}", batch, heads, seq, head_dim,
-                             backward ? " backward" : ""),
-                 false, [=, &o]() mutable {
-                   Attention att(batch, heads, seq, head_dim, causal);
-                   volatile double sink = 0;
-                   a.t = measure([&] { sink = sink + (backward ? att.backward() : att.forward()); },
-                                 quick);
-                   return csv_line("attention", "fp32", nullptr, &a, nullptr);
-                 }});
-      }
-    }
-  }
-  if (wants("memory")) {
-    const double top = o.quick ? 4.0 * (1 << 20) : 256.0 * (1 << 20);
-    for (const std::string& kernel : memory_kernels()) {
-      for (double bytes = 64.0 * 1024; bytes <= top; bytes *= o.quick ? 4 : 2) {
-        SizePoint s{bytes, 1, {}};
-        items.push_back(Item{
-            csv_line("memory", kernel, nullptr, nullptr, &s),
-            fmt::format("memory {} {:.0f} KiB", kernel, bytes / 1024), false, [=, &o]() mutable {
-              const size_t n = elements_for(kernel, bytes);
-              std::vector<float> a(n, 0.5f), b(n, 0.25f), c(2 * n, 0.1f);
-              volatile double sink = 0;  // keeps the kernels' work observable
-              // With a job's shapes the grid's repetitions are in full: its memory-bound
-              // kernels are interpolated on it.
-              s.t = measure([&] { sink = sink + run_memory_kernel(kernel, a, b, c, n); },
-                            o.quick && shapes.gemm.empty(), /*cold=*/true);
-              return csv_line("memory", kernel, nullptr, nullptr, &s);
-            }});
-      }
-    }
-  }
-  if (wants("conv")) {
-    for (const workload::ConvShape& shape : conv_grid(o.quick)) {
-      ConvPoint c{shape, {}};
-      const std::string label =
-          fmt::format("conv {}x{}x{}x{} k{} {}x{}/{} {}", shape.n, shape.c, shape.h, shape.w,
-                      shape.k, shape.r, shape.s, shape.stride, conv_pass_name(shape.pass));
-      items.push_back(Item{csv_line("conv", "fp32", nullptr, nullptr, nullptr, &c), label, false,
-                           [=, &o]() mutable {
-                             Conv conv(c.shape);
+}
+
+void plan_attention(const Options& o, const ModelShapes& shapes, std::vector<Item>& items) {
+  // Unfused, fp32: forward and backward of each shape (a small grid, and the shapes file's).
+  std::set<std::tuple<int64_t, int64_t, int64_t, int64_t, bool>> calls = shapes.attention;
+  for (int64_t seq :
+       o.quick ? std::vector<int64_t>{64, 256} : std::vector<int64_t>{64, 128, 256, 512, 1024})
+    for (int64_t heads : o.quick ? std::vector<int64_t>{2} : std::vector<int64_t>{1, 4, 16})
+      calls.emplace(1, heads, seq, 64, true);
+  for (const auto& [batch, heads, seq, head_dim, causal] : calls) {
+    const bool quick = o.quick && !shapes.attention.count({batch, heads, seq, head_dim, causal});
+    for (bool backward : {false, true}) {
+      AttentionPoint a{batch, heads, seq, head_dim, causal, backward, {}, false};
+      items.push_back(Item{csv_line("attention", "fp32", nullptr, &a, nullptr),
+                           fmt::format("attention {}x{}x{}x{}{}", batch, heads, seq, head_dim,
+                                       backward ? " backward" : ""),
+                           false, [=, &o]() mutable {
+                             Attention att(batch, heads, seq, head_dim, causal);
                              volatile double sink = 0;
-                             c.t = measure([&] { sink = sink + conv.run(); }, o.quick);
-                             return csv_line("conv", "fp32", nullptr, nullptr, nullptr, &c);
+                             a.t = measure(
+                                 [&] { sink = sink + (backward ? att.backward() : att.forward()); },
+                                 quick);
+                             return csv_line("attention", "fp32", nullptr, &a, nullptr);
                            }});
     }
   }
-  // Nodes the ranks span: one shared-memory communicator per node.
-  int nodes = 1;
-  {
-    MPI_Comm local;
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local);
-    int local_rank = 0;
-    MPI_Comm_rank(local, &local_rank);
-    int leader = local_rank == 0 ? 1 : 0;
-    MPI_Allreduce(&leader, &nodes, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    MPI_Comm_free(&local);
-  }
-  if (wants("collective") && size > 1) {
-    const double top = o.quick ? 4.0 * (1 << 20) : 64.0 * (1 << 20);
-    for (const char* opname :
-         {"allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "sendrecv"}) {
-      // x sqrt(2) steps in full (a message-size curve has protocol steps: eager to rendezvous,
-      // cache sizes), x4 in --quick; each a whole number of floats per rank.
-      for (int h = 20; h <= (o.quick ? 44 : 52); h += o.quick ? 4 : 1) {
-        const double step = std::pow(2.0, h / 2.0);
-        const double quantum = 4.0 * size;
-        const double bytes = std::max(quantum, std::round(step / quantum) * quantum);
-        if (bytes > top) break;
-        SizePoint s{bytes, size, {}, nodes};
-        const std::string op = opname;
-        items.push_back(Item{
-            csv_line("collective", op, nullptr, nullptr, &s),
-            fmt::format("{} {:.0f} KiB x {} ranks on {} node(s)", op, bytes / 1024, size, nodes),
-            true, [=, &o]() mutable {
-              // nccl-tests sizes: per-rank buffer, or the total for all-gather / reduce-scatter.
-              const size_t total = static_cast<size_t>(bytes / 4);
-              const size_t part = std::max<size_t>(1, total / size);
-              std::vector<float> in(total + part * size, 1.0f), out(total + part * size, 0.0f);
-              auto op_once = [&] {
-                if (op == "allreduce")
-                  MPI_Allreduce(in.data(), out.data(), total, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-                if (op == "allgather")
-                  MPI_Allgather(in.data(), part, MPI_FLOAT, out.data(), part, MPI_FLOAT,
-                                MPI_COMM_WORLD);
-                if (op == "reducescatter")
-                  MPI_Reduce_scatter_block(in.data(), out.data(), part, MPI_FLOAT, MPI_SUM,
-                                           MPI_COMM_WORLD);
-                if (op == "alltoall")
-                  MPI_Alltoall(in.data(), part, MPI_FLOAT, out.data(), part, MPI_FLOAT,
-                               MPI_COMM_WORLD);
-                if (op == "broadcast") MPI_Bcast(in.data(), total, MPI_FLOAT, 0, MPI_COMM_WORLD);
-                if (op == "sendrecv") {
-                  MPI_Sendrecv(in.data(), total, MPI_FLOAT, (rank + 1) % size, 0, out.data(), total,
-                               MPI_FLOAT, (rank + size - 1) % size, 0, MPI_COMM_WORLD,
-                               MPI_STATUS_IGNORE);
-                }
-              };
-              // One sample: a barrier, then `calls` back-to-back operations; the slowest rank's
-              // time per operation.
-              auto sample = [&](int calls) {
-                MPI_Barrier(MPI_COMM_WORLD);
-                const double t = wall([&] {
-                  for (int c = 0; c < calls; ++c) op_once();
-                });
-                double slowest = 0;
-                MPI_Allreduce(&t, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-                return slowest / calls;
-              };
-              // Every rank gets the same counts: they derive from all-reduced times.
-              const double warm = std::max(sample(1), sample(1));
-              const int calls = calls_for(warm, o.quick);
-              std::vector<double> t;
-              // Enough samples for a stable median where processes contend for memory: about
-              // 0.25 s of them (15 to 60) in full, 5 in --quick. Derived from all-reduced times,
-              // so every rank takes the same count.
-              const int reps =
-                  o.quick ? 5
-                          : static_cast<int>(std::clamp(
-                                std::ceil(0.25 / std::max(warm * calls, 1e-9)), 15.0, 60.0));
-              for (int r = 0; r < reps; ++r) t.push_back(sample(calls));
-              std::sort(t.begin(), t.end());
-              auto pct = [&](double q) { return t[static_cast<size_t>(q * (t.size() - 1) + 0.5)]; };
-              s.t = Timing{pct(0.5), pct(0.1), pct(0.9), reps};
-              return csv_line("collective", op, nullptr, nullptr, &s);
-            }});
-      }
+}
+
+void plan_memory(const Options& o, const ModelShapes& shapes, std::vector<Item>& items) {
+  const double top = o.quick ? 4.0 * (1 << 20) : 256.0 * (1 << 20);
+  for (const std::string& kernel : memory_kernels()) {
+    for (double bytes = 64.0 * 1024; bytes <= top; bytes *= o.quick ? 4 : 2) {
+      SizePoint s{bytes, 1, {}};
+      items.push_back(
+          Item{csv_line("memory", kernel, nullptr, nullptr, &s),
+               fmt::format("memory {} {:.0f} KiB", kernel, bytes / 1024), false, [=, &o]() mutable {
+                 const size_t n = elements_for(kernel, bytes);
+                 std::vector<float> a(n, 0.5f), b(n, 0.25f), c(2 * n, 0.1f);
+                 volatile double sink = 0;  // keeps the kernels' work observable
+                 // With a job's shapes the grid's repetitions are in full: its memory-bound
+                 // kernels are interpolated on it.
+                 s.t = measure([&] { sink = sink + run_memory_kernel(kernel, a, b, c, n); },
+                               o.quick && shapes.gemm.empty(), /*cold=*/true);
+                 return csv_line("memory", kernel, nullptr, nullptr, &s);
+               }});
     }
-  } else if (wants("collective") && lead && !o.ops.empty()) {
-    std::cerr << "calibrate: collectives need several processes: run under mpirun -np N\n";
   }
-  // Run, with progress and an estimate of the time left.
+}
+
+void plan_convs(const Options& o, std::vector<Item>& items) {
+  for (const workload::ConvShape& shape : conv_grid(o.quick)) {
+    ConvPoint c{shape, {}};
+    const std::string label =
+        fmt::format("conv {}x{}x{}x{} k{} {}x{}/{} {}", shape.n, shape.c, shape.h, shape.w, shape.k,
+                    shape.r, shape.s, shape.stride, conv_pass_name(shape.pass));
+    items.push_back(Item{csv_line("conv", "fp32", nullptr, nullptr, nullptr, &c), label, false,
+                         [=, &o]() mutable {
+                           Conv conv(c.shape);
+                           volatile double sink = 0;
+                           c.t = measure([&] { sink = sink + conv.run(); }, o.quick);
+                           return csv_line("conv", "fp32", nullptr, nullptr, nullptr, &c);
+                         }});
+  }
+}
+
+// Collectives over every rank (under mpirun), nccl-tests' sizes.
+void plan_collectives(const Options& o, int rank, int size, int nodes, std::vector<Item>& items) {
+  const double top = o.quick ? 4.0 * (1 << 20) : 64.0 * (1 << 20);
+  for (const char* opname :
+       {"allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "sendrecv"}) {
+    // x sqrt(2) steps in full (a message-size curve has protocol steps: eager to rendezvous,
+    // cache sizes), x4 in --quick; each a whole number of floats per rank.
+    for (int h = 20; h <= (o.quick ? 44 : 52); h += o.quick ? 4 : 1) {
+      const double step = std::pow(2.0, h / 2.0);
+      const double quantum = 4.0 * size;
+      const double bytes = std::max(quantum, std::round(step / quantum) * quantum);
+      if (bytes > top) break;
+      SizePoint s{bytes, size, {}, nodes};
+      const std::string op = opname;
+      items.push_back(Item{
+          csv_line("collective", op, nullptr, nullptr, &s),
+          fmt::format("{} {:.0f} KiB x {} ranks on {} node(s)", op, bytes / 1024, size, nodes),
+          true, [=, &o]() mutable {
+            // nccl-tests sizes: per-rank buffer, or the total for all-gather / reduce-scatter.
+            const size_t total = static_cast<size_t>(bytes / 4);
+            const size_t part = std::max<size_t>(1, total / size);
+            std::vector<float> in(total + part * size, 1.0f), out(total + part * size, 0.0f);
+            auto op_once = [&] {
+              if (op == "allreduce")
+                MPI_Allreduce(in.data(), out.data(), total, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+              if (op == "allgather")
+                MPI_Allgather(in.data(), part, MPI_FLOAT, out.data(), part, MPI_FLOAT,
+                              MPI_COMM_WORLD);
+              if (op == "reducescatter")
+                MPI_Reduce_scatter_block(in.data(), out.data(), part, MPI_FLOAT, MPI_SUM,
+                                         MPI_COMM_WORLD);
+              if (op == "alltoall")
+                MPI_Alltoall(in.data(), part, MPI_FLOAT, out.data(), part, MPI_FLOAT,
+                             MPI_COMM_WORLD);
+              if (op == "broadcast") MPI_Bcast(in.data(), total, MPI_FLOAT, 0, MPI_COMM_WORLD);
+              if (op == "sendrecv") {
+                MPI_Sendrecv(in.data(), total, MPI_FLOAT, (rank + 1) % size, 0, out.data(), total,
+                             MPI_FLOAT, (rank + size - 1) % size, 0, MPI_COMM_WORLD,
+                             MPI_STATUS_IGNORE);
+              }
+            };
+            // One sample: a barrier, then `calls` back-to-back operations; the slowest rank's
+            // time per operation.
+            auto sample = [&](int calls) {
+              MPI_Barrier(MPI_COMM_WORLD);
+              const double t = wall([&] {
+                for (int c = 0; c < calls; ++c) op_once();
+              });
+              double slowest = 0;
+              MPI_Allreduce(&t, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+              return slowest / calls;
+            };
+            // Every rank gets the same counts: they derive from all-reduced times.
+            const double warm = std::max(sample(1), sample(1));
+            const int calls = calls_for(warm, o.quick);
+            std::vector<double> t;
+            // Enough samples for a stable median where processes contend for memory: about
+            // 0.25 s of them (15 to 60) in full, 5 in --quick. Derived from all-reduced times,
+            // so every rank takes the same count.
+            const int reps = o.quick
+                                 ? 5
+                                 : static_cast<int>(std::clamp(
+                                       std::ceil(0.25 / std::max(warm * calls, 1e-9)), 15.0, 60.0));
+            for (int r = 0; r < reps; ++r) t.push_back(sample(calls));
+            std::sort(t.begin(), t.end());
+            auto pct = [&](double q) { return t[static_cast<size_t>(q * (t.size() - 1) + 0.5)]; };
+            s.t = Timing{pct(0.5), pct(0.1), pct(0.9), reps};
+            return csv_line("collective", op, nullptr, nullptr, &s);
+          }});
+    }
+  }
+}
+
+// Runs the items not done yet, rank 0 appending each line to the journal, with progress and an
+// estimate of the time left; stops at SIGINT or SIGTERM (on every rank).
+void run_items(const std::vector<Item>& items, const std::set<std::string>& done,
+               std::ofstream& jout, bool lead, int size) {
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
   const bool tty = isatty(STDERR_FILENO);
@@ -411,6 +392,53 @@ int run(const Options& o) {
     last_pct = pct;
   }
   if (lead && tty) std::cerr << "\n";
+}
+
+int run(const Options& o) {
+  int rank = 0, size = 1, inited = 0;
+  MPI_Initialized(&inited);
+  if (!inited) MPI_Init(nullptr, nullptr);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const bool lead = rank == 0;
+  auto wants = [&](const char* op) {
+    return o.ops.empty() || std::find(o.ops.begin(), o.ops.end(), op) != o.ops.end();
+  };
+  for (const std::string& op : o.ops) {
+    if (op != "gemm" && op != "attention" && op != "memory" && op != "collective" && op != "conv") {
+      throw InputError(
+          "--ops: unknown kind \"" + op +
+          "\" for the CPU backend (expected gemm, attention, memory, collective, conv)");
+    }
+  }
+  const std::string journal = o.out + ".journal.csv";
+  std::ofstream jout;
+  // Resume: what the journal already holds is not measured again.
+  const std::set<std::string> done = open_journal(o, lead, journal, jout);
+  const ModelShapes shapes = o.shapes.empty() ? ModelShapes{} : read_model_shapes_csv(o.shapes);
+  // The plan.
+  std::vector<Item> items;
+  if (wants("gemm")) plan_gemms(o, shapes, items);
+  if (wants("attention")) plan_attention(o, shapes, items);
+  if (wants("memory")) plan_memory(o, shapes, items);
+  if (wants("conv")) plan_convs(o, items);
+  // Nodes the ranks span: one shared-memory communicator per node.
+  int nodes = 1;
+  {
+    MPI_Comm local;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local);
+    int local_rank = 0;
+    MPI_Comm_rank(local, &local_rank);
+    int leader = local_rank == 0 ? 1 : 0;
+    MPI_Allreduce(&leader, &nodes, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Comm_free(&local);
+  }
+  if (wants("collective") && size > 1) {
+    plan_collectives(o, rank, size, nodes, items);
+  } else if (wants("collective") && lead && !o.ops.empty()) {
+    std::cerr << "calibrate: collectives need several processes: run under mpirun -np N\n";
+  }
+  run_items(items, done, jout, lead, size);
   int stopped = interrupted ? 1 : 0;
   MPI_Allreduce(MPI_IN_PLACE, &stopped, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   int rc = 0;
