@@ -81,13 +81,18 @@ std::vector<CheckRow> compare_databases(const Database& reference, const Databas
   tables(other.attention, "attention", [&](const std::string& d, const AttentionPoint& p) {
     return model.predict_attention(d, p, gpu);
   });
-  for (const auto& [kernel, points] : other.memory) {
-    CheckRow r;
-    r.table = "memory/" + kernel;
-    for (const SizePoint& p : points)
-      if (const auto s = model.predict_size("memory", kernel, p))
-        r.points.push_back(check_point(fmt::format("bytes={:.0f}", p.bytes), p.t, *s));
-    add(std::move(r));
+  tables(other.conv, "conv", [&](const std::string& d, const ConvPoint& p) {
+    return model.predict_conv(d, p.shape, gpu);
+  });
+  for (const char* kind : {"memory", "copy"}) {
+    for (const auto& [kernel, points] : std::string(kind) == "memory" ? other.memory : other.copy) {
+      CheckRow r;
+      r.table = std::string(kind) + "/" + kernel;
+      for (const SizePoint& p : points)
+        if (const auto s = model.predict_size(kind, kernel, p))
+          r.points.push_back(check_point(fmt::format("bytes={:.0f}", p.bytes), p.t, *s));
+      add(std::move(r));
+    }
   }
   for (const auto& [op, points] : other.collective) {
     std::map<std::pair<int64_t, int64_t>, CheckRow> tables;

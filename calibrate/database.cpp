@@ -85,6 +85,10 @@ std::vector<TableSpread> table_spreads(const Database& db) {
 
 std::vector<std::string> spread_warnings(const Database& db) {
   std::vector<std::string> out;
+  // A profiler trace's runs of one shape differ by where they ran in the iteration (a dropout's
+  // forward and backward, a micro-batch's first buffers), not by noise: their spread says
+  // nothing of the machine (calibrate/trace_import.h).
+  if (db.attrs.count("backend") && db.attrs.at("backend") == "torch-profiler-trace") return out;
   for (const TableSpread& t : table_spreads(db)) {
     if (t.median_spread <= kMaxMedianSpread) continue;
     out.push_back(fmt::format(

@@ -5,6 +5,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
@@ -40,8 +41,10 @@ std::string read_file(const std::string& path) {
 
 TraceCategory category(const std::string& cat) {
   if (cat == "cpu_op" || cat == "Operator" || cat == "operator") return TraceCategory::cpu_op;
-  if (cat == "user_annotation" || cat == "gpu_user_annotation" || cat == "python_function")
-    return cat == "gpu_user_annotation" ? TraceCategory::other : TraceCategory::annotation;
+  // Ranges the user or PyTorch opened on the host. Not gpu_user_annotation (the same ranges
+  // drawn again on the GPU's timeline) nor python_function (with_stack's Python frames, module
+  // names among them: "nn.Module: CausalSelfAttention_0" would read as an attention range).
+  if (cat == "user_annotation") return TraceCategory::annotation;
   if (cat == "kernel" || cat == "Kernel") return TraceCategory::kernel;
   if (cat == "cuda_runtime" || cat == "cuda_driver" || cat == "Runtime")
     return TraceCategory::runtime;
@@ -78,7 +81,12 @@ class EventReader {
     const auto it = args.find(field);
     if (it == args.end() || it->is_null()) return -1;
     if (it->is_number_integer()) return it->get<int64_t>();
-    if (it->is_number()) return static_cast<int64_t>(it->get<double>());
+    if (it->is_number()) {
+      const double d = it->get<double>();
+      if (!(std::abs(d) < 9e18))
+        throw InputError(where() + ": args \"" + field + "\": expected a whole number");
+      return static_cast<int64_t>(d);
+    }
     throw InputError(where() + ": args \"" + field + "\": expected a whole number");
   }
   std::vector<TraceInput> inputs(const Json& args) const {
@@ -169,7 +177,7 @@ KinetoTrace parse_kineto_trace(const std::string& text, const std::string& path)
   Json j;
   try {
     j = Json::parse(text);
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {  // malformed, or a number out of range
     throw InputError(path + ": not JSON (" + e.what() + ")");
   }
   if (j.is_array()) {
@@ -197,10 +205,12 @@ KinetoTrace parse_kineto_trace(const std::string& text, const std::string& path)
       throw InputError(r.where() + ": field \"name\": expected a string");
     ev.name = *name;
     const auto cat = e.find("cat");
-    ev.cat = cat != e.end() && cat->is_string() ? category(*cat) : TraceCategory::other;
+    const bool has_cat = cat != e.end() && cat->is_string();
+    ev.cat = has_cat ? category(*cat) : TraceCategory::other;
     ev.ts = r.number("ts");
     ev.dur = r.number("dur");
-    if (ev.dur < 0) throw InputError(r.where() + ": field \"dur\": expected 0 or more");
+    if (!(ev.dur >= 0) || !std::isfinite(ev.ts) || !std::isfinite(ev.dur))
+      throw InputError(r.where() + ": field \"dur\": expected a finite time of 0 or more");
     if (const auto p = e.find("pid"); p != e.end()) ev.pid = id_text(*p);
     if (const auto p = e.find("tid"); p != e.end()) ev.tid = id_text(*p);
     if (const auto a = e.find("args"); a != e.end() && a->is_object()) {
@@ -214,8 +224,8 @@ KinetoTrace parse_kineto_trace(const std::string& text, const std::string& path)
         ev.collective = *c;
       if (const auto d = a->find("dtype"); d != a->end() && d->is_string()) ev.comm_dtype = *d;
     }
-    if (ev.cat == TraceCategory::other && ev.name.rfind("ProfilerStep#", 0) == 0)
-      ev.cat = TraceCategory::annotation;
+    // A writer without categories: its ProfilerStep ranges are the iterations.
+    if (!has_cat && ev.name.rfind("ProfilerStep#", 0) == 0) ev.cat = TraceCategory::annotation;
     if (ev.cat == TraceCategory::kernel) t.has_kernels = true;
     t.events.push_back(std::move(ev));
   }
@@ -241,12 +251,14 @@ int step_of(const KinetoTrace& t, uint32_t e) {
       t.events[e].parent >= 0)
     at = static_cast<uint32_t>(t.events[e].parent);
   const double ts = t.events[at].ts;
-  const auto it = std::upper_bound(t.steps.begin(), t.steps.end(), ts,
-                                   [&](double x, uint32_t s) { return x < t.events[s].ts; });
-  if (it == t.steps.begin()) return -1;
-  const uint32_t s = *(it - 1);
-  if (ts > t.events[s].end()) return -1;
-  return static_cast<int>(it - 1 - t.steps.begin());
+  // The latest-starting step that contains it (steps of several threads may overlap).
+  auto it = std::upper_bound(t.steps.begin(), t.steps.end(), ts,
+                             [&](double x, uint32_t s) { return x < t.events[s].ts; });
+  while (it != t.steps.begin()) {
+    --it;
+    if (ts <= t.events[*it].end()) return static_cast<int>(it - t.steps.begin());
+  }
+  return -1;
 }
 
 }  // namespace hetsim::calibrate

@@ -101,6 +101,7 @@ class Importer {
       r.ops[it->second].seconds += seconds;
     };
     std::map<std::string, UnmappedOp> unmapped;
+    size_t launched = 0;  // GPU events joined to the runtime call that launched them
     auto count_unmapped = [&](const std::string& name, double seconds) {
       UnmappedOp& u = unmapped[name];
       u.name = name;
@@ -112,17 +113,24 @@ class Importer {
       if (!t_.steps.empty() && step_of(t_, i) < 0) continue;  // outside the recorded iterations
       if (t_.has_kernels) {
         if (e.cat != TraceCategory::kernel && e.cat != TraceCategory::gpu_other) continue;
+        if (e.parent >= 0) ++launched;
         const int32_t m = e.parent >= 0 ? root(static_cast<uint32_t>(e.parent)) : -1;
-        if (m >= 0) {
+        // Copies between host and device (and memsets) are the bus's time, not a kernel's:
+        // listed by name, never filed under the operator that asked for them.
+        if (m >= 0 && e.cat == TraceCategory::kernel) {
           add_time(static_cast<uint32_t>(m), e.dur * 1e-6, i);
         } else {
           count_unmapped(e.name, e.dur * 1e-6);
         }
         continue;
       }
-      if (!cpu_side(i) || e.cat == TraceCategory::runtime) continue;
+      if (!cpu_side(i)) continue;
       const int32_t m = root(i);
-      if (m == static_cast<int32_t>(i) || (m >= 0 && backward_root_.count(i))) {
+      // An operator, or a node of a composite's backward (not one inside another mapped
+      // operator, whose time that operator already holds).
+      const auto node = backward_root_.find(i);
+      if (m == static_cast<int32_t>(i) ||
+          (m >= 0 && node != backward_root_.end() && static_cast<int32_t>(node->second) == m)) {
         add_time(static_cast<uint32_t>(m), e.dur * 1e-6, i);  // an operator, or a backward node
       } else if (m < 0) {  // (inside a mapped operator, its time is the operator's)
         double self = e.dur;
@@ -141,6 +149,12 @@ class Importer {
     std::stable_sort(
         r.unmapped.begin(), r.unmapped.end(),
         [](const UnmappedOp& a, const UnmappedOp& b) { return a.seconds > b.seconds; });
+    if (t_.has_kernels && launched == 0) {
+      throw InputError(t_.path +
+                       ": GPU kernels are recorded but none is joined to the runtime call that "
+                       "launched it (no cuda_runtime or cuda_driver events with their "
+                       "\"correlation\" ids): the operators behind the kernels are unknown");
+    }
     if (r.ops.empty()) {
       throw InputError(t_.path +
                        ": no operator maps to a measurement (was it recorded with "
@@ -289,7 +303,8 @@ class Importer {
     const std::string& n = e.name;
     if (e.cat == TraceCategory::annotation) {
       if (starts(n, "ProfilerStep#")) return {};
-      if (starts(n, "Optimizer.step#") && lower(n).find("adam") != std::string::npos) {
+      if (n == "Optimizer.step#Adam.step" || n == "Optimizer.step#AdamW.step" ||
+          n == "Optimizer.step#FusedAdam.step") {
         const double params = optimizer_params(i);
         if (params <= 0) return {};
         Rule r = memory_rule("adam", 28 * params);
@@ -323,8 +338,9 @@ class Importer {
       return memory_rule("softmax", bytes(e, 0, 2));
     if (n == "aten::_softmax_backward_data" || n == "aten::_log_softmax_backward_data")
       return memory_rule("softmax", bytes(e, 0, 3));
+    // (aten::dropout without operators inside it did nothing: p = 0, or evaluation.)
     if (n == "aten::native_dropout" || n == "aten::native_dropout_backward" ||
-        n == "aten::dropout") {
+        (n == "aten::dropout" && !children_[i].empty())) {
       // hetsim's dropout: the tensor read and written, and a one-byte mask
       if (e.inputs.empty()) return {};
       const double el = e.inputs[0].numel;
@@ -371,11 +387,24 @@ class Importer {
     else if (c == "send" || c == "recv" || c.find("sendrecv") != std::string::npos)
       op = "sendrecv";
     if (!op || e.group_size < 1) return r;
-    const std::string type = e.comm_dtype == "Float"      ? "float"
-                             : e.comm_dtype == "BFloat16" ? "c10::BFloat16"
-                             : e.comm_dtype == "Half"     ? "c10::Half"
-                                                          : e.comm_dtype;
-    const double es = element_size(type, o_.dtype);
+    // c10's scalar type names, as record_param_comms writes them.
+    static const std::map<std::string, double> sizes = {{"Float", 4},
+                                                        {"Double", 8},
+                                                        {"Half", 2},
+                                                        {"BFloat16", 2},
+                                                        {"Long", 8},
+                                                        {"Int", 4},
+                                                        {"Short", 2},
+                                                        {"Char", 1},
+                                                        {"Byte", 1},
+                                                        {"Bool", 1},
+                                                        {"Float8_e4m3fn", 1},
+                                                        {"Float8_e5m2", 1},
+                                                        {"Float8_e4m3fnuz", 1},
+                                                        {"Float8_e5m2fnuz", 1}};
+    const auto size = sizes.find(e.comm_dtype);
+    if (size == sizes.end()) return r;  // an element type it cannot size: listed as unmapped
+    const double es = size->second;
     const int64_t n = std::string(op) == "allgather" ? e.out_nelems : e.in_nelems;
     if (n <= 0) return r;
     r.kind = Rule::collective;
@@ -493,7 +522,7 @@ class Importer {
     return v;
   }
 
-  Database database(const std::vector<TraceOp>& ops) const {
+  Database database(const std::vector<TraceOp>& ops) {
     Database db;
     db.attrs = {{"backend", "torch-profiler-trace"},
                 {"device_type", o_.device_type},
@@ -506,6 +535,7 @@ class Importer {
       if (v.empty()) order.push_back({op.table, op.label});
       v.push_back(&op);
     }
+    size_t unresolved = 0;
     for (const auto& key : order) {
       const std::vector<const TraceOp*>& v = runs.at(key);
       std::vector<double> s;
@@ -522,6 +552,10 @@ class Importer {
       double sum = 0;
       for (double x : s) sum += x;
       t.median_s = sum / static_cast<double>(s.size());
+      if (!(t.median_s > 0)) {  // every run under the trace's clock resolution
+        ++unresolved;
+        continue;
+      }
       t.p10_s = at(0.1);
       t.p90_s = at(0.9);
       t.repetitions = static_cast<int64_t>(s.size());
@@ -541,6 +575,12 @@ class Importer {
         p.t = t;
         (table == "memory" ? db.memory : db.collective)[name].push_back(p);
       }
+    }
+    if (unresolved > 0) {
+      notes_.push_back(fmt::format(
+          "{} shape(s) ran in 0 us every time (under the trace's clock resolution): left out of "
+          "the database",
+          unresolved));
     }
     return db;
   }
@@ -587,6 +627,11 @@ std::pair<std::string, std::string> measurement_key(const workload::Op& op, work
 
 TraceImport import_trace(const KinetoTrace& t, const ImportOptions& o) {
   if (o.device_type.empty()) throw InputError("import-trace: --device-type is required");
+  if (o.dtype != "fp32" && o.dtype != "bf16" && o.dtype != "fp16")
+    throw InputError("--dtype: expected fp32, bf16 or fp16, got \"" + o.dtype + "\"");
+  if (o.gpus_per_node < 1) {
+    throw InputError("--gpus-per-node: expected 1 or more, got " + std::to_string(o.gpus_per_node));
+  }
   return Importer(t, o).run();
 }
 

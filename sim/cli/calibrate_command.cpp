@@ -186,11 +186,6 @@ void add_import_trace_command(CLI::App& calibrate, Action& action) {
   cmd->callback([o, &action] {
     action = [o] {
       check_device_type(o->device);
-      if (o->dtype != "fp32" && o->dtype != "bf16" && o->dtype != "fp16")
-        throw InputError("--dtype: expected fp32, bf16 or fp16, got \"" + o->dtype + "\"");
-      if (o->gpus_per_node < 1)
-        throw InputError("--gpus-per-node: expected 1 or more, got " +
-                         std::to_string(o->gpus_per_node));
       calibrate::ImportOptions io;
       io.device_type = o->device;
       io.dtype = o->dtype;

@@ -85,7 +85,8 @@ int run_compare(const CompareOpts& o) {
   const workload::TrainingJob other_job =
       workload::build_training_job(inputs.model, inputs.plan, inputs.cluster, other.get());
   const double other_s = replay_exact(other_job).iteration.seconds();
-  const double other_error = (other_s - c.measured_median_s) / c.measured_median_s;
+  const double other_error =
+      c.measured_median_s > 0 ? (other_s - c.measured_median_s) / c.measured_median_s : 0;
   const std::string other_what =
       given ? "replayed with the trace's own kernel times" : "the datasheet model alone";
   if (o.json) {
@@ -102,7 +103,8 @@ int run_compare(const CompareOpts& o) {
       "{} against {} on {}, plan {} ({} operator runs mapped, {:.1f}% of "
       "their time)\n",
       o.trace, inputs.model.name, o.run.cluster.cluster, o.run.plan, measured.ops.size(),
-      100 * measured.mapped_s / (measured.mapped_s + measured.unmapped_s));
+      measured.mapped_s > 0 ? 100 * measured.mapped_s / (measured.mapped_s + measured.unmapped_s)
+                            : 0.0);
   std::cout << "  kernel times from "
             << (given ? o.calibration
                       : std::string("the trace itself (give --calibration to "

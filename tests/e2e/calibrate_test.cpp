@@ -265,6 +265,13 @@ TEST(ImportTrace, BadInputNamesWhatIsWrong) {
                   "--device", "7"});
   EXPECT_EQ(c.exit_code, 2);
   EXPECT_NE(c.output.find("--device 7: the cluster has 2 devices"), std::string::npos) << c.output;
+  c = run_hetsim({"compare", "--trace", trace, "--model", "gpt3-125m", "--cluster", "cpu-host",
+                  "--plan",
+                  std::string(HETSIM_SOURCE_DIR) + "/tests/data/traces/tiny-gpt-cpu-plan.yaml",
+                  "--gpus-per-node", "0"});
+  EXPECT_EQ(c.exit_code, 2);
+  EXPECT_NE(c.output.find("--gpus-per-node: expected 1 or more, got 0"), std::string::npos)
+      << c.output;
 }
 
 TEST_F(CalibrateCpu, ACorruptDatabaseIsBadInput) {

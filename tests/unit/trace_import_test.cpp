@@ -193,7 +193,7 @@ TEST(TraceImport, DatabasesComparePointForPoint) {
 
 // A GPU trace's layout, as Kineto writes it: operators on the host, the runtime calls they make,
 // kernels on the GPU joined to their launch by "correlation"; record_param_comms around NCCL.
-const char* kGpuTrace = R"({"schemaVersion": 1, "traceEvents": [
+const char* kGpuTrace = R"json({"schemaVersion": 1, "traceEvents": [
  {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#4", "pid": 1, "tid": 1,
   "ts": 1000, "dur": 500},
  {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1010, "dur": 30,
@@ -214,14 +214,31 @@ const char* kGpuTrace = R"({"schemaVersion": 1, "traceEvents": [
  {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 1085,
   "dur": 5, "args": {"correlation": 9}},
  {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "pid": 0,
-  "tid": 20, "ts": 1105, "dur": 100, "args": {"correlation": 9}}
-]})";
+  "tid": 20, "ts": 1105, "dur": 100, "args": {"correlation": 9}},
+ {"ph": "X", "cat": "gpu_user_annotation", "name": "ProfilerStep#4", "pid": 0, "tid": 7,
+  "ts": 1100, "dur": 105},
+ {"ph": "X", "cat": "cpu_op", "name": "aten::copy_", "pid": 1, "tid": 1, "ts": 1200, "dur": 30,
+  "args": {"Input Dims": [[1024], [1024]], "Input type": ["float", "float"]}},
+ {"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "pid": 1, "tid": 1, "ts": 1205,
+  "dur": 5, "args": {"correlation": 10}},
+ {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pageable -> Device)", "pid": 0,
+  "tid": 7, "ts": 1210, "dur": 50, "args": {"correlation": 10}},
+ {"ph": "X", "cat": "python_function", "name": "nn.Module: CausalSelfAttention_0", "pid": 1,
+  "tid": 1, "ts": 1300, "dur": 50},
+ {"ph": "X", "cat": "cpu_op", "name": "aten::bmm", "pid": 1, "tid": 1, "ts": 1310, "dur": 20,
+  "args": {"Input Dims": [[8, 16, 64], [8, 64, 16]], "Input type": ["c10::BFloat16",
+  "c10::BFloat16"]}},
+ {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 1315,
+  "dur": 5, "args": {"correlation": 11}},
+ {"ph": "X", "cat": "kernel", "name": "ampere_bf16_gemm", "pid": 0, "tid": 7, "ts": 1400,
+  "dur": 6, "args": {"correlation": 11}}
+]})json";
 
 TEST(TraceImport, GpuKernelsAreTimedAndFiledByTheOperatorThatLaunchedThem) {
   ImportOptions o;
   o.device_type = "h100-sxm5-80gb";
   const TraceImport r = import_trace(parse_kineto_trace(kGpuTrace, "gpu.json"), o);
-  ASSERT_EQ(r.db.gemm.at("bf16").size(), 1u);
+  ASSERT_EQ(r.db.gemm.at("bf16").size(), 2u);
   const GemmPoint& g = r.db.gemm.at("bf16")[0];
   EXPECT_EQ(g.m, 64);
   EXPECT_EQ(g.n, 32);
@@ -233,14 +250,22 @@ TEST(TraceImport, GpuKernelsAreTimedAndFiledByTheOperatorThatLaunchedThem) {
   EXPECT_EQ(c.ranks, 16);
   EXPECT_EQ(c.nodes, 2);  // 16 ranks over 8 GPUs a node
   EXPECT_DOUBLE_EQ(c.t.median_s, 100e-6);
-  ASSERT_EQ(r.unmapped.size(), 1u);
-  EXPECT_EQ(r.unmapped[0].name, "mystery_kernel");
-  EXPECT_DOUBLE_EQ(r.unmapped[0].seconds, 4e-6);
-  // Kernels 1100-1110 and 1110-1114 compute; NCCL 1105-1205 exposed for 1114-1205.
+  // The host-to-device copy is the bus's time, listed by name, not a copy kernel's.
+  ASSERT_EQ(r.unmapped.size(), 2u);
+  EXPECT_EQ(r.unmapped[0].name, "Memcpy HtoD (Pageable -> Device)");
+  EXPECT_EQ(r.unmapped[1].name, "mystery_kernel");
+  EXPECT_DOUBLE_EQ(r.unmapped[1].seconds, 4e-6);
+  EXPECT_EQ(r.db.memory.count("copy"), 0u);
+  // A Python frame named after an attention module is not an attention range: its bmm is a GEMM.
+  EXPECT_EQ(r.db.attention.count("bf16"), 0u);
+  ASSERT_EQ(r.db.gemm.at("bf16").size(), 2u);
+  EXPECT_EQ(r.db.gemm.at("bf16")[1].batch, 8);
+  // One iteration, though Kineto draws its range on the GPU's timeline too. Kernels 1100-1110,
+  // 1110-1114 and 1400-1406 compute; NCCL 1105-1205 exposed for 1114-1205.
   ASSERT_EQ(r.steps.size(), 1u);
-  EXPECT_NEAR(r.steps[0].compute, 14e-6, 1e-12);
+  EXPECT_NEAR(r.steps[0].compute, 20e-6, 1e-12);
   EXPECT_NEAR(r.steps[0].communication, 91e-6, 1e-12);
-  EXPECT_NEAR(r.steps[0].idle, 500e-6 - 105e-6, 1e-12);
+  EXPECT_NEAR(r.steps[0].idle, 500e-6 - 111e-6, 1e-12);
 }
 
 std::string import_error(const std::string& text) {
@@ -274,6 +299,49 @@ TEST(TraceImport, MalformedTracesAreRefusedNamingTheFileAndField) {
                 .find("record_shapes=True"),
             std::string::npos);
   EXPECT_THROW(read_kineto_trace(kData + "traces/missing.json"), InputError);
+}
+
+// What a trace can hold that a careless reading gets wrong.
+TEST(TraceImport, EdgeCasesAreFiledOrRefusedAsTheyShouldBe) {
+  ImportOptions o;
+  o.device_type = "cpu";
+  auto import = [&](const std::string& events) {
+    return import_trace(
+        parse_kineto_trace(R"({"traceEvents": [{"ph": "X", "cat": "user_annotation", "name":
+          "ProfilerStep#0", "pid": 1, "tid": 1, "ts": 0, "dur": 1000},
+          {"ph": "X", "cat": "cpu_op", "name": "aten::gelu", "pid": 1, "tid": 1, "ts": 10,
+          "dur": 50, "args": {"Input Dims": [[1024]], "Input type": ["float"]}})" +
+                               events + "]}",
+                           "t.json"),
+        o);
+  };
+  // An operator timed at 0 us every run (integer microseconds): left out, with a note, since a
+  // measurement of no time cannot be read back.
+  const TraceImport zero = import(R"(,{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1,
+      "tid": 1, "ts": 100, "dur": 0, "args": {"Input Dims": [[2, 2], [2, 2]]}})");
+  EXPECT_EQ(zero.db.gemm.count("fp32"), 0u);
+  EXPECT_NE(zero.notes.back().find("1 shape(s) ran in 0 us"), std::string::npos);
+  // A dropout with nothing inside it did nothing (p = 0, or evaluation).
+  const TraceImport idle = import(R"(,{"ph": "X", "cat": "cpu_op", "name": "aten::dropout",
+      "pid": 1, "tid": 1, "ts": 100, "dur": 1, "args": {"Input Dims": [[1024], []]}})");
+  EXPECT_EQ(idle.db.memory.count("dropout"), 0u);
+  // A collective of 64-bit integers: 8 bytes an element.
+  const TraceImport longs = import(R"(,{"ph": "X", "cat": "cpu_op", "name":
+      "record_param_comms", "pid": 1, "tid": 1, "ts": 100, "dur": 30, "args": {"Collective name":
+      "allreduce", "In msg nelems": 1000, "Out msg nelems": 1000, "Group size": 2, "dtype":
+      "Long"}})");
+  EXPECT_EQ(longs.db.collective.at("allreduce")[0].bytes, 8000);
+  // Kernels with no runtime event to join them to their operators: said, not guessed.
+  try {
+    import(R"(,{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 100,
+        "dur": 5, "args": {"correlation": 3}})");
+    FAIL() << "kernels without their launches were accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("none is joined to the runtime call"), std::string::npos)
+        << e.what();
+  }
+  o.gpus_per_node = 0;
+  EXPECT_THROW(import(""), InputError);
 }
 
 TEST(TraceImport, MeasurementKeyOfAnOpIsTheImportersKey) {
