@@ -135,15 +135,10 @@ TraceComparison compare_trace(const workload::TrainingJob& job,
   }
   TraceComparison::Row& u = row(c.tables, ti, "unmapped");
   for (const calibrate::UnmappedOp& x : measured.unmapped) {
+    // The host's time between operators is idle above, not an operator.
+    if (x.name.rfind("ProfilerStep", 0) == 0) continue;
     u.measured_calls += static_cast<double>(x.calls) / n;
     u.measured_s += x.seconds / n;
-  }
-  // The host's time between operators is idle above, not an operator.
-  for (const calibrate::UnmappedOp& x : measured.unmapped) {
-    if (x.name.rfind("ProfilerStep", 0) == 0) {
-      u.measured_calls -= static_cast<double>(x.calls) / n;
-      u.measured_s -= x.seconds / n;
-    }
   }
   std::stable_sort(c.tables.begin(), c.tables.end(), [](const auto& a, const auto& b) {
     return std::max(a.measured_s, a.predicted_s) > std::max(b.measured_s, b.predicted_s);
