@@ -6,6 +6,7 @@
 
 #include "sim/cli/commands.h"
 #include "sim/config/cluster_config.h"
+#include "sim/study/study.h"
 #include "sim/workload/framework.h"
 #include "sim/workload/plan_keys.h"
 
@@ -38,15 +39,20 @@ void add_reference_command(CLI::App& app, Action& action) {
       "reference",
       "Print a reference generated from the code: plan-keys (Markdown, "
       "docs/reference/plan-keys.md), plan-schema (JSON Schema, docs/schemas/plan.schema.json), "
-      "framework-keys, framework-schema, gpu-keys, gpu-schema (likewise for framework files and "
-      "GPU profiles) or commands (every command's options, docs/reference/commands.md)");
+      "framework-keys, framework-schema, gpu-keys, gpu-schema, cluster-keys, cluster-schema, "
+      "link-class-keys, link-class-schema, study-keys, study-schema (likewise for framework "
+      "files, GPU profiles, cluster files, topologies/link_classes.yaml and study files) or "
+      "commands (every command's options, docs/reference/commands.md)");
   auto what = std::make_shared<std::string>();
   cmd->add_option("what", *what,
-                  "plan-keys, plan-schema, framework-keys, framework-schema, gpu-keys, gpu-schema "
-                  "or commands")
+                  "plan-keys, plan-schema, framework-keys, framework-schema, gpu-keys, gpu-schema, "
+                  "cluster-keys, cluster-schema, link-class-keys, link-class-schema, study-keys, "
+                  "study-schema or commands")
       ->required()
       ->check(CLI::IsMember({"plan-keys", "plan-schema", "framework-keys", "framework-schema",
-                             "gpu-keys", "gpu-schema", "commands"}));
+                             "gpu-keys", "gpu-schema", "cluster-keys", "cluster-schema",
+                             "link-class-keys", "link-class-schema", "study-keys", "study-schema",
+                             "commands"}));
   cmd->callback([&action, &app, what] {
     action = [&app, what] {
       if (*what == "plan-keys") {
@@ -61,6 +67,18 @@ void add_reference_command(CLI::App& app, Action& action) {
         std::cout << config::gpu_keys_markdown();
       } else if (*what == "gpu-schema") {
         std::cout << config::gpu_json_schema().dump(2) << "\n";
+      } else if (*what == "cluster-keys") {
+        std::cout << config::cluster_keys_markdown();
+      } else if (*what == "cluster-schema") {
+        std::cout << config::cluster_json_schema().dump(2) << "\n";
+      } else if (*what == "link-class-keys") {
+        std::cout << config::link_class_keys_markdown();
+      } else if (*what == "link-class-schema") {
+        std::cout << config::link_class_json_schema().dump(2) << "\n";
+      } else if (*what == "study-keys") {
+        std::cout << study::study_keys_markdown();
+      } else if (*what == "study-schema") {
+        std::cout << study::study_json_schema().dump(2) << "\n";
       } else {
         std::cout << commands_markdown(app);
       }

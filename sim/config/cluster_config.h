@@ -168,13 +168,22 @@ ClusterConfig load_cluster_text(const std::string& text, const std::string& file
 // The built-in GPU profiles and link classes (topologies/gpus/*.yaml, link_classes.yaml).
 const std::map<std::string, GpuProfile>& builtin_gpus();
 
-// The keys of a GPU profile (topologies/gpus/*.yaml, or a cluster's `gpus:` entry), declared
+// The keys of a GPU profile (topologies/gpus/*.yaml, or a cluster's `gpu_types:` entry), declared
 // once (config/key_table.h): the loader checks a profile's keys from this table; `hetsim
 // reference gpu-keys` and `gpu-schema` write docs/reference/gpu-keys.md and
 // docs/schemas/gpu.schema.json from it.
 const std::vector<Key>& gpu_profile_keys();
 std::string gpu_keys_markdown();
 nlohmann::ordered_json gpu_json_schema();
+// The keys of a cluster file and of topologies/link_classes.yaml, likewise
+// (config/cluster_keys.cpp; `hetsim reference cluster-keys`, `cluster-schema`, `link-class-keys`,
+// `link-class-schema`).
+const std::vector<Key>& cluster_keys();
+std::string cluster_keys_markdown();
+nlohmann::ordered_json cluster_json_schema();
+const std::vector<Key>& link_class_keys();
+std::string link_class_keys_markdown();
+nlohmann::ordered_json link_class_json_schema();
 const std::map<std::string, LinkClass>& builtin_link_classes();
 std::vector<std::string> builtin_cluster_names();
 

@@ -32,6 +32,13 @@ double positive(const std::string& file, const YAML::Node& node, std::string_vie
   return v;
 }
 
+// A choice key's values, from the cluster's (or the link classes file's) key table.
+std::vector<std::string> choices(std::string_view key) {
+  const bool link_class = key.starts_with("classes.");
+  return choices_of(find_key(link_class ? link_class_keys() : cluster_keys(), key,
+                             link_class ? "the link class keys" : "the cluster keys"));
+}
+
 std::vector<std::string> keys_of(const auto& map) {
   std::vector<std::string> k;
   for (const auto& [name, _] : map) k.push_back(name);
@@ -154,12 +161,10 @@ std::map<std::string, LinkClass> parse_link_classes(const std::string& file, con
     const std::string name = kv.first.as<std::string>();
     const std::string p = join_path(path, name);
     const YAML::Node c = kv.second;
-    check_keys(file, c, p,
-               {"kind", "efficiency", "latency", "collective_overhead", "transport", "sockets",
-                "flow_cap", "flow_cap_spread", "tcp_window"});
+    check_keys(file, c, p, key_names(link_class_keys(), "classes.*"));
     LinkClass lc;
     lc.name = name;
-    const std::string kind = choice_of(file, c, p, "kind", {"nvlink", "pcie", "socket", "network"});
+    const std::string kind = choice_of(file, c, p, "kind", choices("classes.*.kind"));
     lc.kind = kind == "nvlink"   ? LinkKind::nvlink
               : kind == "pcie"   ? LinkKind::pcie
               : kind == "socket" ? LinkKind::socket
@@ -176,7 +181,8 @@ std::map<std::string, LinkClass> parse_link_classes(const std::string& file, con
       throw InputError(where(file, c["collective_overhead"]) + ": " +
                        join_path(p, "collective_overhead") + ": expected a time from 0 s to 10 ms");
     }
-    lc.socket_transport = get_choice(file, c, p, "transport", {"rdma", "socket"}, "rdma") == 1;
+    lc.socket_transport =
+        get_choice(file, c, p, "transport", choices("classes.*.transport"), "rdma") == 1;
     if (lc.socket_transport && lc.kind != LinkKind::network) {
       throw InputError(where(file, c["transport"]) + ": " + join_path(p, "transport") +
                        ": socket applies to network classes (kind: network)");
@@ -225,9 +231,7 @@ class ClusterParser {
   ClusterParser(const std::string& file, const YAML::Node& root) : file_(file), root_(root) {}
 
   ClusterConfig parse() {
-    check_keys(file_, root_, "",
-               {"name", "node_types", "groups", "fabric", "gpu_types", "link_classes",
-                "placement_group", "shaping", "wan"});
+    check_keys(file_, root_, "", key_names(cluster_keys()));
     ClusterConfig c;
     c.file = file_;
     c.name = get_string(file_, root_, "", "name", std::filesystem::path(file_).stem().string());
@@ -294,7 +298,7 @@ class ClusterParser {
     long total_nodes = 0, total_gpus = 0;
     for (size_t i = 0; i < groups.size(); ++i) {
       const std::string p = idx("groups", i);
-      check_keys(file_, groups[i], p, {"node_type", "count", "site"});
+      check_keys(file_, groups[i], p, key_names(cluster_keys(), "groups[]"));
       Group g;
       if (groups[i]["site"]) {
         const std::string site = get_string(file_, groups[i], p, "site");
@@ -365,7 +369,7 @@ class ClusterParser {
     std::vector<int> seen(n * n, 0);
     for (size_t i = 0; i < w.size(); ++i) {
       const std::string p = idx("wan", i);
-      check_keys(file_, w[i], p, {"a", "b", "bandwidth", "latency", "link_class"});
+      check_keys(file_, w[i], p, key_names(cluster_keys(), "wan[]"));
       auto site = [&](const char* key) {
         const std::string name = get_string(file_, w[i], p, key);
         auto it = std::find(c.sites.begin(), c.sites.end(), name);
@@ -413,7 +417,7 @@ class ClusterParser {
       throw InputError(where(file_, s) + ": " + sp +
                        ": expected a map of delay and rate (e.g. {delay: 10ms, rate: 1Gbps})");
     }
-    check_keys(file_, s, sp, {"delay", "rate"});
+    check_keys(file_, s, sp, key_names(cluster_keys(), "shaping"));
     Shaping out;
     out.delay_s = get_quantity(file_, s, sp, "delay", Dimension::time, 0.0);
     if (!(out.delay_s >= 0 && out.delay_s <= 10)) {
@@ -506,7 +510,8 @@ class ClusterParser {
     if (n.IsMap() && n["instance"]) {
       // A built-in instance's node type, under the name given here (default: the instance's),
       // shaped as this cluster or this entry says.
-      check_keys(file_, n, path, {"instance", "name", "shaping"});
+      const std::string given = "given";
+      check_keys(file_, n, path, key_names(cluster_keys(), "node_types[]", "instance", &given));
       const Instance& inst = instance(n, path);
       const YAML::Node types = require(inst.file, inst.root, "", "node_types");
       ClusterParser sub(inst.file, inst.root);
@@ -515,7 +520,7 @@ class ClusterParser {
       t.name = get_string(file_, n, path, "name", get_string(file_, n, path, "instance"));
       return t;
     }
-    check_keys(file_, n, path, {"name", "gpu", "gpus", "intra", "pcie", "nics", "shaping"});
+    check_keys(file_, n, path, key_names(cluster_keys(), "node_types[]", "instance", nullptr));
     const Shaping shaped = shaping(n, path, inherited);
     NodeType t;
     t.name = get_string(file_, n, path, "name");
@@ -524,14 +529,13 @@ class ClusterParser {
     const std::string ip = join_path(path, "intra");
     const YAML::Node intra = require(file_, n, path, "intra");
     const std::string kind =
-        choice_of(file_, intra, ip, "kind", {"nvswitch", "nvlink_mesh", "pcie"});
+        choice_of(file_, intra, ip, "kind", choices("node_types[].intra.kind"));
+    check_keys(file_, intra, ip, key_names(cluster_keys(), "node_types[].intra", "kind", &kind));
     if (kind == "nvswitch") {
-      check_keys(file_, intra, ip, {"kind", "link_class", "bandwidth"});
       t.intra = IntraKind::nvswitch;
       t.intra_class = link_class(intra, ip);
       t.intra_bandwidth_Bps = positive(file_, intra, ip, "bandwidth", Dimension::bandwidth);
     } else if (kind == "nvlink_mesh") {
-      check_keys(file_, intra, ip, {"kind", "link_class", "link_bandwidth", "links"});
       t.intra = IntraKind::nvlink_mesh;
       t.intra_class = link_class(intra, ip);
       t.intra_bandwidth_Bps = positive(file_, intra, ip, "link_bandwidth", Dimension::bandwidth);
@@ -551,14 +555,11 @@ class ClusterParser {
         t.mesh.push_back(MeshLink{v[0], v[1], v[2]});
       }
     } else {
-      check_keys(file_, intra, ip, {"kind"});
       t.intra = IntraKind::pcie;
     }
     if (const YAML::Node pcie = n["pcie"]) {
       const std::string pp = join_path(path, "pcie");
-      check_keys(
-          file_, pcie, pp,
-          {"link_class", "nic_link_class", "bandwidth", "switches", "sockets", "inter_socket"});
+      check_keys(file_, pcie, pp, key_names(cluster_keys(), "node_types[].pcie"));
       PcieTree& tree = t.pcie;
       tree.present = true;
       tree.link_class = link_class(pcie, pp);
@@ -580,7 +581,7 @@ class ClusterParser {
       if (tree.sockets.size() > 1) {
         const std::string xp = join_path(pp, "inter_socket");
         const YAML::Node x = require(file_, pcie, pp, "inter_socket");
-        check_keys(file_, x, xp, {"link_class", "bandwidth"});
+        check_keys(file_, x, xp, key_names(cluster_keys(), "node_types[].pcie.inter_socket"));
         tree.socket_class = link_class(x, xp);
         tree.socket_bandwidth_Bps = positive(file_, x, xp, "bandwidth", Dimension::bandwidth);
       }
@@ -592,7 +593,7 @@ class ClusterParser {
     if (const YAML::Node nics = n["nics"]) {
       const std::string np = join_path(path, "nics");
       if (nics.IsMap()) {
-        check_keys(file_, nics, np, {"count", "link_class", "bandwidth"});
+        check_keys(file_, nics, np, key_names(cluster_keys(), "node_types[].nics"));
         const int count =
             static_cast<int>(get_int(file_, nics, np, "count", 1, limits::kGpusPerNode));
         if (count > t.gpus) {
@@ -609,7 +610,7 @@ class ClusterParser {
         std::vector<std::vector<int>> owners;
         for (size_t i = 0; i < nics.size(); ++i) {
           const std::string p = idx(np, i);
-          check_keys(file_, nics[i], p, {"link_class", "bandwidth", "gpus"});
+          check_keys(file_, nics[i], p, key_names(cluster_keys(), "node_types[].nics[]"));
           NicSpec spec;
           spec.link_class = link_class(nics[i], p);
           spec.bandwidth_Bps = positive(file_, nics[i], p, "bandwidth", Dimension::bandwidth);
@@ -644,17 +645,13 @@ class ClusterParser {
       }
       return f;
     }
-    const std::string kind = choice_of(file_, n, "fabric", "kind",
-                                       {"single_switch", "fat_tree", "rail_optimized", "explicit"});
+    const std::string kind = choice_of(file_, n, "fabric", "kind", choices("fabric.kind"));
+    check_keys(file_, n, "fabric", key_names(cluster_keys(), "fabric", "kind", &kind));
     f.latency_s = get_quantity(file_, n, "fabric", "latency", Dimension::time, 100e-9);
     if (kind == "single_switch") {
-      check_keys(file_, n, "fabric", {"kind", "latency"});
       f.kind = FabricKind::single_switch;
     } else if (kind == "fat_tree" || kind == "rail_optimized") {
       const bool rail = kind == "rail_optimized";
-      check_keys(file_, n, "fabric",
-                 {"kind", "latency", rail ? "nodes_per_unit" : "nics_per_leaf", "spines",
-                  "oversubscription"});
       f.kind = rail ? FabricKind::rail_optimized : FabricKind::fat_tree;
       if (rail) {
         f.nodes_per_unit =
@@ -670,7 +667,6 @@ class ClusterParser {
                          ": fabric.oversubscription: expected a number >= 1 (down:up ratio)");
       }
     } else {
-      check_keys(file_, n, "fabric", {"kind", "latency", "switches", "links"});
       f.kind = FabricKind::explicit_links;
       const YAML::Node sw = require(file_, n, "fabric", "switches");
       if (!sw.IsSequence())
@@ -678,7 +674,7 @@ class ClusterParser {
       std::set<std::string> names;
       for (size_t i = 0; i < sw.size(); ++i) {
         const std::string p = idx("fabric.switches", i);
-        check_keys(file_, sw[i], p, {"name", "latency"});
+        check_keys(file_, sw[i], p, key_names(cluster_keys(), "fabric.switches[]"));
         ExplicitSwitch s{get_string(file_, sw[i], p, "name"),
                          get_quantity(file_, sw[i], p, "latency", Dimension::time, f.latency_s)};
         if (!names.insert(s.name).second) {
@@ -692,7 +688,7 @@ class ClusterParser {
         throw InputError(where(file_, links) + ": fabric.links: expected a list");
       for (size_t i = 0; i < links.size(); ++i) {
         const std::string p = idx("fabric.links", i);
-        check_keys(file_, links[i], p, {"a", "b", "bandwidth", "link_class"});
+        check_keys(file_, links[i], p, key_names(cluster_keys(), "fabric.links[]"));
         ExplicitLink l;
         l.a = get_string(file_, links[i], p, "a");
         l.b = get_string(file_, links[i], p, "b");
@@ -784,7 +780,8 @@ std::string gpu_keys_markdown() {
          "<!-- Generated by `hetsim reference gpu-keys` from sim/config/cluster_loader.cpp; do "
          "not edit. -->\n\n"
          "The keys of a GPU profile (`topologies/gpus/*.yaml`, or an entry of a cluster's "
-         "`gpus:`); `peak` and `sustained` take one rate per precision. How profiles and clusters "
+         "`gpu_types:`); `peak` and `sustained` take one rate per precision. How profiles and "
+         "clusters "
          "fit together: [clusters and GPU profiles](../../topologies/README.md). Editors check "
          "profiles against [the JSON Schema](../schemas/gpu.schema.json).\n\n" +
          keys_markdown(gpu_profile_keys(), false);
@@ -822,7 +819,7 @@ const std::map<std::string, LinkClass>& builtin_link_classes() {
     const EmbeddedFile* f = find_embedded(path);
     if (!f) throw RunError("built-in data is missing " + path);
     const YAML::Node root = load_yaml(f->text, path);
-    check_keys(path, root, "", {"classes"});
+    check_keys(path, root, "", key_names(link_class_keys()));
     return parse_link_classes(path, require(path, root, "", "classes"), "classes");
   }();
   return classes;

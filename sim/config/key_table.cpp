@@ -41,6 +41,8 @@ std::string_view type_name(KeyType t) {
       return "rate (989TFLOPS)";
     case T::power:
       return "power (700W)";
+    case T::entries:
+      return "map or list of maps";
   }
   return "";
 }
@@ -104,6 +106,9 @@ nlohmann::ordered_json property(const Key& k) {
     case T::any:
       p["type"] = J::array({"string", "object"});
       break;
+    case T::entries:
+      p["type"] = J::array({"object", "array"});
+      break;
   }
   return p;
 }
@@ -113,6 +118,34 @@ std::pair<std::string_view, std::string_view> split(std::string_view name) {
   const size_t dot = name.rfind('.');
   if (dot == std::string_view::npos) return {"", name};
   return {name.substr(0, dot), name.substr(dot + 1)};
+}
+
+// A list's entries (`x[]`) or a map's named entries (`*`): rows that describe a value, not a key.
+bool entry_row(std::string_view own) { return own == "*" || own.ends_with("[]"); }
+
+// Whether a row with `when` belongs to the variant where `field` has `value` (nullptr: absent).
+bool in_variant(std::string_view when, std::string_view field, const std::string* value) {
+  if (when.empty()) return true;
+  if (when.starts_with("no ")) return when.substr(3) == field && value == nullptr;
+  const size_t colon = when.find(':');
+  if (colon == std::string_view::npos) return when == field && value != nullptr;
+  if (when.substr(0, colon) != field || value == nullptr) return false;
+  std::string_view rest = when.substr(colon + 1);
+  while (!rest.empty()) {
+    const size_t comma = std::min(rest.find(','), rest.size());
+    std::string_view v = rest.substr(0, comma);
+    while (v.starts_with(' ')) v.remove_prefix(1);
+    if (v == *value) return true;
+    rest = comma < rest.size() ? rest.substr(comma + 1) : std::string_view{};
+  }
+  return false;
+}
+
+// The variant as the reference page says it.
+std::string when_text(std::string_view when) {
+  if (when.empty()) return "";
+  if (when.starts_with("no ")) return fmt::format(" (only without `{}`)", when.substr(3));
+  return fmt::format(" (only with `{}`)", when);
 }
 
 }  // namespace
@@ -130,7 +163,17 @@ std::vector<std::string> key_names(const std::vector<Key>& table, std::string_vi
   std::vector<std::string> out;
   for (const Key& k : table) {
     const auto [map, name] = split(k.name);
-    if (map == path) out.emplace_back(name);
+    if (map == path && !entry_row(name)) out.emplace_back(name);
+  }
+  return out;
+}
+
+std::vector<std::string> key_names(const std::vector<Key>& table, std::string_view path,
+                                   std::string_view field, const std::string* value) {
+  std::vector<std::string> out;
+  for (const Key& k : table) {
+    const auto [map, name] = split(k.name);
+    if (map == path && !entry_row(name) && in_variant(k.when, field, value)) out.emplace_back(name);
   }
   return out;
 }
@@ -141,8 +184,8 @@ std::string keys_markdown(const std::vector<Key>& table, bool read_by) {
                           : "| key | type | values | default | meaning |\n"
                             "| --- | --- | --- | --- | --- |\n";
   for (const Key& k : table) {
-    s += fmt::format("| `{}` | {} | {} | {} | {} |", k.name, type_name(k.type), values_of(k),
-                     k.default_value, k.help);
+    s += fmt::format("| `{}` | {} | {} | {} | {}{} |", k.name, type_name(k.type), values_of(k),
+                     k.default_value, k.help, when_text(k.when));
     s += read_by ? fmt::format(" {} |\n", k.read_by) : "\n";
   }
   return s;
@@ -152,13 +195,22 @@ nlohmann::ordered_json keys_json_schema(const std::vector<Key>& table, const std
                                         const std::string& description,
                                         const std::vector<std::string>& required) {
   using J = nlohmann::ordered_json;
-  // Each map's object, by its path ("" the file itself); a map's row opens one.
-  auto object_at = [](J& root, std::string_view path) -> J& {
+  // The schema of the value at `path` ("" the file itself): a key's under its map's
+  // `properties`, a list entry's under the list's `items`, a named entry's under the map's
+  // `additionalProperties`.
+  auto value_at = [](J& root, std::string_view path) -> J& {
     J* o = &root;
     size_t start = 0;
     while (start < path.size()) {
       const size_t dot = std::min(path.find('.', start), path.size());
-      o = &(*o)["properties"][std::string(path.substr(start, dot - start))];
+      const std::string_view seg = path.substr(start, dot - start);
+      if (seg == "*") {
+        o = &(*o)["additionalProperties"];
+      } else if (seg.ends_with("[]")) {
+        o = &(*o)["properties"][std::string(seg.substr(0, seg.size() - 2))]["items"];
+      } else {
+        o = &(*o)["properties"][std::string(seg)];
+      }
       start = dot + 1;
     }
     return *o;
@@ -170,15 +222,22 @@ nlohmann::ordered_json keys_json_schema(const std::vector<Key>& table, const std
   schema["type"] = "object";
   schema["properties"] = J::object();
   for (const Key& k : table) {
-    const auto [map, name] = split(k.name);
-    J& parent = object_at(schema, map);
-    J p = property(k);
-    if (k.type == T::map && !key_names(table, k.name).empty()) {
-      p["properties"] = J::object();
-      p["additionalProperties"] = false;
-    }
-    parent["properties"][std::string(name)] = std::move(p);
+    J& at = value_at(schema, k.name);
+    const J p = property(k);
+    for (auto it = p.begin(); it != p.end(); ++it) at[it.key()] = it.value();
   }
+  // A value with keys refuses others; one with both keys and entries is a map or a list.
+  auto close = [](auto& self, J& o) -> void {
+    if (!o.is_object()) return;
+    if (o.contains("properties")) {
+      if (!o.contains("additionalProperties")) o["additionalProperties"] = false;
+      if (o.contains("items")) o["type"] = J::array({"object", "array"});
+      for (auto& [name, p] : o["properties"].items()) self(self, p);
+    }
+    if (o.contains("items")) self(self, o["items"]);
+    if (o.contains("additionalProperties")) self(self, o["additionalProperties"]);
+  };
+  for (auto& [name, p] : schema["properties"].items()) close(close, p);
   schema["additionalProperties"] = false;
   if (!required.empty()) schema["required"] = required;
   return schema;

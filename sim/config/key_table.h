@@ -4,7 +4,14 @@
 // frameworks (workload/framework.h) and GPU profiles (config/cluster_config.h) have one.
 //
 // A key of a nested map is written with its path: `host.per_kernel` is `per_kernel` in the map
-// `host`, which is a row of its own (type map).
+// `host`, which is a row of its own (type map). A list's items are `name[]` (`node_types[]` is
+// one entry of the list `node_types`, `node_types[].gpu` a key of each entry), and the entries of
+// a map of user-chosen names `name.*` (`link_classes.*.kind`).
+//
+// A map whose keys depend on one of its keys (a cluster's `intra` by its `kind`, a node type by
+// whether it names an `instance`) gives each key that belongs to one variant a `when`:
+// "kind: nvswitch, pcie" (only when `kind` is one of these), "instance" (only when `instance`
+// is given) or "no instance" (only when it is not).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -29,6 +36,7 @@ enum class KeyType {
   bandwidth,  // a rate such as 600GB/s
   flop_rate,  // a compute rate such as 989TFLOPS
   power,      // a power such as 700W
+  entries,    // a map, or a list of such maps
 };
 
 struct Key {
@@ -40,6 +48,7 @@ struct Key {
   std::string_view default_value;  // as the reader sees it ("1", "the framework's")
   std::string_view help;           // one line
   std::string_view read_by;        // the components that read it
+  std::string_view when = {};      // the variant it belongs to ("" for all; see above)
 };
 
 // The row of `name` in `table`; throws std::logic_error for a name the table lacks (a
@@ -47,14 +56,20 @@ struct Key {
 const Key& find_key(const std::vector<Key>& table, std::string_view name, std::string_view what);
 // Its choices as strings (config::get_choice's form).
 std::vector<std::string> choices_of(const Key& k);
-// The keys of the map at `path` ("" for the top level), as config::check_keys takes them.
+// The keys of the map at `path` ("" for the top level, "node_types[]" for a list's entries), as
+// config::check_keys takes them.
 std::vector<std::string> key_names(const std::vector<Key>& table, std::string_view path = "");
+// The same, for the variant in which the map's key `field` has `value` (nullptr: not given).
+std::vector<std::string> key_names(const std::vector<Key>& table, std::string_view path,
+                                   std::string_view field, const std::string* value);
 
 // The table as Markdown rows under a header (| key | type | values | default | meaning |, and
 // | read by | where `read_by`).
 std::string keys_markdown(const std::vector<Key>& table, bool read_by);
-// A JSON Schema (draft 2020-12) of a file with these keys: nested maps as nested objects,
-// unknown keys refused, `required` the keys listed.
+// A JSON Schema (draft 2020-12) of a file with these keys: nested maps as nested objects, a
+// list's entries as its `items`, a map of named entries as its `additionalProperties`, unknown
+// keys refused, `required` the keys listed. Variants are not told apart: a map accepts the keys
+// of all its variants (the loader refuses a key of another variant, naming it).
 nlohmann::ordered_json keys_json_schema(const std::vector<Key>& table, const std::string& title,
                                         const std::string& description,
                                         const std::vector<std::string>& required = {});

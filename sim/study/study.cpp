@@ -126,7 +126,7 @@ ModelEntry read_model(const std::string& file, const std::string& folder, const 
                       const std::string& path) {
   ModelEntry m;
   if (e.IsMap()) {
-    config::check_keys(file, e, path, {"model", "name"});
+    config::check_keys(file, e, path, config::key_names(study_keys(), "models[]"));
     m.label = config::get_string(file, e, path, "model");
     m.label = config::get_string(file, e, path, "name", m.label);
   } else {
@@ -153,7 +153,7 @@ ClusterEntry read_cluster(const std::string& file, const std::string& folder, co
   ClusterEntry c;
   std::string given;
   if (e.IsMap()) {
-    config::check_keys(file, e, path, {"cluster", "name", "nodes", "set"});
+    config::check_keys(file, e, path, config::key_names(study_keys(), "clusters[]"));
     given = config::get_string(file, e, path, "cluster");
     if (e["nodes"]) {
       c.options.nodes = config::get_int(file, e, path, "nodes", 1, config::limits::kNodes);
@@ -189,8 +189,8 @@ PlanEntry read_plan(const std::string& file, const std::string& folder, const YA
   PlanEntry p;
   std::string given;
   if (e.IsMap() && e["policy"]) {
-    config::check_keys(file, e, path,
-                       {"policy", "global_batch_size", "sequence_length", "replan", "name"});
+    const std::string given = e["policy"].Scalar();
+    config::check_keys(file, e, path, config::key_names(study_keys(), "plans[]", "policy", &given));
     PolicyPlan pp;
     pp.replan = config::get_choice(file, e, path, "replan", {"false", "true"}, "false") == 1;
     pp.policy = policies[config::get_choice(file, e, path, "policy", policies)];
@@ -206,7 +206,8 @@ PlanEntry read_plan(const std::string& file, const std::string& folder, const YA
     return p;
   }
   if (e.IsMap()) {
-    config::check_keys(file, e, path, {"file", "set", "name"});
+    config::check_keys(file, e, path,
+                       config::key_names(study_keys(), "plans[]", "policy", nullptr));
     given = config::get_string(file, e, path, "file");
     p.sets = strings(file, e, path, "set");
     std::string label = given;
@@ -251,7 +252,7 @@ std::vector<CaseEntry> read_cases(const std::string& file, const std::string& fo
       throw InputError(where(file, e) + ": " + path +
                        ": expected a map with model, cluster, plan and optionally reference");
     }
-    config::check_keys(file, e, path, {"model", "cluster", "plan", "reference"});
+    config::check_keys(file, e, path, config::key_names(study_keys(), "cases[]"));
     for (const char* k : {"model", "cluster", "plan"}) {
       if (!e[k]) throw InputError(where(file, e) + ": " + path + ": missing " + k);
     }
@@ -265,7 +266,7 @@ std::vector<CaseEntry> read_cases(const std::string& file, const std::string& fo
         throw InputError(where(file, r) + ": " + rp +
                          ": expected a map {iteration_time_s: SECONDS, source: TEXT}");
       }
-      config::check_keys(file, r, rp, {"iteration_time_s", "source"});
+      config::check_keys(file, r, rp, config::key_names(study_keys(), "cases[].reference"));
       const double t = config::get_number(file, r, rp, "iteration_time_s");
       if (!(t > 0) || !std::isfinite(t)) {
         throw InputError(fmt::format("{}: {}.iteration_time_s: expected seconds > 0, got {}",
@@ -349,9 +350,7 @@ Study load_study(const std::string& path) {
 Study load_study_text(const std::string& text, const std::string& file, const std::string& folder) {
   const YAML::Node root = config::load_yaml(text, file);
   if (!root.IsMap()) throw InputError(file + ": expected a map (models, clusters, plans, ...)");
-  config::check_keys(file, root, "",
-                     {"description", "models", "clusters", "plans", "cases", "frameworks",
-                      "perturbations", "tokens", "calibration", "efficiency"});
+  config::check_keys(file, root, "", config::key_names(study_keys()));
   Study s;
   s.file = file;
   s.efficiency = resolve(folder, config::get_string(file, root, "", "efficiency", ""));

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "sim/config/key_table.h"
 #include "sim/study/run.h"
 
 namespace hetsim::study {
@@ -51,6 +52,13 @@ struct Study {
 // file, policy and framework is checked before any run starts. Throws InputError.
 Study load_study(const std::string& path);
 Study load_study_text(const std::string& text, const std::string& file, const std::string& folder);
+
+// The keys of a study file, declared once (config/key_table.h; study_keys.cpp): the loader
+// checks a file's keys from this table; `hetsim reference study-keys` and `study-schema` write
+// docs/reference/study-keys.md and docs/schemas/study.schema.json from it.
+const std::vector<config::Key>& study_keys();
+std::string study_keys_markdown();
+nlohmann::ordered_json study_json_schema();
 
 // 128 bits of FNV-1a (two 64-bit lanes with different offsets) as 32 hex digits. Not
 // cryptographic: it tells apart inputs, it does not defend against forged ones.

@@ -6,8 +6,8 @@
 Each file below is what a `hetsim reference` command prints; the check fails, naming the
 command that rewrites the file, when the file differs from what the code generates now. It also
 fails when docs/design.md, the code map, leaves out a folder of sim/ or of the repository root,
-when a framework file or a GPU profile does not name its schema on its first line, or when a
-YAML file names a schema that does not exist.
+when a shipped framework file, GPU profile, cluster, link classes file or study does not name its
+schema on its first line, or when a YAML file names a schema that does not exist.
 Python 3's standard library only.
 """
 import subprocess
@@ -22,12 +22,25 @@ GENERATED = {
     "docs/schemas/framework.schema.json": ["reference", "framework-schema"],
     "docs/reference/gpu-keys.md": ["reference", "gpu-keys"],
     "docs/schemas/gpu.schema.json": ["reference", "gpu-schema"],
+    "docs/reference/cluster-keys.md": ["reference", "cluster-keys"],
+    "docs/schemas/cluster.schema.json": ["reference", "cluster-schema"],
+    "docs/reference/link-class-keys.md": ["reference", "link-class-keys"],
+    "docs/schemas/link-classes.schema.json": ["reference", "link-class-schema"],
+    "docs/reference/study-keys.md": ["reference", "study-keys"],
+    "docs/schemas/study.schema.json": ["reference", "study-schema"],
 }
 
 # Shipped YAML that names its schema on its first line (for editors: the YAML language server).
 SCHEMA_LINE = "# yaml-language-server: $schema="
 MUST_NAME = {"frameworks/*.yaml": "framework.schema.json",
-             "topologies/gpus/*.yaml": "gpu.schema.json"}
+             "topologies/gpus/*.yaml": "gpu.schema.json",
+             "topologies/aws-*.yaml": "cluster.schema.json",
+             "topologies/dgx*.yaml": "cluster.schema.json",
+             "topologies/mixed-*.yaml": "cluster.schema.json",
+             "topologies/pcie-*.yaml": "cluster.schema.json",
+             "topologies/cpu-host.yaml": "cluster.schema.json",
+             "topologies/link_classes.yaml": "link-classes.schema.json",
+             "experiments/*/study.yaml": "study.schema.json"}
 
 
 def schema_lines(root):

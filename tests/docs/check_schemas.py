@@ -10,6 +10,7 @@ reads is wrong, and the check fails naming the file, the path in it and what was
 also checks that each schema refuses a file with an unknown key. Needs python3-yaml and
 python3-jsonschema (scripts/setup.sh installs them).
 """
+import re
 import sys
 from pathlib import Path
 
@@ -17,6 +18,17 @@ import jsonschema
 import yaml
 
 SCHEMA_LINE = "# yaml-language-server: $schema="
+
+
+class Yaml12Loader(yaml.SafeLoader):
+    """PyYAML reads YAML 1.1, where 300e9 (no dot) is a string; yaml-cpp, hetsim's reader, and
+    the YAML language server read YAML 1.2, where it is a float."""
+
+
+Yaml12Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."))
 
 
 def main():
@@ -41,7 +53,7 @@ def main():
             schemas[schema_path] = jsonschema.Draft202012Validator(
                 __import__("json").loads(schema_path.read_text()))
         validator = schemas[schema_path]
-        doc = yaml.safe_load(f.read_text())
+        doc = yaml.load(f.read_text(), Loader=Yaml12Loader)
         errors = sorted(validator.iter_errors(doc), key=lambda e: list(e.path))
         for e in errors:
             where = ".".join(str(p) for p in e.path) or "(top level)"

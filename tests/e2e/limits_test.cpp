@@ -142,7 +142,7 @@ TEST(Limits, HugeNodeCountInAClusterIsRefusedBeforeAnythingIsBuilt) {
   // node, and the spines) than routing holds.
   expect_refused(
       {"collective", "--bytes", "1MiB", "--nodes", "2048", "--set", "fabric.nodes_per_unit=1"},
-      "topologies/dgx-a100.yaml:24: fabric: 16400 switches for 2048 nodes, more than "
+      "topologies/dgx-a100.yaml:25: fabric: 16400 switches for 2048 nodes, more than "
       "hetsim routes (8192); use fewer nodes, or more NICs per leaf or nodes per unit");
 }
 
