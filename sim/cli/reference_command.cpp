@@ -8,6 +8,7 @@
 #include "sim/config/cluster_config.h"
 #include "sim/study/study.h"
 #include "sim/workload/framework.h"
+#include "sim/workload/model.h"
 #include "sim/workload/plan_keys.h"
 
 namespace hetsim::cli {
@@ -40,19 +41,20 @@ void add_reference_command(CLI::App& app, Action& action) {
       "Print a reference generated from the code: plan-keys (Markdown, "
       "docs/reference/plan-keys.md), plan-schema (JSON Schema, docs/schemas/plan.schema.json), "
       "framework-keys, framework-schema, gpu-keys, gpu-schema, cluster-keys, cluster-schema, "
-      "link-class-keys, link-class-schema, study-keys, study-schema (likewise for framework "
-      "files, GPU profiles, cluster files, topologies/link_classes.yaml and study files) or "
+      "link-class-keys, link-class-schema, study-keys, study-schema, model-keys, model-schema "
+      "(likewise for framework files, GPU profiles, cluster files, topologies/link_classes.yaml, "
+      "study files and model files) or "
       "commands (every command's options, docs/reference/commands.md)");
   auto what = std::make_shared<std::string>();
   cmd->add_option("what", *what,
                   "plan-keys, plan-schema, framework-keys, framework-schema, gpu-keys, gpu-schema, "
                   "cluster-keys, cluster-schema, link-class-keys, link-class-schema, study-keys, "
-                  "study-schema or commands")
+                  "study-schema, model-keys, model-schema or commands")
       ->required()
       ->check(CLI::IsMember({"plan-keys", "plan-schema", "framework-keys", "framework-schema",
                              "gpu-keys", "gpu-schema", "cluster-keys", "cluster-schema",
                              "link-class-keys", "link-class-schema", "study-keys", "study-schema",
-                             "commands"}));
+                             "model-keys", "model-schema", "commands"}));
   cmd->callback([&action, &app, what] {
     action = [&app, what] {
       if (*what == "plan-keys") {
@@ -75,6 +77,10 @@ void add_reference_command(CLI::App& app, Action& action) {
         std::cout << config::link_class_keys_markdown();
       } else if (*what == "link-class-schema") {
         std::cout << config::link_class_json_schema().dump(2) << "\n";
+      } else if (*what == "model-keys") {
+        std::cout << workload::model_keys_markdown();
+      } else if (*what == "model-schema") {
+        std::cout << workload::model_json_schema().dump(2) << "\n";
       } else if (*what == "study-keys") {
         std::cout << study::study_keys_markdown();
       } else if (*what == "study-schema") {

@@ -43,6 +43,8 @@ std::string_view type_name(KeyType t) {
       return "power (700W)";
     case T::entries:
       return "map or list of maps";
+    case T::fraction:
+      return "number";
   }
   return "";
 }
@@ -57,6 +59,7 @@ std::string values_of(const Key& k) {
     return fmt::format("{} to {}", static_cast<int64_t>(k.min), static_cast<int64_t>(k.max));
   }
   if (k.type == T::number) return fmt::format("above {}, at most {}", k.min, k.max);
+  if (k.type == T::fraction) return "from 0, below 1";
   return "";
 }
 
@@ -109,6 +112,11 @@ nlohmann::ordered_json property(const Key& k) {
     case T::entries:
       p["type"] = J::array({"object", "array"});
       break;
+    case T::fraction:
+      p["type"] = "number";
+      p["minimum"] = 0;
+      p["exclusiveMaximum"] = 1;
+      break;
   }
   return p;
 }
@@ -123,28 +131,46 @@ std::pair<std::string_view, std::string_view> split(std::string_view name) {
 // A list's entries (`x[]`) or a map's named entries (`*`): rows that describe a value, not a key.
 bool entry_row(std::string_view own) { return own == "*" || own.ends_with("[]"); }
 
-// Whether a row with `when` belongs to the variant where `field` has `value` (nullptr: absent).
-bool in_variant(std::string_view when, std::string_view field, const std::string* value) {
+// Whether a row with `when` belongs to the variant `value_of` describes.
+bool in_variant(std::string_view when, const ValueOf& value_of) {
   if (when.empty()) return true;
-  if (when.starts_with("no ")) return when.substr(3) == field && value == nullptr;
+  if (when.starts_with("no ")) return value_of(when.substr(3)) == nullptr;
   const size_t colon = when.find(':');
-  if (colon == std::string_view::npos) return when == field && value != nullptr;
-  if (when.substr(0, colon) != field || value == nullptr) return false;
-  std::string_view rest = when.substr(colon + 1);
-  while (!rest.empty()) {
-    const size_t comma = std::min(rest.find(','), rest.size());
-    std::string_view v = rest.substr(0, comma);
-    while (v.starts_with(' ')) v.remove_prefix(1);
-    if (v == *value) return true;
-    rest = comma < rest.size() ? rest.substr(comma + 1) : std::string_view{};
+  // "a | b": one of these keys is given.
+  auto each = [](std::string_view list, char sep, auto f) {
+    while (!list.empty()) {
+      const size_t end = std::min(list.find(sep), list.size());
+      std::string_view v = list.substr(0, end);
+      while (v.starts_with(' ')) v.remove_prefix(1);
+      while (v.ends_with(' ')) v.remove_suffix(1);
+      if (f(v)) return true;
+      list = end < list.size() ? list.substr(end + 1) : std::string_view{};
+    }
+    return false;
+  };
+  if (colon == std::string_view::npos) {
+    return each(when, '|', [&](std::string_view k) { return value_of(k) != nullptr; });
   }
-  return false;
+  const std::string* value = value_of(when.substr(0, colon));
+  if (value == nullptr) return false;
+  return each(when.substr(colon + 1), ',', [&](std::string_view v) { return v == *value; });
 }
 
 // The variant as the reference page says it.
 std::string when_text(std::string_view when) {
   if (when.empty()) return "";
   if (when.starts_with("no ")) return fmt::format(" (only without `{}`)", when.substr(3));
+  if (when.find(':') == std::string_view::npos && when.find('|') != std::string_view::npos) {
+    std::string keys;
+    for (char c : when) {
+      if (c == '|') {
+        keys += "` or `";
+      } else if (c != ' ') {
+        keys += c;
+      }
+    }
+    return fmt::format(" (only with `{}`)", keys);
+  }
   return fmt::format(" (only with `{}`)", when);
 }
 
@@ -170,10 +196,16 @@ std::vector<std::string> key_names(const std::vector<Key>& table, std::string_vi
 
 std::vector<std::string> key_names(const std::vector<Key>& table, std::string_view path,
                                    std::string_view field, const std::string* value) {
+  return key_names(table, path,
+                   [&](std::string_view key) { return key == field ? value : nullptr; });
+}
+
+std::vector<std::string> key_names(const std::vector<Key>& table, std::string_view path,
+                                   const ValueOf& value_of) {
   std::vector<std::string> out;
   for (const Key& k : table) {
     const auto [map, name] = split(k.name);
-    if (map == path && !entry_row(name) && in_variant(k.when, field, value)) out.emplace_back(name);
+    if (map == path && !entry_row(name) && in_variant(k.when, value_of)) out.emplace_back(name);
   }
   return out;
 }

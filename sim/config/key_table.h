@@ -11,10 +11,13 @@
 // A map whose keys depend on one of its keys (a cluster's `intra` by its `kind`, a node type by
 // whether it names an `instance`) gives each key that belongs to one variant a `when`:
 // "kind: nvswitch, pcie" (only when `kind` is one of these), "instance" (only when `instance`
-// is given) or "no instance" (only when it is not).
+// is given), "conv | pool" (only when one of these is given) or "no instance" (only when it is
+// not).
 #pragma once
 
 #include <nlohmann/json.hpp>
+
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -37,6 +40,7 @@ enum class KeyType {
   flop_rate,  // a compute rate such as 989TFLOPS
   power,      // a power such as 700W
   entries,    // a map, or a list of such maps
+  fraction,   // a number in [0, 1): a probability such as dropout's
 };
 
 struct Key {
@@ -62,6 +66,11 @@ std::vector<std::string> key_names(const std::vector<Key>& table, std::string_vi
 // The same, for the variant in which the map's key `field` has `value` (nullptr: not given).
 std::vector<std::string> key_names(const std::vector<Key>& table, std::string_view path,
                                    std::string_view field, const std::string* value);
+// The same, for the variant `value_of` describes: the value of each key a `when` names (nullptr:
+// not given; a key given as a list or a map reads as "").
+using ValueOf = std::function<const std::string*(std::string_view key)>;
+std::vector<std::string> key_names(const std::vector<Key>& table, std::string_view path,
+                                   const ValueOf& value_of);
 
 // The table as Markdown rows under a header (| key | type | values | default | meaning |, and
 // | read by | where `read_by`).

@@ -217,9 +217,13 @@ class NetworkReader {
       throw InputError(config::where(file_, n) + ": " + path +
                        ": expected exactly one of conv, pool, fc or bottleneck");
     }
+    // The entry's form is the one of conv, pool, fc and bottleneck it gives.
+    static const std::string given;
+    config::check_keys(file_, n, path,
+                       config::key_names(model_keys(), "network[]", [&](std::string_view k) {
+                         return n[std::string(k)] ? &given : nullptr;
+                       }));
     if (n["conv"]) {
-      config::check_keys(file_, n, path,
-                         {"conv", "kernel", "stride", "pad", "bias", "batchnorm", "relu", "name"});
       const bool bn = flag(file_, n, path, "batchnorm", false);
       conv(n, path, config::get_int(file_, n, path, "conv", 1, config::limits::kHidden),
            static_cast<int>(config::get_int(file_, n, path, "kernel", 1, 1024)),
@@ -228,9 +232,9 @@ class NetworkReader {
            flag(file_, n, path, "bias", !bn), bn, flag(file_, n, path, "relu", true),
            name(n, path, "conv"));
     } else if (n["pool"]) {
-      config::check_keys(file_, n, path, {"pool", "kernel", "stride", "pad", "global", "name"});
       CnnLayer l = begin(CnnKind::pool, name(n, path, "pool"));
-      l.pool = static_cast<PoolKind>(config::get_choice(file_, n, path, "pool", {"max", "avg"}));
+      l.pool = static_cast<PoolKind>(
+          config::get_choice(file_, n, path, "pool", model_key_choices("network[].pool")));
       if (flag(file_, n, path, "global", false)) {
         for (const char* k : {"kernel", "stride", "pad"}) {
           if (n[k]) {
@@ -253,7 +257,6 @@ class NetworkReader {
       l.out_c = cur_.c;
       finish(l, n, path);
     } else if (n["fc"]) {
-      config::check_keys(file_, n, path, {"fc", "relu", "dropout", "bias", "name"});
       CnnLayer l = begin(CnnKind::fc, name(n, path, "fc"));
       l.out_c = config::get_int(file_, n, path, "fc", 1, config::limits::kFfn);
       l.relu = flag(file_, n, path, "relu", true);
@@ -360,7 +363,6 @@ class NetworkReader {
   // first block's shortcut a strided 1x1 with batch norm where the shape changes, the identity
   // otherwise; the ReLU after the sum.
   void bottleneck(const YAML::Node& n, const std::string& path) {
-    config::check_keys(file_, n, path, {"bottleneck", "blocks", "stride", "name"});
     const int64_t width = config::get_int(file_, n, path, "bottleneck", 1, config::limits::kHidden);
     const long blocks = config::get_int(file_, n, path, "blocks", 1, 1024);
     const int stride = static_cast<int>(config::get_int(file_, n, path, "stride", 1, 16, 1));
@@ -397,13 +399,14 @@ class NetworkReader {
 
 ModelConfig load_cnn_yaml(const YAML::Node& root, const std::string& file) {
   using namespace config;
-  check_keys(file, root, "", {"name", "family", "input", "network"});
+  const std::string cnn = "cnn";
+  check_keys(file, root, "", key_names(model_keys(), "", "family", &cnn));
   ModelConfig m;
   m.source = file;
   m.name = get_string(file, root, "", "name");
   m.family = "cnn";
   const YAML::Node in = require(file, root, "", "input");
-  check_keys(file, in, "input", {"channels", "height", "width"});
+  check_keys(file, in, "input", key_names(model_keys(), "input"));
   m.input_c = get_int(file, in, "input", "channels", 1, limits::kHidden);
   m.input_h = get_int(file, in, "input", "height", 1, 1L << 16);
   m.input_w = get_int(file, in, "input", "width", 1, 1L << 16);

@@ -188,45 +188,8 @@ ModelConfig load_model_yaml_text(const std::string& text, const std::string& fil
       root["family"].as<std::string>() == "cnn") {
     return load_cnn_yaml(root, file);
   }
-  check_keys(file, root, "",
-             {"name",
-              "family",
-              "layers",
-              "hidden",
-              "heads",
-              "kv_heads",
-              "head_dim",
-              "ffn_hidden",
-              "vocab",
-              "sequence",
-              "activation",
-              "norm",
-              "position",
-              "tied_embeddings",
-              "causal",
-              "bias",
-              "qkv_bias",
-              "mlp_bias",
-              "head_bias",
-              "norm_placement",
-              "parallel_attention",
-              "parallel_norms",
-              "qk_norm",
-              "attention_window",
-              "window_kind",
-              "global_every",
-              "moe_phase",
-              "dropout",
-              "experts",
-              "experts_per_token",
-              "expert_ffn_hidden",
-              "shared_experts",
-              "dense_layers",
-              "moe_every",
-              "q_lora_rank",
-              "kv_lora_rank",
-              "qk_rope_head_dim",
-              "v_head_dim"});
+  const std::string transformer = "gpt";  // any of the transformer families: one form
+  check_keys(file, root, "", key_names(model_keys(), "", "family", &transformer));
   ModelConfig m;
   m.source = file;
   m.name = get_string(file, root, "", "name");
@@ -245,10 +208,11 @@ ModelConfig load_model_yaml_text(const std::string& text, const std::string& fil
       static_cast<int>(get_int(file, root, "", "ffn_hidden", 1, limits::kFfn, 4L * m.hidden));
   m.vocab = static_cast<int>(get_int(file, root, "", "vocab", 1, limits::kVocab));
   m.sequence = static_cast<int>(get_int(file, root, "", "sequence", 1, limits::kSequence));
-  m.activation =
-      static_cast<Activation>(get_choice(file, root, "", "activation", {"gelu", "swiglu"}));
-  m.norm = static_cast<Norm>(get_choice(file, root, "", "norm", {"layernorm", "rmsnorm"}));
-  m.position = static_cast<Position>(get_choice(file, root, "", "position", {"learned", "rotary"}));
+  m.activation = static_cast<Activation>(
+      get_choice(file, root, "", "activation", model_key_choices("activation")));
+  m.norm = static_cast<Norm>(get_choice(file, root, "", "norm", model_key_choices("norm")));
+  m.position =
+      static_cast<Position>(get_choice(file, root, "", "position", model_key_choices("position")));
   auto flag = [&](const char* key) {
     const YAML::Node n = require(file, root, "", key);
     try {
@@ -264,13 +228,13 @@ ModelConfig load_model_yaml_text(const std::string& text, const std::string& fil
   m.mlp_bias = config::get_bool(file, root, "", "mlp_bias", m.bias);
   m.head_bias = config::get_bool(file, root, "", "head_bias", false);
   m.norm_placement = static_cast<NormPlacement>(
-      get_choice(file, root, "", "norm_placement", {"pre", "post", "sandwich"}, "pre"));
+      get_choice(file, root, "", "norm_placement", model_key_choices("norm_placement"), "pre"));
   m.parallel_attention = config::get_bool(file, root, "", "parallel_attention", false);
   m.parallel_norms = static_cast<int>(get_int(file, root, "", "parallel_norms", 1, 2, 1));
   m.qk_norm = static_cast<QkNorm>(
-      get_choice(file, root, "", "qk_norm", {"none", "head", "projection", "unweighted"}, "none"));
+      get_choice(file, root, "", "qk_norm", model_key_choices("qk_norm"), "none"));
   m.window_kind = static_cast<WindowKind>(
-      get_choice(file, root, "", "window_kind", {"none", "sliding", "chunked"},
+      get_choice(file, root, "", "window_kind", model_key_choices("window_kind"),
                  root["attention_window"] ? "sliding" : "none"));
   if (m.window_kind != WindowKind::none) {
     m.attention_window =

@@ -4,7 +4,10 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include "sim/config/key_table.h"
 
 namespace hetsim::workload {
 
@@ -189,6 +192,14 @@ struct ModelConfig {
 
 // Reads a model from a YAML file, a Hugging Face config.json, or a built-in name such as
 // "gpt3-175b". Throws InputError naming the file, the field and what was expected.
+// The keys of a model file, declared once (config/key_table.h; model_keys.cpp): the loaders
+// check a file's keys and read its choices from this table; `hetsim reference model-keys` and
+// `model-schema` write docs/reference/model-keys.md and docs/schemas/model.schema.json from it.
+const std::vector<config::Key>& model_keys();
+std::vector<std::string> model_key_choices(std::string_view key);
+std::string model_keys_markdown();
+nlohmann::ordered_json model_json_schema();
+
 ModelConfig load_model(const std::string& path_or_name);
 ModelConfig load_model_yaml_text(const std::string& text, const std::string& file);
 ModelConfig load_model_hf_text(const std::string& text, const std::string& file);  // hf_config.cpp

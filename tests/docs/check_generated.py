@@ -6,8 +6,8 @@
 Each file below is what a `hetsim reference` command prints; the check fails, naming the
 command that rewrites the file, when the file differs from what the code generates now. It also
 fails when docs/design.md, the code map, leaves out a folder of sim/ or of the repository root,
-when a shipped framework file, GPU profile, cluster, link classes file or study does not name its
-schema on its first line, or when a YAML file names a schema that does not exist.
+when a shipped framework file, GPU profile, cluster, link classes file, study or model does not
+name its schema on its first line, or when a YAML file names a schema that does not exist.
 Python 3's standard library only.
 """
 import subprocess
@@ -28,6 +28,8 @@ GENERATED = {
     "docs/schemas/link-classes.schema.json": ["reference", "link-class-schema"],
     "docs/reference/study-keys.md": ["reference", "study-keys"],
     "docs/schemas/study.schema.json": ["reference", "study-schema"],
+    "docs/reference/model-keys.md": ["reference", "model-keys"],
+    "docs/schemas/model.schema.json": ["reference", "model-schema"],
 }
 
 # Shipped YAML that names its schema on its first line (for editors: the YAML language server).
@@ -40,7 +42,8 @@ MUST_NAME = {"frameworks/*.yaml": "framework.schema.json",
              "topologies/pcie-*.yaml": "cluster.schema.json",
              "topologies/cpu-host.yaml": "cluster.schema.json",
              "topologies/link_classes.yaml": "link-classes.schema.json",
-             "experiments/*/study.yaml": "study.schema.json"}
+             "experiments/*/study.yaml": "study.schema.json",
+             "models/*.yaml": "model.schema.json"}
 
 
 def schema_lines(root):

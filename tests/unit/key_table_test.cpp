@@ -11,6 +11,7 @@
 #include "sim/config/cluster_config.h"
 #include "sim/core/error.h"
 #include "sim/study/study.h"
+#include "sim/workload/model.h"
 
 namespace hetsim::config {
 namespace {
@@ -157,6 +158,49 @@ TEST(StudyKeys, APlanEntryOfThePlannerTakesNoFile) {
       key_names(study::study_keys()),
       (std::vector<std::string>{"description", "models", "clusters", "plans", "cases", "frameworks",
                                 "perturbations", "tokens", "calibration", "efficiency"}));
+}
+
+std::string model_error(const std::string& text) {
+  try {
+    workload::load_model_yaml_text(text, "m.yaml");
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(ModelKeys, ATransformerTakesNoLayersOfANetworkAndANetworkNoTransformerKeys) {
+  const std::string gpt =
+      "name: g\nfamily: gpt\nlayers: 2\nhidden: 64\nheads: 4\nvocab: 100\nsequence: 32\n"
+      "activation: gelu\nnorm: layernorm\nposition: learned\ntied_embeddings: true\n"
+      "causal: true\nbias: true\n";
+  ASSERT_EQ(model_error(gpt), "no error");
+  EXPECT_NE(model_error(gpt + "input: {channels: 3, height: 8, width: 8}\n")
+                .find("m.yaml:14: input: unknown key"),
+            std::string::npos);
+  const std::string cnn =
+      "name: c\nfamily: cnn\ninput: {channels: 3, height: 8, width: 8}\nnetwork:\n"
+      "  - {conv: 4, kernel: 3, pad: 1, batchnorm: true}\n  - {pool: max, kernel: 2{POOL}}\n"
+      "  - {fc: 10, relu: false}\n";
+  auto with = [&](const std::string& more) {
+    std::string s = cnn;
+    s.replace(s.find("{POOL}"), 6, more);
+    return s;
+  };
+  ASSERT_EQ(model_error(with("")), "no error");
+  // batchnorm belongs to a convolution, not to a pool.
+  EXPECT_NE(
+      model_error(with(", batchnorm: true")).find("m.yaml:6: network[1].batchnorm: unknown key"),
+      std::string::npos)
+      << model_error(with(", batchnorm: true"));
+  EXPECT_NE(model_error(with("") + "layers: 4\n").find("layers: unknown key"), std::string::npos);
+  // Each transformer key of the table is one the loader reads (a value of the wrong shape is
+  // refused naming the key, never as unknown).
+  for (const Key& k : workload::model_keys()) {
+    if (k.when != "family: gpt, llama, bert, gptneox") continue;
+    const std::string error = model_error(gpt + std::string(k.name) + ": [[oops]]\n");
+    EXPECT_EQ(error.find("unknown key"), std::string::npos) << k.name << ": " << error;
+  }
 }
 
 }  // namespace
