@@ -99,6 +99,11 @@ void check_megatron_shapes(const workload::ModelConfig& m, int tp, const std::st
         "query/key norms over the projection or without weights (qk_norm)");
   lacks(m.window_kind != workload::WindowKind::none, "local attention (attention_window)");
   lacks(m.head_bias, "output-layer bias (head_bias)");
+  if (m.head == workload::Head::classification) {
+    unsupported.push_back(m.name + "'s classification head: " + framework +
+                          "'s pretraining script trains a language model (the classifier is its "
+                          "tasks/ finetuning, not exported)");
+  }
   lacks(m.mlp_bias != m.bias, "MLP biases apart from attention's (mlp_bias)");
   // Megatron's attention divides the query groups among the tensor-parallel ranks exactly.
   if (m.kv_heads % tp != 0) {

@@ -141,8 +141,30 @@ DatasheetEfficiency load_datasheet_efficiency(const std::string& path) {
   return e;
 }
 
-double DatasheetCostModel::gemm_shape_efficiency(const Op& op,
-                                                 const config::GpuProfile& gpu) const {
+// The reduction-length term's k_half for a GEMM whose math runs on the CUDA cores (fp32 on a board
+// without TF32: Volta, Turing, Pascal), from the tensor-core one the constants were fitted with.
+// A tile's loads and its output are hidden once its main loop is long against them: the loop
+// takes k / (the board's FLOP rate) a tile row, the loads and stores bytes per element / (the
+// same memory and shared-memory bandwidth), so the k that hides them scales with FLOP rate x
+// element bytes. On a V100, FP32 on the CUDA cores (15.7 TFLOPS, 4-byte elements) against FP16 on
+// the tensor cores (125 TFLOPS, 2 bytes): a quarter of the k_half. The H200 calibration
+// (calibrate/data/h200-sxm-141gb.h5, CUDA-core FP32 GEMMs) shows it: 72-74% of the FP32 peak at
+// k = 1024 and 75-76% at k = 8192 (2048-8192 square), where its BF16 GEMMs go from 48-66% to
+// 69-79% of theirs.
+double DatasheetCostModel::simt_k_half(const config::GpuProfile& gpu, Precision math) const {
+  if (math != Precision::fp32) return e_.k_half;
+  auto peak = [&](const char* key) {
+    auto it = gpu.peak_flops.find(key);
+    return it == gpu.peak_flops.end() ? 0.0 : it->second;
+  };
+  const double fp32 = peak("fp32"), tensor = std::max(peak("fp16"), peak("bf16"));
+  // TF32 (Ampere and later) runs fp32 math on the tensor cores: the fitted term applies.
+  if (peak("tf32") > fp32 || !(fp32 > 0) || !(tensor > fp32)) return e_.k_half;
+  return e_.k_half * (fp32 * 4) / (tensor * 2);
+}
+
+double DatasheetCostModel::gemm_shape_efficiency(const Op& op, const config::GpuProfile& gpu,
+                                                 Precision math) const {
   const double t = e_.tile;
   const double tiles_m = std::ceil(op.m / t), tiles_n = std::ceil(op.n / t);
   const double tiles = tiles_m * tiles_n * std::max<int64_t>(1, op.batch);
@@ -150,7 +172,7 @@ double DatasheetCostModel::gemm_shape_efficiency(const Op& op,
   const double waves = std::ceil(tiles / sms);
   const double wave_eff = tiles / (waves * sms);
   const double tile_eff = (double(op.m) * op.n) / (tiles_m * t * tiles_n * t);
-  const double k_eff = op.k / (op.k + e_.k_half);
+  const double k_eff = op.k / (op.k + simt_k_half(gpu, math));
   return wave_eff * tile_eff * k_eff;
 }
 
@@ -205,8 +227,9 @@ Time DatasheetCostModel::duration_throttled(const Op& op, const config::GpuProfi
     case OpKind::gemm: {
       // Tile quantisation: partial tiles at the edges do full work. Wave quantisation: tiles run
       // in waves of one per SM; the last wave may be mostly empty [nv-mm].
-      const double compute = op.flops / (peak_flops(gpu, math_precision(op, p)) * e_.gemm_max *
-                                         gemm_shape_efficiency(op, gpu) * throttle);
+      const Precision math = math_precision(op, p);
+      const double compute = op.flops / (peak_flops(gpu, math) * e_.gemm_max *
+                                         gemm_shape_efficiency(op, gpu, math) * throttle);
       seconds = std::max(compute, op.bytes / bw);
       break;
     }

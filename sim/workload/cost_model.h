@@ -105,7 +105,11 @@ class DatasheetCostModel : public CostModel {
   const DatasheetEfficiency& efficiency() const { return e_; }
   // The share of peak a GEMM of this shape keeps after tile and wave quantisation and its
   // reduction length: measured tables interpolate in units of it, so the steps stay.
-  double gemm_shape_efficiency(const Op& op, const config::GpuProfile& gpu) const;
+  // `math`: the precision the GEMM's math runs in (math_precision); fp32 on a board without TF32
+  // runs on the CUDA cores (see simt_k_half).
+  double gemm_shape_efficiency(const Op& op, const config::GpuProfile& gpu,
+                               Precision math = Precision::bf16) const;
+  double simt_k_half(const config::GpuProfile& gpu, Precision math) const;
   // The same for a convolution's implicit GEMM, whose kernels split a long reduction over
   // several tiles' worth of SMs when the output has too few tiles to fill the GPU (the weight
   // gradient: k x c r s outputs, n p q long).

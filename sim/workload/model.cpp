@@ -124,6 +124,11 @@ int64_t ModelConfig::embedding_params() const {
 int64_t ModelConfig::output_params() const {
   if (convolutional()) return 0;
   const int64_t final_norm = norm == Norm::layernorm ? 2 * int64_t{hidden} : int64_t{hidden};
+  if (head == Head::classification) {
+    // The pooler (hidden x hidden and its bias) and the classifier (hidden x classes and bias).
+    const int64_t h = hidden;
+    return final_norm + h * h + h + h * classes + classes;
+  }
   return final_norm + (tied_embeddings ? 0 : static_cast<int64_t>(vocab) * hidden) +
          (head_bias ? vocab : 0);
 }
@@ -222,6 +227,18 @@ ModelConfig load_model_yaml_text(const std::string& text, const std::string& fil
     }
   };
   m.tied_embeddings = flag("tied_embeddings");
+  m.head = static_cast<Head>(get_choice(file, root, "", "head", model_key_choices("head"), "lm"));
+  if (m.head == Head::classification) {
+    m.classes = static_cast<int>(get_int(file, root, "", "classes", 2, limits::kVocab, 2));
+    if (m.tied_embeddings) {
+      throw InputError(where(file, root["tied_embeddings"]) +
+                       ": tied_embeddings: a classification head has no output projection to "
+                       "share the word embedding with: expected false");
+    }
+  } else if (root["classes"]) {
+    throw InputError(where(file, root["classes"]) +
+                     ": classes: applies to a classification head; give head: classification");
+  }
   m.causal = flag("causal");
   m.bias = flag("bias");
   m.qkv_bias = config::get_bool(file, root, "", "qkv_bias", false);

@@ -26,6 +26,11 @@ enum class QkNorm { none, head, projection, unweighted };
 // each query (Mistral, Gemma 2 and 3, StarCoder2, Phi-3); or chunks of `attention_window`
 // tokens that attend only within themselves (Llama 4's chunked attention).
 enum class WindowKind { none, sliding, chunked };
+// What the last layer feeds: a language-model head (the final norm, logits over the vocabulary
+// and their cross-entropy), or a sequence classifier (Megatron-LM's Classification model, BERT's
+// for GLUE: the final norm, a pooler (a dense layer and tanh) on the first token, and a dense
+// layer to `classes` logits).
+enum class Head { lm, classification };
 
 // One layer of a convolutional network (family cnn): a convolution, a pooling or a fully
 // connected layer, with the batch norm, ReLU and dropout that follow it, on one image of
@@ -76,6 +81,8 @@ struct ModelConfig {
   Norm norm = Norm::layernorm;
   Position position = Position::learned;
   bool tied_embeddings = true;
+  Head head = Head::lm;
+  int classes = 0;  // a classification head's
   bool causal = true;
   bool bias = true;
   // Biases on the query, key and value projections only (Qwen2's; `qkv_bias`), where `bias` is
@@ -179,7 +186,9 @@ struct ModelConfig {
   // One FFN of width `ffn` (gelu: two matrices; swiglu: three), with its biases.
   int64_t mlp_params(int64_t ffn) const;
   int64_t embedding_params() const;  // token (+ learned positions)
-  int64_t output_params() const;     // final norm (+ untied output projection)
+  int64_t output_params() const;     // final norm (+ untied output projection, or the classifier)
+  // The logits per token the head computes: the vocabulary, or one per sequence per class.
+  int64_t output_width() const { return head == Head::lm ? vocab : classes; }
   // What the stage holding the head keeps outside the layers in a pipeline of `stages`: the
   // final norm and output projection, and with tied embeddings across stages its own copy of
   // the word embedding.

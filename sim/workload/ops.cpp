@@ -832,7 +832,36 @@ std::vector<Step> embedding_backward(const ModelConfig& m, const LayerShape& s) 
   return b.steps;
 }
 
+// A sequence classifier (Megatron-LM's Classification model, as BERT's GLUE finetuning runs it):
+// the final norm over every token, then on each sequence's first token the pooler (a dense layer
+// and tanh) and the classifier; neither is split over the tensor-parallel ranks (each holds the
+// whole hidden state after the last layer's all-reduce), and nothing crosses them.
+std::vector<Step> classifier_forward(const ModelConfig& m, const LayerShape& s) {
+  Builder b(m, s);
+  const int64_t mb = s.micro_batch, h = m.hidden;
+  b.norm_fwd("final_norm");
+  b.gemm("pooler", mb, h, h);
+  b.memory("pooler.tanh", 2 * b.e * mb * h);
+  b.gemm("classifier", mb, m.classes, h);
+  b.memory("classifier.loss", 8.0 * mb * m.classes);
+  return b.steps;
+}
+
+std::vector<Step> classifier_backward(const ModelConfig& m, const LayerShape& s) {
+  Builder b(m, s);
+  const int64_t mb = s.micro_batch, h = m.hidden;
+  b.memory("classifier.loss.bwd", 8.0 * mb * m.classes);
+  b.gemm("classifier.dgrad", mb, h, m.classes);
+  b.gemm("classifier.wgrad", h, m.classes, mb);
+  b.memory("pooler.tanh.bwd", 3 * b.e * mb * h);
+  b.gemm("pooler.dgrad", mb, h, h);
+  b.gemm("pooler.wgrad", h, h, mb);
+  b.norm_bwd("final_norm");
+  return b.steps;
+}
+
 std::vector<Step> head_forward(const ModelConfig& m, const LayerShape& s) {
+  if (m.head == Head::classification) return classifier_forward(m, s);
   Builder b(m, s);
   const int64_t v = m.vocab / s.tensor_parallel;
   b.norm_fwd("final_norm");
@@ -852,6 +881,7 @@ std::vector<Step> head_forward(const ModelConfig& m, const LayerShape& s) {
 }
 
 std::vector<Step> head_backward(const ModelConfig& m, const LayerShape& s) {
+  if (m.head == Head::classification) return classifier_backward(m, s);
   Builder b(m, s);
   const int64_t v = m.vocab / s.tensor_parallel;
   // Megatron-LM: the kept softmax, less one at the targets, times the loss's gradient in place

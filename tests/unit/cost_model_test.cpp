@@ -92,6 +92,25 @@ TEST(DatasheetCostModel, T4Fp16Gemm4096CubeRunsAtTheSustainedRate) {
   EXPECT_NEAR(t0, 3.093380e-3, 1e-9);
 }
 
+TEST(DatasheetCostModel, Fp32GemmsOnCudaCoresHideTheirLoadsAtAShorterReduction) {
+  // A V100 has no TF32: fp32 math runs on its CUDA cores at 15.7 TFLOPS, 4-byte elements, against
+  // 125 TFLOPS and 2 bytes on its tensor cores: k_half 256 x (15.7 x 4) / (125 x 2) = 64.3072.
+  const DatasheetCostModel cost(shipped());
+  EXPECT_NEAR(cost.simt_k_half(gpu("v100-sxm2-16gb"), Precision::fp32), 64.3072, 1e-9);
+  EXPECT_EQ(cost.simt_k_half(gpu("v100-sxm2-16gb"), Precision::fp16), 256);
+  // TF32 runs an A100's or H100's fp32 math on the tensor cores: the fitted term.
+  EXPECT_EQ(cost.simt_k_half(gpu("a100-sxm4-80gb"), Precision::fp32), 256);
+  EXPECT_EQ(cost.simt_k_half(gpu("h100-sxm5-80gb"), Precision::fp32), 256);
+  // 2048 x 8192 x 2048 (GPT-3 XL's fc1 at micro-batch 1) on the V100's 80 SMs, tile 128:
+  //   tiles 16 x 64 = 1024, waves ceil(1024 / 80) = 13, wave eff 1024 / 1040 = 0.984615
+  //   k eff 2048 / (2048 + 64.3072) = 0.972130 (0.888889 at k_half 256)
+  const Op op = gemm(2048, 8192, 2048, Precision::fp32);
+  EXPECT_NEAR(cost.gemm_shape_efficiency(op, gpu("v100-sxm2-16gb"), Precision::fp32),
+              1024.0 / 1040 * 2048 / (2048 + 64.3072), 1e-9);
+  EXPECT_NEAR(cost.gemm_shape_efficiency(op, gpu("v100-sxm2-16gb"), Precision::fp16),
+              1024.0 / 1040 * 2048 / (2048 + 256), 1e-12);
+}
+
 TEST(DatasheetCostModel, AProfileWithoutSustainedIsUnchanged) {
   const DatasheetCostModel cost(shipped());
   for (const std::string name : {"a100-sxm4-80gb", "a100-pcie-80gb", "v100-sxm2-32gb"}) {

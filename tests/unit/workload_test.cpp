@@ -99,6 +99,71 @@ TEST(TrainingFlops, ReplayCountsEveryKernelOnEveryDeviceOnce) {
   EXPECT_GT(executed, gemm);
 }
 
+TEST(Workload, AClassificationHeadComputesAPoolerAndClassesNotTheVocabulary) {
+  // Megatron-LM's Classification model (BERT's GLUE finetuning, DT-FM's QQP runs): the layers'
+  // work as before, then per sequence a pooler (h x h) and a classifier (h x classes) on its first
+  // token, computed whole on every tensor-parallel rank; no logits over the vocabulary, no word
+  // embedding copy on the last stage, no embedding gradients between the first and last stage.
+  const ModelConfig m = load_model_yaml_text(
+      "name: cls\nfamily: bert\nlayers: 8\nhidden: 1024\nheads: 16\nvocab: 50304\n"
+      "sequence: 1024\nactivation: gelu\nnorm: layernorm\nposition: learned\n"
+      "tied_embeddings: false\nhead: classification\nclasses: 3\ncausal: false\nbias: true\n",
+      "cls.yaml");
+  const double h = m.hidden, c = 3;
+  EXPECT_EQ(m.output_width(), 3);
+  EXPECT_EQ(m.output_params(), static_cast<int64_t>(2 * h + h * h + h + h * c + c));
+  const platform::Cluster cl = cluster("dgx-a100", 1);
+  const DatasheetCostModel cost;
+  const Plan p = load_plan_text(
+      "tensor_parallel: 2\npipeline_parallel: 2\ndata_parallel: 2\nmicro_batch_size: 2\n"
+      "global_batch_size: 16\nsequence_length: 1024\nrecompute: full\nattention: standard\n",
+      "p.yaml", m, cl);
+  const TrainingJob job = build_training_job(m, p, cl, cost);
+  double gemm = 0;
+  for (const Group& g : job.groups) {
+    EXPECT_EQ(g.tied_bytes, 0) << "no tied embedding";
+    for (const Task& t : g.program) {
+      if (t.kind != TaskKind::compute) continue;
+      for (const auto& [op, d] : g.segments[t.index].ops) {
+        EXPECT_EQ(g.ops[op].name.rfind("logits", 0), std::string::npos) << g.ops[op].name;
+        if (g.ops[op].kind != OpKind::memory) gemm += g.ops[op].flops * g.devices.size();
+      }
+    }
+  }
+  // 96 B s l h^2 (1 + s / (6h)) for the layers (full recompute, every score computed), and the
+  // head's forward, input-gradient and weight-gradient GEMMs, 6 B h (h + classes), on each of the
+  // 2 tensor-parallel ranks.
+  const double B = 16, s = 1024, l = m.layers, t = 2;
+  EXPECT_NEAR(gemm / (96 * B * s * l * h * h * (1 + s / (6 * h)) + t * 6 * B * h * (h + c)), 1,
+              1e-12);
+  for (const Group& g : job.groups) {
+    for (const Task& t : g.program) EXPECT_NE(t.kind, TaskKind::tied);
+  }
+}
+
+TEST(Workload, AClassificationHeadIsDeclaredWhole) {
+  const std::string base =
+      "name: cls\nfamily: bert\nlayers: 2\nhidden: 64\nheads: 4\nvocab: 100\nsequence: 32\n"
+      "activation: gelu\nnorm: layernorm\nposition: learned\ncausal: false\nbias: true\n";
+  auto error = [&](const std::string& more) {
+    try {
+      load_model_yaml_text(base + more, "m.yaml");
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(error("tied_embeddings: false\nhead: classification\n"), "no error");
+  EXPECT_NE(error("tied_embeddings: true\nhead: classification\n")
+                .find("m.yaml:13: tied_embeddings: a classification head has no output projection"),
+            std::string::npos)
+      << error("tied_embeddings: true\nhead: classification\n");
+  EXPECT_NE(error("tied_embeddings: true\nclasses: 2\n")
+                .find("classes: applies to a classification head"),
+            std::string::npos);
+  EXPECT_NE(error("tied_embeddings: false\nhead: regression\n").find("head"), std::string::npos);
+}
+
 // `optimizer:` Adam keeps two fp32 moments beside the fp32 master weights (12 bytes a parameter
 // in fp16), SGD with momentum one (8), plain SGD none (4); in fp32 the master copy is the weights
 // themselves (8, 4, 0). The step's kernel moves 30, 22 and 14 bytes a parameter in fp16 (the
