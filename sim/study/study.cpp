@@ -347,6 +347,126 @@ Study load_study(const std::string& path) {
   return load_study_text(text, path, fs::path(path).parent_path().string());
 }
 
+namespace {
+
+// (model, cluster, plan, case) of each run in the study's order, before frameworks and
+// perturbations are crossed in.
+using Triple =
+    std::tuple<const ModelEntry*, const ClusterEntry*, const PlanEntry*, const CaseEntry*>;
+
+// An empty cross product is an error that says which lists are empty.
+void check_not_empty(const std::string& file, const YAML::Node& root, size_t models,
+                     size_t clusters, size_t plans, size_t frameworks, size_t perturbations) {
+  if (models && clusters && plans && frameworks && perturbations) return;
+  std::vector<std::string> empty;
+  for (const auto& [name, n] : {std::pair<std::string, size_t>{"models", models},
+                                {"clusters", clusters},
+                                {"plans", plans},
+                                {"frameworks", root["frameworks"] ? frameworks : 1},
+                                {"perturbations", perturbations}}) {
+    if (n == 0) empty.push_back(name);
+  }
+  throw InputError(fmt::format(
+      "{}: no runs: the cross product of {} models, {} clusters, {} plans, {} frameworks and {} "
+      "perturbations is empty ({} {} missing or empty)",
+      file, models, clusters, plans, frameworks, perturbations, config::join_names(empty),
+      empty.size() == 1 ? "is" : "are"));
+}
+
+// What every run's key shares: the version (a new hetsim may compute differently), the record's
+// layout and the costs (the efficiency file's text, the calibration database's hash).
+std::string common_key(const std::string& file, const YAML::Node& root, const Study& s) {
+  std::string common;
+  add(common, "hetsim", HETSIM_VERSION);
+  // What a record holds: 2 added perturbations and costs, so older records are not reused.
+  add(common, "record", "2");
+  std::string efficiency, calibration;
+  if (!s.efficiency.empty()) {
+    checked(file, root["efficiency"], "efficiency", [&] {
+      efficiency = config::read_text_file(s.efficiency, "efficiency file");
+      workload::load_datasheet_efficiency(s.efficiency);
+    });
+  }
+  if (!s.calibration.empty()) {
+    checked(file, root["calibration"], "calibration", [&] {
+      calibration = hash_hex(config::read_text_file(s.calibration, "calibration database"));
+    });
+  }
+  add(common, "efficiency", efficiency);
+  add(common, "calibration", calibration);
+  return common;
+}
+
+// One run: its labels, its spec, the JSON of its inputs and the key that hashes their contents.
+StudyRun make_run(const std::string& common, const Triple& t, const FrameworkEntry& f,
+                  const PerturbationEntry& x, size_t index) {
+  const auto& [mp, cp, pp, casep] = t;
+  const ModelEntry& m = *mp;
+  const ClusterEntry& c = *cp;
+  const PlanEntry& p = *pp;
+  StudyRun r;
+  if (casep) {
+    r.reference_s = casep->reference_s;
+    r.reference_source = casep->reference_source;
+  }
+  r.index = index;
+  r.model = m.label, r.cluster = c.label, r.plan = p.label, r.framework = f.label;
+  r.spec.model = m.source;
+  r.spec.cluster = c.source;
+  r.spec.cluster_options = c.options;
+  std::string key = common;
+  add(key, "model", m.given);
+  add(key, "model text", m.text);
+  add(key, "cluster", c.given);
+  add(key, "cluster text", c.text);
+  add(key, "nodes", c.options.nodes ? std::to_string(*c.options.nodes) : "");
+  for (const std::string& set : c.options.sets) add(key, "set", set);
+  nlohmann::ordered_json in;
+  in["model"] = m.source;
+  in["cluster"] = c.source;
+  in["nodes"] = c.options.nodes ? nlohmann::ordered_json(*c.options.nodes) : nullptr;
+  in["set"] = c.options.sets;
+  if (p.policy) {
+    r.policy = *p.policy;
+    r.policy->framework = f.source;
+    r.spec.plan = "policy " + p.policy->policy;
+    add(key, "policy", p.policy->policy);
+    add(key, "global_batch_size", std::to_string(p.policy->global_batch));
+    add(key, "sequence_length", std::to_string(p.policy->sequence));
+    in["policy"] = p.policy->policy;
+    in["global_batch_size"] = p.policy->global_batch;
+    in["sequence_length"] = p.policy->sequence;
+    if (p.policy->replan) {
+      add(key, "replan", "true");
+      in["replan"] = true;
+    }
+  } else {
+    r.spec.plan = p.file;
+    r.spec.plan_text = p.text;
+    r.spec.plan_sets = p.sets;
+    if (!f.source.empty()) r.spec.plan_sets.push_back("framework=" + f.source);
+    add(key, "plan", p.given);
+    add(key, "plan text", p.text);
+    in["plan"] = p.file;
+    in["plan_set"] = p.sets;
+  }
+  for (const std::string& set : p.sets) add(key, "plan set", set);
+  add(key, "framework", f.label);
+  add(key, "framework text", f.text);
+  in["framework"] = f.source;
+  r.perturbation = x.label;
+  r.spec.perturbations = x.perturbations;
+  if (!x.perturbations.empty()) {
+    add(key, "perturbation", x.perturbations.canonical());
+    in["perturbation"] = x.perturbations.canonical();
+  }
+  r.inputs_json = in.dump();
+  r.key = hash_hex(key);
+  return r;
+}
+
+}  // namespace
+
 Study load_study_text(const std::string& text, const std::string& file, const std::string& folder) {
   const YAML::Node root = config::load_yaml(text, file);
   if (!root.IsMap()) throw InputError(file + ": expected a map (models, clusters, plans, ...)");
@@ -369,10 +489,7 @@ Study load_study_text(const std::string& text, const std::string& file, const st
   std::vector<ModelEntry> models = read_models(file, folder, root);
   std::vector<ClusterEntry> clusters = read_clusters(file, folder, root);
   std::vector<PlanEntry> plans = read_plans(file, folder, root);
-  // (model, cluster, plan, case) in the study's order.
-  std::vector<
-      std::tuple<const ModelEntry*, const ClusterEntry*, const PlanEntry*, const CaseEntry*>>
-      triples;
+  std::vector<Triple> triples;
   if (root["cases"]) {
     if (cases.empty())
       throw InputError(where(file, root["cases"]) + ": cases: no runs: the list is empty");
@@ -394,111 +511,13 @@ Study load_study_text(const std::string& text, const std::string& file, const st
                       where(file, root["tokens"]), s.tokens));
     }
   }
-  if (models.empty() || clusters.empty() || plans.empty() || frameworks.empty() ||
-      perturbations.empty()) {
-    std::vector<std::string> empty;
-    for (const auto& [name, n] : {std::pair<std::string, size_t>{"models", models.size()},
-                                  {"clusters", clusters.size()},
-                                  {"plans", plans.size()},
-                                  {"frameworks", root["frameworks"] ? frameworks.size() : 1},
-                                  {"perturbations", perturbations.size()}}) {
-      if (n == 0) empty.push_back(name);
-    }
-    throw InputError(fmt::format(
-        "{}: no runs: the cross product of {} models, {} clusters, {} plans, {} frameworks and {} "
-        "perturbations is empty ({} {} missing or empty)",
-        file, models.size(), clusters.size(), plans.size(), frameworks.size(), perturbations.size(),
-        config::join_names(empty), empty.size() == 1 ? "is" : "are"));
-  }
-  // What every run shares: the version (a new hetsim may compute differently) and the costs.
-  std::string common;
-  add(common, "hetsim", HETSIM_VERSION);
-  // What a record holds: 2 added perturbations and costs, so older records are not reused.
-  add(common, "record", "2");
-  std::string efficiency, calibration;
-  if (!s.efficiency.empty()) {
-    checked(file, root["efficiency"], "efficiency", [&] {
-      efficiency = config::read_text_file(s.efficiency, "efficiency file");
-      workload::load_datasheet_efficiency(s.efficiency);
-    });
-  }
-  if (!s.calibration.empty()) {
-    checked(file, root["calibration"], "calibration", [&] {
-      calibration = hash_hex(config::read_text_file(s.calibration, "calibration database"));
-    });
-  }
-  add(common, "efficiency", efficiency);
-  add(common, "calibration", calibration);
-  for (const auto& [mp, cp, pp, casep] : triples) {
-    const ModelEntry& m = *mp;
-    const ClusterEntry& c = *cp;
-    const PlanEntry& p = *pp;
-    {
-      {
-        for (const FrameworkEntry& f : frameworks) {
-          for (const PerturbationEntry& x : perturbations) {
-            StudyRun r;
-            if (casep) {
-              r.reference_s = casep->reference_s;
-              r.reference_source = casep->reference_source;
-            }
-            r.index = s.runs.size();
-            r.model = m.label, r.cluster = c.label, r.plan = p.label, r.framework = f.label;
-            r.spec.model = m.source;
-            r.spec.cluster = c.source;
-            r.spec.cluster_options = c.options;
-            std::string key = common;
-            add(key, "model", m.given);
-            add(key, "model text", m.text);
-            add(key, "cluster", c.given);
-            add(key, "cluster text", c.text);
-            add(key, "nodes", c.options.nodes ? std::to_string(*c.options.nodes) : "");
-            for (const std::string& set : c.options.sets) add(key, "set", set);
-            nlohmann::ordered_json in;
-            in["model"] = m.source;
-            in["cluster"] = c.source;
-            in["nodes"] = c.options.nodes ? nlohmann::ordered_json(*c.options.nodes) : nullptr;
-            in["set"] = c.options.sets;
-            if (p.policy) {
-              r.policy = *p.policy;
-              r.policy->framework = f.source;
-              r.spec.plan = "policy " + p.policy->policy;
-              add(key, "policy", p.policy->policy);
-              add(key, "global_batch_size", std::to_string(p.policy->global_batch));
-              add(key, "sequence_length", std::to_string(p.policy->sequence));
-              in["policy"] = p.policy->policy;
-              in["global_batch_size"] = p.policy->global_batch;
-              in["sequence_length"] = p.policy->sequence;
-              if (p.policy->replan) {
-                add(key, "replan", "true");
-                in["replan"] = true;
-              }
-            } else {
-              r.spec.plan = p.file;
-              r.spec.plan_text = p.text;
-              r.spec.plan_sets = p.sets;
-              if (!f.source.empty()) r.spec.plan_sets.push_back("framework=" + f.source);
-              add(key, "plan", p.given);
-              add(key, "plan text", p.text);
-              in["plan"] = p.file;
-              in["plan_set"] = p.sets;
-            }
-            for (const std::string& set : p.sets) add(key, "plan set", set);
-            add(key, "framework", f.label);
-            add(key, "framework text", f.text);
-            in["framework"] = f.source;
-            r.perturbation = x.label;
-            r.spec.perturbations = x.perturbations;
-            if (!x.perturbations.empty()) {
-              add(key, "perturbation", x.perturbations.canonical());
-              in["perturbation"] = x.perturbations.canonical();
-            }
-            r.inputs_json = in.dump();
-            r.key = hash_hex(key);
-            s.runs.push_back(std::move(r));
-          }
-        }
-      }
+  check_not_empty(file, root, models.size(), clusters.size(), plans.size(), frameworks.size(),
+                  perturbations.size());
+  const std::string common = common_key(file, root, s);
+  for (const Triple& t : triples) {
+    for (const FrameworkEntry& f : frameworks) {
+      for (const PerturbationEntry& x : perturbations)
+        s.runs.push_back(make_run(common, t, f, x, s.runs.size()));
     }
   }
   return s;
