@@ -652,12 +652,8 @@ Plan load_grid_plan(const YAML::Node& root, const std::string& file, const Model
 }  // namespace
 namespace {
 
-// A staged plan (`stages:`, Plan::dp_stages): each stage its layers and its data-parallel
-// groups, given as `groups: [{devices, batch}, ...]` or as `devices` cut into groups of
-// `tensor_parallel` (with `batch: [...]` per group, or even shares).
-Plan load_staged_plan(const YAML::Node& root, const std::string& file, const ModelConfig& model,
-                      const platform::Cluster& cluster, Plan& p) {
-  p.uniform = false;
+// What a staged plan cannot express (yet), each refused with its reason.
+void refuse_for_staged(const YAML::Node& root, const std::string& file, const Plan& p) {
   for (const char* k : {"tensor_parallel", "pipeline_parallel", "data_parallel", "devices",
                         "stage_layers", "context_parallel", "replicas"}) {
     if (root[k]) {
@@ -666,7 +662,6 @@ Plan load_staged_plan(const YAML::Node& root, const std::string& file, const Mod
                        " out");
     }
   }
-  // What a staged plan cannot express (yet), each with its reason.
   if (p.schedule == Schedule::interleaved) {
     throw InputError(where(file, root["schedule"]) +
                      ": schedule: interleaved applies to uniform plans only");
@@ -687,117 +682,101 @@ Plan load_staged_plan(const YAML::Node& root, const std::string& file, const Mod
     throw InputError(where(file, root["expert_parallel"]) +
                      ": expert_parallel: expert groups span replicas; a staged plan has none");
   }
-  const YAML::Node stages = root["stages"];
-  if (!stages.IsSequence() || stages.size() == 0) {
-    throw InputError(where(file, stages) + ": stages: expected a non-empty list");
-  }
-  const int64_t mb = p.micro_batch_size;
-  std::set<platform::GpuId> used;
-  int next_layer = 0;
-  long units = 0;
-  for (size_t s = 0; s < stages.size(); ++s) {
-    const std::string sp = "stages[" + std::to_string(s) + "]";
-    const YAML::Node n = stages[s];
-    if (!n.IsMap()) throw InputError(where(file, n) + ": " + sp + ": expected a map");
-    config::check_keys(file, n, sp, {"layers", "groups", "devices", "tensor_parallel", "batch"});
-    DataParallelStage st;
-    st.first_layer = next_layer;
-    st.layers = static_cast<int>(get_int(file, n, sp, "layers", 1, limits::kLayers));
-    next_layer += st.layers;
-    std::vector<std::vector<platform::GpuId>> groups;
-    std::vector<int64_t> batch;
-    if (n["groups"]) {
-      for (const char* k : {"devices", "tensor_parallel", "batch"}) {
-        if (n[k]) {
-          throw InputError(where(file, n[k]) + ": " + sp + "." + k +
-                           ": give either groups or devices, not both");
-        }
-      }
-      const YAML::Node gs = n["groups"];
-      if (!gs.IsSequence() || gs.size() == 0) {
-        throw InputError(where(file, gs) + ": " + sp + ".groups: expected a non-empty list");
-      }
-      for (size_t j = 0; j < gs.size(); ++j) {
-        const std::string gp = sp + ".groups[" + std::to_string(j) + "]";
-        if (!gs[j].IsMap()) throw InputError(where(file, gs[j]) + ": " + gp + ": expected a map");
-        config::check_keys(file, gs[j], gp, {"devices", "batch"});
-        groups.push_back(device_list(file, config::require(file, gs[j], gp, "devices"),
-                                     gp + ".devices", cluster.gpu_count()));
-        batch.push_back(gs[j]["batch"] ? get_int(file, gs[j], gp, "batch", 1, limits::kBatch) : 0);
-      }
-    } else {
-      const std::vector<platform::GpuId> devices = device_list(
-          file, config::require(file, n, sp, "devices"), sp + ".devices", cluster.gpu_count());
-      const long tp = get_int(file, n, sp, "tensor_parallel", 1, limits::kGpus, 1);
-      if (devices.size() % static_cast<size_t>(tp) != 0) {
-        throw InputError(fmt::format(
-            "{}: {}: tensor_parallel {} does not divide the stage's {} devices into groups",
-            where(file, n), sp, tp, devices.size()));
-      }
-      for (size_t a = 0; a < devices.size(); a += static_cast<size_t>(tp))
-        groups.emplace_back(devices.begin() + static_cast<long>(a),
-                            devices.begin() + static_cast<long>(a) + tp);
-      batch.assign(groups.size(), 0);
-      if (const YAML::Node b = n["batch"]) {
-        if (!b.IsSequence() || b.size() != groups.size()) {
-          throw InputError(fmt::format(
-              "{}: {}.batch: expected a list of {} sample counts, one per group of {} devices",
-              where(file, b), sp, groups.size(), tp));
-        }
-        for (size_t j = 0; j < groups.size(); ++j)
-          batch[j] =
-              config::int_value(file, b[j], fmt::format("{}.batch[{}]", sp, j), 1, limits::kBatch);
+}
+
+// One stage's data-parallel groups and their batch shares (0: not given), as `groups: [{devices,
+// batch}, ...]` or as `devices` cut into groups of `tensor_parallel` with `batch: [...]`.
+struct StageGroups {
+  std::vector<std::vector<platform::GpuId>> devices;
+  std::vector<int64_t> batch;
+};
+
+StageGroups read_stage_groups(const std::string& file, const YAML::Node& n, const std::string& sp,
+                              const platform::Cluster& cluster) {
+  StageGroups out;
+  if (n["groups"]) {
+    for (const char* k : {"devices", "tensor_parallel", "batch"}) {
+      if (n[k]) {
+        throw InputError(where(file, n[k]) + ": " + sp + "." + k +
+                         ": give either groups or devices, not both");
       }
     }
-    if (groups.size() > kMaxStageGroups) {
+    const YAML::Node gs = n["groups"];
+    if (!gs.IsSequence() || gs.size() == 0) {
+      throw InputError(where(file, gs) + ": " + sp + ".groups: expected a non-empty list");
+    }
+    for (size_t j = 0; j < gs.size(); ++j) {
+      const std::string gp = sp + ".groups[" + std::to_string(j) + "]";
+      if (!gs[j].IsMap()) throw InputError(where(file, gs[j]) + ": " + gp + ": expected a map");
+      config::check_keys(file, gs[j], gp, {"devices", "batch"});
+      out.devices.push_back(device_list(file, config::require(file, gs[j], gp, "devices"),
+                                        gp + ".devices", cluster.gpu_count()));
+      out.batch.push_back(gs[j]["batch"] ? get_int(file, gs[j], gp, "batch", 1, limits::kBatch)
+                                         : 0);
+    }
+    return out;
+  }
+  const std::vector<platform::GpuId> devices = device_list(
+      file, config::require(file, n, sp, "devices"), sp + ".devices", cluster.gpu_count());
+  const long tp = get_int(file, n, sp, "tensor_parallel", 1, limits::kGpus, 1);
+  if (devices.size() % static_cast<size_t>(tp) != 0) {
+    throw InputError(
+        fmt::format("{}: {}: tensor_parallel {} does not divide the stage's {} devices into groups",
+                    where(file, n), sp, tp, devices.size()));
+  }
+  for (size_t a = 0; a < devices.size(); a += static_cast<size_t>(tp))
+    out.devices.emplace_back(devices.begin() + static_cast<long>(a),
+                             devices.begin() + static_cast<long>(a) + tp);
+  out.batch.assign(out.devices.size(), 0);
+  if (const YAML::Node b = n["batch"]) {
+    if (!b.IsSequence() || b.size() != out.devices.size()) {
       throw InputError(fmt::format(
-          "{}: {}: {} data-parallel groups; hetsim re-shards a stage's activations among at most "
-          "{}",
-          where(file, n), sp, groups.size(), kMaxStageGroups));
+          "{}: {}.batch: expected a list of {} sample counts, one per group of {} devices",
+          where(file, b), sp, out.devices.size(), tp));
     }
-    // Shares: all given, adding up to the micro-batch, or none (even, when they divide).
-    const size_t given = static_cast<size_t>(
-        std::count_if(batch.begin(), batch.end(), [](int64_t b) { return b > 0; }));
-    if (given == 0) {
-      if (mb % static_cast<int64_t>(groups.size()) != 0) {
-        throw InputError(fmt::format(
-            "{}: {}: micro_batch_size {} does not split evenly over the stage's {} groups; give "
-            "each group's batch",
-            where(file, n), sp, mb, groups.size()));
-      }
-      batch.assign(groups.size(), mb / static_cast<int64_t>(groups.size()));
-    } else {
-      const int64_t sum = std::accumulate(batch.begin(), batch.end(), int64_t{0});
-      if (given != groups.size() || sum != mb) {
-        throw InputError(fmt::format(
-            "{}: {}: the groups' batch shares must be given for every group and add up to "
-            "micro_batch_size {} (given for {} of {}, adding up to {})",
-            where(file, n), sp, mb, given, groups.size(), sum));
-      }
-    }
-    for (size_t j = 0; j < groups.size(); ++j) {
-      StagePlan g;
-      g.first_layer = st.first_layer;
-      g.layers = st.layers;
-      g.devices = std::move(groups[j]);
-      for (platform::GpuId d : g.devices) {
-        if (!used.insert(d).second) {
-          throw InputError(where(file, n) + ": " + sp + ": GPU " + std::to_string(d) +
-                           " is already used by another group");
-        }
-      }
-      check_stage(where(file, n) + ": " + sp + " group " + std::to_string(j), model, cluster, g);
-      units += static_cast<long>(g.tensor_parallel()) * st.layers;
-      st.groups.push_back(std::move(g));
-    }
-    st.batch = std::move(batch);
-    p.dp_stages.push_back(std::move(st));
+    for (size_t j = 0; j < out.devices.size(); ++j)
+      out.batch[j] =
+          config::int_value(file, b[j], fmt::format("{}.batch[{}]", sp, j), 1, limits::kBatch);
   }
-  if (next_layer != model.layers) {
-    throw InputError(where(file, stages) + ": stages: the layers add up to " +
-                     std::to_string(next_layer) + ", but " + model.name + " has " +
-                     std::to_string(model.layers));
+  return out;
+}
+
+// The groups' shares of a micro-batch of `mb`: all given, adding up to it, or none (even, when
+// they divide it).
+void settle_shares(const std::string& file, const YAML::Node& n, const std::string& sp, int64_t mb,
+                   StageGroups& g) {
+  const size_t count = g.devices.size();
+  if (count > kMaxStageGroups) {
+    throw InputError(fmt::format(
+        "{}: {}: {} data-parallel groups; hetsim re-shards a stage's activations among at most "
+        "{}",
+        where(file, n), sp, count, kMaxStageGroups));
   }
+  const size_t given = static_cast<size_t>(
+      std::count_if(g.batch.begin(), g.batch.end(), [](int64_t b) { return b > 0; }));
+  if (given == 0) {
+    if (mb % static_cast<int64_t>(count) != 0) {
+      throw InputError(fmt::format(
+          "{}: {}: micro_batch_size {} does not split evenly over the stage's {} groups; give "
+          "each group's batch",
+          where(file, n), sp, mb, count));
+    }
+    g.batch.assign(count, mb / static_cast<int64_t>(count));
+    return;
+  }
+  const int64_t sum = std::accumulate(g.batch.begin(), g.batch.end(), int64_t{0});
+  if (given != count || sum != mb) {
+    throw InputError(
+        fmt::format("{}: {}: the groups' batch shares must be given for every group and add up to "
+                    "micro_batch_size {} (given for {} of {}, adding up to {})",
+                    where(file, n), sp, mb, given, count, sum));
+  }
+}
+
+// The micro-batches of an iteration: global_batch_size (default one micro-batch) over
+// micro_batch_size, within what hetsim simulates.
+int64_t staged_micro_batches(const YAML::Node& root, const std::string& file, Plan& p) {
+  const int64_t mb = p.micro_batch_size;
   p.global_batch_size = get_int(file, root, "", "global_batch_size", 1, limits::kBatch, mb);
   if (p.global_batch_size % mb != 0) {
     throw InputError(fmt::format(
@@ -812,6 +791,58 @@ Plan load_staged_plan(const YAML::Node& root, const std::string& file, const Mod
                     "more than hetsim simulates ({})",
                     where(file, root["global_batch_size"]), M, limits::kMicroBatches));
   }
+  return M;
+}
+
+// A staged plan (`stages:`, Plan::dp_stages): each stage its layers and its data-parallel
+// groups, given as `groups: [{devices, batch}, ...]` or as `devices` cut into groups of
+// `tensor_parallel` (with `batch: [...]` per group, or even shares).
+Plan load_staged_plan(const YAML::Node& root, const std::string& file, const ModelConfig& model,
+                      const platform::Cluster& cluster, Plan& p) {
+  p.uniform = false;
+  refuse_for_staged(root, file, p);
+  const YAML::Node stages = root["stages"];
+  if (!stages.IsSequence() || stages.size() == 0) {
+    throw InputError(where(file, stages) + ": stages: expected a non-empty list");
+  }
+  std::set<platform::GpuId> used;
+  int next_layer = 0;
+  long units = 0;
+  for (size_t s = 0; s < stages.size(); ++s) {
+    const std::string sp = "stages[" + std::to_string(s) + "]";
+    const YAML::Node n = stages[s];
+    if (!n.IsMap()) throw InputError(where(file, n) + ": " + sp + ": expected a map");
+    config::check_keys(file, n, sp, {"layers", "groups", "devices", "tensor_parallel", "batch"});
+    DataParallelStage st;
+    st.first_layer = next_layer;
+    st.layers = static_cast<int>(get_int(file, n, sp, "layers", 1, limits::kLayers));
+    next_layer += st.layers;
+    StageGroups groups = read_stage_groups(file, n, sp, cluster);
+    settle_shares(file, n, sp, p.micro_batch_size, groups);
+    for (size_t j = 0; j < groups.devices.size(); ++j) {
+      StagePlan g;
+      g.first_layer = st.first_layer;
+      g.layers = st.layers;
+      g.devices = std::move(groups.devices[j]);
+      for (platform::GpuId d : g.devices) {
+        if (!used.insert(d).second) {
+          throw InputError(where(file, n) + ": " + sp + ": GPU " + std::to_string(d) +
+                           " is already used by another group");
+        }
+      }
+      check_stage(where(file, n) + ": " + sp + " group " + std::to_string(j), model, cluster, g);
+      units += static_cast<long>(g.tensor_parallel()) * st.layers;
+      st.groups.push_back(std::move(g));
+    }
+    st.batch = std::move(groups.batch);
+    p.dp_stages.push_back(std::move(st));
+  }
+  if (next_layer != model.layers) {
+    throw InputError(where(file, stages) + ": stages: the layers add up to " +
+                     std::to_string(next_layer) + ", but " + model.name + " has " +
+                     std::to_string(model.layers));
+  }
+  const int64_t M = staged_micro_batches(root, file, p);
   check_work(file, units * M);
   // The stages' first groups as the one replica: the layer split and the micro-batches.
   ReplicaPlan rep;
