@@ -123,11 +123,9 @@ void explore(const Request& r, const SearchOptions& options, Estimator& estimato
   }
 }
 
-}  // namespace
-
-Search search(const Request& r, const std::vector<const Policy*>& policies,
-              const workload::CostModel& cost, const SearchOptions& options,
-              const std::function<void(const SearchProgress&)>& progress) {
+// The planner's policies split dense transformers: a convolutional network or a mixture of
+// experts is refused, saying what to do instead.
+void check_searchable(const Request& r) {
   if (r.model->convolutional()) {
     throw InputError(fmt::format(
         "{}: is a convolutional network; the planner's policies split transformers. Replay a "
@@ -145,27 +143,26 @@ Search search(const Request& r, const std::vector<const Policy*>& policies,
         "simulate",
         r.model->name, r.model->experts));
   }
-  std::vector<Proposal> proposals;
-  Request req = r;
-  if (!req.cost) req.cost = &cost;
-  check_plan_sets(r.plan_sets);
-  const std::string sets = plan_set_lines(r.plan_sets);
-  for (const Policy* p : policies) {
-    for (Proposal& x : p->propose(req)) {
-      x.plan += sets;  // top-level keys after the policy's own (none of them the policy's)
-      proposals.push_back(std::move(x));
-    }
-  }
+}
+
+// What a search carries between its passes: the candidates that fit, their plans and compute
+// bounds (index-aligned), and the progress reported.
+struct Pass {
   Search out;
-  out.proposed = proposals.size();
-  // Two passes: every proposal validated and its memory checked (cheap), then the survivors
-  // replayed in the order of their compute bound, skipping those whose bound is already no better
-  // than the `keep`-th best replayed time: they cannot enter that list, which is therefore exact.
-  SearchProgress status{0, 2 * proposals.size()};
   std::vector<Candidate> fits;
   std::vector<workload::Plan> plans;
   std::vector<double> bounds;
-  Estimator estimator(*r.model, *r.cluster, cost);
+  SearchProgress status;
+  const std::function<void(const SearchProgress&)>& progress;
+  void step() {
+    ++status.done;
+    if (progress) progress(status);
+  }
+};
+
+// The first pass: every proposal validated and its memory checked (cheap); those that fit keep
+// their estimate and their busiest group's compute, the others are rejected with the reason.
+void screen(const Request& r, std::vector<Proposal>& proposals, Estimator& estimator, Pass& s) {
   for (size_t index = 0; index < proposals.size(); ++index) {
     Candidate c;
     c.proposal = std::move(proposals[index]);
@@ -181,61 +178,62 @@ Search search(const Request& r, const std::vector<const Policy*>& policies,
         c.reason =
             fmt::format("needs {} per GPU where the GPU holds {}",
                         config::format_bytes(fullest.peak), config::format_bytes(fullest.capacity));
-        out.rejected.push_back(std::move(c));
+        s.out.rejected.push_back(std::move(c));
       } else {
         // The busiest group's kernels back to back: no replay of the plan can take less.
         const Estimate e = estimator.estimate(plan);
-        bounds.push_back(e.compute_s);
+        s.bounds.push_back(e.compute_s);
         c.estimate_s = e.iteration_s;
-        plans.push_back(std::move(plan));
-        fits.push_back(std::move(c));
+        s.plans.push_back(std::move(plan));
+        s.fits.push_back(std::move(c));
       }
     } catch (const InputError& e) {
       c.outcome = Candidate::Outcome::invalid;
       c.reason = e.what();
-      out.rejected.push_back(std::move(c));
+      s.out.rejected.push_back(std::move(c));
     }
-    ++status.done;
-    if (progress) progress(status);
+    s.step();
   }
-  if (options.explore && !fits.empty()) {
-    explore(r, options, estimator, proposals.size(), fits, plans, bounds, out);
-    status.total = status.done + fits.size();
-  }
-  std::vector<size_t> order(fits.size());
+}
+
+// The second pass: the candidates that fit, replayed in the order of their estimates, skipping
+// those whose bound is already no better than the `keep`-th best replayed time (they cannot
+// enter that list, which is therefore exact) nor than their policy's best.
+void replay_in_order(const Request& r, const workload::CostModel& cost,
+                     const SearchOptions& options, Pass& s) {
+  std::vector<size_t> order(s.fits.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   // Best estimate first: the `keep` best are then replayed early and the bound prunes the most.
   std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return fits[a].estimate_s < fits[b].estimate_s; });
-  status.total = status.done + order.size();
+                   [&](size_t a, size_t b) { return s.fits[a].estimate_s < s.fits[b].estimate_s; });
+  s.status.total = s.status.done + order.size();
   std::vector<double> best;  // the `keep` fastest replayed times, ascending
   const size_t keep = std::max<size_t>(1, options.keep);
   std::map<std::string, double> policy_best;
   std::vector<Candidate> estimated;
   size_t replays = 0;
   for (size_t i : order) {
-    Candidate& c = fits[i];
+    Candidate& c = s.fits[i];
     if (options.replay_limit > 0 && replays >= options.replay_limit) {
       c.outcome = Candidate::Outcome::estimated;
       c.iteration_s = c.estimate_s;
       c.reason = fmt::format("estimated only (replays limited to {})", options.replay_limit);
       estimated.push_back(std::move(c));
-      ++status.done;
-      if (progress) progress(status);
+      s.step();
       continue;
     }
     // A policy's own best is kept too, so that each policy's best comes out exact.
     const auto own = policy_best.find(c.proposal.policy);
-    if (options.prune && best.size() >= keep && bounds[i] >= best.back() &&
-        own != policy_best.end() && bounds[i] >= own->second) {
+    if (options.prune && best.size() >= keep && s.bounds[i] >= best.back() &&
+        own != policy_best.end() && s.bounds[i] >= own->second) {
       c.outcome = Candidate::Outcome::pruned;
       c.reason = fmt::format("its busiest GPU computes for {}, no faster than the {} best",
-                             config::format_time(bounds[i]), keep);
-      out.rejected.push_back(std::move(c));
+                             config::format_time(s.bounds[i]), keep);
+      s.out.rejected.push_back(std::move(c));
     } else {
       try {
         const workload::TrainingJob job =
-            workload::build_training_job(*r.model, plans[i], *r.cluster, cost);
+            workload::build_training_job(*r.model, s.plans[i], *r.cluster, cost);
         ++replays;
         const workload::ReplayResult res = workload::replay(job);
         c.report = report::make_training_report(job, res, workload::memory_per_group(job));
@@ -245,51 +243,82 @@ Search search(const Request& r, const std::vector<const Policy*>& policies,
         auto [slot, fresh] = policy_best.try_emplace(c.proposal.policy, c.iteration_s);
         if (!fresh) slot->second = std::min(slot->second, c.iteration_s);
         if (best.size() > keep) best.pop_back();
-        out.ranked.push_back(std::move(c));
+        s.out.ranked.push_back(std::move(c));
       } catch (const RunError& e) {
         // One plan the replay cannot finish does not end the search.
         c.outcome = Candidate::Outcome::invalid;
         c.reason = std::string("replay failed: ") + e.what();
-        out.rejected.push_back(std::move(c));
+        s.out.rejected.push_back(std::move(c));
       }
     }
-    ++status.done;
-    if (progress) progress(status);
+    s.step();
   }
   // Equal times (the same plan from two policies) in the policies' order, whatever order the
   // estimates replayed them in.
-  std::sort(out.ranked.begin(), out.ranked.end(), [](const Candidate& a, const Candidate& b) {
+  std::sort(s.out.ranked.begin(), s.out.ranked.end(), [](const Candidate& a, const Candidate& b) {
     return a.iteration_s != b.iteration_s ? a.iteration_s < b.iteration_s : a.index < b.index;
   });
-  for (Candidate& c : estimated) out.ranked.push_back(std::move(c));
-  if (out.ranked.empty()) {
-    std::string names;
-    for (const Policy* p : policies) names += std::string(names.empty() ? "" : ", ") + p->name();
-    if (out.rejected.empty()) {
-      throw InputError(fmt::format(
-          "no plan for a global batch of {} on {} GPUs: {} proposed none (the batch must divide "
-          "into equal shares of whole micro-batches over the data-parallel replicas)",
-          r.global_batch, r.cluster->gpu_count(), names));
-    }
-    const Candidate* closest = nullptr;
-    for (const Candidate& c : out.rejected) {
-      if (c.outcome != Candidate::Outcome::out_of_memory) continue;
-      if (!closest ||
-          c.peak_bytes - c.capacity_bytes < closest->peak_bytes - closest->capacity_bytes)
-        closest = &c;
-    }
-    if (!closest) {
-      throw InputError(fmt::format("no valid plan among {} proposals ({}); the first: {}",
-                                   out.rejected.size(), names, out.rejected.front().reason));
-    }
+  for (Candidate& c : estimated) s.out.ranked.push_back(std::move(c));
+}
+
+// No plan came out: why, in the terms a user can act on (no proposal, none valid, or the one
+// closest to fitting and what it misses).
+[[noreturn]] void explain_no_plan(const Request& r, const std::vector<const Policy*>& policies,
+                                  const Search& out) {
+  std::string names;
+  for (const Policy* p : policies) names += std::string(names.empty() ? "" : ", ") + p->name();
+  if (out.rejected.empty()) {
     throw InputError(fmt::format(
-        "no plan fits in memory: the closest ({}: {}) needs {} per GPU where the GPU holds {} "
-        "({} missing); use more or larger GPUs, or a smaller model",
-        closest->proposal.policy, closest->proposal.label,
-        config::format_bytes(closest->peak_bytes), config::format_bytes(closest->capacity_bytes),
-        config::format_bytes(closest->peak_bytes - closest->capacity_bytes)));
+        "no plan for a global batch of {} on {} GPUs: {} proposed none (the batch must divide "
+        "into equal shares of whole micro-batches over the data-parallel replicas)",
+        r.global_batch, r.cluster->gpu_count(), names));
   }
-  return out;
+  const Candidate* closest = nullptr;
+  for (const Candidate& c : out.rejected) {
+    if (c.outcome != Candidate::Outcome::out_of_memory) continue;
+    if (!closest || c.peak_bytes - c.capacity_bytes < closest->peak_bytes - closest->capacity_bytes)
+      closest = &c;
+  }
+  if (!closest) {
+    throw InputError(fmt::format("no valid plan among {} proposals ({}); the first: {}",
+                                 out.rejected.size(), names, out.rejected.front().reason));
+  }
+  throw InputError(fmt::format(
+      "no plan fits in memory: the closest ({}: {}) needs {} per GPU where the GPU holds {} "
+      "({} missing); use more or larger GPUs, or a smaller model",
+      closest->proposal.policy, closest->proposal.label, config::format_bytes(closest->peak_bytes),
+      config::format_bytes(closest->capacity_bytes),
+      config::format_bytes(closest->peak_bytes - closest->capacity_bytes)));
+}
+
+}  // namespace
+
+Search search(const Request& r, const std::vector<const Policy*>& policies,
+              const workload::CostModel& cost, const SearchOptions& options,
+              const std::function<void(const SearchProgress&)>& progress) {
+  check_searchable(r);
+  std::vector<Proposal> proposals;
+  Request req = r;
+  if (!req.cost) req.cost = &cost;
+  check_plan_sets(r.plan_sets);
+  const std::string sets = plan_set_lines(r.plan_sets);
+  for (const Policy* p : policies) {
+    for (Proposal& x : p->propose(req)) {
+      x.plan += sets;  // top-level keys after the policy's own (none of them the policy's)
+      proposals.push_back(std::move(x));
+    }
+  }
+  Pass s{{}, {}, {}, {}, SearchProgress{0, 2 * proposals.size()}, progress};
+  s.out.proposed = proposals.size();
+  Estimator estimator(*r.model, *r.cluster, cost);
+  screen(r, proposals, estimator, s);
+  if (options.explore && !s.fits.empty()) {
+    explore(r, options, estimator, proposals.size(), s.fits, s.plans, s.bounds, s.out);
+    s.status.total = s.status.done + s.fits.size();
+  }
+  replay_in_order(r, cost, options, s);
+  if (s.out.ranked.empty()) explain_no_plan(r, policies, s.out);
+  return std::move(s.out);
 }
 
 nlohmann::ordered_json to_json(const Search& s, const Request& req) {
