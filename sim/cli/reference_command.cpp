@@ -33,61 +33,58 @@ std::string commands_markdown(const CLI::App& app) {
   return s;
 }
 
+// The input files with a key table: each gives NAME-keys (its reference page, Markdown) and
+// NAME-schema (its JSON Schema).
+struct Reference {
+  const char* name;
+  const char* files;  // what the table describes
+  std::string (*keys)();
+  nlohmann::ordered_json (*schema)();
+};
+
+const std::vector<Reference>& references() {
+  static const std::vector<Reference> table = {
+      {"plan", "plan files", workload::plan_keys_markdown, workload::plan_json_schema},
+      {"framework", "framework files", workload::framework_keys_markdown,
+       workload::framework_json_schema},
+      {"gpu", "GPU profiles", config::gpu_keys_markdown, config::gpu_json_schema},
+      {"cluster", "cluster files", config::cluster_keys_markdown, config::cluster_json_schema},
+      {"link-class", "topologies/link_classes.yaml", config::link_class_keys_markdown,
+       config::link_class_json_schema},
+      {"study", "study files", study::study_keys_markdown, study::study_json_schema},
+      {"model", "model files", workload::model_keys_markdown, workload::model_json_schema},
+  };
+  return table;
+}
+
 }  // namespace
 
 void add_reference_command(CLI::App& app, Action& action) {
+  std::vector<std::string> names;
+  std::string listed;
+  for (const Reference& r : references()) {
+    names.push_back(std::string(r.name) + "-keys");
+    names.push_back(std::string(r.name) + "-schema");
+    listed += fmt::format("{}-keys and {}-schema ({}), ", r.name, r.name, r.files);
+  }
+  names.push_back("commands");
   CLI::App* cmd = app.add_subcommand(
       "reference",
-      "Print a reference generated from the code: plan-keys (Markdown, "
-      "docs/reference/plan-keys.md), plan-schema (JSON Schema, docs/schemas/plan.schema.json), "
-      "framework-keys, framework-schema, gpu-keys, gpu-schema, cluster-keys, cluster-schema, "
-      "link-class-keys, link-class-schema, study-keys, study-schema, model-keys, model-schema "
-      "(likewise for framework files, GPU profiles, cluster files, topologies/link_classes.yaml, "
-      "study files and model files) or "
-      "commands (every command's options, docs/reference/commands.md)");
+      "Print a reference generated from the code: an input file's keys (Markdown, "
+      "docs/reference/NAME-keys.md) or its JSON Schema (docs/schemas/): " +
+          listed + "or commands (every command's options, docs/reference/commands.md)");
   auto what = std::make_shared<std::string>();
   cmd->add_option("what", *what,
-                  "plan-keys, plan-schema, framework-keys, framework-schema, gpu-keys, gpu-schema, "
-                  "cluster-keys, cluster-schema, link-class-keys, link-class-schema, study-keys, "
-                  "study-schema, model-keys, model-schema or commands")
+                  "NAME-keys or NAME-schema (NAME one of the files above), or commands")
       ->required()
-      ->check(CLI::IsMember({"plan-keys", "plan-schema", "framework-keys", "framework-schema",
-                             "gpu-keys", "gpu-schema", "cluster-keys", "cluster-schema",
-                             "link-class-keys", "link-class-schema", "study-keys", "study-schema",
-                             "model-keys", "model-schema", "commands"}));
+      ->check(CLI::IsMember(names));
   cmd->callback([&action, &app, what] {
     action = [&app, what] {
-      if (*what == "plan-keys") {
-        std::cout << workload::plan_keys_markdown();
-      } else if (*what == "plan-schema") {
-        std::cout << workload::plan_json_schema().dump(2) << "\n";
-      } else if (*what == "framework-keys") {
-        std::cout << workload::framework_keys_markdown();
-      } else if (*what == "framework-schema") {
-        std::cout << workload::framework_json_schema().dump(2) << "\n";
-      } else if (*what == "gpu-keys") {
-        std::cout << config::gpu_keys_markdown();
-      } else if (*what == "gpu-schema") {
-        std::cout << config::gpu_json_schema().dump(2) << "\n";
-      } else if (*what == "cluster-keys") {
-        std::cout << config::cluster_keys_markdown();
-      } else if (*what == "cluster-schema") {
-        std::cout << config::cluster_json_schema().dump(2) << "\n";
-      } else if (*what == "link-class-keys") {
-        std::cout << config::link_class_keys_markdown();
-      } else if (*what == "link-class-schema") {
-        std::cout << config::link_class_json_schema().dump(2) << "\n";
-      } else if (*what == "model-keys") {
-        std::cout << workload::model_keys_markdown();
-      } else if (*what == "model-schema") {
-        std::cout << workload::model_json_schema().dump(2) << "\n";
-      } else if (*what == "study-keys") {
-        std::cout << study::study_keys_markdown();
-      } else if (*what == "study-schema") {
-        std::cout << study::study_json_schema().dump(2) << "\n";
-      } else {
-        std::cout << commands_markdown(app);
+      for (const Reference& r : references()) {
+        if (*what == std::string(r.name) + "-keys") std::cout << r.keys();
+        if (*what == std::string(r.name) + "-schema") std::cout << r.schema().dump(2) << "\n";
       }
+      if (*what == "commands") std::cout << commands_markdown(app);
       return 0;
     };
   });

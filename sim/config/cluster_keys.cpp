@@ -2,7 +2,6 @@
 // cluster_loader.cpp checks a file's keys and reads its choices from these tables, and `hetsim
 // reference cluster-keys | cluster-schema | link-class-keys | link-class-schema` writes the
 // reference pages and JSON Schemas from them.
-#include <deque>
 #include <string>
 
 #include "sim/config/cluster_config.h"
@@ -14,12 +13,8 @@ namespace {
 
 using T = KeyType;
 
-// Names made here (a link class's or a GPU profile's keys under a cluster's path) live as long
-// as the tables that point at them.
-std::string_view keep(std::string name) {
-  static std::deque<std::string> names;
-  return names.emplace_back(std::move(name));
-}
+// Names made here: a link class's or a GPU profile's keys under a cluster's path.
+std::string_view keep(std::string name) { return keep_name(std::move(name)); }
 
 // A link class's keys, under `prefix` ("link_classes.*" in a cluster, "classes.*" in the link
 // classes file).

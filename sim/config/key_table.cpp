@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <deque>
 #include <stdexcept>
 
 namespace hetsim::config {
@@ -175,6 +176,11 @@ std::string when_text(std::string_view when) {
 }
 
 }  // namespace
+
+std::string_view keep_name(std::string name) {
+  static std::deque<std::string> names;
+  return names.emplace_back(std::move(name));
+}
 
 const Key& find_key(const std::vector<Key>& table, std::string_view name, std::string_view what) {
   for (const Key& k : table) {

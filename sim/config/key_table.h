@@ -55,6 +55,10 @@ struct Key {
   std::string_view when = {};      // the variant it belongs to ("" for all; see above)
 };
 
+// A name made at run time (a table's rows for a nested file's keys under a path) kept for the
+// program's life, as a Key's string_view fields need.
+std::string_view keep_name(std::string name);
+
 // The row of `name` in `table`; throws std::logic_error for a name the table lacks (a
 // programming error), naming `what` (the table).
 const Key& find_key(const std::vector<Key>& table, std::string_view name, std::string_view what);

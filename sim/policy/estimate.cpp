@@ -950,9 +950,14 @@ Estimate Estimator::estimate(const Plan& plan) {
     const StagePlan& st = front[s];
     const int t = st.tensor_parallel();
     const double layer_grad = grad_bytes * layer_params / t;
-    const double extra =
-        grad_bytes *
-        ((s == 0 ? model_.embedding_params() : 0) + (s == S - 1 ? model_.output_params() : 0)) / t;
+    const bool split_head = model_.output_ranks(t) == t;
+    double extra = grad_bytes *
+                   ((s == 0 ? model_.embedding_params() : 0) +
+                    (s == S - 1 && split_head ? model_.output_params() : 0)) /
+                   t;
+    // A classifier's gradients are whole on every rank.
+    if (s == S - 1 && !split_head)
+      extra += grad_bytes * static_cast<double>(model_.output_params());
     const double ready = s == 0 ? ready_front : s == S - 1 ? ready_back : end[s];
     double finish = ready;
     if (dp) {

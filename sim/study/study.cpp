@@ -189,8 +189,9 @@ PlanEntry read_plan(const std::string& file, const std::string& folder, const YA
   PlanEntry p;
   std::string given;
   if (e.IsMap() && e["policy"]) {
-    const std::string given = e["policy"].Scalar();
-    config::check_keys(file, e, path, config::key_names(study_keys(), "plans[]", "policy", &given));
+    const std::string policy_name = e["policy"].Scalar();
+    config::check_keys(file, e, path,
+                       config::key_names(study_keys(), "plans[]", "policy", &policy_name));
     PolicyPlan pp;
     pp.replan = config::get_choice(file, e, path, "replan", {"false", "true"}, "false") == 1;
     pp.policy = policies[config::get_choice(file, e, path, "policy", policies)];

@@ -1,7 +1,6 @@
 // The keys of a study file, declared once (config/key_table.h): study.cpp checks a file's keys
 // from this table, and `hetsim reference study-keys | study-schema` writes
 // docs/reference/study-keys.md and docs/schemas/study.schema.json from it.
-#include <deque>
 #include <string>
 
 #include "sim/config/limits.h"
@@ -14,10 +13,7 @@ namespace {
 using config::Key;
 using T = config::KeyType;
 
-std::string_view keep(std::string name) {
-  static std::deque<std::string> names;
-  return names.emplace_back(std::move(name));
-}
+std::string_view keep(std::string name) { return config::keep_name(std::move(name)); }
 
 // The keys of a model, cluster or plan entry, under `prefix` (`models[]` in the lists to cross,
 // `cases[].model` in a case).

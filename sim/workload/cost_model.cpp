@@ -141,14 +141,17 @@ DatasheetEfficiency load_datasheet_efficiency(const std::string& path) {
   return e;
 }
 
-// The reduction-length term's k_half for a GEMM whose math runs on the CUDA cores (fp32 on a board
-// without TF32: Volta, Turing, Pascal), from the tensor-core one the constants were fitted with.
+// The reduction-length term's k_half for a GEMM whose math runs on the vector units (fp32 on a
+// board without TF32 whose 16-bit math has faster tensor or matrix cores: Volta, Turing, AMD's
+// CDNA2), from the tensor-core one the constants were fitted with (a board whose 16-bit math is
+// no faster, as the P100's, keeps it).
 // A tile's loads and its output are hidden once its main loop is long against them: the loop
 // takes k / (the board's FLOP rate) a tile row, the loads and stores bytes per element / (the
 // same memory and shared-memory bandwidth), so the k that hides them scales with FLOP rate x
 // element bytes. On a V100, FP32 on the CUDA cores (15.7 TFLOPS, 4-byte elements) against FP16 on
 // the tensor cores (125 TFLOPS, 2 bytes): a quarter of the k_half. The H200 calibration
-// (calibrate/data/h200-sxm-141gb.h5, CUDA-core FP32 GEMMs) shows it: 72-74% of the FP32 peak at
+// (calibrate/data/h200-sxm-141gb.h5, whose FP32 GEMMs cuBLAS ran on the CUDA cores, TF32 off;
+// hetsim itself runs an H200's fp32 plans at the TF32 rate) shows it: 72-74% of the FP32 peak at
 // k = 1024 and 75-76% at k = 8192 (2048-8192 square), where its BF16 GEMMs go from 48-66% to
 // 69-79% of theirs.
 double DatasheetCostModel::simt_k_half(const config::GpuProfile& gpu, Precision math) const {

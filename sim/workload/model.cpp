@@ -235,6 +235,11 @@ ModelConfig load_model_yaml_text(const std::string& text, const std::string& fil
                        ": tied_embeddings: a classification head has no output projection to "
                        "share the word embedding with: expected false");
     }
+    if (root["head_bias"] && config::get_bool(file, root, "", "head_bias", false)) {
+      throw InputError(where(file, root["head_bias"]) +
+                       ": head_bias: the bias of a language-model head's output projection; a "
+                       "classification head has its own biases: leave it out");
+    }
   } else if (root["classes"]) {
     throw InputError(where(file, root["classes"]) +
                      ": classes: applies to a classification head; give head: classification");

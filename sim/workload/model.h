@@ -187,8 +187,9 @@ struct ModelConfig {
   int64_t mlp_params(int64_t ffn) const;
   int64_t embedding_params() const;  // token (+ learned positions)
   int64_t output_params() const;     // final norm (+ untied output projection, or the classifier)
-  // The logits per token the head computes: the vocabulary, or one per sequence per class.
-  int64_t output_width() const { return head == Head::lm ? vocab : classes; }
+  // The tensor-parallel ranks the head's parameters are split over: a language-model head's
+  // vocabulary is (the final norm counted with it), a classifier is whole on every rank.
+  int output_ranks(int tensor_parallel) const { return head == Head::lm ? tensor_parallel : 1; }
   // What the stage holding the head keeps outside the layers in a pipeline of `stages`: the
   // final norm and output projection, and with tied embeddings across stages its own copy of
   // the word embedding.
@@ -199,8 +200,6 @@ struct ModelConfig {
   int64_t params() const;
 };
 
-// Reads a model from a YAML file, a Hugging Face config.json, or a built-in name such as
-// "gpt3-175b". Throws InputError naming the file, the field and what was expected.
 // The keys of a model file, declared once (config/key_table.h; model_keys.cpp): the loaders
 // check a file's keys and read its choices from this table; `hetsim reference model-keys` and
 // `model-schema` write docs/reference/model-keys.md and docs/schemas/model.schema.json from it.
@@ -209,6 +208,8 @@ std::vector<std::string> model_key_choices(std::string_view key);
 std::string model_keys_markdown();
 nlohmann::ordered_json model_json_schema();
 
+// Reads a model from a YAML file, a Hugging Face config.json, or a built-in name such as
+// "gpt3-175b". Throws InputError naming the file, the field and what was expected.
 ModelConfig load_model(const std::string& path_or_name);
 ModelConfig load_model_yaml_text(const std::string& text, const std::string& file);
 ModelConfig load_model_hf_text(const std::string& text, const std::string& file);  // hf_config.cpp

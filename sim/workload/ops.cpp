@@ -834,12 +834,15 @@ std::vector<Step> embedding_backward(const ModelConfig& m, const LayerShape& s) 
 
 // A sequence classifier (Megatron-LM's Classification model, as BERT's GLUE finetuning runs it):
 // the final norm over every token, then on each sequence's first token the pooler (a dense layer
-// and tanh) and the classifier; neither is split over the tensor-parallel ranks (each holds the
-// whole hidden state after the last layer's all-reduce), and nothing crosses them.
+// and tanh) and the classifier, neither split over the tensor-parallel ranks: each rank holds the
+// whole hidden state after the last layer's all-reduce, or gathers it from the ranks under
+// sequence parallelism (Megatron-LM's Pooler; its backward takes the rank's own part back, no
+// collective).
 std::vector<Step> classifier_forward(const ModelConfig& m, const LayerShape& s) {
   Builder b(m, s);
   const int64_t mb = s.micro_batch, h = m.hidden;
   b.norm_fwd("final_norm");
+  b.enter_tp_fwd();
   b.gemm("pooler", mb, h, h);
   b.memory("pooler.tanh", 2 * b.e * mb * h);
   b.gemm("classifier", mb, m.classes, h);

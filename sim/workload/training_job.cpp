@@ -210,9 +210,12 @@ uint32_t expert_sync_key(uint32_t rank, uint32_t stage) { return 0x80000000u | r
 double group_params(const ModelConfig& model, const StagePlan& st, int stage, int P, int ep) {
   const int t = st.tensor_parallel();
   const auto [layers, experts] = stage_layer_params(model, st);
+  const bool split_head = model.output_ranks(t) == t;
   double params = (layers - experts + experts / ep + (stage == 0 ? model.embedding_params() : 0) +
-                   (stage == P - 1 ? model.output_params() : 0)) /
+                   (stage == P - 1 && split_head ? model.output_params() : 0)) /
                   t;
+  // A classifier is whole on every rank.
+  if (stage == P - 1 && !split_head) params += static_cast<double>(model.output_params());
   if (stage == P - 1 && model.tied_embeddings && P > 1) {
     params += static_cast<double>(model.vocab) * model.hidden / t;  // the output copy
   }
@@ -866,7 +869,7 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
                                           : bucket >= plan.bucket_bytes;
         if (full) flush_bucket();
       };
-      const double head_grad = grad_bytes * model.output_params() / t;
+      const double head_grad = grad_bytes * model.output_params() / model.output_ranks(t);
       const bool overlapped = plan.gradient_reduction == GradReduction::overlapped;
       const bool zero3 = dp && plan.zero_stage == 3;
       // ZeRO-3: layer l's weights gathered among the replicas (issued, not waited for).
@@ -893,10 +896,11 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
       // layer's (the stage's key in a uniform plan).
       const double word = staged_tied ? static_cast<double>(model.vocab) * model.hidden : 0.0;
       const double embedding_weights = e * static_cast<double>(model.embedding_params()) / t;
-      const double head_weights = e * model.head_params(P) / t;
+      const double head_weights = e * model.head_params(P) / model.output_ranks(t);
       const double embedding_grads =
           grad_bytes * (static_cast<double>(model.embedding_params()) - word) / t;
-      const double head_grads = grad_bytes * static_cast<double>(model.output_params()) / t;
+      const double head_grads =
+          grad_bytes * static_cast<double>(model.output_params()) / model.output_ranks(t);
       // A pass's gathers of what is outside the layers (ZeRO-3): the embedding's on the first
       // virtual stage, the head's on the last; the last issued, or 0.
       auto gather_outer = [&](bool first_virtual, bool last_virtual, uint32_t first_key,

@@ -110,7 +110,7 @@ TEST(Workload, AClassificationHeadComputesAPoolerAndClassesNotTheVocabulary) {
       "tied_embeddings: false\nhead: classification\nclasses: 3\ncausal: false\nbias: true\n",
       "cls.yaml");
   const double h = m.hidden, c = 3;
-  EXPECT_EQ(m.output_width(), 3);
+  EXPECT_EQ(m.output_ranks(4), 1);  // whole on every tensor-parallel rank
   EXPECT_EQ(m.output_params(), static_cast<int64_t>(2 * h + h * h + h + h * c + c));
   const platform::Cluster cl = cluster("dgx-a100", 1);
   const DatasheetCostModel cost;
@@ -162,6 +162,9 @@ TEST(Workload, AClassificationHeadIsDeclaredWhole) {
                 .find("classes: applies to a classification head"),
             std::string::npos);
   EXPECT_NE(error("tied_embeddings: false\nhead: regression\n").find("head"), std::string::npos);
+  EXPECT_NE(error("tied_embeddings: false\nhead: classification\nhead_bias: true\n")
+                .find("head_bias: the bias of a language-model head"),
+            std::string::npos);
 }
 
 // `optimizer:` Adam keeps two fp32 moments beside the fp32 master weights (12 bytes a parameter
