@@ -13,14 +13,11 @@ namespace {
 
 using T = KeyType;
 
-// Names made here: a link class's or a GPU profile's keys under a cluster's path.
-std::string_view keep(std::string name) { return keep_name(std::move(name)); }
-
 // A link class's keys, under `prefix` ("link_classes.*" in a cluster, "classes.*" in the link
 // classes file).
 void add_link_class_keys(std::vector<Key>& keys, std::string_view prefix) {
   auto k = [&](std::string_view name) {
-    return keep(std::string(prefix) + "." + std::string(name));
+    return keep_name(std::string(prefix) + "." + std::string(name));
   };
   keys.push_back({prefix, T::map, {}, 0, 0, "", "One link class, under its name", ""});
   keys.push_back(
@@ -96,8 +93,10 @@ void add_link_class_keys(std::vector<Key>& keys, std::string_view prefix) {
                   "transport: socket"});
 }
 
-std::vector<Key> make_cluster_keys() {
-  std::vector<Key> keys = {
+// The cluster's name and its node types: their GPUs, the fabric inside a node, its PCIe tree
+// and its NICs.
+std::vector<Key> node_type_keys() {
+  return {
       {"name", T::text, {}, 0, 0, "the file's name", "The cluster's name", ""},
       {"node_types", T::list, {}, 0, 0, "", "The kinds of node, at least one", ""},
       {"node_types[]",
@@ -295,6 +294,12 @@ std::vector<Key> make_cluster_keys() {
        "none",
        "Cap on each NIC's egress rate",
        ""},
+  };
+}
+
+// How many nodes of each type, the network between them, and the sites and their links.
+void add_network_keys(std::vector<Key>& keys) {
+  const std::vector<Key> rows = {
       {"groups", T::list, {}, 0, 0, "", "How many nodes of each type, at least one group", ""},
       {"groups[]", T::map, {}, 0, 0, "", "One group of nodes", ""},
       {"groups[].node_type", T::text, {}, 0, 0, "", "A node type's name", ""},
@@ -430,10 +435,16 @@ std::vector<Key> make_cluster_keys() {
       {"wan[].latency", T::time, {}, 0, 0, "", "One way, 0 to 10 s", ""},
       {"wan[].link_class", T::text, {}, 0, 0, "wan", "Its class", ""},
   };
+  keys.insert(keys.end(), rows.begin(), rows.end());
+}
+
+std::vector<Key> make_cluster_keys() {
+  std::vector<Key> keys = node_type_keys();
+  add_network_keys(keys);
   // A cluster's own GPU profiles and link classes take the keys of their own files.
   for (const Key& g : gpu_profile_keys()) {
     Key k = g;
-    k.name = keep("gpu_types[]." + std::string(g.name));
+    k.name = keep_name("gpu_types[]." + std::string(g.name));
     keys.push_back(k);
   }
   add_link_class_keys(keys, "link_classes.*");

@@ -85,9 +85,7 @@ class Cephalo final : public Policy {
           shape.precision = precision;
           const double per_layer = workload::layer_activation_bytes(
               m, shape, full ? workload::Recompute::full : workload::Recompute::none);
-          const double logits = m.head == workload::Head::lm
-                                    ? 2.0 * 4 * static_cast<double>(mb) * r.sequence * m.vocab / tp
-                                    : 2.0 * 4 * static_cast<double>(mb) * m.classes;
+          const double logits = m.logits_bytes(mb, r.sequence, tp);
           std::vector<double> free;
           double free_sum = 0;
           for (size_t i = 0; i < groups.size(); ++i) {

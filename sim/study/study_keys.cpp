@@ -13,12 +13,10 @@ namespace {
 using config::Key;
 using T = config::KeyType;
 
-std::string_view keep(std::string name) { return config::keep_name(std::move(name)); }
-
 // The keys of a model, cluster or plan entry, under `prefix` (`models[]` in the lists to cross,
 // `cases[].model` in a case).
 void add_model_keys(std::vector<Key>& keys, const std::string& prefix) {
-  keys.push_back({keep(prefix),
+  keys.push_back({config::keep_name(prefix),
                   T::any,
                   {},
                   0,
@@ -26,13 +24,20 @@ void add_model_keys(std::vector<Key>& keys, const std::string& prefix) {
                   "",
                   "A built-in model's name or a model file, or a map {model, name}",
                   ""});
-  keys.push_back({keep(prefix + ".model"), T::text, {}, 0, 0, "", "The name or file", ""});
   keys.push_back(
-      {keep(prefix + ".name"), T::text, {}, 0, 0, "the model", "Its label in the results", ""});
+      {config::keep_name(prefix + ".model"), T::text, {}, 0, 0, "", "The name or file", ""});
+  keys.push_back({config::keep_name(prefix + ".name"),
+                  T::text,
+                  {},
+                  0,
+                  0,
+                  "the model",
+                  "Its label in the results",
+                  ""});
 }
 
 void add_cluster_keys(std::vector<Key>& keys, const std::string& prefix) {
-  keys.push_back({keep(prefix),
+  keys.push_back({config::keep_name(prefix),
                   T::any,
                   {},
                   0,
@@ -41,8 +46,9 @@ void add_cluster_keys(std::vector<Key>& keys, const std::string& prefix) {
                   "A built-in cluster's name or a cluster file, or a map {cluster, nodes, set, "
                   "name}",
                   ""});
-  keys.push_back({keep(prefix + ".cluster"), T::text, {}, 0, 0, "", "The name or file", ""});
-  keys.push_back({keep(prefix + ".nodes"),
+  keys.push_back(
+      {config::keep_name(prefix + ".cluster"), T::text, {}, 0, 0, "", "The name or file", ""});
+  keys.push_back({config::keep_name(prefix + ".nodes"),
                   T::integer,
                   {},
                   1,
@@ -50,7 +56,7 @@ void add_cluster_keys(std::vector<Key>& keys, const std::string& prefix) {
                   "the file's",
                   "Nodes of a one-group cluster (simulate --nodes)",
                   ""});
-  keys.push_back({keep(prefix + ".set"),
+  keys.push_back({config::keep_name(prefix + ".set"),
                   T::list,
                   {},
                   0,
@@ -58,7 +64,7 @@ void add_cluster_keys(std::vector<Key>& keys, const std::string& prefix) {
                   "none",
                   "PATH=VALUE overrides of the cluster file (simulate --set)",
                   ""});
-  keys.push_back({keep(prefix + ".name"),
+  keys.push_back({config::keep_name(prefix + ".name"),
                   T::text,
                   {},
                   0,
@@ -69,7 +75,7 @@ void add_cluster_keys(std::vector<Key>& keys, const std::string& prefix) {
 }
 
 void add_plan_keys(std::vector<Key>& keys, const std::string& prefix) {
-  keys.push_back({keep(prefix),
+  keys.push_back({config::keep_name(prefix),
                   T::any,
                   {},
                   0,
@@ -78,8 +84,9 @@ void add_plan_keys(std::vector<Key>& keys, const std::string& prefix) {
                   "A plan file, a map {file, set, name}, or a planner policy's best plan {policy, "
                   "global_batch_size, sequence_length, replan, name}",
                   ""});
-  keys.push_back({keep(prefix + ".file"), T::text, {}, 0, 0, "", "A plan file", "", "no policy"});
-  keys.push_back({keep(prefix + ".set"),
+  keys.push_back(
+      {config::keep_name(prefix + ".file"), T::text, {}, 0, 0, "", "A plan file", "", "no policy"});
+  keys.push_back({config::keep_name(prefix + ".set"),
                   T::list,
                   {},
                   0,
@@ -88,7 +95,7 @@ void add_plan_keys(std::vector<Key>& keys, const std::string& prefix) {
                   "KEY=VALUE overrides of the plan file (simulate --set)",
                   "",
                   "no policy"});
-  keys.push_back({keep(prefix + ".policy"),
+  keys.push_back({config::keep_name(prefix + ".policy"),
                   T::text,
                   {},
                   0,
@@ -96,7 +103,7 @@ void add_plan_keys(std::vector<Key>& keys, const std::string& prefix) {
                   "",
                   "A planner policy (`hetsim plan --policy`), or all: the planner's best plan",
                   ""});
-  keys.push_back({keep(prefix + ".global_batch_size"),
+  keys.push_back({config::keep_name(prefix + ".global_batch_size"),
                   T::integer,
                   {},
                   1,
@@ -105,7 +112,7 @@ void add_plan_keys(std::vector<Key>& keys, const std::string& prefix) {
                   "Sequences per iteration",
                   "",
                   "policy"});
-  keys.push_back({keep(prefix + ".sequence_length"),
+  keys.push_back({config::keep_name(prefix + ".sequence_length"),
                   T::integer,
                   {},
                   1,
@@ -114,7 +121,7 @@ void add_plan_keys(std::vector<Key>& keys, const std::string& prefix) {
                   "Tokens per sequence",
                   "",
                   "policy"});
-  keys.push_back({keep(prefix + ".replan"),
+  keys.push_back({config::keep_name(prefix + ".replan"),
                   T::flag,
                   {},
                   0,
@@ -124,7 +131,7 @@ void add_plan_keys(std::vector<Key>& keys, const std::string& prefix) {
                   "them)",
                   "",
                   "policy"});
-  keys.push_back({keep(prefix + ".name"),
+  keys.push_back({config::keep_name(prefix + ".name"),
                   T::text,
                   {},
                   0,

@@ -178,9 +178,7 @@ std::vector<DeviceMemory> memory_per_group(const TrainingJob& job) {
                                 layer_activation_bytes(m, s, Recompute::selective_op));
     }
     if (g.stage + 1 == static_cast<uint32_t>(p.stages(g.replica))) {
-      work += m.head == Head::lm ? 2.0 * 4 * static_cast<double>(s.micro_batch) * s.sequence *
-                                       m.vocab / s.tensor_parallel
-                                 : 2.0 * 4 * static_cast<double>(s.micro_batch) * m.classes;
+      work += m.logits_bytes(s.micro_batch, s.sequence, s.tensor_parallel);
     }
     if (p.data_parallel_of(g.stage) > 1) {
       work += 2 * std::min(p.bucket_bytes, mem.gradients);

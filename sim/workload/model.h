@@ -190,6 +190,13 @@ struct ModelConfig {
   // The tensor-parallel ranks the head's parameters are split over: a language-model head's
   // vocabulary is (the final norm counted with it), a classifier is whole on every rank.
   int output_ranks(int tensor_parallel) const { return head == Head::lm ? tensor_parallel : 1; }
+  // The fp32 logits of one micro-batch and their gradient on one rank, in bytes: the local
+  // vocabulary's for every token, or the classes' for every sequence.
+  double logits_bytes(int64_t micro_batch, int64_t sequence, int tensor_parallel) const {
+    return head == Head::lm
+               ? 2.0 * 4 * static_cast<double>(micro_batch) * sequence * vocab / tensor_parallel
+               : 2.0 * 4 * static_cast<double>(micro_batch) * classes;
+  }
   // What the stage holding the head keeps outside the layers in a pipeline of `stages`: the
   // final norm and output projection, and with tied embeddings across stages its own copy of
   // the word embedding.

@@ -22,9 +22,10 @@ constexpr double kHeads = static_cast<double>(limits::kHeads);
 constexpr double kFfn = static_cast<double>(limits::kFfn);
 constexpr double kExperts = static_cast<double>(limits::kExperts);
 
-std::vector<Key> make_model_keys() {
+// A transformer's shape and layout.
+void add_layer_keys(std::vector<Key>& keys) {
   const std::string_view tr = kTransformer;
-  return {
+  const std::vector<Key> rows = {
       {"name", T::text, {}, 0, 0, "", "The model's name", ""},
       {"family",
        T::choice,
@@ -200,6 +201,14 @@ std::vector<Key> make_model_keys() {
        "Dropout probability, below 1",
        "",
        tr},
+  };
+  keys.insert(keys.end(), rows.begin(), rows.end());
+}
+
+// A transformer's mixture of experts and latent attention.
+void add_moe_keys(std::vector<Key>& keys) {
+  const std::string_view tr = kTransformer;
+  const std::vector<Key> rows = {
       {"experts", T::integer, {}, 0, kExperts, "0 (dense)", "Routed experts per MoE layer", "", tr},
       {"experts_per_token", T::integer, {}, 1, kExperts, "", "Top-k (needed with experts)", "", tr},
       {"expert_ffn_hidden",
@@ -283,6 +292,13 @@ std::vector<Key> make_model_keys() {
        "Each value head",
        "",
        tr},
+  };
+  keys.insert(keys.end(), rows.begin(), rows.end());
+}
+
+// A convolutional network's input and layers.
+void add_cnn_keys(std::vector<Key>& keys) {
+  const std::vector<Key> rows = {
       {"input", T::map, {}, 0, 0, "", "One image", "", kCnn},
       {"input.channels", T::integer, {}, 1, kHidden, "", "Channels (3 for RGB)", ""},
       {"input.height", T::integer, {}, 1, 65536, "", "Pixels", ""},
@@ -390,6 +406,15 @@ std::vector<Key> make_model_keys() {
        "The layer's name (each its own; not loss)",
        ""},
   };
+  keys.insert(keys.end(), rows.begin(), rows.end());
+}
+
+std::vector<Key> make_model_keys() {
+  std::vector<Key> keys;
+  add_layer_keys(keys);
+  add_moe_keys(keys);
+  add_cnn_keys(keys);
+  return keys;
 }
 
 }  // namespace
