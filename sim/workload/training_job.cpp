@@ -615,6 +615,631 @@ Group alike_group(const Group& like, size_t r, const StagePlan& st, int ep,
 
 }  // namespace
 
+namespace {
+
+// A staged plan's tied embedding: its gradients all-reduced among every group of the first and
+// the last stage at once (every copy's, the data-parallel reduction and Megatron's first-last
+// exchange in one), keyed apart from the stages'.
+constexpr uint32_t kTiedKey = 0x40000000u;
+
+// What every group of a transformer job reads beside its own stage (build_training_job).
+struct JobContext {
+  JobContext(const ModelConfig& m, const Plan& p, const platform::Cluster& c, const CostModel& k)
+      : model(m), plan(p), cluster(c), cost(k) {
+    v = plan.interleave;
+    S = plan.stages();
+    asymmetric = plan.asymmetric();
+    if (asymmetric) cuts = layer_segments(plan, model.layers);
+    // Per segment, the smallest tensor-parallel degree that holds it: buckets are cut at the
+    // same layers in every replica, by the bytes per rank of that holder (Megatron-LM's bucket
+    // size is per rank).
+    min_tp.assign(cuts.empty() ? 0 : cuts.size() - 1, 0);
+    for (const ReplicaPlan& rep : plan.replicas) {
+      for (const StagePlan& st : rep.stages) {
+        for (size_t k = 0; k < min_tp.size(); ++k) {
+          if (cuts[k] < st.first_layer || cuts[k] >= st.first_layer + st.layers) continue;
+          const int t = st.tensor_parallel();
+          min_tp[k] = min_tp[k] == 0 ? t : std::min(min_tp[k], t);
+        }
+      }
+    }
+    e = element_bytes(plan.precision);
+    grad_bytes = plan.fp32_main_grads ? 4 : e;
+    activation_bytes = boundary_activation_bytes(model, plan);
+    // Mixture of experts: each MoE layer's load (routing imbalance), and whether the experts'
+    // gradients are reduced apart from the rest, among the replicas of one expert-parallel rank.
+    if (model.moe()) loads = expert_loads(model, plan);
+    // Replicas per expert-parallel group: each device holds 1 / (ep x t) of the routed experts,
+    // split by tensor-parallel rank or (experts whole) by expert.
+    ep = plan.expert_group_replicas();
+    split_experts = model.moe() && ep > 1;
+    edp = static_cast<uint32_t>(plan.replicas.size()) / static_cast<uint32_t>(ep);
+    expert_sync = split_experts && edp > 1;
+    staged_tied = plan.staged() && model.tied_embeddings && S > 1 &&
+                  plan.framework.tied_embedding_reduction != TiedReduction::none;
+  }
+
+  const ModelConfig& model;
+  const Plan& plan;
+  const platform::Cluster& cluster;
+  const CostModel& cost;
+  int v = 1;  // chunks per stage
+  int S = 1;  // stages
+  // Asymmetric replicas reduce gradients by layer segment (cut at `cuts`); the others stage by
+  // stage.
+  bool asymmetric = false;
+  std::vector<int> cuts, min_tp;
+  double e = 2, grad_bytes = 2;
+  double activation_bytes = 0;  // one micro-batch's boundary activation
+  std::vector<double> loads;
+  int ep = 1;
+  bool split_experts = false;
+  uint32_t edp = 1;
+  bool expert_sync = false;
+  bool staged_tied = false;
+};
+
+// One group's place in the job and the state it holds.
+struct StageFigures {
+  size_t r = 0;
+  int s = 0, P = 1, micro_batches = 1;
+  uint32_t among =
+      0;  // the copies of this stage that reduce its gradients together (0: every replica)
+  bool dp = false;
+  uint32_t ep_rank = 0;
+  // Sharded state: the experts' among the replicas that hold them (none beside this one where
+  // expert_parallel is the data-parallel degree).
+  double params = 0, expert_params = 0, dense_params = 0, shard = 0;
+};
+
+StageFigures stage_figures(const JobContext& x, size_t r, int s) {
+  const Plan& plan = x.plan;
+  const StagePlan& st = plan.stage_plan(r, static_cast<size_t>(s));
+  StageFigures f;
+  f.r = r;
+  f.s = s;
+  f.P = plan.stages(r);
+  f.micro_batches = plan.micro_batches_of(r);
+  f.among =
+      plan.staged() ? static_cast<uint32_t>(plan.data_parallel_of(static_cast<size_t>(s))) : 0;
+  f.dp = plan.data_parallel_of(static_cast<size_t>(s)) > 1;
+  f.ep_rank = static_cast<uint32_t>(r % static_cast<size_t>(x.ep));
+  f.params = group_params(x.model, st, s, f.P, x.ep);
+  f.expert_params = x.split_experts ? group_expert_params(x.model, st, x.ep) : 0;
+  f.dense_params = f.params - f.expert_params;
+  f.shard = plan.zero_stage >= 1 && f.dp ? plan.sharded(f.dense_params, r) + f.expert_params / x.edp
+                                         : f.params;
+  return f;
+}
+
+Group new_group(const JobContext& x, const StageFigures& f, const StagePlan& st) {
+  Group g;
+  g.replica = static_cast<uint32_t>(f.r);
+  g.stage = static_cast<uint32_t>(f.s);
+  g.micro_batches = static_cast<uint32_t>(f.micro_batches);
+  g.batch = x.plan.batch_of(f.r, static_cast<size_t>(f.s));
+  g.devices = st.devices;
+  g.gpu = x.cluster.gpu(st.devices.front()).profile;
+  g.params = f.params;
+  g.expert_params = group_expert_params(x.model, st, x.ep);
+  return g;
+}
+
+// One group's program (replica r's stage s; a staged plan's group r of stage s): its passes in
+// the order its schedule runs them, with their pipeline transfers, the gradients' reductions as
+// the framework issues them, the optimizer step.
+class StageBuilder {
+ public:
+  StageBuilder(const JobContext& x, const StageFigures& f)
+      : x_(x),
+        m_(x.model),
+        p_(x.plan),
+        f_(f),
+        st_(x.plan.stage_plan(f.r, static_cast<size_t>(f.s))),
+        g_(new_group(x, f, st_)),
+        t_(st_.tensor_parallel()),
+        shape_(stage_shape(p_, t_, g_.batch)),
+        b_(g_, m_, p_, x.cost, shape_) {
+    // A staged plan's groups cut their buckets at the same layers, by the bytes per rank of the
+    // stage's narrowest group (as asymmetric replicas do by segment).
+    stage_min_tp_ = t_;
+    if (p_.staged()) {
+      for (const StagePlan& y : p_.dp_stages[static_cast<size_t>(f_.s)].groups)
+        stage_min_tp_ = std::min(stage_min_tp_, y.tensor_parallel());
+    }
+    V_ = f_.P * x_.v;
+    make_pieces();
+    order_ = stage_schedule(p_.schedule, f_.s, f_.P, f_.micro_batches, x_.v, p_.microbatch_group);
+    // The last backward of each chunk is where its gradients become final.
+    last_bwd_mb_.assign(static_cast<size_t>(x_.v), -1);
+    for (const ScheduleItem& it : order_) {
+      if (!it.forward) last_bwd_mb_[it.chunk] = static_cast<int>(it.micro_batch);
+    }
+    bucket_key_ = key_of(st_.first_layer);
+    // Outside the layers (the embedding on the first virtual stage, the final norm and the head
+    // on the last, with a tied word embedding's copy there when pipelined): under ZeRO-3
+    // gathered as each forward pass starts and kept to the end of its backward pass (FSDP's root
+    // unit, which is not resharded after the forward pass); under ZeRO-2 and 3 their gradients
+    // reduce-scattered once the backward pass is done (a staged plan's tied word embedding is
+    // reduced on its own, reduce_tied).
+    const double e = x_.e, gb = x_.grad_bytes;
+    head_grad_ = gb * m_.output_params() / m_.output_ranks(t_);
+    word_ = x_.staged_tied ? static_cast<double>(m_.vocab) * m_.hidden : 0.0;
+    embedding_weights_ = e * static_cast<double>(m_.embedding_params()) / t_;
+    head_weights_ = e * m_.head_params(f_.P) / m_.output_ranks(t_);
+    embedding_grads_ = gb * (static_cast<double>(m_.embedding_params()) - word_) / t_;
+    head_grads_ = gb * static_cast<double>(m_.output_params()) / m_.output_ranks(t_);
+  }
+
+  Group build() && {
+    if (p_.layered) {
+      layered();
+    } else {
+      scheduled();
+    }
+    send_grad();
+    reduce_tied();
+    reduce_after_backward();
+    step();
+    return std::move(g_);
+  }
+
+ private:
+  using Tasks = std::vector<Task>;
+
+  bool overlapped() const { return p_.gradient_reduction == GradReduction::overlapped; }
+  bool zero3() const { return f_.dp && p_.zero_stage == 3; }
+
+  // ---- the stage's pieces ------------------------------------------------------------------
+  void make_pieces() {
+    // The dense layers' programs first (a model of MoE layers only has none).
+    if (m_.moe_layers_in(st_.first_layer, st_.layers) < st_.layers || st_.layers == 0)
+      dense_pieces();
+    ef_ = &b_.piece("embedding.fwd", embedding_forward(m_, shape_));
+    eb_ = &b_.piece("embedding.bwd", embedding_backward(m_, shape_));
+    hf_ = &b_.piece("head.fwd", head_forward(m_, shape_));
+    hb_ = &b_.piece("head.bwd", head_backward(m_, shape_));
+    // What a layer recomputes before its backward pass under selective recompute: the attention
+    // core (Megatron-LM), or torchtitan's op-level policy's share of the forward pass.
+    ar_ = p_.recompute == Recompute::selective_op
+              ? &b_.piece("ops.recompute", selective_op_recompute(m_, shape_))
+              : &b_.piece("attention.recompute", attention_recompute(m_, shape_));
+    partial_ = p_.recompute == Recompute::selective || p_.recompute == Recompute::selective_op;
+    // The framework's all-gathers of a received pipeline slice (Framework::pipeline_gathers_*),
+    // each one micro-batch's boundary activation for this group's samples.
+    std::vector<Step> gather_steps;
+    if (gathers_pipeline_slices(p_, t_)) {
+      Step gs;
+      gs.op.name = "pp.gather";
+      gs.comm = CommKind::allgather;
+      gs.comm_bytes = x_.activation_bytes * static_cast<double>(g_.batch) /
+                      static_cast<double>(p_.micro_batch_size);
+      gather_steps.push_back(gs);
+    }
+    pg_ = &b_.piece("pipeline.gather", gather_steps);
+  }
+
+  std::pair<const Tasks*, const Tasks*> dense_pieces() {
+    if (!dense_fwd_) {
+      dense_fwd_ = &b_.piece("layer.fwd", layer_forward(m_, shape_));
+      dense_bwd_ = &b_.piece("layer.bwd", layer_backward(m_, shape_));
+    }
+    return {dense_fwd_, dense_bwd_};
+  }
+
+  // Layer l's programs: a MoE layer's by its load (layers of one load share them).
+  std::pair<const Tasks*, const Tasks*> pieces_of(int l) {
+    if (!m_.is_moe(l)) return dense_pieces();
+    const double load = x_.loads[static_cast<size_t>(l)];
+    auto it = moe_pieces_.find(load);
+    if (it == moe_pieces_.end()) {
+      const LayerShape y = moe_shape(shape_, p_, load);
+      const std::string key = fmt::format("{}", load);
+      it = moe_pieces_
+               .emplace(load, std::make_pair(&b_.piece("moe.fwd/" + key, layer_forward(m_, y)),
+                                             &b_.piece("moe.bwd/" + key, layer_backward(m_, y))))
+               .first;
+    }
+    return it->second;
+  }
+  const Tasks& fwd_of(int l) { return *pieces_of(l).first; }
+  const Tasks& bwd_of(int l) { return *pieces_of(l).second; }
+
+  void gathers(int count, Pass pass, const ScheduleItem& it) {
+    for (int k = 0; k < count; ++k) b_.emit(*pg_, pass, -1, it.micro_batch, it.chunk);
+  }
+
+  // ---- gradients -----------------------------------------------------------------------------
+  // Layer l's gradients reduced among every replica, and its routed experts' among the replicas
+  // of this expert-parallel rank (with them where expert parallelism is 1).
+  double layer_grad_of(int l) const {
+    return x_.grad_bytes *
+           static_cast<double>(m_.layer_params(l) -
+                               (x_.split_experts ? m_.expert_layer_params(l) : 0)) /
+           t_;
+  }
+  double expert_grad_of(int l) const {
+    return x_.split_experts
+               ? x_.grad_bytes * static_cast<double>(m_.expert_layer_params(l)) / t_ / x_.ep
+               : 0.0;
+  }
+  double layer_weights_of(int l) const {
+    return x_.e * static_cast<double>(m_.layer_params(l)) / t_;
+  }
+  // The key of layer l's gradients: its segment (asymmetric), else the stage.
+  uint32_t key_of(int l) const {
+    if (!x_.asymmetric) return static_cast<uint32_t>(f_.s);
+    return static_cast<uint32_t>(std::upper_bound(x_.cuts.begin(), x_.cuts.end(), l) -
+                                 x_.cuts.begin() - 1);
+  }
+  uint32_t expert_key() const { return expert_sync_key(f_.ep_rank, static_cast<uint32_t>(f_.s)); }
+  CommKind reduction() const {
+    return p_.zero_stage >= 1 ? CommKind::reducescatter : CommKind::allreduce;
+  }
+
+  void flush_bucket() {
+    if (!f_.dp || bucket_ <= 0) return;
+    issued_ = b_.dp_collective(reduction(), bucket_, "dp.grads", bucket_key_, f_.among);
+    bucket_ = 0;
+  }
+  // The experts' gradients fill buckets of their own (Megatron-LM's expert-data-parallel
+  // buffers).
+  void flush_experts() {
+    if (!x_.expert_sync || expert_bucket_ <= 0) return;
+    issued_ =
+        b_.dp_collective(reduction(), expert_bucket_, "dp.expert_grads", expert_key(), x_.edp);
+    expert_bucket_ = 0;
+  }
+  void add_experts(int l) {
+    if (!x_.expert_sync) return;
+    expert_bucket_ += expert_grad_of(l);
+    if (expert_bucket_ >= p_.bucket_bytes) flush_experts();
+  }
+  // ZeRO-2: each micro-batch's gradients of layer l reduce-scattered as soon as they are.
+  void scatter_layer(int l, uint32_t key) {
+    issued_ = b_.dp_collective(CommKind::reducescatter, layer_grad_of(l), "zero.grads", key);
+    if (x_.expert_sync && m_.is_moe(l)) {
+      issued_ = b_.dp_collective(CommKind::reducescatter, expert_grad_of(l), "zero.expert_grads",
+                                 expert_key(), x_.edp);
+    }
+  }
+  // Gradients of layer l (or of the head, with l the last layer) join the bucket; a bucket holds
+  // one segment's.
+  void add(int l, double bytes) {
+    const uint32_t k = key_of(l);
+    if (bucket_ > 0 && k != bucket_key_) flush_bucket();
+    bucket_key_ = k;
+    bucket_ += bytes;
+    const bool full = x_.asymmetric ? bucket_ * t_ >= p_.bucket_bytes * x_.min_tp[k]
+                      : p_.staged() ? bucket_ * t_ >= p_.bucket_bytes * stage_min_tp_
+                                    : bucket_ >= p_.bucket_bytes;
+    if (full) flush_bucket();
+  }
+  // Layer l's backward is done: its gradients reduce-scattered at once (ZeRO-2 and 3), or, on the
+  // last micro-batch with overlapped reduction, into the buckets.
+  void layer_done(int l, uint32_t key, bool last) {
+    if (f_.dp && p_.zero_stage >= 2) {
+      scatter_layer(l, key);
+    } else if (last && overlapped()) {
+      add(l, layer_grad_of(l));
+      add_experts(l);
+    }
+  }
+
+  // ---- ZeRO-3 --------------------------------------------------------------------------------
+  // Layer l's weights gathered among the replicas (issued, not waited for).
+  uint32_t gather_layer(int l, uint32_t key) {
+    return b_.dp_collective(CommKind::allgather, layer_weights_of(l), "zero3.params", key);
+  }
+  // Waiting for layer l's gathered weights, and, under FSDP2 (Framework::gather_copy_out),
+  // copying them out of the all-gather's buffer into the layer's parameters: a kernel on the
+  // compute stream that reads and writes the layer's weights.
+  void wait_layer(uint32_t issued, int l, Pass pass, uint32_t mb, uint32_t chunk) {
+    b_.dp_wait(issued);
+    if (!p_.framework.gather_copy_out) return;
+    const double weights = layer_weights_of(l);
+    b_.emit(b_.piece(fmt::format("zero3.copy_out.{}", weights), {gather_copy_out(weights)}), pass,
+            l, mb, chunk);
+  }
+  // A pass's gathers of what is outside the layers: the embedding's on the first virtual stage,
+  // the head's on the last; the last issued, or 0. The embedding's collectives are keyed with the
+  // first layer's, the head's with the last layer's (the stage's key in a uniform plan).
+  uint32_t gather_outer(bool first_virtual, bool last_virtual, uint32_t first_key,
+                        uint32_t last_key) {
+    uint32_t last = 0;
+    if (first_virtual && embedding_weights_ > 0)
+      last =
+          b_.dp_collective(CommKind::allgather, embedding_weights_, "zero3.embedding", first_key);
+    if (last_virtual && head_weights_ > 0)
+      last = b_.dp_collective(CommKind::allgather, head_weights_, "zero3.head", last_key);
+    return last;
+  }
+  // Their gradients reduce-scattered (ZeRO-2 and 3), head first.
+  void scatter_outer(bool first_virtual, bool last_virtual, uint32_t first_key, uint32_t last_key) {
+    if (last_virtual && head_grads_ > 0)
+      issued_ = b_.dp_collective(CommKind::reducescatter, head_grads_, "zero.head_grads", last_key);
+    if (first_virtual && embedding_grads_ > 0)
+      issued_ = b_.dp_collective(CommKind::reducescatter, embedding_grads_, "zero.embedding_grads",
+                                 first_key);
+  }
+
+  // ---- the passes ----------------------------------------------------------------------------
+  // Layered accumulation (one stage): each layer for every micro-batch in turn, forward then
+  // backward; a sharded layer gathered once per pass, its gradients reduced once. ZeRO-3's
+  // gathers issued a layer ahead, the first beside the embedding (and in the backward pass
+  // beside the head), as in the per-micro-batch order of scheduled().
+  void layered() {
+    const uint32_t M = static_cast<uint32_t>(f_.micro_batches);
+    const auto key = static_cast<uint32_t>(f_.s);
+    const bool zero3 = this->zero3();
+    const Time per_pass = p_.framework.host_per_pass;
+    const uint32_t outer = zero3 ? gather_outer(true, true, key, key) : 0;
+    uint32_t next = zero3 && st_.layers > 0 ? gather_layer(0, key) : 0;
+    if (outer > 0) b_.dp_wait(outer);
+    for (uint32_t mb = 0; mb < M; ++mb) {
+      b_.host(per_pass, Pass::forward, mb, 0);
+      b_.emit(*ef_, Pass::forward, -1, mb, 0);
+    }
+    for (int l = 0; l < st_.layers; ++l) {
+      const uint32_t mine = next;
+      if (zero3 && l + 1 < st_.layers) next = gather_layer(l + 1, key);
+      if (zero3) wait_layer(mine, l, Pass::forward, 0, 0);
+      for (uint32_t mb = 0; mb < M; ++mb) b_.emit(fwd_of(l), Pass::forward, l, mb, 0);
+    }
+    next = zero3 && st_.layers > 0 ? gather_layer(st_.layers - 1, key) : 0;
+    for (uint32_t mb = 0; mb < M; ++mb) {
+      b_.emit(*hf_, Pass::forward, -1, mb, 0);
+      b_.host(per_pass, Pass::backward, mb, 0);
+      b_.emit(*hb_, Pass::backward, -1, mb, 0);
+    }
+    for (int l = st_.layers - 1; l >= 0; --l) {
+      const uint32_t mine = next;
+      if (zero3 && l > 0) next = gather_layer(l - 1, key);
+      if (zero3) wait_layer(mine, l, Pass::backward, 0, 0);
+      for (uint32_t mb = 0; mb < M; ++mb) {
+        if (p_.layer_recompute(l) == Recompute::full) b_.emit(fwd_of(l), Pass::recompute, l, mb, 0);
+        if (partial_) b_.emit(*ar_, Pass::recompute, l, mb, 0);
+        b_.emit(bwd_of(l), Pass::backward, l, mb, 0);
+      }
+      layer_done(l, key, true);
+    }
+    for (uint32_t mb = 0; mb < M; ++mb) b_.emit(*eb_, Pass::backward, -1, mb, 0);
+    if (f_.dp && p_.zero_stage >= 2) scatter_outer(true, true, key, key);
+  }
+
+  // Every pass in the schedule's order. ZeRO-3: the pass's first layer's weights gathered as it
+  // starts, and each later layer's while the one before it computes (prefetch one layer ahead, as
+  // PyTorch FSDP's BACKWARD_PRE and its host running ahead of the device, DeepSpeed's and
+  // Megatron-FSDP's prefetch do), each waited for before its layer runs. The gathers share the
+  // one data-parallel stream with the reduce-scatters, in the order they are issued.
+  void scheduled() {
+    const bool zero3 = this->zero3();
+    for (const ScheduleItem& it : order_) {
+      const int vs = it.chunk * f_.P + f_.s;
+      const int first = st_.first_of(it.chunk);
+      if (!it.forward) send_grad();
+      b_.host(p_.framework.host_per_pass, it.forward ? Pass::forward : Pass::backward,
+              it.micro_batch, it.chunk);
+      const int n = st_.layers_of(it.chunk);
+      const uint32_t outer = zero3 && it.forward ? gather_outer(vs == 0, vs == V_ - 1, key_of(0),
+                                                                key_of(m_.layers - 1))
+                                                 : 0;
+      const uint32_t next = zero3 && n > 0
+                                ? gather_layer(it.forward ? first : first + n - 1,
+                                               key_of(it.forward ? first : first + n - 1))
+                                : 0;
+      if (it.forward) {
+        forward(it, vs, first, n, outer, next);
+      } else {
+        backward(it, vs, first, n, next);
+      }
+    }
+  }
+
+  void forward(const ScheduleItem& it, int vs, int first, int n, uint32_t outer, uint32_t next) {
+    const bool zero3 = this->zero3();
+    if (vs > 0) {
+      b_.emit_one(TaskKind::recv, Pass::forward, it.micro_batch, it.chunk);
+      gathers(p_.framework.pipeline_gathers_forward, Pass::forward, it);
+    }
+    send_grad();
+    if (outer > 0 && vs == 0) b_.dp_wait(outer);
+    if (vs == 0) b_.emit(*ef_, Pass::forward, -1, it.micro_batch, it.chunk);
+    for (int l = first; l < first + n; ++l) {
+      const uint32_t mine = next;
+      if (zero3 && l + 1 < first + n) next = gather_layer(l + 1, key_of(l + 1));
+      if (zero3) wait_layer(mine, l, Pass::forward, it.micro_batch, it.chunk);
+      b_.emit(fwd_of(l), Pass::forward, l, it.micro_batch, it.chunk);
+    }
+    if (vs == V_ - 1) {
+      if (outer > 0) b_.dp_wait(outer);
+      b_.emit(*hf_, Pass::forward, -1, it.micro_batch, it.chunk);
+    } else {
+      b_.emit_one(TaskKind::send, Pass::forward, it.micro_batch, it.chunk);
+    }
+  }
+
+  void backward(const ScheduleItem& it, int vs, int first, int n, uint32_t next) {
+    const bool zero3 = this->zero3();
+    if (vs < V_ - 1) {
+      b_.emit_one(TaskKind::recv, Pass::backward, it.micro_batch, it.chunk);
+      gathers(p_.framework.pipeline_gathers_backward, Pass::backward, it);
+    }
+    if (vs == V_ - 1) b_.emit(*hb_, Pass::backward, -1, it.micro_batch, it.chunk);
+    const bool last = static_cast<int>(it.micro_batch) == last_bwd_mb_[it.chunk];
+    // Asymmetric: the head's gradients open the last segment's first bucket, in every replica
+    // alike (with shared stages, they join the stage's last bucket).
+    if (x_.asymmetric && f_.dp && vs == V_ - 1 && last && overlapped())
+      add(m_.layers - 1, head_grad_);
+    for (int l = first + n - 1; l >= first; --l) {
+      const uint32_t mine = next;
+      if (zero3 && l > first) next = gather_layer(l - 1, key_of(l - 1));
+      if (zero3) wait_layer(mine, l, Pass::backward, it.micro_batch, it.chunk);
+      if (p_.layer_recompute(l - first) == Recompute::full)
+        b_.emit(fwd_of(l), Pass::recompute, l, it.micro_batch, it.chunk);
+      if (partial_) b_.emit(*ar_, Pass::recompute, l, it.micro_batch, it.chunk);
+      b_.emit(bwd_of(l), Pass::backward, l, it.micro_batch, it.chunk);
+      layer_done(l, key_of(l), last);
+    }
+    if (vs == 0) b_.emit(*eb_, Pass::backward, -1, it.micro_batch, it.chunk);
+    if (f_.dp && p_.zero_stage >= 2)
+      scatter_outer(vs == 0, vs == V_ - 1, key_of(0), key_of(m_.layers - 1));
+    if (vs > 0) {
+      // DeepSpeed's order (Framework::send_grad_after_next_receive; one chunk per stage, as its
+      // TrainSchedule has): a backward pass's gradient waits until the next forward pass has
+      // received its activation, or goes before the next backward pass.
+      if (p_.framework.send_grad_after_next_receive && x_.v == 1) {
+        unsent_grad_ = it;
+        grad_unsent_ = true;
+      } else {
+        b_.emit_one(TaskKind::send, Pass::backward, it.micro_batch, it.chunk);
+      }
+    }
+  }
+
+  void send_grad() {
+    if (!grad_unsent_) return;
+    b_.emit_one(TaskKind::send, Pass::backward, unsent_grad_.micro_batch, unsent_grad_.chunk);
+    grad_unsent_ = false;
+  }
+
+  // ---- after the last backward pass ----------------------------------------------------------
+  // The tied embedding's gradients, between the first and the last stage.
+  void reduce_tied() {
+    const TiedReduction tied = p_.framework.tied_embedding_reduction;
+    const int s = f_.s, P = f_.P;
+    const double tied_grads = static_cast<double>(m_.vocab) * m_.hidden / t_ *
+                              (tied == TiedReduction::main_grads ? x_.grad_bytes : x_.e);
+    if (x_.staged_tied && (s == 0 || s == P - 1)) {
+      issued_ =
+          b_.dp_collective(CommKind::allreduce, tied_grads, "tied.embedding.grads", kTiedKey,
+                           static_cast<uint32_t>(p_.data_parallel_of(0) +
+                                                 p_.data_parallel_of(static_cast<size_t>(P - 1))));
+    } else if (tied != TiedReduction::none && m_.tied_embeddings && P > 1 &&
+               (s == 0 || s == P - 1)) {
+      g_.tied_bytes = tied_grads;
+      b_.emit_one(TaskKind::tied, Pass::other, 0, 0);
+    }
+  }
+
+  // Reduced after the backward pass: every layer's gradients, in the order backward produced them
+  // (last layer first), in buckets; then the embedding's (and, with shared stages, the head's),
+  // which join the last bucket.
+  void reduce_after_backward() {
+    if (!f_.dp || p_.zero_stage >= 2) return;
+    const bool first_virtual_holder = f_.s == 0;
+    const bool last_virtual_holder = f_.s == f_.P - 1;
+    if (!overlapped()) {
+      if (x_.asymmetric && last_virtual_holder) add(m_.layers - 1, head_grad_);
+      for (int c = x_.v - 1; c >= 0; --c) {
+        for (int l = st_.layers_of(c) - 1; l >= 0; --l) {
+          add(st_.first_of(c) + l, layer_grad_of(st_.first_of(c) + l));
+          add_experts(st_.first_of(c) + l);
+        }
+      }
+    }
+    if (bucket_ <= 0) bucket_key_ = key_of(st_.first_layer);
+    // (A staged plan's tied word embedding is reduced on its own, reduce_tied.)
+    bucket_ += x_.grad_bytes *
+               ((first_virtual_holder ? m_.embedding_params() - word_ : 0) +
+                (last_virtual_holder && !x_.asymmetric ? m_.output_params() : 0)) /
+               t_;
+    flush_bucket();
+    flush_experts();
+  }
+
+  // The optimizer step, once every reduction is through; ZeRO-1 and 2 then gather the updated
+  // parameters.
+  void step() {
+    if (issued_ > 0) b_.dp_wait(issued_);
+    b_.host(p_.framework.host_per_step, Pass::other, 0, 0);
+    const auto& opt =
+        b_.piece("optimizer", {Step{optimizer_step(f_.shard, p_.precision, p_.optimizer)}});
+    b_.emit(opt, Pass::other, -1, 0, 0);
+    if (f_.dp && (p_.zero_stage == 1 || p_.zero_stage == 2)) {
+      const uint32_t gathered = b_.dp_collective(CommKind::allgather, x_.e * f_.dense_params,
+                                                 "zero.params", static_cast<uint32_t>(f_.s));
+      const uint32_t experts = x_.expert_sync && f_.expert_params > 0
+                                   ? b_.dp_collective(CommKind::allgather, x_.e * f_.expert_params,
+                                                      "zero.expert_params", expert_key(), x_.edp)
+                                   : gathered;
+      b_.dp_wait(experts);
+    }
+  }
+
+  const JobContext& x_;
+  const ModelConfig& m_;
+  const Plan& p_;
+  const StageFigures f_;
+  const StagePlan& st_;
+  Group g_;
+  int t_;
+  LayerShape shape_;
+  GroupBuilder b_;  // writes g_
+  int stage_min_tp_ = 1, V_ = 1;
+  const Tasks* dense_fwd_ = nullptr;
+  const Tasks* dense_bwd_ = nullptr;
+  const Tasks *ef_ = nullptr, *eb_ = nullptr, *hf_ = nullptr, *hb_ = nullptr;
+  const Tasks *ar_ = nullptr, *pg_ = nullptr;
+  bool partial_ = false;
+  std::map<double, std::pair<const Tasks*, const Tasks*>> moe_pieces_;
+  std::vector<ScheduleItem> order_;
+  std::vector<int> last_bwd_mb_;
+  double bucket_ = 0, expert_bucket_ = 0;
+  uint32_t bucket_key_ = 0;
+  uint32_t issued_ = 0;  // data-parallel collectives issued so far, as the last returned
+  double head_grad_ = 0, word_ = 0;
+  double embedding_weights_ = 0, head_weights_ = 0, embedding_grads_ = 0, head_grads_ = 0;
+  ScheduleItem unsent_grad_{};
+  bool grad_unsent_ = false;
+};
+
+// The groups to build, replica by replica (a staged plan's stage by stage), and whether each
+// opens a replica.
+struct GroupSpec {
+  size_t r;
+  int s;
+  bool opens_replica;
+};
+
+std::vector<GroupSpec> group_specs(const Plan& plan) {
+  std::vector<GroupSpec> specs;
+  if (plan.staged()) {
+    for (int s = 0; s < plan.stages(); ++s) {
+      for (size_t j = 0; j < plan.data_parallel_of(static_cast<size_t>(s)); ++j)
+        specs.push_back({j, s, false});
+    }
+  } else {
+    for (size_t r = 0; r < plan.replicas.size(); ++r) {
+      for (int s = 0; s < plan.stages(r); ++s) specs.push_back({r, s, s == 0});
+    }
+  }
+  return specs;
+}
+
+// Each micro-batch's samples in order over a staged plan's stage's groups: a group sends its
+// activation to the next stage's groups whose samples overlap its own, and they send back the
+// gradients of those samples.
+void link_staged_peers(TrainingJob& job, const Plan& plan) {
+  job.next_peers.resize(job.groups.size());
+  job.prev_peers.resize(job.groups.size());
+  const double whole = static_cast<double>(plan.micro_batch_size);
+  uint32_t first = 0;
+  for (int s = 0; s + 1 < plan.stages(); ++s) {
+    const auto next = static_cast<uint32_t>(first + plan.data_parallel_of(static_cast<size_t>(s)));
+    for (const SharedSamples& x : shared_samples(plan, static_cast<size_t>(s))) {
+      const double share = static_cast<double>(x.samples) / whole;
+      const auto gj = static_cast<uint32_t>(first + x.from);
+      const auto gk = static_cast<uint32_t>(next + x.to);
+      job.next_peers[gj].push_back({gk, share});
+      job.prev_peers[gk].push_back({gj, share});
+    }
+    first = next;
+  }
+}
+
+}  // namespace
+
 TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
                                const platform::Cluster& cluster, const CostModel& cost) {
   if (model.convolutional()) return build_grid_job(model, plan, cluster, cost);
@@ -622,518 +1247,31 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
   job.model = &model;
   job.plan = &plan;
   job.cluster = &cluster;
-  const int v = plan.interleave;
-  job.chunks = v;
-  // Asymmetric replicas reduce gradients by layer segment; the others stage by stage.
-  const bool asymmetric = plan.asymmetric();
-  const std::vector<int> cuts =
-      asymmetric ? layer_segments(plan, model.layers) : std::vector<int>{};
-  // Per segment, the smallest tensor-parallel degree that holds it: buckets are cut at the same
-  // layers in every replica, by the bytes per rank of that holder (Megatron-LM's bucket size is
-  // per rank).
-  std::vector<int> min_tp(cuts.empty() ? 0 : cuts.size() - 1, 0);
-  for (const ReplicaPlan& rep : plan.replicas) {
-    for (const StagePlan& st : rep.stages) {
-      for (size_t k = 0; k < min_tp.size(); ++k) {
-        if (cuts[k] < st.first_layer || cuts[k] >= st.first_layer + st.layers) continue;
-        const int t = st.tensor_parallel();
-        min_tp[k] = min_tp[k] == 0 ? t : std::min(min_tp[k], t);
-      }
-    }
-  }
-  const double e = element_bytes(plan.precision);
-  const double grad_bytes = plan.fp32_main_grads ? 4 : e;
-  job.activation_bytes_per_transfer = boundary_activation_bytes(model, plan);
-  // Mixture of experts: each MoE layer's load (routing imbalance), and whether the experts'
-  // gradients are reduced apart from the rest, among the replicas of one expert-parallel rank.
-  const std::vector<double> loads = model.moe() ? expert_loads(model, plan) : std::vector<double>{};
-  // Replicas per expert-parallel group: each device holds 1 / (ep x t) of the routed experts,
-  // split by tensor-parallel rank or (experts whole) by expert.
-  const int ep = plan.expert_group_replicas();
-  const bool split_experts = model.moe() && ep > 1;
-  const uint32_t edp = static_cast<uint32_t>(plan.replicas.size()) / static_cast<uint32_t>(ep);
-  const bool expert_sync = split_experts && edp > 1;
-  // The groups to build, replica by replica (a staged plan's stage by stage).
-  struct Spec {
-    size_t r;
-    int s;
-    bool opens_replica;
-  };
-  std::vector<Spec> specs;
-  if (plan.staged()) {
-    for (int s = 0; s < plan.stages(); ++s) {
-      for (size_t j = 0; j < plan.data_parallel_of(static_cast<size_t>(s)); ++j)
-        specs.push_back({j, s, false});
-    }
-    job.first_group.push_back(0);
-  } else {
-    for (size_t r = 0; r < plan.replicas.size(); ++r) {
-      for (int s = 0; s < plan.stages(r); ++s) specs.push_back({r, s, s == 0});
-    }
-  }
-  const int S = plan.stages();
-  // A staged plan's tied embedding: its gradients all-reduced among every group of the first
-  // and the last stage at once (every copy's, the data-parallel reduction and Megatron's
-  // first-last exchange in one), keyed apart from the stages'.
-  const uint32_t tied_key = 0x40000000u;
-  const bool staged_tied = plan.staged() && model.tied_embeddings && S > 1 &&
-                           plan.framework.tied_embedding_reduction != TiedReduction::none;
-  // Replicas whose stages are alike share their programs (issue 38): the first group of each kind
-  // by its description.
-  const bool alike = !plan.staged() && !asymmetric;
+  job.chunks = plan.interleave;
+  const JobContext x(model, plan, cluster, cost);
+  job.activation_bytes_per_transfer = x.activation_bytes;
+  if (plan.staged()) job.first_group.push_back(0);
+  // Replicas whose stages are alike share their programs (issue 38): the first group of each
+  // kind by its description, the others that group on their own devices (alike_group).
+  const bool alike = !plan.staged() && !x.asymmetric;
   std::map<std::string, uint32_t> built;
-  for (const Spec& spec : specs) {
-    const size_t r = spec.r;
-    const int s = spec.s;
-    const int P = plan.stages(r);
-    const int V = P * v;
-    const int micro_batches = plan.micro_batches_of(r);
-    // The copies of this stage that reduce its gradients together (0: every replica).
-    const uint32_t among =
-        plan.staged() ? static_cast<uint32_t>(plan.data_parallel_of(static_cast<size_t>(s))) : 0;
-    const bool dp = plan.data_parallel_of(static_cast<size_t>(s)) > 1;
+  for (const GroupSpec& spec : group_specs(plan)) {
     if (spec.opens_replica) job.first_group.push_back(static_cast<uint32_t>(job.groups.size()));
-    {
-      const StagePlan& st = plan.stage_plan(r, static_cast<size_t>(s));
-      const uint32_t ep_rank = static_cast<uint32_t>(r % static_cast<size_t>(ep));
-      // Sharded state: the experts' among the replicas that hold them (none beside this one
-      // where expert_parallel is the data-parallel degree).
-      const double params = group_params(model, st, s, P, ep);
-      const double expert_params = split_experts ? group_expert_params(model, st, ep) : 0;
-      const double dense_params = params - expert_params;
-      const double shard =
-          plan.zero_stage >= 1 && dp ? plan.sharded(dense_params, r) + expert_params / edp : params;
-      // A group built like one before it is that group on its own devices (alike_group).
-      std::string same;
-      if (alike) {
-        same = alike_key(plan, st, s, micro_batches, plan.batch_of(r, static_cast<size_t>(s)),
-                         shard, cluster);
-        if (auto it = built.find(same); it != built.end()) {
-          job.groups.push_back(alike_group(job.groups[it->second], r, st, ep, cluster));
-          continue;
-        }
-        built.emplace(same, static_cast<uint32_t>(job.groups.size()));
+    const StageFigures f = stage_figures(x, spec.r, spec.s);
+    if (alike) {
+      const StagePlan& st = plan.stage_plan(spec.r, static_cast<size_t>(spec.s));
+      const std::string same =
+          alike_key(plan, st, spec.s, f.micro_batches,
+                    plan.batch_of(spec.r, static_cast<size_t>(spec.s)), f.shard, cluster);
+      if (auto it = built.find(same); it != built.end()) {
+        job.groups.push_back(alike_group(job.groups[it->second], spec.r, st, x.ep, cluster));
+        continue;
       }
-      Group g;
-      g.replica = static_cast<uint32_t>(r);
-      g.stage = static_cast<uint32_t>(s);
-      g.micro_batches = static_cast<uint32_t>(micro_batches);
-      g.batch = plan.batch_of(r, static_cast<size_t>(s));
-      g.devices = st.devices;
-      g.gpu = cluster.gpu(st.devices.front()).profile;
-      const int t = st.tensor_parallel();
-      g.params = params;
-      g.expert_params = group_expert_params(model, st, ep);
-      const LayerShape shape = stage_shape(plan, t, g.batch);
-      // A staged plan's groups cut their buckets at the same layers, by the bytes per rank of
-      // the stage's narrowest group (as asymmetric replicas do by segment).
-      int stage_min_tp = t;
-      if (plan.staged()) {
-        for (const StagePlan& x : plan.dp_stages[static_cast<size_t>(s)].groups)
-          stage_min_tp = std::min(stage_min_tp, x.tensor_parallel());
-      }
-      // One micro-batch's boundary activation for this group's samples.
-      const double act = job.activation_bytes_per_transfer * static_cast<double>(g.batch) /
-                         static_cast<double>(plan.micro_batch_size);
-      // Layers of each chunk: uniform plans interleave chunks over stages (Megatron).
-      auto chunk_first = [&](int c) { return st.first_of(c); };
-      const bool first_virtual_holder = s == 0;
-      const bool last_virtual_holder = s == P - 1;
-      GroupBuilder b(g, model, plan, cost, shape);
-      // The dense layers' programs first (a model of MoE layers only has none).
-      const std::vector<Task>* dense_fwd = nullptr;
-      const std::vector<Task>* dense_bwd = nullptr;
-      auto dense_pieces = [&] {
-        if (!dense_fwd) {
-          dense_fwd = &b.piece("layer.fwd", layer_forward(model, shape));
-          dense_bwd = &b.piece("layer.bwd", layer_backward(model, shape));
-        }
-        return std::make_pair(dense_fwd, dense_bwd);
-      };
-      if (model.moe_layers_in(st.first_layer, st.layers) < st.layers || st.layers == 0)
-        dense_pieces();
-      const auto& ef = b.piece("embedding.fwd", embedding_forward(model, shape));
-      const auto& eb = b.piece("embedding.bwd", embedding_backward(model, shape));
-      const auto& hf = b.piece("head.fwd", head_forward(model, shape));
-      const auto& hb = b.piece("head.bwd", head_backward(model, shape));
-      // What a layer recomputes before its backward pass under selective recompute: the attention
-      // core (Megatron-LM), or torchtitan's op-level policy's share of the forward pass.
-      const auto& ar = plan.recompute == Recompute::selective_op
-                           ? b.piece("ops.recompute", selective_op_recompute(model, shape))
-                           : b.piece("attention.recompute", attention_recompute(model, shape));
-      const bool partial =
-          plan.recompute == Recompute::selective || plan.recompute == Recompute::selective_op;
-      // The framework's all-gathers of a received pipeline slice (Framework::pipeline_gathers_*).
-      std::vector<Step> gather_steps;
-      if (gathers_pipeline_slices(plan, t)) {
-        Step gs;
-        gs.op.name = "pp.gather";
-        gs.comm = CommKind::allgather;
-        gs.comm_bytes = act;
-        gather_steps.push_back(gs);
-      }
-      const auto& pg = b.piece("pipeline.gather", gather_steps);
-      auto gathers = [&](int count, Pass pass, const ScheduleItem& it) {
-        for (int k = 0; k < count; ++k) b.emit(pg, pass, -1, it.micro_batch, it.chunk);
-      };
-      // Layer l's programs: a MoE layer's by its load (layers of one load share them).
-      std::map<double, std::pair<const std::vector<Task>*, const std::vector<Task>*>> moe_pieces;
-      auto pieces_of = [&](int l) {
-        if (!model.is_moe(l)) return dense_pieces();
-        const double load = loads[static_cast<size_t>(l)];
-        auto it = moe_pieces.find(load);
-        if (it == moe_pieces.end()) {
-          const LayerShape x = moe_shape(shape, plan, load);
-          const std::string key = fmt::format("{}", load);
-          it = moe_pieces
-                   .emplace(load,
-                            std::make_pair(&b.piece("moe.fwd/" + key, layer_forward(model, x)),
-                                           &b.piece("moe.bwd/" + key, layer_backward(model, x))))
-                   .first;
-        }
-        return it->second;
-      };
-      auto fwd_of = [&](int l) -> const std::vector<Task>& { return *pieces_of(l).first; };
-      auto bwd_of = [&](int l) -> const std::vector<Task>& { return *pieces_of(l).second; };
-      // Layer l's gradients reduced among every replica, and its routed experts' among the
-      // replicas of this expert-parallel rank (with them where expert parallelism is 1).
-      auto layer_grad_of = [&](int l) {
-        return grad_bytes *
-               static_cast<double>(model.layer_params(l) -
-                                   (split_experts ? model.expert_layer_params(l) : 0)) /
-               t;
-      };
-      auto expert_grad_of = [&](int l) {
-        return split_experts
-                   ? grad_bytes * static_cast<double>(model.expert_layer_params(l)) / t / ep
-                   : 0.0;
-      };
-      auto layer_weights_of = [&](int l) {
-        return e * static_cast<double>(model.layer_params(l)) / t;
-      };
-      const auto order =
-          stage_schedule(plan.schedule, s, P, micro_batches, v, plan.microbatch_group);
-      // The last backward of each chunk is where its gradients become final.
-      std::vector<int> last_bwd_mb(v, -1);
-      for (const ScheduleItem& it : order) {
-        if (!it.forward) last_bwd_mb[it.chunk] = static_cast<int>(it.micro_batch);
-      }
-      // The key of layer l's gradients: its segment (asymmetric), else the stage.
-      auto key_of = [&](int l) {
-        if (!asymmetric) return static_cast<uint32_t>(s);
-        return static_cast<uint32_t>(std::upper_bound(cuts.begin(), cuts.end(), l) - cuts.begin() -
-                                     1);
-      };
-      double bucket = 0;
-      uint32_t bucket_key = key_of(st.first_layer);
-      uint32_t issued = 0;
-      auto flush_bucket = [&] {
-        if (!dp || bucket <= 0) return;
-        issued =
-            b.dp_collective(plan.zero_stage >= 1 ? CommKind::reducescatter : CommKind::allreduce,
-                            bucket, "dp.grads", bucket_key, among);
-        bucket = 0;
-      };
-      // The experts' gradients fill buckets of their own (Megatron-LM's expert-data-parallel
-      // buffers).
-      double expert_bucket = 0;
-      auto flush_experts = [&] {
-        if (!expert_sync || expert_bucket <= 0) return;
-        issued = b.dp_collective(
-            plan.zero_stage >= 1 ? CommKind::reducescatter : CommKind::allreduce, expert_bucket,
-            "dp.expert_grads", expert_sync_key(ep_rank, static_cast<uint32_t>(s)), edp);
-        expert_bucket = 0;
-      };
-      auto add_experts = [&](int l) {
-        if (!expert_sync) return;
-        expert_bucket += expert_grad_of(l);
-        if (expert_bucket >= plan.bucket_bytes) flush_experts();
-      };
-      // ZeRO-2: each micro-batch's gradients of layer l reduce-scattered as soon as they are.
-      auto scatter_layer = [&](int l, uint32_t key) {
-        issued = b.dp_collective(CommKind::reducescatter, layer_grad_of(l), "zero.grads", key);
-        if (expert_sync && model.is_moe(l)) {
-          issued = b.dp_collective(CommKind::reducescatter, expert_grad_of(l), "zero.expert_grads",
-                                   expert_sync_key(ep_rank, static_cast<uint32_t>(s)), edp);
-        }
-      };
-      // Gradients of layer l (or of the head, with l the last layer) join the bucket; a bucket
-      // holds one segment's.
-      auto add = [&](int l, double bytes) {
-        const uint32_t k = key_of(l);
-        if (bucket > 0 && k != bucket_key) flush_bucket();
-        bucket_key = k;
-        bucket += bytes;
-        const bool full = asymmetric      ? bucket * t >= plan.bucket_bytes * min_tp[k]
-                          : plan.staged() ? bucket * t >= plan.bucket_bytes * stage_min_tp
-                                          : bucket >= plan.bucket_bytes;
-        if (full) flush_bucket();
-      };
-      const double head_grad = grad_bytes * model.output_params() / model.output_ranks(t);
-      const bool overlapped = plan.gradient_reduction == GradReduction::overlapped;
-      const bool zero3 = dp && plan.zero_stage == 3;
-      // ZeRO-3: layer l's weights gathered among the replicas (issued, not waited for).
-      auto gather_layer = [&](int l, uint32_t key) {
-        return b.dp_collective(CommKind::allgather, layer_weights_of(l), "zero3.params", key);
-      };
-      // Waiting for layer l's gathered weights, and, under FSDP2 (Framework::gather_copy_out),
-      // copying them out of the all-gather's buffer into the layer's parameters: a kernel on the
-      // compute stream that reads and writes the layer's weights.
-      auto wait_layer = [&](uint32_t issued, int l, Pass pass, uint32_t mb, uint32_t chunk) {
-        b.dp_wait(issued);
-        if (!plan.framework.gather_copy_out) return;
-        const double weights = layer_weights_of(l);
-        b.emit(b.piece(fmt::format("zero3.copy_out.{}", weights), {gather_copy_out(weights)}), pass,
-               l, mb, chunk);
-      };
-      // Outside the layers (the embedding on the first virtual stage, the final norm and the
-      // head on the last, with a tied word embedding's copy there when pipelined): under ZeRO-3
-      // gathered as each forward pass starts and kept to the end of its backward pass (FSDP's
-      // root unit, which is not resharded after the forward pass); under ZeRO-2 and 3 their
-      // gradients reduce-scattered once the backward pass is done (a staged plan's tied word
-      // embedding is reduced on its own, below).
-      // The embedding's collectives are keyed with the first layer's, the head's with the last
-      // layer's (the stage's key in a uniform plan).
-      const double word = staged_tied ? static_cast<double>(model.vocab) * model.hidden : 0.0;
-      const double embedding_weights = e * static_cast<double>(model.embedding_params()) / t;
-      const double head_weights = e * model.head_params(P) / model.output_ranks(t);
-      const double embedding_grads =
-          grad_bytes * (static_cast<double>(model.embedding_params()) - word) / t;
-      const double head_grads =
-          grad_bytes * static_cast<double>(model.output_params()) / model.output_ranks(t);
-      // A pass's gathers of what is outside the layers (ZeRO-3): the embedding's on the first
-      // virtual stage, the head's on the last; the last issued, or 0.
-      auto gather_outer = [&](bool first_virtual, bool last_virtual, uint32_t first_key,
-                              uint32_t last_key) {
-        uint32_t last = 0;
-        if (first_virtual && embedding_weights > 0)
-          last =
-              b.dp_collective(CommKind::allgather, embedding_weights, "zero3.embedding", first_key);
-        if (last_virtual && head_weights > 0)
-          last = b.dp_collective(CommKind::allgather, head_weights, "zero3.head", last_key);
-        return last;
-      };
-      // Their gradients reduce-scattered (ZeRO-2 and 3), head first.
-      auto scatter_outer = [&](bool first_virtual, bool last_virtual, uint32_t first_key,
-                               uint32_t last_key) {
-        if (last_virtual && head_grads > 0)
-          issued =
-              b.dp_collective(CommKind::reducescatter, head_grads, "zero.head_grads", last_key);
-        if (first_virtual && embedding_grads > 0)
-          issued = b.dp_collective(CommKind::reducescatter, embedding_grads, "zero.embedding_grads",
-                                   first_key);
-      };
-      const Time per_pass = plan.framework.host_per_pass;
-      // Layered accumulation (one stage): each layer for every micro-batch in turn, forward then
-      // backward; a sharded layer gathered once per pass, its gradients reduced once.
-      if (plan.layered) {
-        const uint32_t M = static_cast<uint32_t>(micro_batches);
-        const auto key = static_cast<uint32_t>(s);
-        // ZeRO-3's gathers issued a layer ahead, the first beside the embedding (and in the
-        // backward pass beside the head), as in the per-micro-batch order below.
-        const uint32_t outer = zero3 ? gather_outer(true, true, key, key) : 0;
-        uint32_t next = zero3 && st.layers > 0 ? gather_layer(0, key) : 0;
-        if (outer > 0) b.dp_wait(outer);
-        for (uint32_t mb = 0; mb < M; ++mb) {
-          b.host(per_pass, Pass::forward, mb, 0);
-          b.emit(ef, Pass::forward, -1, mb, 0);
-        }
-        for (int l = 0; l < st.layers; ++l) {
-          const uint32_t mine = next;
-          if (zero3 && l + 1 < st.layers) next = gather_layer(l + 1, key);
-          if (zero3) wait_layer(mine, l, Pass::forward, 0, 0);
-          for (uint32_t mb = 0; mb < M; ++mb) b.emit(fwd_of(l), Pass::forward, l, mb, 0);
-        }
-        next = zero3 && st.layers > 0 ? gather_layer(st.layers - 1, key) : 0;
-        for (uint32_t mb = 0; mb < M; ++mb) {
-          b.emit(hf, Pass::forward, -1, mb, 0);
-          b.host(per_pass, Pass::backward, mb, 0);
-          b.emit(hb, Pass::backward, -1, mb, 0);
-        }
-        for (int l = st.layers - 1; l >= 0; --l) {
-          const uint32_t mine = next;
-          if (zero3 && l > 0) next = gather_layer(l - 1, key);
-          if (zero3) wait_layer(mine, l, Pass::backward, 0, 0);
-          for (uint32_t mb = 0; mb < M; ++mb) {
-            if (plan.layer_recompute(l) == Recompute::full)
-              b.emit(fwd_of(l), Pass::recompute, l, mb, 0);
-            if (partial) b.emit(ar, Pass::recompute, l, mb, 0);
-            b.emit(bwd_of(l), Pass::backward, l, mb, 0);
-          }
-          if (dp && plan.zero_stage >= 2) {
-            scatter_layer(l, static_cast<uint32_t>(s));
-          } else if (overlapped) {
-            add(l, layer_grad_of(l));
-            add_experts(l);
-          }
-        }
-        for (uint32_t mb = 0; mb < M; ++mb) b.emit(eb, Pass::backward, -1, mb, 0);
-        if (dp && plan.zero_stage >= 2) scatter_outer(true, true, key, key);
-      }
-      // DeepSpeed's order (Framework::send_grad_after_next_receive; one chunk per stage, as its
-      // TrainSchedule has): a backward pass's gradient waits here until the next forward pass
-      // has received its activation, or goes before the next backward pass.
-      const bool defer_grad = plan.framework.send_grad_after_next_receive && v == 1;
-      ScheduleItem unsent_grad{};
-      bool grad_unsent = false;
-      auto send_grad = [&] {
-        if (!grad_unsent) return;
-        b.emit_one(TaskKind::send, Pass::backward, unsent_grad.micro_batch, unsent_grad.chunk);
-        grad_unsent = false;
-      };
-      for (const ScheduleItem& it : order) {
-        if (plan.layered) break;
-        const int vs = it.chunk * P + s;
-        const int first = chunk_first(it.chunk);
-        if (!it.forward) send_grad();
-        b.host(per_pass, it.forward ? Pass::forward : Pass::backward, it.micro_batch, it.chunk);
-        // ZeRO-3: the pass's first layer's weights gathered as it starts, and each later layer's
-        // while the one before it computes (prefetch one layer ahead, as PyTorch FSDP's
-        // BACKWARD_PRE and its host running ahead of the device, DeepSpeed's and Megatron-FSDP's
-        // prefetch do), each waited for before its layer runs. The gathers share the one
-        // data-parallel stream with the reduce-scatters, in the order they are issued.
-        const int n = st.layers_of(it.chunk);
-        const uint32_t outer = zero3 && it.forward ? gather_outer(vs == 0, vs == V - 1, key_of(0),
-                                                                  key_of(model.layers - 1))
-                                                   : 0;
-        uint32_t next = zero3 && n > 0 ? gather_layer(it.forward ? first : first + n - 1,
-                                                      key_of(it.forward ? first : first + n - 1))
-                                       : 0;
-        if (it.forward) {
-          if (vs > 0) {
-            b.emit_one(TaskKind::recv, Pass::forward, it.micro_batch, it.chunk);
-            gathers(plan.framework.pipeline_gathers_forward, Pass::forward, it);
-          }
-          send_grad();
-          if (outer > 0 && vs == 0) b.dp_wait(outer);
-          if (vs == 0) b.emit(ef, Pass::forward, -1, it.micro_batch, it.chunk);
-          for (int l = first; l < first + n; ++l) {
-            const uint32_t mine = next;
-            if (zero3 && l + 1 < first + n) next = gather_layer(l + 1, key_of(l + 1));
-            if (zero3) wait_layer(mine, l, Pass::forward, it.micro_batch, it.chunk);
-            b.emit(fwd_of(l), Pass::forward, l, it.micro_batch, it.chunk);
-          }
-          if (vs == V - 1) {
-            if (outer > 0) b.dp_wait(outer);
-            b.emit(hf, Pass::forward, -1, it.micro_batch, it.chunk);
-          } else {
-            b.emit_one(TaskKind::send, Pass::forward, it.micro_batch, it.chunk);
-          }
-        } else {
-          if (vs < V - 1) {
-            b.emit_one(TaskKind::recv, Pass::backward, it.micro_batch, it.chunk);
-            gathers(plan.framework.pipeline_gathers_backward, Pass::backward, it);
-          }
-          if (vs == V - 1) b.emit(hb, Pass::backward, -1, it.micro_batch, it.chunk);
-          const bool last = static_cast<int>(it.micro_batch) == last_bwd_mb[it.chunk];
-          // Asymmetric: the head's gradients open the last segment's first bucket, in every
-          // replica alike (with shared stages, they join the stage's last bucket).
-          if (asymmetric && dp && vs == V - 1 && last && overlapped)
-            add(model.layers - 1, head_grad);
-          for (int l = first + n - 1; l >= first; --l) {
-            const uint32_t mine = next;
-            if (zero3 && l > first) next = gather_layer(l - 1, key_of(l - 1));
-            if (zero3) wait_layer(mine, l, Pass::backward, it.micro_batch, it.chunk);
-            if (plan.layer_recompute(l - first) == Recompute::full)
-              b.emit(fwd_of(l), Pass::recompute, l, it.micro_batch, it.chunk);
-            if (partial) b.emit(ar, Pass::recompute, l, it.micro_batch, it.chunk);
-            b.emit(bwd_of(l), Pass::backward, l, it.micro_batch, it.chunk);
-            if (dp && plan.zero_stage >= 2) {
-              scatter_layer(l, key_of(l));
-            } else if (last && overlapped) {
-              add(l, layer_grad_of(l));
-              add_experts(l);
-            }
-          }
-          if (vs == 0) b.emit(eb, Pass::backward, -1, it.micro_batch, it.chunk);
-          if (dp && plan.zero_stage >= 2)
-            scatter_outer(vs == 0, vs == V - 1, key_of(0), key_of(model.layers - 1));
-          if (vs > 0) {
-            if (defer_grad) {
-              unsent_grad = it;
-              grad_unsent = true;
-            } else {
-              b.emit_one(TaskKind::send, Pass::backward, it.micro_batch, it.chunk);
-            }
-          }
-        }
-      }
-      send_grad();
-      // The tied embedding's gradients, between the first and the last stage.
-      const TiedReduction tied = plan.framework.tied_embedding_reduction;
-      const double tied_grads = static_cast<double>(model.vocab) * model.hidden / t *
-                                (tied == TiedReduction::main_grads ? grad_bytes : e);
-      if (staged_tied && (s == 0 || s == P - 1)) {
-        issued = b.dp_collective(
-            CommKind::allreduce, tied_grads, "tied.embedding.grads", tied_key,
-            static_cast<uint32_t>(plan.data_parallel_of(0) +
-                                  plan.data_parallel_of(static_cast<size_t>(P - 1))));
-      } else if (tied != TiedReduction::none && model.tied_embeddings && P > 1 &&
-                 (s == 0 || s == P - 1)) {
-        g.tied_bytes = tied_grads;
-        b.emit_one(TaskKind::tied, Pass::other, 0, 0);
-      }
-      // After the backward pass: every layer's gradients, in the order backward produced them
-      // (last layer first), in buckets.
-      if (!overlapped && dp && plan.zero_stage < 2) {
-        if (asymmetric && last_virtual_holder) add(model.layers - 1, head_grad);
-        for (int c = v - 1; c >= 0; --c) {
-          for (int l = st.layers_of(c) - 1; l >= 0; --l) {
-            add(st.first_of(c) + l, layer_grad_of(st.first_of(c) + l));
-            add_experts(st.first_of(c) + l);
-          }
-        }
-      }
-      // Embedding (and, with shared stages, head) gradients join the last bucket.
-      if (dp && plan.zero_stage < 2) {
-        if (bucket <= 0) bucket_key = key_of(st.first_layer);
-        // (A staged plan's tied word embedding is reduced on its own, above.)
-        bucket += grad_bytes *
-                  ((first_virtual_holder ? model.embedding_params() - word : 0) +
-                   (last_virtual_holder && !asymmetric ? model.output_params() : 0)) /
-                  t;
-        flush_bucket();
-        flush_experts();
-      }
-      if (issued > 0) b.dp_wait(issued);
-      b.host(plan.framework.host_per_step, Pass::other, 0, 0);
-      const auto& opt =
-          b.piece("optimizer", {Step{optimizer_step(shard, plan.precision, plan.optimizer)}});
-      b.emit(opt, Pass::other, -1, 0, 0);
-      if (dp && (plan.zero_stage == 1 || plan.zero_stage == 2)) {
-        const uint32_t gathered = b.dp_collective(CommKind::allgather, e * dense_params,
-                                                  "zero.params", static_cast<uint32_t>(s));
-        const uint32_t experts =
-            expert_sync && expert_params > 0
-                ? b.dp_collective(CommKind::allgather, e * expert_params, "zero.expert_params",
-                                  expert_sync_key(ep_rank, static_cast<uint32_t>(s)), edp)
-                : gathered;
-        b.dp_wait(experts);
-      }
-      job.groups.push_back(std::move(g));
+      built.emplace(same, static_cast<uint32_t>(job.groups.size()));
     }
+    job.groups.push_back(StageBuilder(x, f).build());
   }
-  if (plan.staged()) {
-    // Each micro-batch's samples in order over a stage's groups: a group sends its activation
-    // to the next stage's groups whose samples overlap its own, and they send back the
-    // gradients of those samples.
-    job.next_peers.resize(job.groups.size());
-    job.prev_peers.resize(job.groups.size());
-    const double whole = static_cast<double>(plan.micro_batch_size);
-    uint32_t first = 0;
-    for (int s = 0; s + 1 < S; ++s) {
-      const auto next =
-          static_cast<uint32_t>(first + plan.data_parallel_of(static_cast<size_t>(s)));
-      for (const SharedSamples& x : shared_samples(plan, static_cast<size_t>(s))) {
-        const double share = static_cast<double>(x.samples) / whole;
-        const auto gj = static_cast<uint32_t>(first + x.from);
-        const auto gk = static_cast<uint32_t>(next + x.to);
-        job.next_peers[gj].push_back({gk, share});
-        job.prev_peers[gk].push_back({gj, share});
-      }
-      first = next;
-    }
-  }
+  if (plan.staged()) link_staged_peers(job, plan);
   finish_job(job, cost);
   return job;
 }
