@@ -831,4 +831,48 @@ CollectivePlan plan_collective(const Cluster& c, const CollectiveRequest& r) {
   return best;
 }
 
+namespace {
+void shift_links(CollectivePlan& p, int64_t by) {
+  for (PlanStep& s : p.steps) {
+    for (LinkUse& u : s.links) u.link = static_cast<platform::LinkId>(u.link + by);
+  }
+}
+}  // namespace
+
+CollectivePlan NodePlans::plan(const CollectiveRequest& r) {
+  if (r.ranks.empty() || !(r.bytes >= 0) || c_.links_scaled() || c_.links_failed())
+    return plan_collective(c_, r);
+  const uint32_t node = c_.gpu(r.ranks.front()).node;
+  Key k;
+  k.type = c_.node(node).type;
+  k.locals.reserve(r.ranks.size());
+  for (platform::GpuId g : r.ranks) {
+    if (c_.gpu(g).node != node) return plan_collective(c_, r);
+    k.locals.push_back(c_.gpu(g).local);
+  }
+  k.op = r.op;
+  k.bytes = r.bytes;
+  k.algorithm = r.algorithm;
+  k.protocol = r.protocol;
+  k.expansion = r.expansion;
+  k.host_launch = r.host_launch;
+  const int64_t base = c_.node(node).link_base;
+  if (auto it = plans_.find(k); it != plans_.end()) {
+    CollectivePlan p = it->second;
+    shift_links(p, base);
+    return p;
+  }
+  CollectivePlan p = plan_collective(c_, r);
+  const int64_t end = base + static_cast<int64_t>(c_.node_link_count(node));
+  for (const PlanStep& s : p.steps) {
+    for (const LinkUse& u : s.links) {
+      if (u.link < base || u.link >= end) return p;  // a route that leaves the node: not kept
+    }
+  }
+  CollectivePlan kept = p;
+  shift_links(kept, -base);
+  plans_.emplace(std::move(k), std::move(kept));
+  return p;
+}
+
 }  // namespace hetsim::network

@@ -2,6 +2,8 @@
 // NCCL-style rule that picks the algorithm and protocol by size and topology.
 #pragma once
 
+#include <compare>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -71,6 +73,34 @@ struct CollectivePlan {
 // Builds the plan, choosing algorithm and protocol unless the request fixes them.
 // Throws InputError for an algorithm that does not apply (e.g. tree for all-gather).
 CollectivePlan plan_collective(const platform::Cluster& c, const CollectiveRequest& r);
+
+// plan_collective's plans of collectives whose ranks all sit on one node, kept by the node's
+// type and the ranks' local indices. Every node of a type holds the same links in the same order
+// at its own offset (Cluster::build_nodes), so the plan made on one node is the plan on any other
+// node of its type with every link shifted by the difference of the nodes' first links: the same
+// plan, bit for bit. A replay asks for one tensor-parallel collective in each of its data-parallel
+// replicas (SimAI's example: 23,040 of its 24,400 plans, issue 38). Requests that span nodes, and
+// every request on a cluster whose links a what-if scaled or failed, are planned each time.
+class NodePlans {
+ public:
+  explicit NodePlans(const platform::Cluster& c) : c_(c) {}
+  CollectivePlan plan(const CollectiveRequest& r);
+
+ private:
+  struct Key {
+    uint32_t type = 0;
+    std::vector<uint32_t> locals;
+    Op op = Op::allreduce;
+    double bytes = 0;
+    std::optional<Algorithm> algorithm;
+    std::optional<Protocol> protocol;
+    Expansion expansion = Expansion::steady;
+    bool host_launch = true;
+    auto operator<=>(const Key&) const = default;
+  };
+  const platform::Cluster& c_;
+  std::map<Key, CollectivePlan> plans_;  // links numbered from the node's first link
+};
 
 // Whether NCCL enables LL128 by default for these ranks (the automatic choice tries it only
 // then): one compute capability among 7.0, 8.0, 9.0 and 10.0, NVLink inside nodes.

@@ -2,6 +2,8 @@
 #include "sim/workload/memory.h"
 
 #include <algorithm>
+#include <map>
+#include <tuple>
 
 #include "sim/workload/cnn.h"
 
@@ -100,6 +102,8 @@ std::vector<DeviceMemory> memory_per_group(const TrainingJob& job) {
   const double e = element_bytes(p.precision);
   const std::vector<double> loads = m.moe() ? expert_loads(m, p) : std::vector<double>{};
   std::vector<DeviceMemory> out;
+  out.reserve(job.groups.size());
+  std::map<std::tuple<uint32_t, int, int>, std::vector<ScheduleItem>> orders;
   for (const Group& g : job.groups) {
     DeviceMemory mem;
     mem.capacity = g.gpu->memory_bytes;
@@ -147,9 +151,17 @@ std::vector<DeviceMemory> memory_per_group(const TrainingJob& job) {
     // Walk the schedule: a forward pass stores its chunk's activations until its backward.
     // Layered accumulation keeps every micro-batch's activations until the backward pass, as
     // GPipe does.
-    const auto order = stage_schedule(
-        p.layered ? Schedule::gpipe : p.schedule, static_cast<int>(g.stage), p.stages(g.replica),
-        p.micro_batches_of(g.replica), job.chunks, p.microbatch_group);
+    // One schedule per stage, stage count and micro-batch count: the same stage of every
+    // replica walks the same one.
+    const std::tuple<uint32_t, int, int> which{g.stage, p.stages(g.replica),
+                                               p.micro_batches_of(g.replica)};
+    auto [at, fresh] = orders.try_emplace(which);
+    if (fresh) {
+      at->second =
+          stage_schedule(p.layered ? Schedule::gpipe : p.schedule, static_cast<int>(g.stage),
+                         std::get<1>(which), std::get<2>(which), job.chunks, p.microbatch_group);
+    }
+    const std::vector<ScheduleItem>& order = at->second;
     double live = 0, peak = 0;
     for (const ScheduleItem& it : order) {
       const double chunk_bytes = chunk_act[it.chunk];

@@ -511,7 +511,7 @@ class Replayer {
     req.host_launch = false;  // inside an iteration, kernels are queued ahead on the stream
     // --exact: every pair of an all-to-all its own flow (network::Expansion).
     if (opt_.exact && req.op == network::Op::alltoall) req.expansion = network::Expansion::stepwise;
-    return network::plan_collective(c_, req);
+    return node_plans_.plan(req);
   }
 
   // Runs every plan; `done` when the last has finished.
@@ -927,6 +927,7 @@ class Replayer {
   ReplayOptions opt_;
   Engine engine_;
   network::FlowNetwork net_;
+  network::NodePlans node_plans_{c_};  // tensor-parallel plans, one per node type and ranks
   std::vector<State> st_;
   uint32_t stages_ = 1, replicas_ = 1;
   bool fold_ = false;    // one replica stands for all (see ReplayOptions::exact)

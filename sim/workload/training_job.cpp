@@ -17,6 +17,7 @@ namespace hetsim::workload {
 std::vector<ScheduleItem> stage_schedule(Schedule s, int stage, int stages, int m, int chunks,
                                          int group) {
   std::vector<ScheduleItem> out;
+  out.reserve(2 * static_cast<size_t>(std::max(0, m)) * static_cast<size_t>(std::max(1, chunks)));
   const int p = stages;
   auto F = [&](int mb, int c) {
     out.push_back({true, static_cast<uint32_t>(mb), static_cast<uint16_t>(c)});

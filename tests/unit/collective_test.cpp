@@ -42,6 +42,68 @@ CollectiveRequest request(Op op, double bytes, std::vector<GpuId> ranks,
   return r;
 }
 
+void expect_same_plan(const CollectivePlan& a, const CollectivePlan& b) {
+  EXPECT_EQ(a.op, b.op);
+  EXPECT_EQ(a.algorithm, b.algorithm);
+  EXPECT_EQ(a.protocol, b.protocol);
+  EXPECT_EQ(a.channels, b.channels);
+  EXPECT_EQ(a.start_delay, b.start_delay);
+  EXPECT_EQ(a.estimate_s, b.estimate_s);
+  EXPECT_EQ(a.payload_bytes, b.payload_bytes);
+  EXPECT_EQ(a.ranks, b.ranks);
+  ASSERT_EQ(a.steps.size(), b.steps.size());
+  for (size_t i = 0; i < a.steps.size(); ++i) {
+    const PlanStep &x = a.steps[i], &y = b.steps[i];
+    EXPECT_EQ(x.bytes, y.bytes);
+    EXPECT_EQ(x.latency, y.latency);
+    EXPECT_EQ(x.deps, y.deps);
+    EXPECT_EQ(x.max_rate_Bps, y.max_rate_Bps);
+    ASSERT_EQ(x.links.size(), y.links.size()) << "step " << i;
+    for (size_t k = 0; k < x.links.size(); ++k) {
+      EXPECT_EQ(x.links[k].link, y.links[k].link);
+      EXPECT_EQ(x.links[k].count, y.links[k].count);
+    }
+  }
+}
+
+// NodePlans: a plan kept from one node is, on another node of its type, the plan that
+// plan_collective makes there, bit for bit (NVSwitch and NVLink-mesh nodes; rings, trees and
+// all-to-alls; chosen or fixed algorithms); requests across nodes are planned afresh.
+TEST(Collective, APlanKeptFromOneNodeIsThePlanOnAnotherNodeOfItsType) {
+  for (const char* name : {"dgx-h100", "aws-p3.16xlarge"}) {
+    const Cluster c = builtin(name, 3);
+    NodePlans kept(c);
+    const std::vector<CollectiveRequest> on_node0 = {
+        request(Op::allreduce, 1 << 20, {0, 1}, std::nullopt, std::nullopt),
+        request(Op::allgather, 64 << 20, {0, 2, 4, 6}, std::nullopt, std::nullopt),
+        request(Op::reducescatter, 3e6, {1, 3}, std::nullopt, std::nullopt),
+        request(Op::alltoall, 8 << 20, first(8), std::nullopt, std::nullopt),
+        request(Op::allreduce, 256 << 20, first(8), Algorithm::tree, Protocol::ll128),
+    };
+    for (const CollectiveRequest& r : on_node0) {
+      SCOPED_TRACE(std::string(name) + " " + to_string(r.op));
+      expect_same_plan(kept.plan(r), plan_collective(c, r));
+      // The same ranks on node 2.
+      CollectiveRequest on2 = r;
+      for (GpuId& g : on2.ranks) g += 16;
+      const CollectivePlan from_kept = kept.plan(on2);
+      const CollectivePlan fresh = plan_collective(c, on2);
+      expect_same_plan(from_kept, fresh);
+      for (const PlanStep& s : from_kept.steps) {
+        for (const LinkUse& u : s.links)
+          EXPECT_EQ(c.link_name(u.link).rfind("node2", 0), 0u) << c.link_name(u.link);
+      }
+    }
+    // Across two nodes: planned afresh, and not mistaken for a node's.
+    const CollectiveRequest across =
+        request(Op::allreduce, 1 << 20, {0, 8}, std::nullopt, std::nullopt);
+    expect_same_plan(kept.plan(across), plan_collective(c, across));
+    CollectiveRequest across2 = across;
+    across2.ranks = {8, 16};
+    expect_same_plan(kept.plan(across2), plan_collective(c, across2));
+  }
+}
+
 TEST(Collective, RingAllReduceOnAnIdleRingMatchesTheAlphaBetaFormula) {
   const Cluster c = builtin("dgx-a100", 1);
   const double S = 256.0 * (1 << 20);
