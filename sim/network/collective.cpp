@@ -629,36 +629,36 @@ class Builder {
   // PCIe, the network's hop counts): O(classes) flows instead of O(ranks^2); they are ordered
   // by kind and latency, so that copies of one collective fold class by class (replay.cpp).
   void add_alltoall(double bytes) {
-    struct Class {
-      config::LinkKind kind;
-      Time wire, latency;
-      std::vector<platform::LinkId> ids;
-      double cap = 0;
-    };
-    std::vector<Class> classes;
+    if (!a2a_classes_made_) make_alltoall_classes();
+    for (AllToAllClass& c : a2a_classes_) {
+      // The first build merges the class's links (step_links), the others reuse them.
+      add_step(step_links([&](auto& ids) { ids = std::move(c.ids); }), bytes,
+               kind_latency_[static_cast<int>(c.kind)] + c.wire, {}, false, c.cap);
+    }
+  }
+  // The request's pairs by class, made once: the candidates (one per protocol) share them.
+  void make_alltoall_classes() {
     const auto& ranks = r_.ranks;
     const size_t n = ranks.size();
     for (size_t i = 0; i < n; ++i) {
       for (size_t k = 1; k < n; ++k) {
         const Edge& e = edge(ranks[i], ranks[(i + k) % n]);
-        auto it = std::find_if(classes.begin(), classes.end(), [&](const Class& c) {
-          return c.kind == e.kind && c.wire == e.wire_latency;
-        });
-        if (it == classes.end()) {
-          classes.push_back(Class{e.kind, e.wire_latency, step_lat(e), {}});
-          it = classes.end() - 1;
+        auto it = std::find_if(
+            a2a_classes_.begin(), a2a_classes_.end(),
+            [&](const AllToAllClass& c) { return c.kind == e.kind && c.wire == e.wire_latency; });
+        if (it == a2a_classes_.end()) {
+          a2a_classes_.push_back(AllToAllClass{e.kind, e.wire_latency, {}, 0});
+          it = a2a_classes_.end() - 1;
         }
         it->ids.insert(it->ids.end(), edge_links(e).begin(), edge_links(e).end());
         it->cap = tighter(it->cap, e.cap);
       }
     }
-    std::sort(classes.begin(), classes.end(), [](const Class& a, const Class& b) {
-      return a.kind != b.kind ? a.kind < b.kind : a.wire < b.wire;
-    });
-    for (Class& c : classes) {
-      add_step(step_links([&](auto& ids) { ids = std::move(c.ids); }), bytes, c.latency, {}, false,
-               c.cap);
-    }
+    std::sort(a2a_classes_.begin(), a2a_classes_.end(),
+              [](const AllToAllClass& a, const AllToAllClass& b) {
+                return a.kind != b.kind ? a.kind < b.kind : a.wire < b.wire;
+              });
+    a2a_classes_made_ = true;
   }
 
   void add_p2p(GpuId a, GpuId b, double bytes) {
@@ -695,6 +695,15 @@ class Builder {
   // add_ring's edges by algorithm and call (deque: references stay valid), and the next call's.
   std::map<int, std::deque<std::vector<const Edge*>>> ring_edges_;
   size_t ring_ordinal_ = 0;
+  // add_alltoall's classes of pairs (kind and wire latency), their crossings and tightest cap.
+  struct AllToAllClass {
+    config::LinkKind kind;
+    Time wire;
+    std::vector<platform::LinkId> ids;
+    double cap = 0;
+  };
+  std::vector<AllToAllClass> a2a_classes_;
+  bool a2a_classes_made_ = false;
 };
 
 std::vector<double> link_rates(const Cluster& c, const CollectivePlan& p, const LinkRefs* refs) {
