@@ -538,22 +538,77 @@ StagePass stage_pass(const Pieces& ps, int layers, double per_pass, double rc, d
   return out;
 }
 
+// One replica's forward and backward passes of its m micro-batches, bubbles included, in closed
+// form from each stage's passes of one micro-batch (`w`: forward and backward; `fwd` and `bwd`
+// apart), each stage boundary's transfer (`hop`) and the model chunks per stage (`v`). The
+// period of the steady state: the slowest stage, or two neighbours and the transfers between
+// them (1F1B's loop: a stage's forward, the next stage's forward and backward, the backward's
+// return, once per model chunk).
+double pipeline_closed_form(workload::Schedule schedule, int m, int v, const std::vector<double>& w,
+                            const std::vector<double>& fwd, const std::vector<double>& bwd,
+                            const double* hop) {
+  const int S = static_cast<int>(w.size());
+  double slowest = *std::max_element(w.begin(), w.end());
+  for (int s = 0; s + 1 < S; ++s) slowest = std::max(slowest, (w[s] + w[s + 1]) / 2 + v * hop[s]);
+  double sum = 0, hops = 0;
+  for (int s = 0; s < S; ++s) sum += w[s];
+  for (int s = 0; s + 1 < S; ++s) hops += 2 * hop[s];
+  if (schedule == workload::Schedule::gpipe) {
+    const double f_max = *std::max_element(fwd.begin(), fwd.end());
+    const double b_max = *std::max_element(bwd.begin(), bwd.end());
+    return sum + (m - 1) * (f_max + b_max) + hops;
+  }
+  return (m - 1.0 / v) * slowest + sum / v + hops;
+}
+
+// The largest share of the sharded state over the replicas (Plan::sharded): x / R for the
+// replicas without a state share, x times the largest share for the others (rounding keeps
+// the order, so the largest product is the product with the largest share).
+struct StateShares {
+  bool even = false;  // some replica has no state share of its own
+  double most = 0;    // the largest state share
+};
+StateShares state_shares(const Plan& plan) {
+  StateShares out;
+  for (const workload::ReplicaPlan& rep : plan.replicas) {
+    if (rep.state_share > 0) {
+      out.most = std::max(out.most, rep.state_share);
+    } else {
+      out.even = true;
+    }
+  }
+  return out;
+}
+
+// The largest of the R replicas' shards of a stage's `params`.
+double largest_shard(double params, const StateShares& shares, size_t R) {
+  const double by_share = params * shares.most;
+  const double evenly = params / static_cast<double>(R);
+  return shares.even && shares.most > 0 ? std::max(evenly, by_share)
+         : shares.even                  ? evenly
+                                        : by_share;
+}
+
 }  // namespace
 
-Estimate Estimator::staged(const Plan& plan) {
+std::pair<int, Estimator::Groups> Estimator::shard_holders(
+    const std::vector<const StagePlan*>& gs) const {
+  int shards = 1;
+  for (const StagePlan* g : gs) shards = std::lcm(shards, g->tensor_parallel());
+  std::vector<std::vector<platform::GpuId>> ranks(static_cast<size_t>(shards));
+  for (int p = 0; p < shards; ++p) {
+    for (const StagePlan* g : gs)
+      ranks[static_cast<size_t>(p)].push_back(
+          g->devices[static_cast<size_t>(p) * g->devices.size() / static_cast<size_t>(shards)]);
+  }
+  return std::make_pair(shards, groups(std::move(ranks)));
+}
+
+std::vector<double> Estimator::staged_hops(const Plan& plan) {
   const int S = plan.stages();
-  const int m = plan.micro_batches_of(0);
-  const workload::Framework& fw = plan.framework;
-  const double e = workload::element_bytes(plan.precision);
-  const double grad_bytes = plan.fp32_main_grads ? 4 : e;
-  const double per_pass = fw.host_per_pass.seconds();
   const double whole = workload::boundary_activation_bytes(model_, plan);
   const double mb = static_cast<double>(plan.micro_batch_size);
-  const int64_t layer_params = model_.layer_params();
-  const auto n = static_cast<size_t>(S);
-  std::vector<double> fwd(n, 0.0), bwd(n, 0.0), w(n, 0.0), hop(n, 0.0), layer_backward(n, 0.0),
-      optimizer(n, 0.0);
-  Estimate out;
+  std::vector<double> hop(static_cast<size_t>(S), 0.0);
   // The transfers from each stage to the next: every pair of peers' slices at once, sharing
   // the links they cross (a group sends to several peers, several groups to one). Each
   // boundary's slices (ends and bytes) are hashed first and estimated once.
@@ -588,6 +643,18 @@ Estimate Estimator::staged(const Plan& plan) {
     }
     hop[static_cast<size_t>(s)] = it->second;
   }
+  return hop;
+}
+
+Estimator::StagedPasses Estimator::staged_passes(const Plan& plan, const std::vector<double>& hop,
+                                                 double& compute_s) {
+  const int S = plan.stages();
+  const int m = plan.micro_batches_of(0);
+  const workload::Framework& fw = plan.framework;
+  const double per_pass = fw.host_per_pass.seconds();
+  const double whole = workload::boundary_activation_bytes(model_, plan);
+  const double mb = static_cast<double>(plan.micro_batch_size);
+  StagedPasses out(static_cast<size_t>(S));
   // Each stage: its slowest group's passes.
   for (int s = 0; s < S; ++s) {
     const auto si = static_cast<size_t>(s);
@@ -612,50 +679,80 @@ Estimate Estimator::staged(const Plan& plan) {
       const double f = pass.f, b = pass.b;
       const double opt = optimizer_s(gpu, workload::group_params(model_, st, s, S), plan.precision,
                                      plan.optimizer, fw);
-      optimizer[si] = std::max(optimizer[si], opt);
-      out.compute_s = std::max(out.compute_s, m * kernels + opt);
-      fwd[si] = std::max(fwd[si], f);
-      bwd[si] = std::max(bwd[si], b);
-      layer_backward[si] = std::max(layer_backward[si], ps.layer_b.total() + rc);
+      out.optimizer[si] = std::max(out.optimizer[si], opt);
+      compute_s = std::max(compute_s, m * kernels + opt);
+      out.fwd[si] = std::max(out.fwd[si], f);
+      out.bwd[si] = std::max(out.bwd[si], b);
+      out.layer_backward[si] = std::max(out.layer_backward[si], ps.layer_b.total() + rc);
     }
-    w[si] = fwd[si] + bwd[si];
+    out.w[si] = out.fwd[si] + out.bwd[si];
   }
+  return out;
+}
+
+double Estimator::staged_buckets(const Plan& plan, int s, double ready, const StagedPasses& x,
+                                 const std::vector<double>& end, bool tied) {
+  const int S = plan.stages();
+  const auto si = static_cast<size_t>(s);
+  const workload::DataParallelStage& ds = plan.dp_stages[si];
+  const double e = workload::element_bytes(plan.precision);
+  const double grad_bytes = plan.fp32_main_grads ? 4 : e;
+  const double word = static_cast<double>(model_.vocab) * model_.hidden;
+  const bool overlapped = plan.gradient_reduction == workload::GradReduction::overlapped;
+  std::vector<const StagePlan*> gs;
+  int narrowest = ds.groups.front().tensor_parallel();
+  for (const StagePlan& g : ds.groups) {
+    gs.push_back(&g);
+    narrowest = std::min(narrowest, g.tensor_parallel());
+  }
+  const auto [shards, peers] = shard_holders(gs);
+  // Buckets of whole layers' gradients, cut by the narrowest group's bytes per rank, each
+  // reduced in shards; the last takes the embedding and the head.
+  const double layer_grad = grad_bytes * static_cast<double>(model_.layer_params());
+  const double extra =
+      grad_bytes *
+      ((s == 0 ? static_cast<double>(model_.embedding_params()) - (tied ? word : 0.0) : 0.0) +
+       (s == S - 1 ? static_cast<double>(model_.output_params()) : 0.0));
+  const double finish = ready;
+  double stream = overlapped ? end[si] - x.bwd[si] : finish;
+  double bucket = 0;
+  int layers_done = 0, in_bucket = 0;
+  for (int l = 0; l < ds.layers; ++l) {
+    bucket += layer_grad;
+    ++in_bucket;
+    if (bucket >= plan.bucket_bytes * narrowest) {
+      layers_done += in_bucket;
+      in_bucket = 0;
+      const double issue =
+          overlapped ? end[si] - x.bwd[si] + layers_done * x.layer_backward[si] : stream;
+      stream = std::max(stream, issue) + collectives_s(CommKind::allreduce, bucket / shards, peers);
+      bucket = 0;
+    }
+  }
+  bucket += extra;
+  if (bucket > 0)
+    stream = std::max(stream, finish) + collectives_s(CommKind::allreduce, bucket / shards, peers);
+  return std::max(finish, stream);
+}
+
+Estimate Estimator::staged(const Plan& plan) {
+  const int S = plan.stages();
+  const workload::Framework& fw = plan.framework;
+  const double e = workload::element_bytes(plan.precision);
+  const double grad_bytes = plan.fp32_main_grads ? 4 : e;
+  Estimate out;
+  const std::vector<double> hop = staged_hops(plan);
+  const StagedPasses x = staged_passes(plan, hop, out.compute_s);
   // The pipeline, as for one replica of a uniform plan.
-  double slowest = *std::max_element(w.begin(), w.end());
-  for (int s = 0; s + 1 < S; ++s)
-    slowest = std::max(slowest, (w[static_cast<size_t>(s)] + w[static_cast<size_t>(s) + 1]) / 2 +
-                                    hop[static_cast<size_t>(s)]);
-  double sum = 0, hops = 0;
-  for (int s = 0; s < S; ++s) sum += w[static_cast<size_t>(s)];
-  for (int s = 0; s + 1 < S; ++s) hops += 2 * hop[static_cast<size_t>(s)];
-  double pipeline;
-  if (plan.schedule == workload::Schedule::gpipe) {
-    pipeline = sum +
-               (m - 1) * (*std::max_element(fwd.begin(), fwd.end()) +
-                          *std::max_element(bwd.begin(), bwd.end())) +
-               hops;
-  } else {
-    pipeline = (m - 1.0) * slowest + sum + hops;
-  }
+  const double pipeline = pipeline_closed_form(plan.schedule, plan.micro_batches_of(0), 1, x.w,
+                                               x.fwd, x.bwd, hop.data());
   out.pipeline_s = pipeline;
-  std::vector<double> end(n, 0.0);
+  std::vector<double> end(static_cast<size_t>(S), 0.0);
   double before = 0;
   for (int s = 0; s < S; ++s) {
     end[static_cast<size_t>(s)] = pipeline - before;
-    before += bwd[static_cast<size_t>(s)] + hop[static_cast<size_t>(s)];
+    before += x.bwd[static_cast<size_t>(s)] + hop[static_cast<size_t>(s)];
   }
-  // The holders of a set of groups' shards: shard p on rank p x t / shards of each group.
-  auto holders = [&](const std::vector<const StagePlan*>& gs) {
-    int shards = 1;
-    for (const StagePlan* g : gs) shards = std::lcm(shards, g->tensor_parallel());
-    std::vector<std::vector<platform::GpuId>> ranks(static_cast<size_t>(shards));
-    for (int p = 0; p < shards; ++p) {
-      for (const StagePlan* g : gs)
-        ranks[static_cast<size_t>(p)].push_back(
-            g->devices[static_cast<size_t>(p) * g->devices.size() / static_cast<size_t>(shards)]);
-    }
-    return std::make_pair(shards, groups(std::move(ranks)));
-  };
   // The tied embedding: one all-reduce among both end stages' groups once both are done.
   const workload::TiedReduction tied = fw.tied_embedding_reduction;
   const bool staged_tied = model_.tied_embeddings && S > 1 && tied != workload::TiedReduction::none;
@@ -665,92 +762,51 @@ Estimate Estimator::staged(const Plan& plan) {
     std::vector<const StagePlan*> ends;
     for (const StagePlan& g : plan.dp_stages.front().groups) ends.push_back(&g);
     for (const StagePlan& g : plan.dp_stages.back().groups) ends.push_back(&g);
-    const auto [shards, peers] = holders(ends);
+    const auto [shards, peers] = shard_holders(ends);
     const double bytes = (tied == workload::TiedReduction::main_grads ? grad_bytes : e) * word;
     const double both = std::max(end.front(), end.back()) +
                         collectives_s(CommKind::allreduce, bytes / shards, peers);
     ready_front = both;
     ready_back = both;
   }
-  const bool overlapped = plan.gradient_reduction == workload::GradReduction::overlapped;
   double iteration = 0;
   for (int s = 0; s < S; ++s) {
     const auto si = static_cast<size_t>(s);
-    const workload::DataParallelStage& ds = plan.dp_stages[si];
     const double ready = s == 0 ? ready_front : s == S - 1 ? ready_back : end[si];
     double finish = ready;
-    if (ds.groups.size() > 1) {
-      std::vector<const StagePlan*> gs;
-      int narrowest = ds.groups.front().tensor_parallel();
-      for (const StagePlan& g : ds.groups) {
-        gs.push_back(&g);
-        narrowest = std::min(narrowest, g.tensor_parallel());
-      }
-      const auto [shards, peers] = holders(gs);
-      // Buckets of whole layers' gradients, cut by the narrowest group's bytes per rank, each
-      // reduced in shards; the last takes the embedding and the head.
-      const double layer_grad = grad_bytes * static_cast<double>(layer_params);
-      const double extra =
-          grad_bytes *
-          ((s == 0 ? static_cast<double>(model_.embedding_params()) - (staged_tied ? word : 0.0)
-                   : 0.0) +
-           (s == S - 1 ? static_cast<double>(model_.output_params()) : 0.0));
-      double stream = overlapped ? end[si] - bwd[si] : finish;
-      double bucket = 0;
-      int layers_done = 0, in_bucket = 0;
-      for (int l = 0; l < ds.layers; ++l) {
-        bucket += layer_grad;
-        ++in_bucket;
-        if (bucket >= plan.bucket_bytes * narrowest) {
-          layers_done += in_bucket;
-          in_bucket = 0;
-          const double issue =
-              overlapped ? end[si] - bwd[si] + layers_done * layer_backward[si] : stream;
-          stream =
-              std::max(stream, issue) + collectives_s(CommKind::allreduce, bucket / shards, peers);
-          bucket = 0;
-        }
-      }
-      bucket += extra;
-      if (bucket > 0)
-        stream =
-            std::max(stream, finish) + collectives_s(CommKind::allreduce, bucket / shards, peers);
-      finish = std::max(finish, stream);
+    if (plan.dp_stages[si].groups.size() > 1) {
+      finish = staged_buckets(plan, s, ready, x, end, staged_tied);
       out.dp_exposed_s = std::max(out.dp_exposed_s, finish - ready);
     }
-    finish += fw.host_per_step.seconds() + optimizer[si];
+    finish += fw.host_per_step.seconds() + x.optimizer[si];
     iteration = std::max(iteration, finish);
   }
   out.iteration_s = iteration;
   return out;
 }
 
-Estimate Estimator::estimate(const Plan& plan) {
-  if (plan.staged()) return staged(plan);
-  const Scan scanned = scan(plan);
-  if (scanned.asymmetric) return asymmetric(plan);
-  const int S = plan.stages();
-  const int v = plan.interleave;
-  const int V = S * v;
-  const size_t R = plan.replicas.size();
-  const bool dp = R > 1;
-  const double e = workload::element_bytes(plan.precision);
-  const double grad_bytes = plan.fp32_main_grads ? 4 : e;
-  const double activation =
-      e * static_cast<double>(plan.micro_batch_size) * plan.sequence_length * model_.hidden;
-  const workload::Framework& fw = plan.framework;
-  // What a framework's pipeline gather collects (Framework::pipeline_gathers_*).
-  const double gathered = workload::boundary_activation_bytes(model_, plan);
-  const double per_pass = fw.host_per_pass.seconds();
-  Layout& lay = layout(plan, scanned.key);
-  const double* const hop_rows = hop_values(lay, plan, activation);
-  piece_memo_.clear();
-  const int64_t layer_params = model_.layer_params();
+Estimator::Terms::Terms(const workload::ModelConfig& model, const Plan& p, Layout& l,
+                        const double* hops)
+    : plan(p),
+      lay(l),
+      hop_rows(hops),
+      S(p.stages()),
+      v(p.interleave),
+      V(S * v),
+      R(p.replicas.size()),
+      dp(R > 1),
+      e(workload::element_bytes(p.precision)),
+      grad_bytes(p.fp32_main_grads ? 4 : e),
+      // What a framework's pipeline gather collects (Framework::pipeline_gathers_*).
+      gathered(workload::boundary_activation_bytes(model, p)),
+      per_pass(p.framework.host_per_pass.seconds()),
+      layer_params(model.layer_params()) {}
 
-  // The replicas to estimate: of an explicit plan's, one of each set of alike replicas (the last
-  // of each, in replica order, so that the per-stage numbers the last replica leaves below are
-  // its own). A replica is held against the sets of its devices' kind, the latest first and at
-  // most 8 of them, so that replicas all unlike cost no more than a pass each.
+void Estimator::pick_replicas(const Plan& plan, const Layout& lay, const double* hop_rows) {
+  // Of an explicit plan's replicas, one of each set of alike replicas (the last of each, in
+  // replica order, so that the per-stage numbers the last replica leaves below are its own). A
+  // replica is held against the sets of its devices' kind, the latest first and at most 8 of
+  // them, so that replicas all unlike cost no more than a pass each.
   picked_.clear();
   if (!plan.uniform && reduce_replicas_) {
     constexpr size_t none = std::numeric_limits<size_t>::max();
@@ -772,153 +828,240 @@ Estimate Estimator::estimate(const Plan& plan) {
   } else {
     for (size_t i = 0; i < lay.evaluated.size(); ++i) picked_.push_back(i);
   }
+}
 
+double Estimator::stage_params(const Plan& plan, const StagePlan& st, int s) const {
+  const StagePlan& f = plan.replicas.front().stages[s];
+  if (&st == &f || (st.first_layer == f.first_layer && st.layers == f.layers &&
+                    st.devices.size() == f.devices.size() && st.chunk_layers == f.chunk_layers &&
+                    st.chunk_first == f.chunk_first))
+    return params_[s];
+  return workload::group_params(model_, st, s, plan.stages());
+}
+
+std::pair<double, double> Estimator::outer_collectives(const Terms& terms, int s, int vs,
+                                                       const StagePlan& st) {
+  double outer_w = 0, outer_g = 0;
+  if (vs == 0) {
+    outer_w += static_cast<double>(model_.embedding_params());
+    outer_g += static_cast<double>(model_.embedding_params());
+  }
+  if (vs == terms.V - 1) {
+    outer_w += model_.head_params(terms.S);
+    outer_g += static_cast<double>(model_.output_params());
+  }
+  const double tp = static_cast<double>(st.tensor_parallel());
+  const double og = terms.plan.zero_stage == 3
+                        ? dp_s(terms.lay, s, CommKind::allgather, terms.e * outer_w / tp)
+                        : 0.0;
+  const double os = dp_s(terms.lay, s, CommKind::reducescatter, terms.grad_bytes * outer_g / tp);
+  return {og, os};
+}
+
+void Estimator::chunk_passes(const Terms& terms, const StagePlan& st, const StageCosts& k, int s,
+                             int c, double& kernels, double& once) {
+  const Plan& plan = terms.plan;
+  const int S = terms.S, V = terms.V, m = k.m;
+  const Pieces& ps = k.ps;
+  std::vector<double>& fwd = fwd_;
+  std::vector<double>& bwd = bwd_;
+  const int vs = c * S + s;
+  const int layers = st.layers_of(c);
+  const double q = recompute_share(plan, layers);
+  // Layered accumulation gathers and reduce-scatters once per layer, not per micro-batch
+  // (added to the pipeline below).
+  const double g_mb = plan.layered ? 0 : k.gather, s_mb = plan.layered ? 0 : k.scatter;
+  // Each layer's collectives prefetched beside the layer before it, as in a pass.
+  if (plan.layered && layers > 0) {
+    const double lf = m * ps.layer_f.total() + k.copy,
+                 lb = m * (ps.layer_b.total() + k.rc * q) + k.copy;
+    once = std::max(once, 2 * k.gather + k.scatter +
+                              (layers - 1) * (std::max(0.0, k.gather - lf) +
+                                              std::max(0.0, k.gather + k.scatter - lb)));
+  }
+  const StagePass pass =
+      stage_pass(ps, layers, terms.per_pass, k.rc * q, k.rc_kernels * q, g_mb, s_mb, vs == 0,
+                 vs == V - 1, plan.framework, k.pipe_gather, k.hop[s < S - 1 ? s : 0],
+                 k.hop[s > 0 ? s - 1 : 0], kernels, plan.layered ? 0.0 : k.copy);
+  // Layered: each layer's copy once per pass, not per micro-batch.
+  if (plan.layered) {
+    fwd[s] += layers * k.copy / m;
+    bwd[s] += layers * k.copy / m;
+    kernels += 2 * layers * k.copy / m;
+  }
+  fwd[s] += pass.f;
+  bwd[s] += pass.b;
+  // What lies outside the layers (the job builder's embedding and head collectives): under
+  // ZeRO-3 gathered first as the forward pass starts, under ZeRO-2 and 3 its gradients
+  // reduce-scattered at the end of the backward pass; once per layered pass.
+  if (terms.dp && plan.zero_stage >= 2 && (vs == 0 || vs == V - 1)) {
+    const auto [og, os] = outer_collectives(terms, s, vs, st);
+    if (plan.layered) {
+      once += og + os;
+    } else {
+      fwd[s] += og;
+      bwd[s] += os;
+    }
+  }
+}
+
+void Estimator::replica_stage(const Terms& terms, size_t i, int s, Estimate& out, double& once) {
+  const Plan& plan = terms.plan;
+  Layout& lay = terms.lay;
+  const bool dp = terms.dp;
+  const workload::ReplicaPlan& rep = plan.replicas[lay.evaluated[i]];
+  const int m = rep.micro_batches;
+  const StagePlan& st = rep.stages[s];
+  const config::GpuProfile& gpu = *cluster_.gpu(st.devices.front()).profile;
+  const Pieces& ps = stage_pieces(plan, gpu, lay.tp[i][s]);
+  StageCosts k{ps, m, terms.hop_rows + i * static_cast<size_t>(terms.S)};
+  // The framework's all-gathers of a received pipeline slice (Framework::pipeline_gathers_*),
+  // on the stage's critical path as the job builder puts them.
+  k.pipe_gather = workload::gathers_pipeline_slices(plan, st.tensor_parallel())
+                      ? collectives_s(CommKind::allgather, terms.gathered, lay.tp[i][s])
+                      : 0.0;
+  // ZeRO-3: each layer's weights gathered before each use and waited for; in the backward
+  // pass the gather queues behind the previous layer's gradient reduce-scatter on the one
+  // data-parallel stream.
+  if (dp && plan.zero_stage == 3) {
+    k.gather =
+        dp_s(lay, s, CommKind::allgather, terms.e * terms.layer_params / st.tensor_parallel());
+    k.scatter = dp_s(lay, s, CommKind::reducescatter,
+                     terms.grad_bytes * terms.layer_params / st.tensor_parallel());
+  }
+  // FSDP2: each gathered layer copied out of the collective's buffer on the compute stream
+  // (the job builder's zero3.copy_out), once per gather.
+  k.copy = dp && plan.zero_stage == 3 && plan.framework.gather_copy_out ? ps.copy_out.total() : 0.0;
+  const Estimator::Piece again = recompute_of(plan, ps);
+  k.rc = again.total();
+  k.rc_kernels = again.kernels_s;
+  double kernels = 0;
+  for (int c = 0; c < terms.v; ++c) chunk_passes(terms, st, k, s, c, kernels, once);
+  w_[s] = fwd_[s] + bwd_[s];
+  // With this group's optimizer step: the busiest group's compute, no more (a bound).
+  const double params = stage_params(plan, st, s);
+  const double shard = plan.zero_stage >= 1 && dp ? plan.sharded(params, lay.evaluated[i]) : params;
+  const double opt = optimizer_s(gpu, shard, plan.precision, plan.optimizer, plan.framework);
+  out.compute_s = std::max(out.compute_s, m * kernels + opt);
+  layer_backward_[s] = std::max(ps.layer_b.total() + k.rc, k.gather + k.scatter);
+  last_backward_[s] = bwd_[s];
+}
+
+void Estimator::replica(const Terms& terms, size_t i, Estimate& out) {
+  const int S = terms.S, v = terms.v;
+  const int m = terms.plan.replicas[terms.lay.evaluated[i]].micro_batches;
+  std::vector<double>& fwd = fwd_;
+  std::vector<double>& bwd = bwd_;
+  std::vector<double>& end = end_;
+  w_.assign(static_cast<size_t>(S), 0.0);
+  fwd.assign(static_cast<size_t>(S), 0.0);
+  bwd.assign(static_cast<size_t>(S), 0.0);
+  const double* const hop = terms.hop_rows + i * static_cast<size_t>(S);
+  double once = 0;  // layered accumulation's per-layer collectives, waited for
+  for (int s = 0; s < S; ++s) replica_stage(terms, i, s, out, once);
+  double pipeline = pipeline_closed_form(terms.plan.schedule, m, v, w_, fwd, bwd, hop);
+  pipeline += once;
+  out.pipeline_s = std::max(out.pipeline_s, pipeline);
+  // Stage s finishes its last backward before stage s - 1 does, by one chunk's backward and
+  // the transfer between them.
+  double before = 0;
+  for (int s = 0; s < S; ++s) {
+    end[s] = std::max(end[s], pipeline - before);
+    before += bwd[s] / v + hop[s];
+  }
+}
+
+double Estimator::bucket_stream(const Terms& terms, int s, CommKind kind, double ready) {
+  const Plan& plan = terms.plan;
+  const int S = terms.S;
+  const double grad_bytes = terms.grad_bytes;
+  const std::vector<double>& end = end_;
+  const std::vector<double>& last_backward = last_backward_;
+  const std::vector<double>& layer_backward = layer_backward_;
+  const StagePlan& st = plan.replicas.front().stages[s];
+  const int t = st.tensor_parallel();
+  const double layer_grad = grad_bytes * terms.layer_params / t;
+  const bool split_head = model_.output_ranks(t) == t;
+  double extra = grad_bytes *
+                 ((s == 0 ? model_.embedding_params() : 0) +
+                  (s == S - 1 && split_head ? model_.output_params() : 0)) /
+                 t;
+  // A classifier's gradients are whole on every rank.
+  if (s == S - 1 && !split_head) extra += grad_bytes * static_cast<double>(model_.output_params());
+  const double finish = ready;
+  // Buckets in the order backward fills them; the last takes the embedding and head.
+  std::vector<double>& buckets = buckets_;
+  buckets.clear();
+  double bucket = 0;
+  for (int l = 0; l < st.layers; ++l) {
+    bucket += layer_grad;
+    if (bucket >= plan.bucket_bytes) {
+      buckets.push_back(bucket);
+      bucket = 0;
+    }
+  }
+  bucket += extra;
+  const bool overlapped = plan.gradient_reduction == workload::GradReduction::overlapped;
+  double stream = overlapped ? end[s] - last_backward[s] : finish;
+  double filled = stream;
+  int layers_done = 0;
+  for (double bytes : buckets) {
+    const int layers = static_cast<int>(bytes / layer_grad + 0.5);
+    layers_done += layers;
+    const double issue =
+        overlapped ? end[s] - last_backward[s] + layers_done * layer_backward[s] : filled;
+    stream = std::max(stream, issue) + dp_s(terms.lay, s, kind, bytes);
+  }
+  if (bucket > 0) stream = std::max(stream, finish) + dp_s(terms.lay, s, kind, bucket);
+  return std::max(finish, stream);
+}
+
+double Estimator::reduce_gradients(const Terms& terms, int s, double ready) {
+  const Plan& plan = terms.plan;
+  const CommKind kind = plan.zero_stage >= 1 ? CommKind::reducescatter : CommKind::allreduce;
+  if (plan.zero_stage < 2) return bucket_stream(terms, s, kind, ready);
+  // A reduce-scatter per layer per micro-batch, streamed beside the backward passes.
+  const StagePlan& st = plan.replicas.front().stages[s];
+  const double layer_grad = terms.grad_bytes * terms.layer_params / st.tensor_parallel();
+  const int m = plan.replicas.front().micro_batches;
+  const double one = dp_s(terms.lay, s, CommKind::reducescatter, layer_grad);
+  // ZeRO-3: the stream already counted per layer.
+  if (plan.zero_stage == 3) return std::max(ready, end_[s] + one);
+  const int per_layer = plan.layered ? 1 : m;  // reduce-scatters of each layer
+  const double stream = one * st.layers * per_layer;
+  const double window = layer_backward_[s] * st.layers * m;
+  return std::max(ready, end_[s] + std::max(one, stream - window));
+}
+
+Estimate Estimator::estimate(const Plan& plan) {
+  if (plan.staged()) return staged(plan);
+  const Scan scanned = scan(plan);
+  if (scanned.asymmetric) return asymmetric(plan);
+  const double e = workload::element_bytes(plan.precision);
+  const double activation =
+      e * static_cast<double>(plan.micro_batch_size) * plan.sequence_length * model_.hidden;
+  Layout& lay = layout(plan, scanned.key);
+  const double* const hop_rows = hop_values(lay, plan, activation);
+  piece_memo_.clear();
+  const Terms terms(model_, plan, lay, hop_rows);
+  const int S = terms.S;
+  const bool dp = terms.dp;
+  const double grad_bytes = terms.grad_bytes;
+  const workload::Framework& fw = plan.framework;
+  pick_replicas(plan, lay, hop_rows);
   // Replica 0's stages' parameters (every replica's, unless their layers differ).
   const std::vector<StagePlan>& front = plan.replicas.front().stages;
   params_.resize(static_cast<size_t>(S));
   for (int s = 0; s < S; ++s) params_[s] = workload::group_params(model_, front[s], s, S);
-  auto params_of = [&](const StagePlan& st, int s) {
-    const StagePlan& f = front[s];
-    if (&st == &f || (st.first_layer == f.first_layer && st.layers == f.layers &&
-                      st.devices.size() == f.devices.size() && st.chunk_layers == f.chunk_layers &&
-                      st.chunk_first == f.chunk_first))
-      return params_[s];
-    return workload::group_params(model_, st, s, S);
-  };
 
   Estimate out;
   // Per stage: the latest end of its last backward pass over the replicas (the data-parallel
   // collectives wait for every replica), and of the replicas' end stages for the tied reduction.
   std::vector<double>& end = end_;
-  std::vector<double>& last_backward = last_backward_;  // one micro-batch's backward of the stage
-  std::vector<double>& layer_backward = layer_backward_;
   end.assign(static_cast<size_t>(S), 0.0);
-  last_backward.assign(static_cast<size_t>(S), 0.0);
-  layer_backward.assign(static_cast<size_t>(S), 0.0);
-  std::vector<double>& w = w_;
-  std::vector<double>& fwd = fwd_;
-  std::vector<double>& bwd = bwd_;
-  for (size_t i : picked_) {
-    const workload::ReplicaPlan& rep = plan.replicas[lay.evaluated[i]];
-    const int m = rep.micro_batches;
-    w.assign(static_cast<size_t>(S), 0.0);
-    fwd.assign(static_cast<size_t>(S), 0.0);
-    bwd.assign(static_cast<size_t>(S), 0.0);
-    const double* const hop = hop_rows + i * static_cast<size_t>(S);
-    double once = 0;  // layered accumulation's per-layer collectives, waited for
-    for (int s = 0; s < S; ++s) {
-      const StagePlan& st = rep.stages[s];
-      const config::GpuProfile& gpu = *cluster_.gpu(st.devices.front()).profile;
-      const Pieces& ps = stage_pieces(plan, gpu, lay.tp[i][s]);
-      // The framework's all-gathers of a received pipeline slice (Framework::pipeline_gathers_*),
-      // on the stage's critical path as the job builder puts them.
-      const double pipe_gather = workload::gathers_pipeline_slices(plan, st.tensor_parallel())
-                                     ? collectives_s(CommKind::allgather, gathered, lay.tp[i][s])
-                                     : 0.0;
-      // ZeRO-3: each layer's weights gathered before each use and waited for; in the backward
-      // pass the gather queues behind the previous layer's gradient reduce-scatter on the one
-      // data-parallel stream.
-      double gather = 0, scatter = 0;
-      if (dp && plan.zero_stage == 3) {
-        gather = dp_s(lay, s, CommKind::allgather, e * layer_params / st.tensor_parallel());
-        scatter =
-            dp_s(lay, s, CommKind::reducescatter, grad_bytes * layer_params / st.tensor_parallel());
-      }
-      // FSDP2: each gathered layer copied out of the collective's buffer on the compute stream
-      // (the job builder's zero3.copy_out), once per gather.
-      const double copy =
-          dp && plan.zero_stage == 3 && plan.framework.gather_copy_out ? ps.copy_out.total() : 0.0;
-      const Estimator::Piece again = recompute_of(plan, ps);
-      const double rc = again.total(), rc_kernels = again.kernels_s;
-      double kernels = 0;
-      for (int c = 0; c < v; ++c) {
-        const int vs = c * S + s;
-        const int layers = st.layers_of(c);
-        const double q = recompute_share(plan, layers);
-        // Layered accumulation gathers and reduce-scatters once per layer, not per micro-batch
-        // (added to the pipeline below).
-        const double g_mb = plan.layered ? 0 : gather, s_mb = plan.layered ? 0 : scatter;
-        // Each layer's collectives prefetched beside the layer before it, as in a pass.
-        if (plan.layered && layers > 0) {
-          const double lf = m * ps.layer_f.total() + copy,
-                       lb = m * (ps.layer_b.total() + rc * q) + copy;
-          once = std::max(once, 2 * gather + scatter +
-                                    (layers - 1) * (std::max(0.0, gather - lf) +
-                                                    std::max(0.0, gather + scatter - lb)));
-        }
-        const StagePass pass =
-            stage_pass(ps, layers, per_pass, rc * q, rc_kernels * q, g_mb, s_mb, vs == 0,
-                       vs == V - 1, fw, pipe_gather, hop[s < S - 1 ? s : 0], hop[s > 0 ? s - 1 : 0],
-                       kernels, plan.layered ? 0.0 : copy);
-        // Layered: each layer's copy once per pass, not per micro-batch.
-        if (plan.layered) {
-          fwd[s] += layers * copy / m;
-          bwd[s] += layers * copy / m;
-          kernels += 2 * layers * copy / m;
-        }
-        fwd[s] += pass.f;
-        bwd[s] += pass.b;
-        // What lies outside the layers (the job builder's embedding and head collectives): under
-        // ZeRO-3 gathered first as the forward pass starts, under ZeRO-2 and 3 its gradients
-        // reduce-scattered at the end of the backward pass; once per layered pass.
-        if (dp && plan.zero_stage >= 2 && (vs == 0 || vs == V - 1)) {
-          double outer_w = 0, outer_g = 0;
-          if (vs == 0) {
-            outer_w += static_cast<double>(model_.embedding_params());
-            outer_g += static_cast<double>(model_.embedding_params());
-          }
-          if (vs == V - 1) {
-            outer_w += model_.head_params(S);
-            outer_g += static_cast<double>(model_.output_params());
-          }
-          const double tp = static_cast<double>(st.tensor_parallel());
-          const double og =
-              plan.zero_stage == 3 ? dp_s(lay, s, CommKind::allgather, e * outer_w / tp) : 0.0;
-          const double os = dp_s(lay, s, CommKind::reducescatter, grad_bytes * outer_g / tp);
-          if (plan.layered) {
-            once += og + os;
-          } else {
-            fwd[s] += og;
-            bwd[s] += os;
-          }
-        }
-      }
-      w[s] = fwd[s] + bwd[s];
-      // With this group's optimizer step: the busiest group's compute, no more (a bound).
-      const double params = params_of(st, s);
-      const double shard =
-          plan.zero_stage >= 1 && dp ? plan.sharded(params, lay.evaluated[i]) : params;
-      const double opt = optimizer_s(gpu, shard, plan.precision, plan.optimizer, fw);
-      out.compute_s = std::max(out.compute_s, m * kernels + opt);
-      layer_backward[s] = std::max(ps.layer_b.total() + rc, gather + scatter);
-      last_backward[s] = bwd[s];
-    }
-    // The period of the steady state: the slowest stage, or two neighbours and the transfers
-    // between them (1F1B's loop: a stage's forward, the next stage's forward and backward, the
-    // backward's return, once per model chunk).
-    double slowest = *std::max_element(w.begin(), w.end());
-    for (int s = 0; s + 1 < S; ++s) slowest = std::max(slowest, (w[s] + w[s + 1]) / 2 + v * hop[s]);
-    double sum = 0, hops = 0;
-    for (int s = 0; s < S; ++s) sum += w[s];
-    for (int s = 0; s + 1 < S; ++s) hops += 2 * hop[s];
-    double pipeline;
-    if (plan.schedule == workload::Schedule::gpipe) {
-      const double f_max = *std::max_element(fwd.begin(), fwd.end());
-      const double b_max = *std::max_element(bwd.begin(), bwd.end());
-      pipeline = sum + (m - 1) * (f_max + b_max) + hops;
-    } else {
-      pipeline = (m - 1.0 / v) * slowest + sum / v + hops;
-    }
-    pipeline += once;
-    out.pipeline_s = std::max(out.pipeline_s, pipeline);
-    // Stage s finishes its last backward before stage s - 1 does, by one chunk's backward and
-    // the transfer between them.
-    double before = 0;
-    for (int s = 0; s < S; ++s) {
-      end[s] = std::max(end[s], pipeline - before);
-      before += bwd[s] / v + hop[s];
-    }
-  }
+  last_backward_.assign(static_cast<size_t>(S), 0.0);
+  layer_backward_.assign(static_cast<size_t>(S), 0.0);
+  for (size_t i : picked_) replica(terms, i, out);
 
   // The tied embedding's gradients, all-reduced between the end stages once both are done.
   const workload::TiedReduction tied = fw.tied_embedding_reduction;
@@ -931,90 +1074,21 @@ Estimate Estimator::estimate(const Plan& plan) {
     ready_back = both;
   }
 
-  // The largest share of the sharded state over the replicas (Plan::sharded): x / R for the
-  // replicas without a state share, x times the largest share for the others (rounding keeps
-  // the order, so the largest product is the product with the largest share).
-  bool even_share = false;
-  double most_share = 0;
-  if (plan.zero_stage >= 1 && dp) {
-    for (const workload::ReplicaPlan& rep : plan.replicas) {
-      if (rep.state_share > 0) {
-        most_share = std::max(most_share, rep.state_share);
-      } else {
-        even_share = true;
-      }
-    }
-  }
+  const bool sharded = plan.zero_stage >= 1 && dp;
+  const StateShares shares = sharded ? state_shares(plan) : StateShares{};
   double iteration = 0;
   for (int s = 0; s < S; ++s) {
-    const StagePlan& st = front[s];
-    const int t = st.tensor_parallel();
-    const double layer_grad = grad_bytes * layer_params / t;
-    const bool split_head = model_.output_ranks(t) == t;
-    double extra = grad_bytes *
-                   ((s == 0 ? model_.embedding_params() : 0) +
-                    (s == S - 1 && split_head ? model_.output_params() : 0)) /
-                   t;
-    // A classifier's gradients are whole on every rank.
-    if (s == S - 1 && !split_head)
-      extra += grad_bytes * static_cast<double>(model_.output_params());
     const double ready = s == 0 ? ready_front : s == S - 1 ? ready_back : end[s];
     double finish = ready;
     if (dp) {
-      const CommKind kind = plan.zero_stage >= 1 ? CommKind::reducescatter : CommKind::allreduce;
-      if (plan.zero_stage >= 2) {
-        // A reduce-scatter per layer per micro-batch, streamed beside the backward passes.
-        const int m = plan.replicas.front().micro_batches;
-        const double one = dp_s(lay, s, CommKind::reducescatter, layer_grad);
-        if (plan.zero_stage == 3) {
-          finish = std::max(finish, end[s] + one);  // the stream already counted per layer
-        } else {
-          const int per_layer = plan.layered ? 1 : m;  // reduce-scatters of each layer
-          const double stream = one * st.layers * per_layer;
-          const double window = layer_backward[s] * st.layers * m;
-          finish = std::max(finish, end[s] + std::max(one, stream - window));
-        }
-      } else {
-        // Buckets in the order backward fills them; the last takes the embedding and head.
-        std::vector<double>& buckets = buckets_;
-        buckets.clear();
-        double bucket = 0;
-        for (int l = 0; l < st.layers; ++l) {
-          bucket += layer_grad;
-          if (bucket >= plan.bucket_bytes) {
-            buckets.push_back(bucket);
-            bucket = 0;
-          }
-        }
-        bucket += extra;
-        const bool overlapped = plan.gradient_reduction == workload::GradReduction::overlapped;
-        double stream = overlapped ? end[s] - last_backward[s] : finish;
-        double filled = stream;
-        int layers_done = 0;
-        for (double bytes : buckets) {
-          const int layers = static_cast<int>(bytes / layer_grad + 0.5);
-          layers_done += layers;
-          const double issue =
-              overlapped ? end[s] - last_backward[s] + layers_done * layer_backward[s] : filled;
-          stream = std::max(stream, issue) + dp_s(lay, s, kind, bytes);
-        }
-        if (bucket > 0) stream = std::max(stream, finish) + dp_s(lay, s, kind, bucket);
-        finish = std::max(finish, stream);
-      }
+      finish = reduce_gradients(terms, s, ready);
       out.dp_exposed_s = std::max(out.dp_exposed_s, finish - ready);
     }
     finish += fw.host_per_step.seconds();
     const double params = params_[s];
     // The largest shard's optimizer step (state shares may differ by replica).
-    double shard = params;
-    if (plan.zero_stage >= 1 && dp) {
-      const double by_share = params * most_share;
-      const double evenly = params / static_cast<double>(R);
-      shard = even_share && most_share > 0 ? std::max(evenly, by_share)
-              : even_share                 ? evenly
-                                           : by_share;
-    }
-    const double optimizer = optimizer_s(*cluster_.gpu(st.devices.front()).profile, shard,
+    const double shard = sharded ? largest_shard(params, shares, terms.R) : params;
+    const double optimizer = optimizer_s(*cluster_.gpu(front[s].devices.front()).profile, shard,
                                          plan.precision, plan.optimizer, fw);
     finish += optimizer;
     if (dp && (plan.zero_stage == 1 || plan.zero_stage == 2))
@@ -1061,19 +1135,13 @@ Estimate Estimator::asymmetric(const Plan& plan) {
       while (rep.stages[s].first_layer + rep.stages[s].layers <= cuts[k]) ++s;
       holders.push_back(&rep.stages[s]);
     }
-    // Shards: lcm of the holders' tensor-parallel degrees, shard p on rank p x t / shards of
-    // each (workload::DpSync); buckets cut by the bytes per rank of the narrowest holder.
-    int shards = 1, narrowest = holders.front()->tensor_parallel();
-    for (const StagePlan* h : holders) {
-      shards = std::lcm(shards, h->tensor_parallel());
-      narrowest = std::min(narrowest, h->tensor_parallel());
-    }
-    std::vector<std::vector<platform::GpuId>> ranks(shards);
-    for (int j = 0; j < shards; ++j) {
-      for (const StagePlan* h : holders)
-        ranks[j].push_back(h->devices[static_cast<size_t>(j) * h->devices.size() / shards]);
-    }
-    const Groups peers = groups(std::move(ranks));
+    // Shards over the holders (shard_holders); buckets cut by the bytes per rank of the
+    // narrowest holder.
+    int narrowest = holders.front()->tensor_parallel();
+    for (const StagePlan* h : holders) narrowest = std::min(narrowest, h->tensor_parallel());
+    const std::pair<int, Groups> held = shard_holders(holders);
+    const int shards = held.first;
+    const Groups& peers = held.second;
     const double layer_grad = grad_bytes * model_.layer_params();  // whole layer, every shard
     double bucket = k + 1 == K ? grad_bytes * model_.output_params() : 0;
     auto flush = [&] {

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <tuple>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "sim/core/hash.h"
@@ -126,6 +127,83 @@ class Estimator {
   // re-sharded transfers between stages as the slowest pair of peers, and each stage's gradient
   // buckets over its own groups (in lcm shards over their tensor-parallel degrees).
   Estimate staged(const workload::Plan& plan);
+  // The steps of staged(). Per stage boundary: the re-sharded transfer of one micro-batch, every
+  // pair of peers' slices at once.
+  std::vector<double> staged_hops(const workload::Plan& plan);
+  // Per stage, its slowest group's: one micro-batch's forward and backward passes (`w`: both), a
+  // layer's backward pass with its recompute, and the optimizer step.
+  struct StagedPasses {
+    explicit StagedPasses(size_t n) : fwd(n), bwd(n), w(n), layer_backward(n), optimizer(n) {}
+    std::vector<double> fwd, bwd, w, layer_backward, optimizer;
+  };
+  // Raises `compute_s` to the busiest group's kernels and optimizer step.
+  StagedPasses staged_passes(const workload::Plan& plan, const std::vector<double>& hop,
+                             double& compute_s);
+  // Stage s's gradient buckets, all-reduced among its groups (more than one), from `ready`: when
+  // the last is done. `x`: the stages' passes; `end`: each stage's last backward pass's end;
+  // `tied`: whether the tied embedding's gradients are reduced apart (not in stage 0's buckets).
+  double staged_buckets(const workload::Plan& plan, int s, double ready, const StagedPasses& x,
+                        const std::vector<double>& end, bool tied);
+  // The holders of a set of groups' shards, reduced together: lcm of their tensor-parallel
+  // degrees in shards, shard p on rank p x t / shards of each group (workload::DpSync); the
+  // shards and the rank lists.
+  std::pair<int, Groups> shard_holders(const std::vector<const workload::StagePlan*>& gs) const;
+
+  // The steps of estimate() for a uniform or explicit plan: what every step reads, worked out
+  // once per estimate.
+  struct Terms {
+    Terms(const workload::ModelConfig& model, const workload::Plan& p, Layout& l,
+          const double* hops);
+    const workload::Plan& plan;
+    Layout& lay;
+    const double* hop_rows;  // hop_values: per evaluated replica, per stage
+    int S, v, V;             // stages, model chunks per stage, virtual stages
+    size_t R;                // replicas
+    bool dp;                 // more than one replica
+    double e, grad_bytes;    // bytes of an element and of a gradient's
+    double gathered;         // what a framework's pipeline gather collects
+    double per_pass;         // the framework's host time per pass
+    int64_t layer_params;
+  };
+  // One stage's costs that each of its model chunks adds (replica_stage, chunk_passes).
+  struct StageCosts {
+    const Pieces& ps;
+    int m;                           // the replica's micro-batches
+    const double* hop;               // the replica's transfers per stage boundary
+    double pipe_gather = 0;          // the framework's all-gathers of a received pipeline slice
+    double gather = 0, scatter = 0;  // ZeRO-3's collectives of each layer
+    double copy = 0;                 // FSDP2's copy of each gathered layer
+    double rc = 0, rc_kernels = 0;   // a layer's recompute: all of it, and its kernels
+  };
+  // The replicas to estimate, into picked_ (indices into Layout::evaluated).
+  void pick_replicas(const workload::Plan& plan, const Layout& lay, const double* hop_rows);
+  // The parameters of stage s of a replica: replica 0's (params_), unless their layers differ.
+  double stage_params(const workload::Plan& plan, const workload::StagePlan& st, int s) const;
+  // Evaluated replica i: its stages' passes, then its pipeline in closed form; raises out's
+  // compute and pipeline times and each stage's latest end (end_).
+  void replica(const Terms& terms, size_t i, Estimate& out);
+  // Stage s of evaluated replica i: one micro-batch's forward and backward passes over its model
+  // chunks (fwd_, bwd_, w_) and a layer's backward pass (layer_backward_; last_backward_ the
+  // stage's); raises out.compute_s by the group's kernels and optimizer step, `once` by
+  // layered accumulation's per-layer collectives.
+  void replica_stage(const Terms& terms, size_t i, int s, Estimate& out, double& once);
+  // Model chunk c of stage s (virtual stage c x S + s): one micro-batch's forward and backward
+  // passes added to fwd_[s] and bwd_[s], their kernels to `kernels`; layered accumulation's
+  // per-layer collectives, waited for once per pass, to `once`.
+  void chunk_passes(const Terms& terms, const workload::StagePlan& st, const StageCosts& k, int s,
+                    int c, double& kernels, double& once);
+  // ZeRO-2 and 3's collectives outside virtual stage vs's layers (the embedding's on the first,
+  // the head's on the last): the weights' all-gather (ZeRO-3 only) and the gradients'
+  // reduce-scatter.
+  std::pair<double, double> outer_collectives(const Terms& terms, int s, int vs,
+                                              const workload::StagePlan& st);
+  // Stage s's data-parallel gradient reduction (replica 0's stage; the others' are alike), from
+  // `ready`, when the gradients are: when it is done.
+  double reduce_gradients(const Terms& terms, int s, double ready);
+  // Without ZeRO-2 or 3: stage s's gradient buckets of collective `kind`, streamed as the last
+  // backward pass fills them (or after it), from `ready`: when the last is done.
+  double bucket_stream(const Terms& terms, int s, workload::CommKind kind, double ready);
+
   Groups groups(std::vector<std::vector<platform::GpuId>> ranks) const;
   // `batch`: samples a micro-batch (0: the plan's micro_batch_size; a staged plan's group share).
   const Pieces& pieces(const workload::Plan& plan, const config::GpuProfile& gpu, const Groups& tp,
