@@ -526,6 +526,14 @@ class ClusterParser {
     t.name = get_string(file_, n, path, "name");
     t.gpu = get_string(file_, n, path, "gpu");
     t.gpus = static_cast<int>(get_int(file_, n, path, "gpus", 1, limits::kGpusPerNode));
+    parse_intra(n, path, t);
+    parse_pcie(n, path, t);
+    parse_nics(n, path, shaped, t);
+    return t;
+  }
+
+  // The node's GPU interconnect: NVSwitch, an NVLink mesh (its links), or PCIe alone.
+  void parse_intra(const YAML::Node& n, const std::string& path, NodeType& t) {
     const std::string ip = join_path(path, "intra");
     const YAML::Node intra = require(file_, n, path, "intra");
     const std::string kind =
@@ -557,6 +565,10 @@ class ClusterParser {
     } else {
       t.intra = IntraKind::pcie;
     }
+  }
+
+  // The PCIe tree (switches, sockets and the link between sockets), required with intra pcie.
+  void parse_pcie(const YAML::Node& n, const std::string& path, NodeType& t) {
     if (const YAML::Node pcie = n["pcie"]) {
       const std::string pp = join_path(path, "pcie");
       check_keys(file_, pcie, pp, key_names(cluster_keys(), "node_types[].pcie"));
@@ -590,6 +602,12 @@ class ClusterParser {
                        ".pcie: missing required field (intra kind "
                        "pcie needs the PCIe tree)");
     }
+  }
+
+  // The NICs, as a count spread over the GPUs or a list with their GPUs; each shaped as the
+  // cluster or the entry says (tc netem's delay and rate on the way out).
+  void parse_nics(const YAML::Node& n, const std::string& path, const Shaping& shaped,
+                  NodeType& t) {
     if (const YAML::Node nics = n["nics"]) {
       const std::string np = join_path(path, "nics");
       if (nics.IsMap()) {
@@ -632,7 +650,6 @@ class ClusterParser {
         nic.egress_rate_Bps = shaped.rate_Bps;
       }
     }
-    return t;
   }
 
   Fabric parse_fabric(int total_nodes) {

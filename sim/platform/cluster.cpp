@@ -273,73 +273,81 @@ void Cluster::build_nodes() {
   }
 }
 
-void Cluster::build_fabric() {
+uint32_t Cluster::add_switch(std::string name) {
+  switch_vertex_.push_back(static_cast<VertexId>(vertex_kind_.size()));
+  vertex_kind_.push_back(VertexKind::fabric_switch);
+  switch_name_.push_back(std::move(name));
+  return static_cast<uint32_t>(switch_vertex_.size() - 1);
+}
+
+const config::NicSpec& Cluster::nic_spec(const NicPort& p) const {
+  return node_type(p.node).nics[p.index];
+}
+
+VertexId Cluster::nic_vertex(const NicPort& p) const {
+  return nodes_[p.node].vertex_base + templates_[nodes_[p.node].type].nic_vertex[p.index];
+}
+
+void Cluster::attach_nic(NicPort& p, uint32_t sw, Time switch_latency) {
+  const config::NicSpec& spec = nic_spec(p);
+  const std::string where = cfg_.file + ": fabric";
+  p.fabric_switch = sw;
+  // Egress shaping (tc netem on the instance): its rate caps the NIC's way out, its delay is paid
+  // by every packet leaving.
+  const double out_Bps = spec.egress_rate_Bps > 0
+                             ? std::min(spec.bandwidth_Bps, spec.egress_rate_Bps)
+                             : spec.bandwidth_Bps;
+  p.up = add_link(nic_vertex(p), switch_vertex_[sw], out_Bps, spec.link_class,
+                  Time::from_seconds(spec.egress_delay_s), where);
+  p.down = add_link(switch_vertex_[sw], nic_vertex(p), spec.bandwidth_Bps, spec.link_class,
+                    switch_latency, where);
+}
+
+// Leaves in [0, leaves) link to every spine. A leaf's uplinks are built for the ports it has
+// (`ports` NICs of its fastest kind), whether or not every port is in use: the last scalable unit
+// or leaf of a cluster that does not fill it keeps the fabric's full uplinks, not a share scaled
+// by its NICs (one node alone in a unit would otherwise reach each spine at 1/spines of its NIC's
+// speed, and every flow, pinned to one spine, would crawl).
+void Cluster::connect_spines(uint32_t leaves, int spines, double ports) {
+  if (leaves <= 1) return;
   const config::Fabric& f = cfg_.fabric;
-  auto add_switch = [&](std::string name) {
-    switch_vertex_.push_back(static_cast<VertexId>(vertex_kind_.size()));
-    vertex_kind_.push_back(VertexKind::fabric_switch);
-    switch_name_.push_back(std::move(name));
-    return static_cast<uint32_t>(switch_vertex_.size() - 1);
-  };
-  auto nic_spec = [&](const NicPort& p) -> const config::NicSpec& {
-    return node_type(p.node).nics[p.index];
-  };
-  auto nic_vertex = [&](const NicPort& p) {
-    return nodes_[p.node].vertex_base + templates_[nodes_[p.node].type].nic_vertex[p.index];
-  };
   const Time hop = Time::from_seconds(f.latency_s);
   const std::string where = cfg_.file + ": fabric";
-  auto attach = [&](NicPort& p, uint32_t sw, Time switch_latency) {
-    const config::NicSpec& spec = nic_spec(p);
-    p.fabric_switch = sw;
-    // Egress shaping (tc netem on the instance): its rate caps the NIC's way out, its delay
-    // is paid by every packet leaving.
-    const double out_Bps = spec.egress_rate_Bps > 0
-                               ? std::min(spec.bandwidth_Bps, spec.egress_rate_Bps)
-                               : spec.bandwidth_Bps;
-    p.up = add_link(nic_vertex(p), switch_vertex_[sw], out_Bps, spec.link_class,
-                    Time::from_seconds(spec.egress_delay_s), where);
-    p.down = add_link(switch_vertex_[sw], nic_vertex(p), spec.bandwidth_Bps, spec.link_class,
-                      switch_latency, where);
-  };
-  // Leaves in [0, leaves) link to every spine. A leaf's uplinks are built for the ports it has
-  // (`ports` NICs of its fastest kind), whether or not every port is in use: the last scalable
-  // unit or leaf of a cluster that does not fill it keeps the fabric's full uplinks, not a share
-  // scaled by its NICs (one node alone in a unit would otherwise reach each spine at 1/spines of
-  // its NIC's speed, and every flow, pinned to one spine, would crawl).
-  auto connect_spines = [&](uint32_t leaves, int spines, double ports) {
-    if (leaves <= 1) return;
-    const int s_count = std::max(1, spines);
-    std::vector<uint32_t> spine;
-    for (int s = 0; s < s_count; ++s) spine.push_back(add_switch("spine" + std::to_string(s)));
-    std::vector<double> fastest(leaves, 0);
-    std::vector<std::string> cls(leaves);
-    for (const NicPort& p : nics_) {
-      fastest[p.fabric_switch] = std::max(fastest[p.fabric_switch], nic_spec(p).bandwidth_Bps);
-      if (cls[p.fabric_switch].empty()) cls[p.fabric_switch] = nic_spec(p).link_class;
+  const int s_count = std::max(1, spines);
+  std::vector<uint32_t> spine;
+  for (int s = 0; s < s_count; ++s) spine.push_back(add_switch("spine" + std::to_string(s)));
+  std::vector<double> fastest(leaves, 0);
+  std::vector<std::string> cls(leaves);
+  for (const NicPort& p : nics_) {
+    fastest[p.fabric_switch] = std::max(fastest[p.fabric_switch], nic_spec(p).bandwidth_Bps);
+    if (cls[p.fabric_switch].empty()) cls[p.fabric_switch] = nic_spec(p).link_class;
+  }
+  for (uint32_t l = 0; l < leaves; ++l) {
+    if (fastest[l] == 0) continue;
+    const double bw = ports * fastest[l] / f.oversubscription / s_count;
+    for (uint32_t s : spine) {
+      add_link(switch_vertex_[l], switch_vertex_[s], bw, cls[l], hop, where);
+      add_link(switch_vertex_[s], switch_vertex_[l], bw, cls[l], hop, where);
     }
-    for (uint32_t l = 0; l < leaves; ++l) {
-      if (fastest[l] == 0) continue;
-      const double bw = ports * fastest[l] / f.oversubscription / s_count;
-      for (uint32_t s : spine) {
-        add_link(switch_vertex_[l], switch_vertex_[s], bw, cls[l], hop, where);
-        add_link(switch_vertex_[s], switch_vertex_[l], bw, cls[l], hop, where);
-      }
-    }
-  };
+  }
+}
+
+void Cluster::build_fabric() {
+  const config::Fabric& f = cfg_.fabric;
+  const Time hop = Time::from_seconds(f.latency_s);
   switch (f.kind) {
     case config::FabricKind::single_switch: {
       if (cfg_.sites.empty()) {
         const uint32_t sw = add_switch("switch");
-        for (NicPort& p : nics_) attach(p, sw, hop);
+        for (NicPort& p : nics_) attach_nic(p, sw, hop);
         break;
       }
       // A switch per site, its nodes' NICs on it, and the wide-area links between them.
       std::vector<uint32_t> site_switch;
       for (const std::string& s : cfg_.sites) site_switch.push_back(add_switch("site." + s));
       const std::vector<int> site = node_sites();
-      for (NicPort& p : nics_) attach(p, site_switch[site[p.node]], hop);
-      add_wan_links(site_switch, where);
+      for (NicPort& p : nics_) attach_nic(p, site_switch[site[p.node]], hop);
+      add_wan_links(site_switch, cfg_.file + ": fabric");
       break;
     }
     case config::FabricKind::fat_tree: {
@@ -347,7 +355,7 @@ void Cluster::build_fabric() {
       const uint32_t leaves = (static_cast<uint32_t>(nics_.size()) + per - 1) / per;
       for (uint32_t l = 0; l < leaves; ++l) add_switch("leaf" + std::to_string(l));
       for (size_t i = 0; i < nics_.size(); ++i)
-        attach(nics_[i], static_cast<uint32_t>(i / per), hop);
+        attach_nic(nics_[i], static_cast<uint32_t>(i / per), hop);
       connect_spines(leaves, f.spines, per);
       break;
     }
@@ -363,62 +371,66 @@ void Cluster::build_fabric() {
           add_switch("unit" + std::to_string(u) + ".rail" + std::to_string(r));
         }
       }
-      for (NicPort& p : nics_) attach(p, (p.node / per) * rails + p.index, hop);
+      for (NicPort& p : nics_) attach_nic(p, (p.node / per) * rails + p.index, hop);
       connect_spines(units * rails, f.spines, per);
       pxn_ = true;
       break;
     }
-    case config::FabricKind::explicit_links: {
-      std::map<std::string, uint32_t> by_name;
-      for (const config::ExplicitSwitch& s : f.switches) by_name[s.name] = add_switch(s.name);
-      std::vector<int> nic_links(nics_.size(), 0);
-      auto resolve_nic = [&](const std::string& name) -> int {
-        unsigned node = 0, nic = 0;
-        char tail = 0;
-        if (std::sscanf(name.c_str(), "node%u.nic%u%c", &node, &nic, &tail) != 2) return -1;
-        if (node >= nodes_.size() || nic >= node_type(node).nics.size()) return -2;
-        return static_cast<int>(nodes_[node].first_nic + nic);
-      };
-      for (const config::ExplicitLink& l : f.links) {
-        const auto sa = by_name.find(l.a);
-        const auto sb = by_name.find(l.b);
-        const int na = sa == by_name.end() ? resolve_nic(l.a) : -1;
-        const int nb = sb == by_name.end() ? resolve_nic(l.b) : -1;
-        auto dangling = [&](const std::string& end) {
-          return InputError(l.where + ": dangling link: \"" + end +
-                            "\" is neither a switch of fabric.switches nor an existing "
-                            "nodeN.nicK");
-        };
-        if (sa == by_name.end() && na < 0) throw dangling(l.a);
-        if (sb == by_name.end() && nb < 0) throw dangling(l.b);
-        if (sa == by_name.end() && sb == by_name.end()) {
-          throw InputError(l.where + ": a link joins two NICs; NICs connect to switches");
-        }
-        if (sa != by_name.end() && sb != by_name.end()) {
-          const Time la = Time::from_seconds(f.switches[sa->second].latency_s);
-          const Time lb = Time::from_seconds(f.switches[sb->second].latency_s);
-          add_link(switch_vertex_[sa->second], switch_vertex_[sb->second], l.bandwidth_Bps,
-                   l.link_class, la, l.where);
-          add_link(switch_vertex_[sb->second], switch_vertex_[sa->second], l.bandwidth_Bps,
-                   l.link_class, lb, l.where);
-          continue;
-        }
-        const int nic = na >= 0 ? na : nb;
-        const uint32_t sw = sa != by_name.end() ? sa->second : sb->second;
-        if (++nic_links[nic] > 1) {
-          throw InputError(l.where + ": NIC " + (na >= 0 ? l.a : l.b) +
-                           " has more than one link; each NIC connects to exactly one switch");
-        }
-        attach(nics_[nic], sw, Time::from_seconds(f.switches[sw].latency_s));
-      }
-      for (size_t i = 0; i < nics_.size(); ++i) {
-        if (nic_links[i] == 0 && nodes_.size() > 1) {
-          throw InputError(cfg_.file + ": fabric.links: node" + std::to_string(nics_[i].node) +
-                           ".nic" + std::to_string(nics_[i].index) +
-                           " has no link (every NIC needs exactly one link, to a switch)");
-        }
-      }
+    case config::FabricKind::explicit_links:
+      build_explicit_fabric();
       break;
+  }
+}
+
+// fabric.switches and fabric.links as the file gives them: switch to switch, NIC to switch.
+void Cluster::build_explicit_fabric() {
+  const config::Fabric& f = cfg_.fabric;
+  std::map<std::string, uint32_t> by_name;
+  for (const config::ExplicitSwitch& s : f.switches) by_name[s.name] = add_switch(s.name);
+  std::vector<int> nic_links(nics_.size(), 0);
+  auto resolve_nic = [&](const std::string& name) -> int {
+    unsigned node = 0, nic = 0;
+    char tail = 0;
+    if (std::sscanf(name.c_str(), "node%u.nic%u%c", &node, &nic, &tail) != 2) return -1;
+    if (node >= nodes_.size() || nic >= node_type(node).nics.size()) return -2;
+    return static_cast<int>(nodes_[node].first_nic + nic);
+  };
+  for (const config::ExplicitLink& l : f.links) {
+    const auto sa = by_name.find(l.a);
+    const auto sb = by_name.find(l.b);
+    const int na = sa == by_name.end() ? resolve_nic(l.a) : -1;
+    const int nb = sb == by_name.end() ? resolve_nic(l.b) : -1;
+    auto dangling = [&](const std::string& end) {
+      return InputError(l.where + ": dangling link: \"" + end +
+                        "\" is neither a switch of fabric.switches nor an existing nodeN.nicK");
+    };
+    if (sa == by_name.end() && na < 0) throw dangling(l.a);
+    if (sb == by_name.end() && nb < 0) throw dangling(l.b);
+    if (sa == by_name.end() && sb == by_name.end()) {
+      throw InputError(l.where + ": a link joins two NICs; NICs connect to switches");
+    }
+    if (sa != by_name.end() && sb != by_name.end()) {
+      const Time la = Time::from_seconds(f.switches[sa->second].latency_s);
+      const Time lb = Time::from_seconds(f.switches[sb->second].latency_s);
+      add_link(switch_vertex_[sa->second], switch_vertex_[sb->second], l.bandwidth_Bps,
+               l.link_class, la, l.where);
+      add_link(switch_vertex_[sb->second], switch_vertex_[sa->second], l.bandwidth_Bps,
+               l.link_class, lb, l.where);
+      continue;
+    }
+    const int nic = na >= 0 ? na : nb;
+    const uint32_t sw = sa != by_name.end() ? sa->second : sb->second;
+    if (++nic_links[nic] > 1) {
+      throw InputError(l.where + ": NIC " + (na >= 0 ? l.a : l.b) +
+                       " has more than one link; each NIC connects to exactly one switch");
+    }
+    attach_nic(nics_[nic], sw, Time::from_seconds(f.switches[sw].latency_s));
+  }
+  for (size_t i = 0; i < nics_.size(); ++i) {
+    if (nic_links[i] == 0 && nodes_.size() > 1) {
+      throw InputError(cfg_.file + ": fabric.links: node" + std::to_string(nics_[i].node) + ".nic" +
+                       std::to_string(nics_[i].index) +
+                       " has no link (every NIC needs exactly one link, to a switch)");
     }
   }
 }

@@ -135,6 +135,14 @@ class Cluster {
   void build_template(const config::NodeType& t);
   void build_nodes();
   void build_fabric();
+  void build_explicit_fabric();
+  uint32_t add_switch(std::string name);  // a fabric switch; its index among them
+  const config::NicSpec& nic_spec(const NicPort& p) const;
+  VertexId nic_vertex(const NicPort& p) const;
+  // NIC p's cable to fabric switch sw: up (with the NIC's egress shaping) and down.
+  void attach_nic(NicPort& p, uint32_t sw, Time switch_latency);
+  // Every leaf in [0, leaves) to each of `spines` new spine switches.
+  void connect_spines(uint32_t leaves, int spines, double ports);
   // Each node's site (config::Group::site), in node order.
   std::vector<int> node_sites() const;
   // The `wan:` links between the sites' switches (indices into switch_vertex_).

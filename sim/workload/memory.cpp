@@ -95,11 +95,119 @@ std::vector<DeviceMemory> grid_memory(const TrainingJob& job) {
 
 }  // namespace
 
+namespace {
+
+// The weights, gradients and optimizer state on each of a group's devices, sharded as the ZeRO
+// stage says.
+void group_states(const TrainingJob& job, const Group& g, DeviceMemory& mem) {
+  const Plan& p = *job.plan;
+  const ModelConfig& m = *job.model;
+  const double e = element_bytes(p.precision);
+  const double params = g.params;
+  const double grad_bytes = p.fp32_main_grads ? 4 : e;
+  const double master = p.precision == Precision::fp32 ? 0 : 4;  // fp32 master copy
+  // Sharded among the replicas: an even share, or the replica's state_share.
+  auto shard = [&](double x, int from) {
+    return p.zero_stage >= from ? p.sharded(x, g.replica) : x;
+  };
+  // A MoE plan's experts are sharded among the replicas of one expert-parallel rank.
+  const bool split = m.moe() && p.expert_group_replicas() > 1;
+  const double experts = split ? g.expert_params : 0;
+  const double edp = static_cast<double>(p.replicas.size()) / p.expert_group_replicas();
+  auto shard_experts = [&](double x, int from) { return p.zero_stage >= from ? x / edp : x; };
+  mem.weights = shard((params - experts) * e, 3) + shard_experts(experts * e, 3);
+  mem.gradients =
+      shard((params - experts) * grad_bytes, 2) + shard_experts(experts * grad_bytes, 2);
+  const double state = master + optimizer_state_bytes(p.optimizer);
+  mem.optimizer = shard((params - experts) * state, 1) + shard_experts(experts * state, 1);
+}
+
+// Each chunk's stored activations for one micro-batch: dense layers alike, MoE layers by their
+// load.
+std::vector<double> chunk_activations(const TrainingJob& job, const StagePlan& st,
+                                      const LayerShape& s, const std::vector<double>& loads) {
+  const Plan& p = *job.plan;
+  const ModelConfig& m = *job.model;
+  // A dense layer's activations under the recompute it runs (past recompute_layers' first N:
+  // none).
+  const double per_layer =
+      layer_activation_bytes(m, s, p.recompute_layers == 0 ? p.recompute : Recompute::none);
+  std::vector<double> chunk_act(static_cast<size_t>(std::max(1, job.chunks)), 0.0);
+  for (size_t c = 0; c < chunk_act.size(); ++c) {
+    const int first = st.first_of(static_cast<int>(c)), n = st.layers_of(static_cast<int>(c));
+    // Dense layers counted by the recompute they run (with recompute_layers, the chunk's first
+    // in full, keeping their input only, the others none), MoE layers one by one by their load.
+    const int recomputed = p.recompute_layers == 0 ? 0 : std::min(n, p.recompute_layers);
+    const int dense_recomputed = recomputed - m.moe_layers_in(first, recomputed);
+    const int dense = n - m.moe_layers_in(first, n);
+    chunk_act[c] = per_layer * (dense - dense_recomputed);
+    if (dense_recomputed > 0)
+      chunk_act[c] += layer_activation_bytes(m, s, Recompute::full) * dense_recomputed;
+    for (int l = first; m.moe() && l < first + n; ++l) {
+      if (m.is_moe(l))
+        chunk_act[c] += layer_activation_bytes(m, moe_shape(s, p, loads[static_cast<size_t>(l)]),
+                                               p.layer_recompute(l - first));
+    }
+  }
+  return chunk_act;
+}
+
+// What a device holds for a moment: the layer being recomputed, the last stage's fp32 logits and
+// their gradient, the gradient buckets in flight, ZeRO-3's gathered layers, the framework's own.
+double workspace(const TrainingJob& job, const Group& g, const StagePlan& st, const LayerShape& s,
+                 const std::vector<double>& chunk_act, const std::vector<double>& loads,
+                 const DeviceMemory& mem) {
+  const Plan& p = *job.plan;
+  const ModelConfig& m = *job.model;
+  const double e = element_bytes(p.precision);
+  double work = 0;
+  if (p.recompute == Recompute::full) {
+    double most = layer_activation_bytes(m, s, Recompute::none);
+    for (size_t c = 0; m.moe() && c < chunk_act.size(); ++c) {
+      const int first = st.first_of(static_cast<int>(c));
+      for (int l = first; l < first + st.layers_of(static_cast<int>(c)); ++l) {
+        if (m.is_moe(l))
+          most = std::max(most,
+                          layer_activation_bytes(m, moe_shape(s, p, loads[static_cast<size_t>(l)]),
+                                                 Recompute::none));
+      }
+    }
+    work += most;
+  } else if (p.recompute == Recompute::selective_op) {
+    // The layer being recomputed: what its forward pass makes beyond what the policy kept.
+    work += std::max(0.0, layer_activation_bytes(m, s, Recompute::none) -
+                              layer_activation_bytes(m, s, Recompute::selective_op));
+  }
+  if (g.stage + 1 == static_cast<uint32_t>(p.stages(g.replica))) {
+    work += m.logits_bytes(s.micro_batch, s.sequence, s.tensor_parallel);
+  }
+  if (p.data_parallel_of(g.stage) > 1) {
+    work += 2 * std::min(p.bucket_bytes, mem.gradients);
+    // ZeRO-3: the layer running and the next, prefetched, held whole (job builder).
+    if (p.zero_stage == 3) {
+      int64_t largest = 0;
+      for (int c = 0; c < std::max(1, job.chunks); ++c) {
+        for (int l = st.first_of(c); l < st.first_of(c) + st.layers_of(c); ++l)
+          largest = std::max(largest, m.layer_params(l));
+      }
+      // And what lies outside the layers, held whole from the forward pass to the end of
+      // the backward pass (FSDP's root unit).
+      const int P = p.stages(g.replica);
+      double outer = g.stage == 0 ? static_cast<double>(m.embedding_params()) : 0.0;
+      if (static_cast<int>(g.stage) == P - 1) outer += m.head_params(P);
+      work += e * (2 * static_cast<double>(largest) + outer) / s.tensor_parallel;
+    }
+  }
+  work += p.framework.reserved_memory;  // the process's own: context, libraries, allocator
+  return work;
+}
+
+}  // namespace
+
 std::vector<DeviceMemory> memory_per_group(const TrainingJob& job) {
   if (job.model->convolutional()) return grid_memory(job);
   const Plan& p = *job.plan;
   const ModelConfig& m = *job.model;
-  const double e = element_bytes(p.precision);
   const std::vector<double> loads = m.moe() ? expert_loads(m, p) : std::vector<double>{};
   std::vector<DeviceMemory> out;
   out.reserve(job.groups.size());
@@ -107,47 +215,10 @@ std::vector<DeviceMemory> memory_per_group(const TrainingJob& job) {
   for (const Group& g : job.groups) {
     DeviceMemory mem;
     mem.capacity = g.gpu->memory_bytes;
-    const double params = g.params;
-    const double grad_bytes = p.fp32_main_grads ? 4 : e;
-    const double master = p.precision == Precision::fp32 ? 0 : 4;  // fp32 master copy
-    // Sharded among the replicas: an even share, or the replica's state_share.
-    auto shard = [&](double x, int from) {
-      return p.zero_stage >= from ? p.sharded(x, g.replica) : x;
-    };
-    // A MoE plan's experts are sharded among the replicas of one expert-parallel rank.
-    const bool split = m.moe() && p.expert_group_replicas() > 1;
-    const double experts = split ? g.expert_params : 0;
-    const double edp = static_cast<double>(p.replicas.size()) / p.expert_group_replicas();
-    auto shard_experts = [&](double x, int from) { return p.zero_stage >= from ? x / edp : x; };
-    mem.weights = shard((params - experts) * e, 3) + shard_experts(experts * e, 3);
-    mem.gradients =
-        shard((params - experts) * grad_bytes, 2) + shard_experts(experts * grad_bytes, 2);
-    const double state = master + optimizer_state_bytes(p.optimizer);
-    mem.optimizer = shard((params - experts) * state, 1) + shard_experts(experts * state, 1);
+    group_states(job, g, mem);
     const LayerShape s = stage_shape(p, static_cast<int>(g.devices.size()), g.batch);
-    // A dense layer's activations under the recompute it runs (past recompute_layers' first N:
-    // none).
-    const double per_layer =
-        layer_activation_bytes(m, s, p.recompute_layers == 0 ? p.recompute : Recompute::none);
     const StagePlan& st = p.stage_plan(g.replica, g.stage);
-    // Each chunk's stored activations: dense layers alike, MoE layers by their load.
-    std::vector<double> chunk_act(static_cast<size_t>(std::max(1, job.chunks)), 0.0);
-    for (size_t c = 0; c < chunk_act.size(); ++c) {
-      const int first = st.first_of(static_cast<int>(c)), n = st.layers_of(static_cast<int>(c));
-      // Dense layers counted by the recompute they run (with recompute_layers, the chunk's first
-      // in full, keeping their input only, the others none), MoE layers one by one by their load.
-      const int recomputed = p.recompute_layers == 0 ? 0 : std::min(n, p.recompute_layers);
-      const int dense_recomputed = recomputed - m.moe_layers_in(first, recomputed);
-      const int dense = n - m.moe_layers_in(first, n);
-      chunk_act[c] = per_layer * (dense - dense_recomputed);
-      if (dense_recomputed > 0)
-        chunk_act[c] += layer_activation_bytes(m, s, Recompute::full) * dense_recomputed;
-      for (int l = first; m.moe() && l < first + n; ++l) {
-        if (m.is_moe(l))
-          chunk_act[c] += layer_activation_bytes(m, moe_shape(s, p, loads[static_cast<size_t>(l)]),
-                                                 p.layer_recompute(l - first));
-      }
-    }
+    const std::vector<double> chunk_act = chunk_activations(job, st, s, loads);
     // Walk the schedule: a forward pass stores its chunk's activations until its backward.
     // Layered accumulation keeps every micro-batch's activations until the backward pass, as
     // GPipe does.
@@ -169,48 +240,7 @@ std::vector<DeviceMemory> memory_per_group(const TrainingJob& job) {
       peak = std::max(peak, live);
     }
     mem.activations = peak;
-    // Transients: the layer being recomputed, the last stage's fp32 logits and their gradient,
-    // and the gradient buckets in flight.
-    double work = 0;
-    if (p.recompute == Recompute::full) {
-      double most = layer_activation_bytes(m, s, Recompute::none);
-      for (size_t c = 0; m.moe() && c < chunk_act.size(); ++c) {
-        const int first = st.first_of(static_cast<int>(c));
-        for (int l = first; l < first + st.layers_of(static_cast<int>(c)); ++l) {
-          if (m.is_moe(l))
-            most = std::max(
-                most, layer_activation_bytes(m, moe_shape(s, p, loads[static_cast<size_t>(l)]),
-                                             Recompute::none));
-        }
-      }
-      work += most;
-    } else if (p.recompute == Recompute::selective_op) {
-      // The layer being recomputed: what its forward pass makes beyond what the policy kept.
-      work += std::max(0.0, layer_activation_bytes(m, s, Recompute::none) -
-                                layer_activation_bytes(m, s, Recompute::selective_op));
-    }
-    if (g.stage + 1 == static_cast<uint32_t>(p.stages(g.replica))) {
-      work += m.logits_bytes(s.micro_batch, s.sequence, s.tensor_parallel);
-    }
-    if (p.data_parallel_of(g.stage) > 1) {
-      work += 2 * std::min(p.bucket_bytes, mem.gradients);
-      // ZeRO-3: the layer running and the next, prefetched, held whole (job builder).
-      if (p.zero_stage == 3) {
-        int64_t largest = 0;
-        for (int c = 0; c < std::max(1, job.chunks); ++c) {
-          for (int l = st.first_of(c); l < st.first_of(c) + st.layers_of(c); ++l)
-            largest = std::max(largest, m.layer_params(l));
-        }
-        // And what lies outside the layers, held whole from the forward pass to the end of
-        // the backward pass (FSDP's root unit).
-        const int P = p.stages(g.replica);
-        double outer = g.stage == 0 ? static_cast<double>(m.embedding_params()) : 0.0;
-        if (static_cast<int>(g.stage) == P - 1) outer += m.head_params(P);
-        work += e * (2 * static_cast<double>(largest) + outer) / s.tensor_parallel;
-      }
-    }
-    work += p.framework.reserved_memory;  // the process's own: context, libraries, allocator
-    mem.workspace = work;
+    mem.workspace = workspace(job, g, st, s, chunk_act, loads, mem);
     mem.peak = mem.weights + mem.gradients + mem.optimizer + mem.activations + mem.workspace;
     out.push_back(mem);
   }

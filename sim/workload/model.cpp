@@ -186,6 +186,81 @@ void validate_model(const ModelConfig& m, const std::string& file) {
   }
 }
 
+namespace {
+
+// The output head: a language model's (the default) or a classifier's, with what applies to it.
+void read_head(const std::string& file, const YAML::Node& root, ModelConfig& m) {
+  using namespace config;
+  m.head = static_cast<Head>(get_choice(file, root, "", "head", model_key_choices("head"), "lm"));
+  if (m.head == Head::classification) {
+    m.classes = static_cast<int>(get_int(file, root, "", "classes", 2, limits::kVocab, 2));
+    if (m.tied_embeddings) {
+      throw InputError(where(file, root["tied_embeddings"]) +
+                       ": tied_embeddings: a classification head has no output projection to "
+                       "share the word embedding with: expected false");
+    }
+    if (root["head_bias"] && config::get_bool(file, root, "", "head_bias", false)) {
+      throw InputError(where(file, root["head_bias"]) +
+                       ": head_bias: the bias of a language-model head's output projection; a "
+                       "classification head has its own biases: leave it out");
+    }
+  } else if (root["classes"]) {
+    throw InputError(where(file, root["classes"]) +
+                     ": classes: applies to a classification head; give head: classification");
+  }
+}
+
+// A mixture of experts: the routed experts and how the layers hold them; their keys are refused
+// without `experts`.
+void read_experts(const std::string& file, const YAML::Node& root, ModelConfig& m) {
+  using namespace config;
+  m.experts = static_cast<int>(get_int(file, root, "", "experts", 0, limits::kExperts, 0));
+  if (m.experts > 0) {
+    m.experts_per_token =
+        static_cast<int>(get_int(file, root, "", "experts_per_token", 1, m.experts));
+    m.expert_ffn_hidden = static_cast<int>(
+        get_int(file, root, "", "expert_ffn_hidden", 1, limits::kFfn, m.ffn_hidden));
+    m.shared_experts =
+        static_cast<int>(get_int(file, root, "", "shared_experts", 0, limits::kExperts, 0));
+    m.dense_layers = static_cast<int>(get_int(file, root, "", "dense_layers", 0, m.layers - 1, 0));
+    m.moe_every = static_cast<int>(get_int(file, root, "", "moe_every", 1, m.layers, 1));
+    m.moe_phase = static_cast<int>(get_int(file, root, "", "moe_phase", 0, m.moe_every - 1, 0));
+  } else {
+    for (const char* k : {"experts_per_token", "expert_ffn_hidden", "shared_experts",
+                          "dense_layers", "moe_every", "moe_phase"}) {
+      if (root[k]) {
+        throw InputError(where(file, root[k]) + ": " + k +
+                         ": applies to a mixture of experts; give experts (the routed experts "
+                         "per layer) too");
+      }
+    }
+  }
+}
+
+// Multi-head latent attention (DeepSeek): the latent ranks and head widths; refused without
+// `kv_lora_rank`.
+void read_latent_attention(const std::string& file, const YAML::Node& root, ModelConfig& m) {
+  using namespace config;
+  m.kv_lora_rank = static_cast<int>(get_int(file, root, "", "kv_lora_rank", 0, limits::kHidden, 0));
+  if (m.mla()) {
+    m.q_lora_rank = static_cast<int>(get_int(file, root, "", "q_lora_rank", 0, limits::kHidden, 0));
+    m.rope_head_dim =
+        static_cast<int>(get_int(file, root, "", "qk_rope_head_dim", 1, limits::kHidden));
+    m.v_head_dim = static_cast<int>(
+        get_int(file, root, "", "v_head_dim", 1, limits::kHidden, m.head_dim - m.rope_head_dim));
+  } else {
+    for (const char* k : {"q_lora_rank", "qk_rope_head_dim", "v_head_dim"}) {
+      if (root[k]) {
+        throw InputError(where(file, root[k]) + ": " + k +
+                         ": applies to multi-head latent attention; give kv_lora_rank (the "
+                         "keys' and values' latent width) too");
+      }
+    }
+  }
+}
+
+}  // namespace
+
 ModelConfig load_model_yaml_text(const std::string& text, const std::string& file) {
   using namespace config;
   const YAML::Node root = load_yaml(text, file);
@@ -227,23 +302,7 @@ ModelConfig load_model_yaml_text(const std::string& text, const std::string& fil
     }
   };
   m.tied_embeddings = flag("tied_embeddings");
-  m.head = static_cast<Head>(get_choice(file, root, "", "head", model_key_choices("head"), "lm"));
-  if (m.head == Head::classification) {
-    m.classes = static_cast<int>(get_int(file, root, "", "classes", 2, limits::kVocab, 2));
-    if (m.tied_embeddings) {
-      throw InputError(where(file, root["tied_embeddings"]) +
-                       ": tied_embeddings: a classification head has no output projection to "
-                       "share the word embedding with: expected false");
-    }
-    if (root["head_bias"] && config::get_bool(file, root, "", "head_bias", false)) {
-      throw InputError(where(file, root["head_bias"]) +
-                       ": head_bias: the bias of a language-model head's output projection; a "
-                       "classification head has its own biases: leave it out");
-    }
-  } else if (root["classes"]) {
-    throw InputError(where(file, root["classes"]) +
-                     ": classes: applies to a classification head; give head: classification");
-  }
+  read_head(file, root, m);
   m.causal = flag("causal");
   m.bias = flag("bias");
   m.qkv_bias = config::get_bool(file, root, "", "qkv_bias", false);
@@ -270,43 +329,8 @@ ModelConfig load_model_yaml_text(const std::string& text, const std::string& fil
                      ": dropout: expected a probability in [0, 1), got " +
                      root["dropout"].as<std::string>());
   }
-  m.experts = static_cast<int>(get_int(file, root, "", "experts", 0, limits::kExperts, 0));
-  if (m.experts > 0) {
-    m.experts_per_token =
-        static_cast<int>(get_int(file, root, "", "experts_per_token", 1, m.experts));
-    m.expert_ffn_hidden = static_cast<int>(
-        get_int(file, root, "", "expert_ffn_hidden", 1, limits::kFfn, m.ffn_hidden));
-    m.shared_experts =
-        static_cast<int>(get_int(file, root, "", "shared_experts", 0, limits::kExperts, 0));
-    m.dense_layers = static_cast<int>(get_int(file, root, "", "dense_layers", 0, m.layers - 1, 0));
-    m.moe_every = static_cast<int>(get_int(file, root, "", "moe_every", 1, m.layers, 1));
-    m.moe_phase = static_cast<int>(get_int(file, root, "", "moe_phase", 0, m.moe_every - 1, 0));
-  } else {
-    for (const char* k : {"experts_per_token", "expert_ffn_hidden", "shared_experts",
-                          "dense_layers", "moe_every", "moe_phase"}) {
-      if (root[k]) {
-        throw InputError(where(file, root[k]) + ": " + k +
-                         ": applies to a mixture of experts; give experts (the routed experts "
-                         "per layer) too");
-      }
-    }
-  }
-  m.kv_lora_rank = static_cast<int>(get_int(file, root, "", "kv_lora_rank", 0, limits::kHidden, 0));
-  if (m.mla()) {
-    m.q_lora_rank = static_cast<int>(get_int(file, root, "", "q_lora_rank", 0, limits::kHidden, 0));
-    m.rope_head_dim =
-        static_cast<int>(get_int(file, root, "", "qk_rope_head_dim", 1, limits::kHidden));
-    m.v_head_dim = static_cast<int>(
-        get_int(file, root, "", "v_head_dim", 1, limits::kHidden, m.head_dim - m.rope_head_dim));
-  } else {
-    for (const char* k : {"q_lora_rank", "qk_rope_head_dim", "v_head_dim"}) {
-      if (root[k]) {
-        throw InputError(where(file, root[k]) + ": " + k +
-                         ": applies to multi-head latent attention; give kv_lora_rank (the "
-                         "keys' and values' latent width) too");
-      }
-    }
-  }
+  read_experts(file, root, m);
+  read_latent_attention(file, root, m);
   validate_model(m, file);
   return m;
 }
