@@ -147,7 +147,7 @@ Estimator::Layout& Estimator::layout(const Plan& plan, uint64_t key) {
   if (!fresh) return l;
   // Replicas of a uniform plan on GPUs of one type are alike: one stands for all the replicas
   // of its GPU types (the data-parallel collectives still span every replica).
-  std::set<std::vector<const config::GpuProfile*>> seen;
+  std::set<std::vector<const config::GpuProfile*>> seen;  // by address: only asked, never iterated
   for (size_t r = 0; r < R; ++r) {
     std::vector<const config::GpuProfile*> types;
     for (const StagePlan& st : plan.replicas[r].stages)
@@ -197,6 +197,8 @@ Estimator::Layout& Estimator::layout(const Plan& plan, uint64_t key) {
   }
   // A stage of one GPU has no tensor-parallel collectives (collectives_s costs a group of one
   // rank nothing), so its pieces are the same whichever GPU of the type it is.
+  // Keyed by the profiles' addresses, but only looked up and counted, never iterated: a kind's
+  // number is its order of first appearance.
   std::map<std::vector<std::pair<const config::GpuProfile*, uint64_t>>, uint32_t> kinds;
   for (size_t i = 0; i < l.evaluated.size(); ++i) {
     std::vector<std::pair<const config::GpuProfile*, uint64_t>> stages;

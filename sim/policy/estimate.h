@@ -247,11 +247,12 @@ class Estimator {
                                 uint64_t, int, int, bool, double, bool, bool, int64_t, bool>,
                      Pieces, KeyHash>
       pieces_;  // by GPU, the stage's layer shape (every field it has), tensor-parallel group
-                // and the framework's host time per kernel (-1: the cost model's)
+                // and the framework's host time per kernel (-1: the cost model's); the GPU by
+                // its profile's address, harmless as pieces_ is only looked up, never iterated
   std::unordered_map<std::tuple<uint64_t, int, double>, double, KeyHash> collectives_;
   std::unordered_map<std::tuple<uint64_t, double>, double, KeyHash> hops_;
   std::unordered_map<std::tuple<const config::GpuProfile*, double, int, int64_t>, double, KeyHash>
-      optimizer_;
+      optimizer_;  // the GPU by its profile's address: only looked up, never iterated
   // The last look-up of collectives_ and optimizer_ (a plan's stages ask the same in a row).
   struct {
     uint64_t key = 0;

@@ -27,6 +27,8 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "sim/policy/policy.h"
 #include "sim/workload/cost_model.h"
@@ -63,10 +65,12 @@ class FlashFlex final : public Policy {
       const std::vector<int> degrees = tensor_parallel_degrees(m, u);
       std::vector<size_t> pick(types.size(), 0);
       while (true) {
-        std::map<const config::GpuProfile*, int> tp;
+        // By the type's name: a stable key, not the profile's address (the map is only looked
+        // up; the label takes the types in gpu_types' order).
+        std::map<std::string, int> tp;
         bool divides = true;
         for (size_t i = 0; i < types.size(); ++i) {
-          tp[types[i]] = degrees[pick[i]];
+          tp[types[i]->name] = degrees[pick[i]];
           divides = divides && u % degrees[pick[i]] == 0;
         }
         for (size_t D = 1; divides && D <= std::min<size_t>(8, units.size()); D *= 2) {
@@ -97,7 +101,7 @@ class FlashFlex final : public Policy {
   // when D pipelines cannot be formed.
   static std::vector<std::vector<Stage>> partition(
       const platform::Cluster& c, const std::vector<std::vector<platform::GpuId>>& units, size_t D,
-      const std::map<const config::GpuProfile*, int>& tp) {
+      const std::map<std::string, int>& tp) {
     const workload::Precision p = cluster_precision(c);
     std::vector<size_t> order(units.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;
@@ -121,7 +125,7 @@ class FlashFlex final : public Policy {
       std::sort(members[k].begin(), members[k].end());  // the cluster's order
       for (size_t i : members[k]) {
         const config::GpuProfile* gpu = c.gpu(units[i].front()).profile;
-        const size_t t = static_cast<size_t>(tp.at(gpu));
+        const size_t t = static_cast<size_t>(tp.at(gpu->name));
         for (size_t a = 0; a < units[i].size(); a += t) {
           out[k].push_back(Stage{{units[i].begin() + static_cast<long>(a),
                                   units[i].begin() + static_cast<long>(a + t)},
@@ -134,8 +138,8 @@ class FlashFlex final : public Policy {
 
   std::optional<Proposal> candidate(const Request& r, workload::Precision precision,
                                     const std::vector<std::vector<Stage>>& pipelines,
-                                    const std::map<const config::GpuProfile*, int>& tp, int64_t mb,
-                                    int64_t total, const char* recompute) const {
+                                    const std::map<std::string, int>& tp, int64_t mb, int64_t total,
+                                    const char* recompute) const {
     const workload::ModelConfig& m = *r.model;
     const platform::Cluster& c = *r.cluster;
     const bool full = std::string(recompute) == "full";
@@ -209,9 +213,10 @@ class FlashFlex final : public Policy {
     const double predicted = 1.8 * slowest_pipeline + 1.1 * dp;
     std::string share_list, degrees;
     for (int64_t s : shares) share_list += (share_list.empty() ? "" : "/") + std::to_string(s);
-    // The types in the cluster's order of first appearance (not the map's, which is by address).
+    // The types in the cluster's order of first appearance (not the map's, which is by name).
     for (const config::GpuProfile* gpu : gpu_types(*r.cluster))
-      degrees += fmt::format("{}{} tp {}", degrees.empty() ? "" : ", ", gpu->name, tp.at(gpu));
+      degrees +=
+          fmt::format("{}{} tp {}", degrees.empty() ? "" : ", ", gpu->name, tp.at(gpu->name));
     Proposal p;
     p.policy = name();
     p.label = fmt::format(

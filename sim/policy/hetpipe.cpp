@@ -28,6 +28,8 @@
 #include <algorithm>
 #include <map>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "sim/policy/policy.h"
 #include "sim/workload/plan.h"
@@ -86,12 +88,14 @@ class HetPipe final : public Policy {
     const auto types = gpu_types(c);
     std::vector<Allocation> ed;
     if (types.size() > 1) {
-      std::map<const config::GpuProfile*, std::vector<platform::GpuId>> of;
-      for (platform::GpuId g = 0; g < c.gpu_count(); ++g) of[c.gpu(g).profile].push_back(g);
+      // Each type's GPUs, by the type's name: a stable key, not the profile's address (the map
+      // is only looked up, the types taken in `types`' or `by_memory`'s order).
+      std::map<std::string, std::vector<platform::GpuId>> of;
+      for (platform::GpuId g = 0; g < c.gpu_count(); ++g) of[c.gpu(g).profile->name].push_back(g);
       size_t V = c.gpu_count();
-      for (const auto* t : types) V = std::min(V, of[t].size());
+      for (const auto* t : types) V = std::min(V, of[t->name].size());
       while (V > 1 && std::any_of(types.begin(), types.end(),
-                                  [&](const auto* t) { return of[t].size() % V != 0; })) {
+                                  [&](const auto* t) { return of[t->name].size() % V != 0; })) {
         --V;
       }
       std::vector<const config::GpuProfile*> by_memory = types;
@@ -107,7 +111,8 @@ class HetPipe final : public Policy {
         // reduce its gradients, are neighbours in id order: in one node where they can be, and
         // in node order along the ring.
         for (const auto* t : order) {
-          for (size_t i = 0; i < of[t].size(); ++i) a.workers[i % V].push_back(of[t][i]);
+          const auto& gpus = of[t->name];
+          for (size_t i = 0; i < gpus.size(); ++i) a.workers[i % V].push_back(gpus[i]);
           names += (names.empty() ? "" : " > ") + t->name;
         }
         a.name = "ED " + names;

@@ -57,13 +57,18 @@ class Metis final : public Policy {
     if (!r.cost) return out;
     const platform::Cluster& c = *r.cluster;
     const workload::ModelConfig& m = *r.model;
-    // GPUs of each type, in id order; the types in order of first appearance.
+    // The types in order of first appearance (device order), and of_type[i] the GPUs of
+    // types[i] in id order: indexed by that order, not keyed by the profile's address.
     std::vector<const config::GpuProfile*> types;
-    std::map<const config::GpuProfile*, std::vector<platform::GpuId>> of_type;
+    std::vector<std::vector<platform::GpuId>> of_type;
     for (platform::GpuId g = 0; g < c.gpu_count(); ++g) {
       const config::GpuProfile* t = c.gpu(g).profile;
-      if (of_type[t].empty()) types.push_back(t);
-      of_type[t].push_back(g);
+      const auto i = static_cast<size_t>(std::find(types.begin(), types.end(), t) - types.begin());
+      if (i == types.size()) {
+        types.push_back(t);
+        of_type.emplace_back();
+      }
+      of_type[i].push_back(g);
     }
     const workload::Precision precision = cluster_precision(c);
     const auto G = static_cast<int>(c.gpu_count());
@@ -92,14 +97,15 @@ class Metis final : public Policy {
   }
 
  private:
-  // The GPUs type by type in the order `perm` puts the types, and that order as text.
+  // The GPUs type by type in the order `perm` puts the types, and that order as text (of_type[i]
+  // the GPUs of types[i]).
   static std::pair<std::vector<platform::GpuId>, std::string> ordered(
       const std::vector<size_t>& perm, const std::vector<const config::GpuProfile*>& types,
-      const std::map<const config::GpuProfile*, std::vector<platform::GpuId>>& of_type) {
+      const std::vector<std::vector<platform::GpuId>>& of_type) {
     std::vector<platform::GpuId> order;
     std::string text;
     for (size_t i : perm) {
-      const auto& gpus = of_type.at(types[i]);
+      const auto& gpus = of_type.at(i);
       order.insert(order.end(), gpus.begin(), gpus.end());
       text += (text.empty() ? "" : " > ") + types[i]->name;
     }
@@ -152,7 +158,7 @@ class Metis final : public Policy {
 
   // Staged proposals: Metis's best few by its own cost model (see the file's comment).
   void staged(const Request& r, const std::vector<const config::GpuProfile*>& types,
-              const std::map<const config::GpuProfile*, std::vector<platform::GpuId>>& of_type,
+              const std::vector<std::vector<platform::GpuId>>& of_type,
               workload::Precision precision, std::vector<Proposal>& out) const {
     const platform::Cluster& c = *r.cluster;
     const workload::ModelConfig& m = *r.model;

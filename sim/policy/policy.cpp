@@ -174,7 +174,7 @@ LayerProfiler::LayerProfiler(const Request& r, workload::Precision p, int tp, in
 }
 
 const LayerProfiler::Times& LayerProfiler::of(const config::GpuProfile& gpu) {
-  auto [it, fresh] = times_.try_emplace(&gpu);
+  auto [it, fresh] = times_.try_emplace(gpu.name);
   if (fresh) {
     const double f = kernel_seconds(lf_, gpu, precision_, cost_);
     it->second.layer = f + kernel_seconds(lb_, gpu, precision_, cost_) + (full_ ? f : 0);

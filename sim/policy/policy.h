@@ -109,7 +109,7 @@ class LayerProfiler {
   workload::Precision precision_;
   bool full_;
   std::vector<workload::Step> lf_, lb_, ef_, eb_, hf_, hb_;
-  std::map<const config::GpuProfile*, Times> times_;
+  std::map<std::string, Times> times_;  // by the profile's name, not its address (never iterated)
 };
 
 // AMP's dynamic programme over layer cut points: layer l on stage s costs cost[s][l], stage s adds

@@ -458,6 +458,7 @@ void power_cap(TrainingJob& job, const CostModel& cost) {
   const Precision p = job.plan->precision;
   // Groups that share their segments and program (identical replicas) settle at one clock: the
   // first one's rescaled segments are shared by the others.
+  // By addresses (the segments', the program's, the profile's): only looked up, never iterated.
   std::map<std::tuple<const void*, const void*, const config::GpuProfile*>, uint32_t> capped;
   for (Group& g : job.groups) {
     if (g.gpu == nullptr) continue;
