@@ -849,8 +849,7 @@ void shift_links(CollectivePlan& p, int64_t by) {
 }  // namespace
 
 CollectivePlan NodePlans::plan(const CollectiveRequest& r) {
-  if (r.ranks.empty() || !(r.bytes >= 0) || c_.links_scaled() || c_.links_failed())
-    return plan_collective(c_, r);
+  if (r.ranks.empty() || !(r.bytes >= 0) || c_.links_scaled()) return plan_collective(c_, r);
   const uint32_t node = c_.gpu(r.ranks.front()).node;
   Key k;
   k.type = c_.node(node).type;

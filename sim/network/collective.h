@@ -80,7 +80,8 @@ CollectivePlan plan_collective(const platform::Cluster& c, const CollectiveReque
 // node of its type with every link shifted by the difference of the nodes' first links: the same
 // plan, bit for bit. A replay asks for one tensor-parallel collective in each of its data-parallel
 // replicas (SimAI's example: 23,040 of its 24,400 plans, issue 38). Requests that span nodes, and
-// every request on a cluster whose links a what-if scaled or failed, are planned each time.
+// every request on a cluster whose links a what-if scaled or failed (Cluster::links_scaled),
+// are planned each time.
 class NodePlans {
  public:
   explicit NodePlans(const platform::Cluster& c) : c_(c) {}

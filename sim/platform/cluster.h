@@ -101,8 +101,6 @@ class Cluster {
   // Whether some link's capacity was scaled or a link failed: replicas whose copies cross
   // different capacities are no longer symmetric (the replay then does not fold them).
   bool links_scaled() const { return links_scaled_; }
-  // Whether some link is down (fail_link).
-  bool links_failed() const { return !failed_.empty(); }
   // How many links each node of node n's type holds (at node(n).link_base on): every node of a
   // type holds the same links in the same order (build_nodes).
   size_t node_link_count(uint32_t n) const { return templates_[nodes_[n].type].links.size(); }
