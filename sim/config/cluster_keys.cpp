@@ -187,6 +187,12 @@ std::vector<Key> node_type_keys() {
        "[gpu a, gpu b, number of links] for each pair that is joined",
        "",
        "kind: nvlink_mesh"},
+  };
+}
+
+// A node type's PCIe tree (switches, sockets, the link between sockets) and its NICs.
+void add_node_io_keys(std::vector<Key>& keys) {
+  const std::vector<Key> rows = {
       {"node_types[].pcie",
        T::map,
        {},
@@ -295,6 +301,7 @@ std::vector<Key> node_type_keys() {
        "Cap on each NIC's egress rate",
        ""},
   };
+  keys.insert(keys.end(), rows.begin(), rows.end());
 }
 
 // How many nodes of each type, the network between them, and the sites and their links.
@@ -440,6 +447,7 @@ void add_network_keys(std::vector<Key>& keys) {
 
 std::vector<Key> make_cluster_keys() {
   std::vector<Key> keys = node_type_keys();
+  add_node_io_keys(keys);
   add_network_keys(keys);
   // A cluster's own GPU profiles and link classes take the keys of their own files.
   for (const Key& g : gpu_profile_keys()) {

@@ -217,6 +217,94 @@ class Metis final : public Policy {
     return out;
   }
 
+  using StageGroups = std::vector<std::vector<std::vector<platform::GpuId>>>;
+
+  // The stage whose memory is fullest past its capacity, or -1 when every group fits; nullopt
+  // when the plan cannot be read (the candidate is dropped).
+  std::optional<int> fullest_stage(const Request& r, Profiles& profiles, int64_t mbt, bool full,
+                                   const std::string& sets, int64_t M,
+                                   const std::vector<int>& layers, const StageGroups& groups,
+                                   const std::vector<std::vector<int64_t>>& shares) const {
+    const platform::Cluster& c = *r.cluster;
+    const workload::ModelConfig& m = *r.model;
+    const auto S = static_cast<int>(layers.size());
+    int worst = -1;
+    try {
+      workload::Plan p = profiles.base(mbt, full, sets);
+      p.replicas.assign(1, workload::ReplicaPlan{});
+      p.replicas[0].micro_batches = static_cast<int>(M);
+      p.dp_stages.clear();
+      for (int s = 0, at = 0; s < S; ++s) {
+        workload::DataParallelStage ds;
+        ds.first_layer = at;
+        ds.layers = layers[static_cast<size_t>(s)];
+        for (const auto& g : groups[static_cast<size_t>(s)]) {
+          workload::StagePlan st;
+          st.first_layer = ds.first_layer;
+          st.layers = ds.layers;
+          st.devices = g;
+          ds.groups.push_back(std::move(st));
+        }
+        ds.batch = shares[static_cast<size_t>(s)];
+        p.replicas[0].stages.push_back(ds.groups.front());
+        p.dp_stages.push_back(std::move(ds));
+        at += layers[static_cast<size_t>(s)];
+      }
+      double worst_fill = 1;
+      const std::vector<StageMemory> mem = stage_memory(m, p, c);
+      for (int s = 0; s < S; ++s) {
+        if (mem[static_cast<size_t>(s)].fill > worst_fill) {
+          worst_fill = mem[static_cast<size_t>(s)].fill;
+          worst = s;
+        }
+      }
+    } catch (const InputError&) {
+      return std::nullopt;
+    }
+    return worst;
+  }
+
+  // Metis's prediction of a staged plan's iteration.
+  double metis_prediction(const Request& r, const Profiles& profiles, int64_t mbt, int64_t M,
+                          const std::vector<int>& layers, const StageGroups& groups,
+                          const std::vector<std::vector<double>>& cost,
+                          const std::vector<double>& fixed, const std::vector<int>& degrees,
+                          const std::vector<size_t>& degree) const {
+    const platform::Cluster& c = *r.cluster;
+    const workload::ModelConfig& m = *r.model;
+    const auto S = static_cast<int>(layers.size());
+    // Metis's prediction: (M - 1) x the slowest stage + the sum of the stages + the largest
+    // stage all-reduce over its group's slowest link + the transfers between stages.
+    const double e = workload::element_bytes(profiles.precision());
+    double slowest = 0, sum = 0, allreduce = 0, transfers = 0;
+    for (int s = 0, at = 0; s < S; ++s) {
+      double t = fixed[static_cast<size_t>(s)];
+      for (int l = at; l < at + layers[static_cast<size_t>(s)]; ++l)
+        t += cost[static_cast<size_t>(s)][static_cast<size_t>(l)];
+      slowest = std::max(slowest, t);
+      sum += t;
+      const auto& gs = groups[static_cast<size_t>(s)];
+      const int tp = degrees[degree[static_cast<size_t>(s)]];
+      const double dp = static_cast<double>(gs.size());
+      if (gs.size() > 1) {
+        double bw = std::numeric_limits<double>::infinity();
+        for (size_t j = 0; j + 1 < gs.size(); ++j)
+          bw = std::min(bw, c.route_capacity(c.route(gs[j].front(), gs[j + 1].front())));
+        const double params =
+            static_cast<double>(m.layer_params()) * layers[static_cast<size_t>(s)] / tp +
+            (s == 0 ? static_cast<double>(m.embedding_params()) / tp : 0.0);
+        allreduce = std::max(allreduce, 2.0 * (dp - 1) / dp * e * params / bw);
+      }
+      if (s + 1 < S) {
+        transfers += e * static_cast<double>(mbt) * r.sequence * m.hidden /
+                     c.route_capacity(c.route(gs.back().front(),
+                                              groups[static_cast<size_t>(s) + 1].front().front()));
+      }
+      at += layers[static_cast<size_t>(s)];
+    }
+    return static_cast<double>(M - 1) * slowest + sum + allreduce + transfers;
+  }
+
   // One staged plan: the stages' GPUs in `order` by `sizes`, micro-batches of `mbt` samples.
   // Every stage starts at tensor degree 1; while a group does not fit, the stage nearest to its
   // memory's end doubles its degree (Metis's intra-stage step). nullopt: no degree fits.
@@ -279,39 +367,10 @@ class Metis final : public Policy {
       const std::vector<int> layers = amp_partition(cost, fixed, M);
       if (layers.empty()) return std::nullopt;
       // Whether every group fits; if not, the stage nearest its memory's end doubles its degree.
-      int worst = -1;
-      try {
-        workload::Plan p = profiles.base(mbt, full, sets);
-        p.replicas.assign(1, workload::ReplicaPlan{});
-        p.replicas[0].micro_batches = static_cast<int>(M);
-        p.dp_stages.clear();
-        for (int s = 0, at = 0; s < S; ++s) {
-          workload::DataParallelStage ds;
-          ds.first_layer = at;
-          ds.layers = layers[static_cast<size_t>(s)];
-          for (const auto& g : groups[static_cast<size_t>(s)]) {
-            workload::StagePlan st;
-            st.first_layer = ds.first_layer;
-            st.layers = ds.layers;
-            st.devices = g;
-            ds.groups.push_back(std::move(st));
-          }
-          ds.batch = shares[static_cast<size_t>(s)];
-          p.replicas[0].stages.push_back(ds.groups.front());
-          p.dp_stages.push_back(std::move(ds));
-          at += layers[static_cast<size_t>(s)];
-        }
-        double worst_fill = 1;
-        const std::vector<StageMemory> mem = stage_memory(m, p, c);
-        for (int s = 0; s < S; ++s) {
-          if (mem[static_cast<size_t>(s)].fill > worst_fill) {
-            worst_fill = mem[static_cast<size_t>(s)].fill;
-            worst = s;
-          }
-        }
-      } catch (const InputError&) {
-        return std::nullopt;
-      }
+      const std::optional<int> fullest =
+          fullest_stage(r, profiles, mbt, full, sets, M, layers, groups, shares);
+      if (!fullest) return std::nullopt;
+      const int worst = *fullest;
       if (worst >= 0) {
         if (degree[static_cast<size_t>(worst)] + 1 >= degrees.size()) return std::nullopt;
         ++degree[static_cast<size_t>(worst)];
@@ -344,37 +403,9 @@ class Metis final : public Policy {
           mbt, r.global_batch, r.sequence, recompute, sequence_parallel_value(r, true));
       if (!r.framework.empty()) plan += "framework: " + r.framework + "\n";
       plan += "stages:\n" + yaml;
-      // Metis's prediction: (M - 1) x the slowest stage + the sum of the stages + the largest
-      // stage all-reduce over its group's slowest link + the transfers between stages.
-      const double e = workload::element_bytes(profiles.precision());
-      double slowest = 0, sum = 0, allreduce = 0, transfers = 0;
-      for (int s = 0, at = 0; s < S; ++s) {
-        double t = fixed[static_cast<size_t>(s)];
-        for (int l = at; l < at + layers[static_cast<size_t>(s)]; ++l)
-          t += cost[static_cast<size_t>(s)][static_cast<size_t>(l)];
-        slowest = std::max(slowest, t);
-        sum += t;
-        const auto& gs = groups[static_cast<size_t>(s)];
-        const int tp = degrees[degree[static_cast<size_t>(s)]];
-        const double dp = static_cast<double>(gs.size());
-        if (gs.size() > 1) {
-          double bw = std::numeric_limits<double>::infinity();
-          for (size_t j = 0; j + 1 < gs.size(); ++j)
-            bw = std::min(bw, c.route_capacity(c.route(gs[j].front(), gs[j + 1].front())));
-          const double params =
-              static_cast<double>(m.layer_params()) * layers[static_cast<size_t>(s)] / tp +
-              (s == 0 ? static_cast<double>(m.embedding_params()) / tp : 0.0);
-          allreduce = std::max(allreduce, 2.0 * (dp - 1) / dp * e * params / bw);
-        }
-        if (s + 1 < S) {
-          transfers += e * static_cast<double>(mbt) * r.sequence * m.hidden /
-                       c.route_capacity(c.route(
-                           gs.back().front(), groups[static_cast<size_t>(s) + 1].front().front()));
-        }
-        at += layers[static_cast<size_t>(s)];
-      }
       Ranked out;
-      out.predicted = static_cast<double>(M - 1) * slowest + sum + allreduce + transfers;
+      out.predicted =
+          metis_prediction(r, profiles, mbt, M, layers, groups, cost, fixed, degrees, degree);
       out.proposal.policy = name();
       out.proposal.label = fmt::format(
           "{}: staged, {} stages ({}), micro-batches {} x {}, layers {}, recompute {} (Metis "

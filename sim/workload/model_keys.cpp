@@ -95,6 +95,14 @@ void add_layer_keys(std::vector<Key>& keys) {
        "The logits GEMM reuses the input embedding",
        "",
        tr},
+  };
+  keys.insert(keys.end(), rows.begin(), rows.end());
+}
+
+// A transformer's head, biases, norms, attention variants and dropout.
+void add_layer_option_keys(std::vector<Key>& keys) {
+  const std::string_view tr = kTransformer;
+  const std::vector<Key> rows = {
       {"head",
        T::choice,
        {"lm", "classification"},
@@ -412,6 +420,7 @@ void add_cnn_keys(std::vector<Key>& keys) {
 std::vector<Key> make_model_keys() {
   std::vector<Key> keys;
   add_layer_keys(keys);
+  add_layer_option_keys(keys);
   add_moe_keys(keys);
   add_cnn_keys(keys);
   return keys;
