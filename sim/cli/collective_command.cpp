@@ -80,22 +80,127 @@ std::vector<double> sweep_sizes(double lo, double hi, double factor) {
   return sizes;
 }
 
+struct CollectiveOpts {
+  ClusterFlags cluster;
+  std::string op = "allreduce";
+  std::string bytes = "1GiB";
+  std::string ranks;
+  std::string algorithm = "auto";
+  std::string protocol = "auto";
+  std::string expansion = "steady";
+  double factor = 2;
+  bool json = false;
+  std::vector<std::string> perturb;
+};
+
+// The sizes --bytes gives: one, or a MIN:MAX sweep by --factor.
+std::vector<double> parse_sizes(const CollectiveOpts& o) {
+  std::vector<double> sizes;
+  try {
+    const size_t colon = o.bytes.find(':');
+    const double lo = config::parse_quantity(o.bytes.substr(0, colon), config::Dimension::bytes);
+    const double hi = colon == std::string::npos ? lo
+                                                 : config::parse_quantity(o.bytes.substr(colon + 1),
+                                                                          config::Dimension::bytes);
+    if (hi < lo) throw InputError("the sweep's end is below its start");
+    if (colon == std::string::npos) {
+      sizes.push_back(std::round(lo));
+    } else {
+      sizes = sweep_sizes(lo, hi, o.factor);
+    }
+  } catch (const InputError& e) {
+    throw InputError(std::string("--bytes: ") + e.what());
+  }
+  return sizes;
+}
+
+// --algorithm, --protocol and --expansion into the request.
+void parse_choices(const CollectiveOpts& o, network::CollectiveRequest& req) {
+  if (o.algorithm != "auto") {
+    req.algorithm = network::parse_algorithm(o.algorithm);
+    if (!req.algorithm) {
+      throw InputError("--algorithm: unknown algorithm \"" + o.algorithm +
+                       "\" (expected auto, ring, tree, hierarchical or direct)");
+    }
+  }
+  if (o.protocol != "auto") {
+    req.protocol = network::parse_protocol(o.protocol);
+    if (!req.protocol) {
+      throw InputError("--protocol: unknown protocol \"" + o.protocol +
+                       "\" (expected auto, LL, LL128 or Simple)");
+    }
+  }
+  if (o.expansion == "steady") {
+    req.expansion = network::Expansion::steady;
+  } else if (o.expansion == "stepwise") {
+    req.expansion = network::Expansion::stepwise;
+  } else {
+    throw InputError("--expansion: expected steady or stepwise, got \"" + o.expansion + "\"");
+  }
+}
+
+// The cluster with --perturb's link what-ifs applied (the only what-ifs a collective takes).
+platform::Cluster perturbed_cluster(const CollectiveOpts& o) {
+  platform::Cluster cluster(config::load_cluster(o.cluster.cluster, o.cluster.options()));
+  workload::Perturbations what_if;
+  for (const std::string& p : o.perturb) what_if.merge(workload::parse_perturbation(p));
+  if (!what_if.slow.empty() || what_if.stragglers || what_if.lost) {
+    throw InputError(
+        "--perturb: a collective takes link what-ifs only (slow GPUs and stragglers change "
+        "kernels, and a collective has none; a lost node ends a training step)");
+  }
+  const workload::ResolvedPerturbations resolved =
+      workload::resolve_perturbations(what_if, cluster);
+  workload::scale_links(resolved, cluster);
+  for (const std::string& d : resolved.description) std::cerr << "what-if: " << d << "\n";
+  return cluster;
+}
+
+// One collective, or a sweep of its sizes, as the options give it: a table or JSON.
+int run_collective(const CollectiveOpts& o) {
+  const auto op = network::parse_op(o.op);
+  if (!op) {
+    throw InputError("--op: unknown collective \"" + o.op +
+                     "\" (expected allreduce, allgather, reducescatter, alltoall, broadcast "
+                     "or sendrecv)");
+  }
+  network::CollectiveRequest req;
+  req.op = *op;
+  const std::vector<double> sizes = parse_sizes(o);
+  parse_choices(o, req);
+  platform::Cluster cluster = perturbed_cluster(o);
+  if (o.ranks.empty()) {
+    for (platform::GpuId g = 0; g < cluster.gpu_count(); ++g) req.ranks.push_back(g);
+  } else {
+    req.ranks = parse_ranks(o.ranks, cluster.gpu_count());
+  }
+  if (req.op == network::Op::sendrecv && req.ranks.size() < 2) {
+    throw InputError("--ranks: sendrecv needs at least two ranks");
+  }
+  std::vector<report::CollectiveReport> reports;
+  for (double s : sizes) {
+    req.bytes = s;
+    const network::CollectiveResult result = network::simulate_collective(cluster, req);
+    reports.push_back(report::make_collective_report(cluster, req, result));
+    if (!o.json && sizes.size() > 1) {
+      if (reports.size() == 1) std::cout << report::sweep_header(reports.front());
+      std::cout << report::sweep_row(reports.back()) << std::flush;
+    }
+  }
+  if (o.json) {
+    nlohmann::ordered_json out = nlohmann::ordered_json::array();
+    for (const auto& r : reports) out.push_back(report::to_json(r));
+    std::cout << (sizes.size() == 1 ? out[0] : out).dump(2) << "\n";
+  } else if (sizes.size() == 1) {
+    std::cout << report::to_text(reports.front());
+  }
+  return 0;
+}
+
 }  // namespace
 
 void add_collective_command(CLI::App& app, Action& action) {
-  struct Opts {
-    ClusterFlags cluster;
-    std::string op = "allreduce";
-    std::string bytes = "1GiB";
-    std::string ranks;
-    std::string algorithm = "auto";
-    std::string protocol = "auto";
-    std::string expansion = "steady";
-    double factor = 2;
-    bool json = false;
-    std::vector<std::string> perturb;
-  };
-  auto o = std::make_shared<Opts>();
+  auto o = std::make_shared<CollectiveOpts>();
   CLI::App* cmd = app.add_subcommand(
       "collective",
       "Simulate one collective on a cluster; prints time, algbw and busbw as nccl-tests defines "
@@ -124,95 +229,7 @@ void add_collective_command(CLI::App& app, Action& action) {
                   "What-if on the links, as simulate's (repeatable): e.g. 'link: {link: "
                   "\"node0.nic15<->unit0.rail0\", factor: 0}' (a NIC cable down)");
   cmd->add_flag("--json", o->json, "Print JSON (keys time_s, algbw_Bps, busbw_Bps, ...)");
-  cmd->callback([o, &action] {
-    action = [o] {
-      const auto op = network::parse_op(o->op);
-      if (!op) {
-        throw InputError("--op: unknown collective \"" + o->op +
-                         "\" (expected allreduce, allgather, reducescatter, alltoall, broadcast "
-                         "or sendrecv)");
-      }
-      network::CollectiveRequest req;
-      req.op = *op;
-      std::vector<double> sizes;
-      try {
-        const size_t colon = o->bytes.find(':');
-        const double lo =
-            config::parse_quantity(o->bytes.substr(0, colon), config::Dimension::bytes);
-        const double hi =
-            colon == std::string::npos
-                ? lo
-                : config::parse_quantity(o->bytes.substr(colon + 1), config::Dimension::bytes);
-        if (hi < lo) throw InputError("the sweep's end is below its start");
-        if (colon == std::string::npos) {
-          sizes.push_back(std::round(lo));
-        } else {
-          sizes = sweep_sizes(lo, hi, o->factor);
-        }
-      } catch (const InputError& e) {
-        throw InputError(std::string("--bytes: ") + e.what());
-      }
-      if (o->algorithm != "auto") {
-        req.algorithm = network::parse_algorithm(o->algorithm);
-        if (!req.algorithm) {
-          throw InputError("--algorithm: unknown algorithm \"" + o->algorithm +
-                           "\" (expected auto, ring, tree, hierarchical or direct)");
-        }
-      }
-      if (o->protocol != "auto") {
-        req.protocol = network::parse_protocol(o->protocol);
-        if (!req.protocol) {
-          throw InputError("--protocol: unknown protocol \"" + o->protocol +
-                           "\" (expected auto, LL, LL128 or Simple)");
-        }
-      }
-      if (o->expansion == "steady") {
-        req.expansion = network::Expansion::steady;
-      } else if (o->expansion == "stepwise") {
-        req.expansion = network::Expansion::stepwise;
-      } else {
-        throw InputError("--expansion: expected steady or stepwise, got \"" + o->expansion + "\"");
-      }
-      platform::Cluster cluster(config::load_cluster(o->cluster.cluster, o->cluster.options()));
-      workload::Perturbations what_if;
-      for (const std::string& p : o->perturb) what_if.merge(workload::parse_perturbation(p));
-      if (!what_if.slow.empty() || what_if.stragglers || what_if.lost) {
-        throw InputError(
-            "--perturb: a collective takes link what-ifs only (slow GPUs and stragglers change "
-            "kernels, and a collective has none; a lost node ends a training step)");
-      }
-      const workload::ResolvedPerturbations resolved =
-          workload::resolve_perturbations(what_if, cluster);
-      workload::scale_links(resolved, cluster);
-      for (const std::string& d : resolved.description) std::cerr << "what-if: " << d << "\n";
-      if (o->ranks.empty()) {
-        for (platform::GpuId g = 0; g < cluster.gpu_count(); ++g) req.ranks.push_back(g);
-      } else {
-        req.ranks = parse_ranks(o->ranks, cluster.gpu_count());
-      }
-      if (req.op == network::Op::sendrecv && req.ranks.size() < 2) {
-        throw InputError("--ranks: sendrecv needs at least two ranks");
-      }
-      std::vector<report::CollectiveReport> reports;
-      for (double s : sizes) {
-        req.bytes = s;
-        const network::CollectiveResult result = network::simulate_collective(cluster, req);
-        reports.push_back(report::make_collective_report(cluster, req, result));
-        if (!o->json && sizes.size() > 1) {
-          if (reports.size() == 1) std::cout << report::sweep_header(reports.front());
-          std::cout << report::sweep_row(reports.back()) << std::flush;
-        }
-      }
-      if (o->json) {
-        nlohmann::ordered_json out = nlohmann::ordered_json::array();
-        for (const auto& r : reports) out.push_back(report::to_json(r));
-        std::cout << (sizes.size() == 1 ? out[0] : out).dump(2) << "\n";
-      } else if (sizes.size() == 1) {
-        std::cout << report::to_text(reports.front());
-      }
-      return 0;
-    };
-  });
+  cmd->callback([o, &action] { action = [o] { return run_collective(*o); }; });
 }
 
 }  // namespace hetsim::cli

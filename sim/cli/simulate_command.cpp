@@ -14,21 +14,93 @@
 
 namespace hetsim::cli {
 
-namespace {}  // namespace
+namespace {
+
+struct SimulateOpts {
+  ClusterFlags cluster;
+  std::string model, plan, trace, efficiency, calibration;
+  std::vector<std::string> plan_sets, perturb;
+  double tokens = 0;
+  std::string trace_devices, trace_micro_batches;
+  bool json = false, quiet = false;
+  bool free_communication = false;
+  bool exact = false;
+  double progress_after_s = 2;
+};
+
+// --trace and its selections: a path that can be written, and no selection without it.
+void check_trace_options(const SimulateOpts& o) {
+  if (!o.trace.empty()) report::check_trace_path(o.trace, "--trace");
+  // A selection without a trace would be silently ignored.
+  if (o.trace.empty() && !(o.trace_devices + o.trace_micro_batches).empty()) {
+    throw InputError(
+        std::string(o.trace_devices.empty() ? "--trace-micro-batches" : "--trace-devices") +
+        ": selects what --trace FILE writes; give --trace too");
+  }
+}
+
+// The run's inputs as the options name them.
+study::RunSpec run_spec(const SimulateOpts& o) {
+  study::RunSpec spec;
+  spec.model = o.model;
+  spec.cluster = o.cluster.cluster;
+  spec.cluster_options = o.cluster.options();
+  spec.plan = o.plan;
+  spec.plan_sets = o.plan_sets;
+  for (const std::string& p : o.perturb) spec.perturbations.merge(workload::parse_perturbation(p));
+  return spec;
+}
+
+// One replay as the options give it: the report as text or JSON, and the trace if asked.
+int run_simulate(const SimulateOpts& o) {
+  report::ProgressMeter progress(std::cerr, "simulate", o.progress_after_s, 1.0,
+                                 report::stderr_is_terminal());
+  check_trace_options(o);
+  const study::RunSpec spec = run_spec(o);
+  const study::RunInputs inputs(spec);
+  const CostModels costs(o.efficiency, o.calibration);
+  print_warnings(costs);
+  report::TraceFilter filter;
+  if (!o.trace.empty()) {
+    filter = report::make_trace_filter(inputs.cluster, o.trace_devices, o.trace_micro_batches,
+                                       report::most_micro_batches(inputs.plan));
+  }
+  std::unique_ptr<report::ChromeTrace> trace;
+  if (!o.trace.empty()) trace = std::make_unique<report::ChromeTrace>(filter);
+  study::RunOptions ropt;
+  ropt.free_communication = o.free_communication;
+  ropt.exact = o.exact;
+  ropt.observer = trace.get();
+  if (!o.quiet && !o.json)
+    ropt.progress = [&progress](const workload::ReplayStatus& s) { progress.update(s); };
+  study::RunOutput result = study::run(inputs, costs.get(), ropt);
+  progress.finish();
+  const workload::TrainingJob& job = result.job;
+  report::TrainingReport& rep = result.report;
+  rep.warnings = costs.warnings();
+  if (o.tokens > 0) report::add_run_cost(rep, o.tokens);
+  if (trace) {
+    std::ofstream out(o.trace, std::ios::binary);
+    if (!out) throw InputError("--trace " + o.trace + ": cannot write the file");
+    trace->write(out, job);
+    if (!out) throw RunError("--trace " + o.trace + ": write failed");
+  }
+  if (o.json) {
+    std::cout << report::to_json(rep).dump(2) << "\n";
+  } else {
+    std::cout << report::to_text(rep);
+    if (trace) {
+      std::cout << "  trace          " << o.trace << " (" << trace->events()
+                << " events; open in https://ui.perfetto.dev)\n";
+    }
+  }
+  return 0;
+}
+
+}  // namespace
 
 void add_simulate_command(CLI::App& app, Action& action) {
-  struct Opts {
-    ClusterFlags cluster;
-    std::string model, plan, trace, efficiency, calibration;
-    std::vector<std::string> plan_sets, perturb;
-    double tokens = 0;
-    std::string trace_devices, trace_micro_batches;
-    bool json = false, quiet = false;
-    bool free_communication = false;
-    bool exact = false;
-    double progress_after_s = 2;
-  };
-  auto o = std::make_shared<Opts>();
+  auto o = std::make_shared<SimulateOpts>();
   CLI::App* cmd = app.add_subcommand(
       "simulate",
       "Replay one training iteration (every micro-batch, kernel, collective and transfer) and "
@@ -72,65 +144,7 @@ void add_simulate_command(CLI::App& app, Action& action) {
   cmd->add_option("--progress-after", o->progress_after_s,
                   "Seconds of wall time before progress lines start")
       ->group("");
-  cmd->callback([o, &action] {
-    action = [o] {
-      report::ProgressMeter progress(std::cerr, "simulate", o->progress_after_s, 1.0,
-                                     report::stderr_is_terminal());
-      if (!o->trace.empty()) report::check_trace_path(o->trace, "--trace");
-      // A selection without a trace would be silently ignored.
-      if (o->trace.empty() && !(o->trace_devices + o->trace_micro_batches).empty()) {
-        throw InputError(
-            std::string(o->trace_devices.empty() ? "--trace-micro-batches" : "--trace-devices") +
-            ": selects what --trace FILE writes; give --trace too");
-      }
-      study::RunSpec spec;
-      spec.model = o->model;
-      spec.cluster = o->cluster.cluster;
-      spec.cluster_options = o->cluster.options();
-      spec.plan = o->plan;
-      spec.plan_sets = o->plan_sets;
-      for (const std::string& p : o->perturb)
-        spec.perturbations.merge(workload::parse_perturbation(p));
-      const study::RunInputs inputs(spec);
-      const CostModels costs(o->efficiency, o->calibration);
-      print_warnings(costs);
-      report::TraceFilter filter;
-      if (!o->trace.empty()) {
-        filter = report::make_trace_filter(inputs.cluster, o->trace_devices, o->trace_micro_batches,
-                                           report::most_micro_batches(inputs.plan));
-      }
-      std::unique_ptr<report::ChromeTrace> trace;
-      if (!o->trace.empty()) trace = std::make_unique<report::ChromeTrace>(filter);
-      study::RunOptions ropt;
-      ropt.free_communication = o->free_communication;
-      ropt.exact = o->exact;
-      ropt.observer = trace.get();
-      if (!o->quiet && !o->json)
-        ropt.progress = [&progress](const workload::ReplayStatus& s) { progress.update(s); };
-      study::RunOutput result = study::run(inputs, costs.get(), ropt);
-      progress.finish();
-      const workload::TrainingJob& job = result.job;
-      report::TrainingReport& rep = result.report;
-      rep.warnings = costs.warnings();
-      if (o->tokens > 0) report::add_run_cost(rep, o->tokens);
-      if (trace) {
-        std::ofstream out(o->trace, std::ios::binary);
-        if (!out) throw InputError("--trace " + o->trace + ": cannot write the file");
-        trace->write(out, job);
-        if (!out) throw RunError("--trace " + o->trace + ": write failed");
-      }
-      if (o->json) {
-        std::cout << report::to_json(rep).dump(2) << "\n";
-      } else {
-        std::cout << report::to_text(rep);
-        if (trace) {
-          std::cout << "  trace          " << o->trace << " (" << trace->events()
-                    << " events; open in https://ui.perfetto.dev)\n";
-        }
-      }
-      return 0;
-    };
-  });
+  cmd->callback([o, &action] { action = [o] { return run_simulate(*o); }; });
 }
 
 }  // namespace hetsim::cli

@@ -190,8 +190,8 @@ std::vector<Key> node_type_keys() {
   };
 }
 
-// A node type's PCIe tree (switches, sockets, the link between sockets) and its NICs.
-void add_node_io_keys(std::vector<Key>& keys) {
+// A node type's PCIe tree: switches, sockets, the link between sockets.
+void add_pcie_keys(std::vector<Key>& keys) {
   const std::vector<Key> rows = {
       {"node_types[].pcie",
        T::map,
@@ -252,6 +252,13 @@ void add_node_io_keys(std::vector<Key>& keys) {
        "",
        "Its bandwidth per direction",
        ""},
+  };
+  keys.insert(keys.end(), rows.begin(), rows.end());
+}
+
+// A node type's NICs and their shaping.
+void add_nic_keys(std::vector<Key>& keys) {
+  const std::vector<Key> rows = {
       {"node_types[].nics",
        T::any,
        {},
@@ -304,7 +311,7 @@ void add_node_io_keys(std::vector<Key>& keys) {
   keys.insert(keys.end(), rows.begin(), rows.end());
 }
 
-// How many nodes of each type, the network between them, and the sites and their links.
+// How many nodes of each type, and the network between them.
 void add_network_keys(std::vector<Key>& keys) {
   const std::vector<Key> rows = {
       {"groups", T::list, {}, 0, 0, "", "How many nodes of each type, at least one group", ""},
@@ -397,6 +404,13 @@ void add_network_keys(std::vector<Key>& keys) {
       {"fabric.links[].b", T::text, {}, 0, 0, "", "The other end", ""},
       {"fabric.links[].bandwidth", T::bandwidth, {}, 0, 0, "", "Per direction", ""},
       {"fabric.links[].link_class", T::text, {}, 0, 0, "", "Its class", ""},
+  };
+  keys.insert(keys.end(), rows.begin(), rows.end());
+}
+
+// A cluster's own GPU profiles and link classes, its placement, shaping, and the sites' links.
+void add_cluster_option_keys(std::vector<Key>& keys) {
+  const std::vector<Key> rows = {
       {"gpu_types",
        T::list,
        {},
@@ -447,8 +461,10 @@ void add_network_keys(std::vector<Key>& keys) {
 
 std::vector<Key> make_cluster_keys() {
   std::vector<Key> keys = node_type_keys();
-  add_node_io_keys(keys);
+  add_pcie_keys(keys);
+  add_nic_keys(keys);
   add_network_keys(keys);
+  add_cluster_option_keys(keys);
   // A cluster's own GPU profiles and link classes take the keys of their own files.
   for (const Key& g : gpu_profile_keys()) {
     Key k = g;

@@ -236,12 +236,31 @@ class ClusterParser {
     c.file = file_;
     c.name = get_string(file_, root_, "", "name", std::filesystem::path(file_).stem().string());
     c.link_classes = builtin_link_classes();
-    // Node types taken from a built-in instance bring the link classes of its file; the
-    // cluster's own link_classes (below) override them.
     const YAML::Node types = require(file_, root_, "", "node_types");
     if (!types.IsSequence() || types.size() == 0) {
       throw InputError(where(file_, types) + ": node_types: expected a non-empty list");
     }
+    read_link_classes(c, types);
+    read_node_types(c, types);
+    const long total_nodes = read_groups(c);
+    if (total_nodes > 1) {
+      for (size_t i = 0; i < c.node_types.size(); ++i) {
+        if (c.node_types[i].nics.empty()) {
+          throw InputError(where(file_, types[i]) + ": " + idx("node_types", i) +
+                           ".nics: a cluster of several nodes needs NICs on every node type");
+        }
+      }
+    }
+    c.fabric = parse_fabric(static_cast<int>(total_nodes));  // <= kGpus: a node has a GPU
+    parse_wan(c);
+    check_switch_count(c, total_nodes);
+    return c;
+  }
+
+ private:
+  // Over the built-in link classes: those of the built-in instances the node types take, then
+  // the cluster's own link_classes, each overriding the ones before.
+  void read_link_classes(ClusterConfig& c, const YAML::Node& types) {
     for (size_t i = 0; i < types.size(); ++i) {
       if (!types[i].IsMap() || !types[i]["instance"]) continue;
       const Instance& inst = instance(types[i], idx("node_types", i));
@@ -256,6 +275,10 @@ class ClusterParser {
       }
     }
     classes_ = &c.link_classes;
+  }
+
+  // The GPU profiles (built-in and the cluster's own), the placement group, and the node types.
+  void read_node_types(ClusterConfig& c, const YAML::Node& types) {
     std::map<std::string, GpuProfile> known = builtin_gpus();
     if (const YAML::Node g = root_["gpu_types"]) {
       if (!g.IsSequence()) throw InputError(where(file_, g) + ": gpu_types: expected a list");
@@ -289,6 +312,10 @@ class ClusterParser {
       c.gpu_types[t.gpu] = it->second;
       c.node_types.push_back(std::move(t));
     }
+  }
+
+  // The groups of nodes and their sites; returns the node count.
+  long read_groups(ClusterConfig& c) {
     const YAML::Node groups = require(file_, root_, "", "groups");
     if (!groups.IsSequence() || groups.size() == 0) {
       throw InputError(where(file_, groups) + ": groups: expected a non-empty list");
@@ -329,21 +356,9 @@ class ClusterParser {
       }
       c.groups.push_back(g);
     }
-    if (total_nodes > 1) {
-      for (size_t i = 0; i < c.node_types.size(); ++i) {
-        if (c.node_types[i].nics.empty()) {
-          throw InputError(where(file_, types[i]) + ": " + idx("node_types", i) +
-                           ".nics: a cluster of several nodes needs NICs on every node type");
-        }
-      }
-    }
-    c.fabric = parse_fabric(static_cast<int>(total_nodes));  // <= kGpus: a node has a GPU
-    parse_wan(c);
-    check_switch_count(c, total_nodes);
-    return c;
+    return total_nodes;
   }
 
- private:
   // `wan:` a link between every pair of the sites the groups name.
   void parse_wan(ClusterConfig& c) {
     const YAML::Node w = root_["wan"];

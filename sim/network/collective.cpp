@@ -204,47 +204,12 @@ class Builder {
     const size_t n = r_.ranks.size();
     if (n < 2) return plan;
     switch (a) {
-      case Algorithm::ring: {
-        const auto& rings = this->rings();
-        plan.channels = static_cast<int>(rings.size());
-        const double per_channel = wire / static_cast<double>(rings.size());
-        for (const auto& ring : rings) {
-          switch (r_.op) {
-            case Op::allreduce:
-              add_ring(ring, 2 * (n - 1), per_channel / n, {});
-              break;
-            case Op::allgather:
-            case Op::reducescatter:
-              add_ring(ring, n - 1, per_channel / n, {});
-              break;
-            case Op::broadcast:
-              add_chain_from(ring, r_.ranks.front(), per_channel);
-              break;
-            default:
-              throw InputError("--algorithm ring does not apply to " + to_string(r_.op));
-          }
-        }
-        if (caps_trees() && !ring_rate_.count(static_cast<int>(p))) {
-          const double t = estimate(plan, rates(plan), false);  // moving bytes, no latencies
-          ring_rate_[static_cast<int>(p)] = t > 0 ? r_.bytes / t : 0;
-        }
+      case Algorithm::ring:
+        add_rings(plan, wire);
         break;
-      }
-      case Algorithm::tree: {
-        if (r_.op != Op::allreduce) {
-          throw InputError("--algorithm tree applies to allreduce only");
-        }
-        const auto& trees = this->trees();
-        plan.channels = static_cast<int>(trees.size());
-        const double per_tree = 1.0 / static_cast<double>(trees.size());
-        for (const TreeEdges& t : trees) {
-          add_tree(t, wire * per_tree);
-          double& cap = plan.steps.back().max_rate_Bps;
-          if (tree_cap_Bps > 0)
-            cap = cap > 0 ? std::min(cap, tree_cap_Bps * per_tree) : tree_cap_Bps * per_tree;
-        }
+      case Algorithm::tree:
+        add_trees(plan, wire, tree_cap_Bps);
         break;
-      }
       case Algorithm::hierarchical:
         if (r_.op != Op::allreduce) {
           throw InputError("--algorithm hierarchical applies to allreduce only");
@@ -255,27 +220,85 @@ class Builder {
         }
         add_hierarchical(wire);
         break;
-      case Algorithm::direct: {
-        if (r_.op != Op::alltoall && r_.op != Op::sendrecv && r_.op != Op::halo) {
-          throw InputError("--algorithm direct applies to alltoall, sendrecv and halo only");
-        }
-        const auto& ranks = r_.ranks;
-        for (size_t i = 0; i < n; ++i) {
-          if (r_.op == Op::halo) {
-            if (i > 0) add_p2p(ranks[i], ranks[i - 1], wire);
-            if (i + 1 < n) add_p2p(ranks[i], ranks[i + 1], wire);
-          } else if (r_.op == Op::sendrecv) {
-            add_p2p(ranks[i], ranks[(i + 1) % n], wire);
-          } else if (r_.expansion == Expansion::stepwise) {
-            for (size_t k = 1; k < n; ++k) add_p2p(ranks[i], ranks[(i + k) % n], wire / n);
-          }
-        }
-        if (r_.op == Op::alltoall && r_.expansion == Expansion::steady) add_alltoall(wire / n);
+      case Algorithm::direct:
+        add_direct(wire);
         break;
+    }
+    add_collective_overhead(plan);
+    return plan;
+  }
+
+  bool hierarchical_possible() const { return nodes_.nodes.size() >= 2 && nodes_.equal_sizes; }
+
+ private:
+  // A ring collective: its steps around each of the rings.
+  void add_rings(CollectivePlan& plan, double wire) {
+    const size_t n = r_.ranks.size();
+    const auto& rings = this->rings();
+    plan.channels = static_cast<int>(rings.size());
+    const double per_channel = wire / static_cast<double>(rings.size());
+    for (const auto& ring : rings) {
+      switch (r_.op) {
+        case Op::allreduce:
+          add_ring(ring, 2 * (n - 1), per_channel / n, {});
+          break;
+        case Op::allgather:
+        case Op::reducescatter:
+          add_ring(ring, n - 1, per_channel / n, {});
+          break;
+        case Op::broadcast:
+          add_chain_from(ring, r_.ranks.front(), per_channel);
+          break;
+        default:
+          throw InputError("--algorithm ring does not apply to " + to_string(r_.op));
       }
     }
-    // The largest per-call cost of the link classes the collective crosses
-    // (LinkClass::collective_overhead_s); point-to-point sends pay none, as no base latency.
+    if (caps_trees() && !ring_rate_.count(static_cast<int>(p_))) {
+      const double t = estimate(plan, rates(plan), false);  // moving bytes, no latencies
+      ring_rate_[static_cast<int>(p_)] = t > 0 ? r_.bytes / t : 0;
+    }
+  }
+
+  // A tree all-reduce: its steps up and down each tree, under the cap NCCL's model gives trees.
+  void add_trees(CollectivePlan& plan, double wire, double tree_cap_Bps) {
+    if (r_.op != Op::allreduce) {
+      throw InputError("--algorithm tree applies to allreduce only");
+    }
+    const auto& trees = this->trees();
+    plan.channels = static_cast<int>(trees.size());
+    const double per_tree = 1.0 / static_cast<double>(trees.size());
+    for (const TreeEdges& t : trees) {
+      add_tree(t, wire * per_tree);
+      double& cap = plan.steps.back().max_rate_Bps;
+      if (tree_cap_Bps > 0)
+        cap = cap > 0 ? std::min(cap, tree_cap_Bps * per_tree) : tree_cap_Bps * per_tree;
+    }
+  }
+
+  // Point-to-point sends: a halo exchange, a send-receive ring, or an all-to-all.
+  void add_direct(double wire) {
+    const size_t n = r_.ranks.size();
+    if (r_.op != Op::alltoall && r_.op != Op::sendrecv && r_.op != Op::halo) {
+      throw InputError("--algorithm direct applies to alltoall, sendrecv and halo only");
+    }
+    const auto& ranks = r_.ranks;
+    for (size_t i = 0; i < n; ++i) {
+      if (r_.op == Op::halo) {
+        if (i > 0) add_p2p(ranks[i], ranks[i - 1], wire);
+        if (i + 1 < n) add_p2p(ranks[i], ranks[i + 1], wire);
+      } else if (r_.op == Op::sendrecv) {
+        add_p2p(ranks[i], ranks[(i + 1) % n], wire);
+      } else if (r_.expansion == Expansion::stepwise) {
+        for (size_t k = 1; k < n; ++k) add_p2p(ranks[i], ranks[(i + k) % n], wire / n);
+      }
+    }
+    if (r_.op == Op::alltoall && r_.expansion == Expansion::steady) add_alltoall(wire / n);
+  }
+
+  // The largest per-call cost of the link classes the collective crosses
+  // (LinkClass::collective_overhead_s), on its start; point-to-point sends pay none, as no base
+  // latency.
+  void add_collective_overhead(CollectivePlan& plan) const {
     if (r_.op != Op::halo && r_.op != Op::sendrecv && c_.has_collective_overhead()) {
       double overhead = 0;
       for (const PlanStep& s : plan.steps) {
@@ -284,12 +307,8 @@ class Builder {
       }
       plan.start_delay += Time::from_seconds(overhead);
     }
-    return plan;
   }
 
-  bool hierarchical_possible() const { return nodes_.nodes.size() >= 2 && nodes_.equal_sizes; }
-
- private:
   // Across nodes a tree all-reduce moves at most what NCCL's model gives it beside the ring over
   // the same ranks (protocol.h).
   bool caps_trees() const {

@@ -289,6 +289,16 @@ const std::vector<FlowId>& FlowNetwork::component(const std::vector<FlowId>& see
 void FlowNetwork::recompute_rates(const std::vector<FlowId>& flows) {
   ++recomputations_;
   const Time now = engine_.now();
+  number_constraints(flows, now);
+  fill_rates(flows);
+  for (LinkId l : touched_) local_[l] = kNone;
+  schedule_completions(flows, now);
+  for (FlowObserver* o : observers_) o->on_rates(*this, now);
+}
+
+// Settles the flows' progress at their old rates and numbers the constraints they share: the
+// links in use (rem_, weight_) and the flows' own caps (own_cap_, cap_local_).
+void FlowNetwork::number_constraints(const std::vector<FlowId>& flows, Time now) {
   // Settle progress at the old rates, then number the links in use.
   // A flow's own cap is one more constraint that only it crosses; so is each link no other
   // active flow crosses (capacity / count: the same share that link's constraint would give), and
@@ -349,6 +359,10 @@ void FlowNetwork::recompute_rates(const std::vector<FlowId>& flows) {
       weight_.push_back(1);
     }
   }
+}
+
+// Max-min fair rates by progressive filling over the numbered constraints.
+void FlowNetwork::fill_rates(const std::vector<FlowId>& flows) {
   const size_t n = rem_.size();
   // CSR adjacency: local constraint -> flows under it.
   adj_start_.assign(n + 1, 0);
@@ -401,8 +415,10 @@ void FlowNetwork::recompute_rates(const std::vector<FlowId>& flows) {
       }
     }
   }
-  for (LinkId l : touched_) local_[l] = kNone;
-  // New completion times.
+}
+
+// Each flow's completion at its new rate, queued where it moved.
+void FlowNetwork::schedule_completions(const std::vector<FlowId>& flows, Time now) {
   for (FlowId id : flows) {
     Flow& f = flows_[id];
     const Time finish =
@@ -416,7 +432,6 @@ void FlowNetwork::recompute_rates(const std::vector<FlowId>& flows) {
       if (f.queued) completions_.push(Completion{finish, id, f.version});
     }
   }
-  for (FlowObserver* o : observers_) o->on_rates(*this, now);
 }
 
 LinkId FlowNetwork::first_alike(LinkId link) {

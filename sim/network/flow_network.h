@@ -117,6 +117,9 @@ class FlowNetwork {
   // The active flows that share links with the seeds, directly or through others (component_).
   const std::vector<FlowId>& component(const std::vector<FlowId>& seeds);
   void recompute_rates(const std::vector<FlowId>& flows);
+  void number_constraints(const std::vector<FlowId>& flows, Time now);
+  void fill_rates(const std::vector<FlowId>& flows);
+  void schedule_completions(const std::vector<FlowId>& flows, Time now);
   void schedule_next_completion();
   double remaining_now(const Flow& f) const;
 

@@ -114,7 +114,12 @@ void Cluster::build_template(const config::NodeType& t) {
       for (int g : nic.gpus) add_pair(tp.gpu_vertex[g], v, nic.bandwidth_Bps, nic.link_class);
     }
   }
-  // Endpoint-to-endpoint paths by BFS that never passes through a GPU or a NIC.
+  find_template_paths(tp, t);
+  templates_.push_back(std::move(tp));
+}
+
+// Endpoint-to-endpoint paths by BFS that never passes through a GPU or a NIC.
+void Cluster::find_template_paths(NodeTemplate& tp, const config::NodeType& t) const {
   std::vector<uint32_t> endpoints = tp.gpu_vertex;
   endpoints.insert(endpoints.end(), tp.nic_vertex.begin(), tp.nic_vertex.end());
   tp.endpoints = static_cast<uint32_t>(endpoints.size());
@@ -160,7 +165,6 @@ void Cluster::build_template(const config::NodeType& t) {
       tp.paths[e * tp.endpoints + f] = std::move(path);
     }
   }
-  templates_.push_back(std::move(tp));
 }
 
 Link Cluster::make_link(VertexId a, VertexId b, double bandwidth, const std::string& cls,

@@ -131,6 +131,7 @@ class Cluster {
   };
 
   void build_template(const config::NodeType& t);
+  void find_template_paths(NodeTemplate& tp, const config::NodeType& t) const;
   void build_nodes();
   void build_fabric();
   void build_explicit_fabric();
