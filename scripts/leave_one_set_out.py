@@ -44,6 +44,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Each set's headline figure, as its test prints it.
 SETS = [
     ("Korthikanti (Selene A100)", r"Korthikanti: MAPE over 8 cases = ([0-9.]+)%"),
+    ("Megatron-LM v1.0 (DGX-2H V100)",
+     r"Megatron-LM v1.0 \(DGX-2H V100\): mean \|error\| over \d+ cases = ([0-9.]+)%"),
     ("vTrain (DGX A100)", r"vTrain: MAPE over \d+ of \d+ rows \(stride \d+\) = ([0-9.]+)%"),
     ("AMP T4 (4 x g4dn.12xlarge)", r"MAPE over \d+ measured trials: hetsim ([0-9.]+)%"),
     ("H200, eager PyTorch", r"datasheet model ([0-9.]+)%"),
@@ -103,6 +105,8 @@ README_ROWS = {
                           "datasheet efficiencies, even rows"),
     "Korthikanti (Selene A100)": ("Korthikanti et al., Megatron-LM v3", "Selene, 8-512 A100", "8",
                                   "held out"),
+    "Megatron-LM v1.0 (DGX-2H V100)": ("Megatron-LM v1.0, GPT-2 1.2B and 4.2B",
+                                       "one DGX-2H (V100, NVSwitch)", "2", "held out"),
     "AMP T4 (4 x g4dn.12xlarge)": ("AMP, DeepSpeed GPT-2", "4 x g4dn.12xlarge (16 T4), 50 Gb/s TCP",
                                    "47", "ten constants, even rows"),
     "H200, eager PyTorch": ("one H200, eager PyTorch", "one H200", "24",
