@@ -302,24 +302,11 @@ std::string conv_point(const int64_t v[11], const Timing& t, ConvPoint& out) {
   return "";
 }
 
-}  // namespace
-
-Database read_database(const std::string& path) {
-  Quiet quiet;
-  if (!std::filesystem::is_regular_file(path)) {
-    throw InputError(path + ": no such calibration file");
-  }
-  if (H5Fis_hdf5(path.c_str()) <= 0) {
-    throw InputError(path + ": not an HDF5 file (corrupt, truncated or another format)");
-  }
-  Id file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
-  if (!file.ok()) throw InputError(path + ": cannot open as HDF5 (corrupt or truncated)");
-  Reader r(path);
-  Database db;
-  db.source = path;
-  // Schema version, an integer attribute of the root group.
+// The root group's schema version (an integer attribute; this hetsim reads one version only) and
+// string attributes; a database names its device type.
+void read_root(const Reader& r, hid_t file, Database& db) {
   {
-    Id attr(H5Aopen(file.id, "schema_version", H5P_DEFAULT), H5Aclose);
+    Id attr(H5Aopen(file, "schema_version", H5P_DEFAULT), H5Aclose);
     if (!attr.ok()) {
       r.fail("/", "no schema_version attribute: not a hetsim calibration database");
     }
@@ -333,11 +320,14 @@ Database read_database(const std::string& path) {
   for (const char* a : {"backend", "device_type", "device_name", "host", "date", "hetsim_version",
                         "hetsim_commit", "driver", "cuda_version", "cublas_version",
                         "cudnn_version", "nccl_version", "blas", "mpi", "clocks"}) {
-    const std::string v = read_string_attr(file.id, a);
+    const std::string v = read_string_attr(file, a);
     if (!v.empty()) db.attrs[a] = v;
   }
   if (db.device_type().empty()) r.fail("/", "missing device_type attribute");
-  r.each_subgroup(file.id, "/gemm", [&](const std::string& dtype, hid_t g, const std::string& gp) {
+}
+
+void read_gemm(const Reader& r, hid_t file, Database& db) {
+  r.each_subgroup(file, "/gemm", [&](const std::string& dtype, hid_t g, const std::string& gp) {
     const auto m = r.dataset<int64_t>(g, gp, "m"), n = r.dataset<int64_t>(g, gp, "n"),
                k = r.dataset<int64_t>(g, gp, "k"), b = r.dataset<int64_t>(g, gp, "batch");
     if (n.size() != m.size() || k.size() != m.size() || b.size() != m.size()) {
@@ -347,8 +337,11 @@ Database read_database(const std::string& path) {
     auto& out = db.gemm[dtype];
     for (size_t i = 0; i < m.size(); ++i) out.push_back(GemmPoint{m[i], n[i], k[i], b[i], t[i]});
   });
+}
+
+void read_attention(const Reader& r, hid_t file, Database& db) {
   r.each_subgroup(
-      file.id, "/attention", [&](const std::string& dtype, hid_t g, const std::string& gp) {
+      file, "/attention", [&](const std::string& dtype, hid_t g, const std::string& gp) {
         const auto b = r.dataset<int64_t>(g, gp, "batch"), h = r.dataset<int64_t>(g, gp, "heads"),
                    s = r.dataset<int64_t>(g, gp, "seq"), d = r.dataset<int64_t>(g, gp, "head_dim"),
                    c = r.dataset<int64_t>(g, gp, "causal"),
@@ -366,31 +359,34 @@ Database read_database(const std::string& path) {
               AttentionPoint{b[i], h[i], s[i], d[i], c[i] != 0, bw[i] != 0, t[i], fu[i] != 0});
         }
       });
-  auto sizes = [&](const char* root, std::map<std::string, std::vector<SizePoint>>& into,
-                   bool ranks) {
-    r.each_subgroup(file.id, root, [&](const std::string& name, hid_t g, const std::string& gp) {
-      const auto bytes = r.dataset<double>(g, gp, "bytes");
-      std::vector<int64_t> rk(bytes.size(), 1), nodes(bytes.size(), 1);
-      if (ranks) {
-        rk = r.dataset<int64_t>(g, gp, "ranks");
-        nodes = r.optional_dataset(g, gp, "nodes", bytes.size(), 1);  // absent: one node
+}
+
+// A group of points by message or buffer size (memory, collective, copy) under `root`; `ranks`:
+// with their ranks and nodes (collectives).
+void read_sizes(const Reader& r, hid_t file, const char* root,
+                std::map<std::string, std::vector<SizePoint>>& into, bool ranks) {
+  r.each_subgroup(file, root, [&](const std::string& name, hid_t g, const std::string& gp) {
+    const auto bytes = r.dataset<double>(g, gp, "bytes");
+    std::vector<int64_t> rk(bytes.size(), 1), nodes(bytes.size(), 1);
+    if (ranks) {
+      rk = r.dataset<int64_t>(g, gp, "ranks");
+      nodes = r.optional_dataset(g, gp, "nodes", bytes.size(), 1);  // absent: one node
+    }
+    if (rk.size() != bytes.size()) r.fail(gp, "datasets of different lengths");
+    const auto t = r.timings(g, gp, bytes.size());
+    auto& out = into[name];
+    for (size_t i = 0; i < bytes.size(); ++i) {
+      if (rk[i] < 1 || nodes[i] < 1 || nodes[i] > rk[i]) {
+        r.fail(gp, fmt::format("entry {}: expected 1 <= nodes <= ranks, got ranks {} nodes {}", i,
+                               rk[i], nodes[i]));
       }
-      if (rk.size() != bytes.size()) r.fail(gp, "datasets of different lengths");
-      const auto t = r.timings(g, gp, bytes.size());
-      auto& out = into[name];
-      for (size_t i = 0; i < bytes.size(); ++i) {
-        if (rk[i] < 1 || nodes[i] < 1 || nodes[i] > rk[i]) {
-          r.fail(gp, fmt::format("entry {}: expected 1 <= nodes <= ranks, got ranks {} nodes {}", i,
-                                 rk[i], nodes[i]));
-        }
-        out.push_back(SizePoint{bytes[i], rk[i], t[i], nodes[i]});
-      }
-    });
-  };
-  sizes("/memory", db.memory, false);
-  sizes("/collective", db.collective, true);
-  sizes("/copy", db.copy, false);
-  r.each_subgroup(file.id, "/conv", [&](const std::string& dtype, hid_t g, const std::string& gp) {
+      out.push_back(SizePoint{bytes[i], rk[i], t[i], nodes[i]});
+    }
+  });
+}
+
+void read_conv(const Reader& r, hid_t file, Database& db) {
+  r.each_subgroup(file, "/conv", [&](const std::string& dtype, hid_t g, const std::string& gp) {
     std::vector<std::vector<int64_t>> cols;
     for (const char* name : kConvColumns) cols.push_back(r.dataset<int64_t>(g, gp, name));
     const size_t n = cols[0].size();
@@ -407,6 +403,30 @@ Database read_database(const std::string& path) {
       out.push_back(point);
     }
   });
+}
+
+}  // namespace
+
+Database read_database(const std::string& path) {
+  Quiet quiet;
+  if (!std::filesystem::is_regular_file(path)) {
+    throw InputError(path + ": no such calibration file");
+  }
+  if (H5Fis_hdf5(path.c_str()) <= 0) {
+    throw InputError(path + ": not an HDF5 file (corrupt, truncated or another format)");
+  }
+  Id file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  if (!file.ok()) throw InputError(path + ": cannot open as HDF5 (corrupt or truncated)");
+  Reader r(path);
+  Database db;
+  db.source = path;
+  read_root(r, file.id, db);
+  read_gemm(r, file.id, db);
+  read_attention(r, file.id, db);
+  read_sizes(r, file.id, "/memory", db.memory, false);
+  read_sizes(r, file.id, "/collective", db.collective, true);
+  read_sizes(r, file.id, "/copy", db.copy, false);
+  read_conv(r, file.id, db);
   if (db.size() == 0)
     r.fail("/", "no measurements (no gemm, attention, memory, collective, copy or conv group)");
   return db;

@@ -41,7 +41,7 @@ const KindEntry kKindTable[] = {
 #ifdef HETSIM_CALIBRATE_CUDNN
     {"conv", &plan_conv, &make_conv_bench, 0.5},
 #else
-    {"conv", &plan_conv, nullptr, 0.0},  // plans nothing without cuDNN
+    {"conv", &plan_conv, nullptr, 0.0},              // plans nothing without cuDNN
 #endif
     {"gemm", &plan_gemm, &make_gemm_bench, 1.0},
 };
@@ -130,85 +130,49 @@ void print_build_limits(const Options& options) {
   (void)options;
 }
 
-int run(const Options& options) {
-  PlanConfig config;
-  config.quick = options.quick;
-  if (!options.shapes.empty()) config.model_shapes = read_model_shapes(options.shapes);
-#ifdef HETSIM_CALIBRATE_CUDNN
-  config.cudnn = !options.no_cudnn;
-#endif
-#ifdef HETSIM_CALIBRATE_NCCL
-  config.nccl = true;
-#endif
-  if (!options.print_device_type) print_build_limits(options);
-  if (options.dry_run) {
-    config.gpus = 8;  // an assumed HGX node of H200 (compute capability 9.0)
-    std::fprintf(stderr, "dry run: assuming 8 GPUs of compute capability 9.0 (H200)\n");
-    const std::vector<KindPlan> plans = build_plan(options, config, nullptr);
-    print_plan(plans, options.budget_s);
-    if (!options.out.empty()) {
-      // The points a run would measure, as its CSV lines, with the planner's estimates for
-      // times and 0 repetitions; marked so that no reader takes them for measurements.
-      if (std::FILE* probe = std::fopen(options.out.c_str(), "r")) {
-        std::fclose(probe);
-        throw std::invalid_argument("--out " + options.out +
-                                    ": exists; a dry run writes its plan only to a new file");
-      }
-      std::vector<std::pair<std::string, std::string>> provenance = {
-          {"backend", "cuda"},
-          {"device_type", "h200-sxm-141gb"},
-          {"device_name", "dry run"},
-          {"dry_run", "planner estimates, nothing measured"},
-          {"gpus_in_node", "8"}};
-      for (const auto& line : library_provenance()) provenance.push_back(line);
-      CsvLog plan_log(options.out, provenance);
-      std::size_t points = 0;
-      for (const KindPlan& plan : plans)
-        for (const PlanItem& item : plan.items) {
-          Stats s;
-          s.median_s = s.p10_s = s.p90_s = item.estimate_s;
-          s.repetitions = 0;
-          Key key = item.key;
-          if (key.kind == "attention") key.name = config.cudnn ? "cudnn" : "unfused";
-          plan_log.append(key, s);
-          ++points;
-        }
-      std::fprintf(stderr, "dry run: %zu planned points written to %s\n", points,
-                   options.out.c_str());
+// The points a run would measure, as its CSV lines, with the planner's estimates for times and 0
+// repetitions; marked so that no reader takes them for measurements.
+void write_dry_run_plan(const Options& options, const PlanConfig& config,
+                        const std::vector<KindPlan>& plans) {
+  if (std::FILE* probe = std::fopen(options.out.c_str(), "r")) {
+    std::fclose(probe);
+    throw std::invalid_argument("--out " + options.out +
+                                ": exists; a dry run writes its plan only to a new file");
+  }
+  std::vector<std::pair<std::string, std::string>> provenance = {
+      {"backend", "cuda"},
+      {"device_type", "h200-sxm-141gb"},
+      {"device_name", "dry run"},
+      {"dry_run", "planner estimates, nothing measured"},
+      {"gpus_in_node", "8"}};
+  for (const auto& line : library_provenance()) provenance.push_back(line);
+  CsvLog plan_log(options.out, provenance);
+  std::size_t points = 0;
+  for (const KindPlan& plan : plans)
+    for (const PlanItem& item : plan.items) {
+      Stats s;
+      s.median_s = s.p10_s = s.p90_s = item.estimate_s;
+      s.repetitions = 0;
+      Key key = item.key;
+      if (key.kind == "attention") key.name = config.cudnn ? "cudnn" : "unfused";
+      plan_log.append(key, s);
+      ++points;
     }
-    return 0;
-  }
+  std::fprintf(stderr, "dry run: %zu planned points written to %s\n", points, options.out.c_str());
+}
 
-  int count = 0;
-  const cudaError_t status = cudaGetDeviceCount(&count);
-  if (status != cudaSuccess || count == 0) {
-    // Without a GPU the runtime answers "CUDA driver version is insufficient for CUDA runtime
-    // version" (no driver at all): the cause, not that message, comes first.
-    std::fprintf(stderr, "hetsim-calibrate-cuda: no CUDA GPU found (cudaGetDeviceCount: %s)\n",
-                 status != cudaSuccess ? cudaGetErrorString(status) : "0 devices");
-    return 1;
-  }
-  if (options.device >= count)
-    throw std::invalid_argument("--device " + std::to_string(options.device) + ": this node has " +
-                                std::to_string(count) + " CUDA device(s)");
-  CHECK_CUDA(cudaSetDevice(options.device));
-  cudaDeviceProp prop{};
-  CHECK_CUDA(cudaGetDeviceProperties(&prop, options.device));
-  if (options.print_device_type) {
-    std::printf("%s\n", device_type_from_name(prop.name).c_str());
-    return 0;
-  }
-  config.cc_major = prop.major;
-  config.cc_minor = prop.minor;
-  config.gpus = count;
-  config.rates = RateGuess::for_compute_capability(prop.major, prop.minor);
+int dry_run(const Options& options, PlanConfig& config) {
+  config.gpus = 8;  // an assumed HGX node of H200 (compute capability 9.0)
+  std::fprintf(stderr, "dry run: assuming 8 GPUs of compute capability 9.0 (H200)\n");
+  const std::vector<KindPlan> plans = build_plan(options, config, nullptr);
+  print_plan(plans, options.budget_s);
+  if (!options.out.empty()) write_dry_run_plan(options, config, plans);
+  return 0;
+}
 
-  CsvLog log(options.out, collect_provenance(options.device));
-  std::fprintf(stderr, "%s (cc %d.%d, %d SMs), %d GPU(s) in the node; writing %s\n", prop.name,
-               prop.major, prop.minor, prop.multiProcessorCount, count, options.out.c_str());
-  if (log.resumed_count() > 0)
-    std::fprintf(stderr, "resuming: %zu measurements already in %s are skipped\n",
-                 log.resumed_count(), options.out.c_str());
+// What this node will not measure, said before the plan.
+void print_skipped_kinds(const Options& options, const PlanConfig& config, int count,
+                         const cudaDeviceProp& prop) {
   for (const std::string& kind : options.ops) {
     if (kind == "conv" && !config.cudnn)
       std::fprintf(stderr, "*** conv: SKIPPED, %s ***\n",
@@ -224,14 +188,11 @@ int run(const Options& options) {
   if (!config.has_fp8())
     std::fprintf(stderr, "gemm fp8: skipped, compute capability %d.%d < 8.9\n", prop.major,
                  prop.minor);
+}
 
-  const std::vector<KindPlan> plans = build_plan(options, config, &log);
-  const double planned_total = print_plan(plans, options.budget_s);
-  if (plans.empty()) {
-    std::fprintf(stderr, "nothing left to measure\n");
-    return 0;
-  }
-
+// Measures the planned points kind by kind into `log`, within the budget.
+void measure_plans(const Options& options, const PlanConfig& config,
+                   const std::vector<KindPlan>& plans, double planned_total, CsvLog& log) {
   cudaStream_t stream = nullptr;
   CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   int measured = 0, unsupported = 0, cut = 0, fused = 0, unfused = 0;
@@ -266,8 +227,8 @@ int run(const Options& options) {
           ++measured;
         } else {
           ++unsupported;
-          std::fprintf(stderr, "skipped %s: %s has no algorithm for it\n",
-                       item.key.label().c_str(), item.key.kind == "conv" ? "cuDNN" : "cuBLASLt");
+          std::fprintf(stderr, "skipped %s: %s has no algorithm for it\n", item.key.label().c_str(),
+                       item.key.kind == "conv" ? "cuDNN" : "cuBLASLt");
         }
         progress.advance(planned, item.key.label());
       }
@@ -283,6 +244,60 @@ int run(const Options& options) {
                    unfused, fused);
   }
   CHECK_CUDA(cudaStreamDestroy(stream));
+}
+
+int run(const Options& options) {
+  PlanConfig config;
+  config.quick = options.quick;
+  if (!options.shapes.empty()) config.model_shapes = read_model_shapes(options.shapes);
+#ifdef HETSIM_CALIBRATE_CUDNN
+  config.cudnn = !options.no_cudnn;
+#endif
+#ifdef HETSIM_CALIBRATE_NCCL
+  config.nccl = true;
+#endif
+  if (!options.print_device_type) print_build_limits(options);
+  if (options.dry_run) return dry_run(options, config);
+
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess || count == 0) {
+    // Without a GPU the runtime answers "CUDA driver version is insufficient for CUDA runtime
+    // version" (no driver at all): the cause, not that message, comes first.
+    std::fprintf(stderr, "hetsim-calibrate-cuda: no CUDA GPU found (cudaGetDeviceCount: %s)\n",
+                 status != cudaSuccess ? cudaGetErrorString(status) : "0 devices");
+    return 1;
+  }
+  if (options.device >= count)
+    throw std::invalid_argument("--device " + std::to_string(options.device) + ": this node has " +
+                                std::to_string(count) + " CUDA device(s)");
+  CHECK_CUDA(cudaSetDevice(options.device));
+  cudaDeviceProp prop{};
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, options.device));
+  if (options.print_device_type) {
+    std::printf("%s\n", device_type_from_name(prop.name).c_str());
+    return 0;
+  }
+  config.cc_major = prop.major;
+  config.cc_minor = prop.minor;
+  config.gpus = count;
+  config.rates = RateGuess::for_compute_capability(prop.major, prop.minor);
+
+  CsvLog log(options.out, collect_provenance(options.device));
+  std::fprintf(stderr, "%s (cc %d.%d, %d SMs), %d GPU(s) in the node; writing %s\n", prop.name,
+               prop.major, prop.minor, prop.multiProcessorCount, count, options.out.c_str());
+  if (log.resumed_count() > 0)
+    std::fprintf(stderr, "resuming: %zu measurements already in %s are skipped\n",
+                 log.resumed_count(), options.out.c_str());
+  print_skipped_kinds(options, config, count, prop);
+
+  const std::vector<KindPlan> plans = build_plan(options, config, &log);
+  const double planned_total = print_plan(plans, options.budget_s);
+  if (plans.empty()) {
+    std::fprintf(stderr, "nothing left to measure\n");
+    return 0;
+  }
+  measure_plans(options, config, plans, planned_total, log);
   return 0;
 }
 

@@ -157,9 +157,14 @@ int run_mpi_collectives(const Options& options) {
 
 namespace {
 
-int measure(const Options& options, int rank, int size) {
-  const bool lead = rank == 0;
-  // The ranks of this node share memory: their count and this rank's place pick the GPU.
+// This rank's place on its node, and the world's nodes.
+struct NodePlace {
+  int local_rank = 0, local_size = 1;  // among the ranks of this node
+  int nodes = 0;
+};
+
+// The ranks of this node share memory: their count and this rank's place pick the GPU.
+NodePlace node_place(int rank) {
   MPI_Comm local;
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local);
   int local_rank = 0, local_size = 1;
@@ -168,7 +173,12 @@ int measure(const Options& options, int rank, int size) {
   MPI_Comm_free(&local);
   int leader = local_rank == 0 ? 1 : 0, nodes = 0;
   MPI_Allreduce(&leader, &nodes, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  return NodePlace{local_rank, local_size, nodes};
+}
 
+// This rank's GPU, or -1 when any rank has none (said by each rank that has none).
+int pick_device(int rank, const NodePlace& place) {
+  const int local_rank = place.local_rank, local_size = place.local_size;
   int gpus = 0;
   const cudaError_t status = cudaGetDeviceCount(&gpus);
   // One GPU per rank: the node's GPUs by local rank, or the one GPU a launcher bound to the rank
@@ -178,56 +188,44 @@ int measure(const Options& options, int rank, int size) {
   MPI_Allreduce(MPI_IN_PLACE, &usable, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   if (!usable) {
     if (status != cudaSuccess || (gpus < local_size && !bound))
-      std::fprintf(stderr,
-                   "hetsim-calibrate-cuda: rank %d: %d rank(s) on this node but %d CUDA device(s)%s%s "
-                   "(one rank per GPU)\n",
-                   rank, local_size, status == cudaSuccess ? gpus : 0,
-                   status != cudaSuccess ? ": " : "", status != cudaSuccess ? cudaGetErrorString(status) : "");
-    return 1;
+      std::fprintf(
+          stderr,
+          "hetsim-calibrate-cuda: rank %d: %d rank(s) on this node but %d CUDA device(s)%s%s "
+          "(one rank per GPU)\n",
+          rank, local_size, status == cudaSuccess ? gpus : 0, status != cudaSuccess ? ": " : "",
+          status != cudaSuccess ? cudaGetErrorString(status) : "");
+    return -1;
   }
-  const int device = bound ? 0 : local_rank;
-  CHECK_CUDA(cudaSetDevice(device));
-  cudaDeviceProp prop{};
-  CHECK_CUDA(cudaGetDeviceProperties(&prop, device));
-  if (lead) {
-    for (const std::string& kind : options.ops)
-      if (kind != "collective")
-        std::fprintf(stderr, "%s: not measured under MPI (run one process per node for it)\n", kind.c_str());
-  }
-  // Rank 0's CSV first (it may be another device's, or unwritable): all ranks hear whether it
-  // opened before anything else is collective.
+  return bound ? 0 : local_rank;
+}
+
+// Rank 0's CSV, the MPI library and world in its provenance; null, said, when it cannot be
+// opened (another device's, or unwritable).
+std::unique_ptr<CsvLog> open_lead_log(const Options& options, int size, int nodes, int device,
+                                      const cudaDeviceProp& prop) {
   std::unique_ptr<CsvLog> log;
-  int opened = 1;
-  if (lead) {
-    try {
-      auto provenance = collect_provenance(device);
-      char mpi[MPI_MAX_LIBRARY_VERSION_STRING] = {};
-      int len = 0;
-      MPI_Get_library_version(mpi, &len);
-      const std::string mpi_name(mpi, static_cast<std::size_t>(std::min(len, 60)));
-      for (auto& [key, value] : provenance)
-        if (key == "mpi") value = mpi_name.substr(0, mpi_name.find('\n'));
-      provenance.emplace_back("mpi_ranks", std::to_string(size));
-      provenance.emplace_back("mpi_nodes", std::to_string(nodes));
-      log = std::make_unique<CsvLog>(options.out, provenance);
-      std::fprintf(stderr, "%s: %d ranks on %d node(s), one GPU each; writing %s\n", prop.name, size, nodes,
-                   options.out.c_str());
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "hetsim-calibrate-cuda: %s\n", e.what());
-      opened = 0;
-    }
+  try {
+    auto provenance = collect_provenance(device);
+    char mpi[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+    int len = 0;
+    MPI_Get_library_version(mpi, &len);
+    const std::string mpi_name(mpi, static_cast<std::size_t>(std::min(len, 60)));
+    for (auto& [key, value] : provenance)
+      if (key == "mpi") value = mpi_name.substr(0, mpi_name.find('\n'));
+    provenance.emplace_back("mpi_ranks", std::to_string(size));
+    provenance.emplace_back("mpi_nodes", std::to_string(nodes));
+    log = std::make_unique<CsvLog>(options.out, provenance);
+    std::fprintf(stderr, "%s: %d ranks on %d node(s), one GPU each; writing %s\n", prop.name, size,
+                 nodes, options.out.c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "hetsim-calibrate-cuda: %s\n", e.what());
+    log.reset();
   }
-  MPI_Bcast(&opened, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  if (!opened) return 1;
+  return log;
+}
 
-  ncclUniqueId id{};
-  if (lead) CHECK_NCCL(ncclGetUniqueId(&id));
-  MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
-  ncclComm_t comm = nullptr;
-  CHECK_NCCL(ncclCommInitRank(&comm, size, id, rank));
-  cudaStream_t stream = nullptr;
-  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-
+std::vector<PlanItem> plan_items(const Options& options, const cudaDeviceProp& prop, int size,
+                                 int nodes) {
   PlanConfig config;
   config.quick = options.quick;
   config.cc_major = prop.major;
@@ -236,10 +234,27 @@ int measure(const Options& options, int rank, int size) {
   config.rates = RateGuess::for_compute_capability(prop.major, prop.minor);
   // Across nodes the network, not NVLink, bounds the rate: budget with a 50 GB/s bus rate.
   if (nodes > 1) config.rates.nvlink_bus_Bps = 50e9;
-  std::vector<PlanItem> items = plan_collective(config);
+  return plan_collective(config);
+}
+
+// Every planned collective measured across all ranks into rank 0's `log` (reset at the end),
+// within the budget.
+int measure_collectives(const Options& options, int rank, int size, int nodes,
+                        const cudaDeviceProp& prop, std::unique_ptr<CsvLog>& log) {
+  const bool lead = rank == 0;
+  ncclUniqueId id{};
+  if (lead) CHECK_NCCL(ncclGetUniqueId(&id));
+  MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
+  ncclComm_t comm = nullptr;
+  CHECK_NCCL(ncclCommInitRank(&comm, size, id, rank));
+  cudaStream_t stream = nullptr;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+
+  std::vector<PlanItem> items = plan_items(options, prop, size, nodes);
 
   std::size_t bytes = 0;
-  for (const PlanItem& item : items) bytes = std::max(bytes, static_cast<std::size_t>(item.key.bytes));
+  for (const PlanItem& item : items)
+    bytes = std::max(bytes, static_cast<std::size_t>(item.key.bytes));
   DeviceBuffer send(bytes), recv(bytes);
   CHECK_CUDA(cudaMemset(send.get(), 0, bytes));
   CHECK_CUDA(cudaMemset(recv.get(), 0, bytes));
@@ -258,12 +273,15 @@ int measure(const Options& options, int rank, int size) {
       const double planned = collective_harness_seconds(item.estimate_s);
       if (decision != 0) {
         (decision == 1 ? skipped : cut) += 1;
-        if (lead) progress.advance(planned, item.key.label() + (decision == 1 ? " (resumed)" : " (cut)"));
+        if (lead)
+          progress.advance(planned, item.key.label() + (decision == 1 ? " (resumed)" : " (cut)"));
         continue;
       }
       const std::size_t elements = static_cast<std::size_t>(item.key.bytes) / 2;  // bf16
-      const Stats stats = timer.measure(
-          [&] { enqueue_collective(item.key.name, send.get(), recv.get(), elements, size, rank, comm, stream); });
+      const Stats stats = timer.measure([&] {
+        enqueue_collective(item.key.name, send.get(), recv.get(), elements, size, rank, comm,
+                           stream);
+      });
       ++measured;
       if (lead) {
         log->append(item.key, stats);
@@ -271,13 +289,42 @@ int measure(const Options& options, int rank, int size) {
       }
     }
     if (lead)
-      std::fprintf(stderr, "done: %d measured, %d already in %s, %d cut by the %.0f s budget, %.1f s\n", measured,
-                   skipped, options.out.c_str(), cut, options.budget_s, progress.elapsed_s());
+      std::fprintf(
+          stderr, "done: %d measured, %d already in %s, %d cut by the %.0f s budget, %.1f s\n",
+          measured, skipped, options.out.c_str(), cut, options.budget_s, progress.elapsed_s());
   }
   log.reset();
   CHECK_CUDA(cudaStreamDestroy(stream));
   CHECK_NCCL(ncclCommDestroy(comm));
   return 0;
+}
+
+int measure(const Options& options, int rank, int size) {
+  const bool lead = rank == 0;
+  const NodePlace place = node_place(rank);
+  const int nodes = place.nodes;
+  const int device = pick_device(rank, place);
+  if (device < 0) return 1;
+  CHECK_CUDA(cudaSetDevice(device));
+  cudaDeviceProp prop{};
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, device));
+  if (lead) {
+    for (const std::string& kind : options.ops)
+      if (kind != "collective")
+        std::fprintf(stderr, "%s: not measured under MPI (run one process per node for it)\n",
+                     kind.c_str());
+  }
+  // Rank 0's CSV first (it may be another device's, or unwritable): all ranks hear whether it
+  // opened before anything else is collective.
+  std::unique_ptr<CsvLog> log;
+  int opened = 1;
+  if (lead) {
+    log = open_lead_log(options, size, nodes, device, prop);
+    if (!log) opened = 0;
+  }
+  MPI_Bcast(&opened, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  if (!opened) return 1;
+  return measure_collectives(options, rank, size, nodes, prop, log);
 }
 
 }  // namespace

@@ -92,6 +92,58 @@ void agree(const execute::MpiSession& mpi, const std::function<void()>& f) {
   throw Said{status};
 }
 
+void check_iterations(const ExecuteOpts& o) {
+  if (o.iterations < 1 || o.iterations > 10000)
+    throw InputError(fmt::format("--iterations: expected 1 to 10000, got {}", o.iterations));
+  if (o.warmup < 0 || o.warmup > 10000)
+    throw InputError(fmt::format("--warmup: expected 0 to 10000, got {}", o.warmup));
+}
+
+// Before the run, not after it: a trace that cannot be written would waste the run.
+void check_trace_folder(const std::string& trace) {
+  if (trace.empty()) return;
+  const std::filesystem::path folder = std::filesystem::path(trace).parent_path();
+  if (!folder.empty() && !std::filesystem::is_directory(folder))
+    throw InputError("--trace " + trace + ": folder " + folder.string() + " does not exist");
+}
+
+// The CPU backend's measured iteration, every rank's events, as a Chrome trace in `path`.
+void write_cpu_trace(const workload::TrainingJob& job, const platform::Cluster& cluster,
+                     const execute::Measured& m, const std::string& path) {
+  report::ChromeTrace trace(report::make_trace_filter(cluster, "", ""));
+  for (const execute::Event& e : m.events) {
+    const workload::Group& g = job.groups[e.group];
+    const workload::Task& t = g.program[e.pc];
+    const Time start = Time::from_seconds(e.start), end = Time::from_seconds(e.end);
+    switch (e.kind) {
+      case 0:
+        trace.on_compute(job, e.group, t, start, end);
+        break;
+      case 1:
+      case 4:
+      case 5:
+        trace.on_collective(job, e.group,
+                            e.kind == 1   ? "tp"
+                            : e.kind == 4 ? "ep"
+                                          : "cp",
+                            g.comms[t.index].name, t, start, end);
+        break;
+      case 2:
+        trace.on_collective(job, e.group, "dp",
+                            t.kind == workload::TaskKind::tied || t.index >= g.dp.size()
+                                ? std::string("tied.embedding.grads")
+                                : g.dp[t.index].name,
+                            t, start, end);
+        break;
+      default:
+        trace.on_transfer(job, e.from, e.group, t, start, end);
+    }
+  }
+  std::ofstream out(path, std::ios::binary);
+  if (!out) throw InputError("--trace " + path + ": cannot write the file");
+  trace.write(out, job);
+}
+
 int run_execute(const ExecuteOpts& o, const execute::MpiSession& mpi) {
   execute::Options eo;
   const study::RunSpec spec = o.run.spec();
@@ -103,16 +155,9 @@ int run_execute(const ExecuteOpts& o, const execute::MpiSession& mpi) {
   agree(mpi, [&] {
     if (o.backend != "cpu")
       throw InputError("--backend: expected cpu or cuda, got \"" + o.backend + "\"");
-    if (o.iterations < 1 || o.iterations > 10000)
-      throw InputError(fmt::format("--iterations: expected 1 to 10000, got {}", o.iterations));
-    if (o.warmup < 0 || o.warmup > 10000)
-      throw InputError(fmt::format("--warmup: expected 0 to 10000, got {}", o.warmup));
+    check_iterations(o);
     if (o.timeout_s < 0) throw InputError("--timeout: expected seconds >= 0 (0: automatic)");
-    if (!o.trace.empty()) {
-      const std::filesystem::path folder = std::filesystem::path(o.trace).parent_path();
-      if (!folder.empty() && !std::filesystem::is_directory(folder))
-        throw InputError("--trace " + o.trace + ": folder " + folder.string() + " does not exist");
-    }
+    check_trace_folder(o.trace);
     eo.iterations = o.iterations;
     eo.warmup = o.warmup;
     if (!o.fault.empty()) parse_fault(o.fault, eo);
@@ -163,40 +208,7 @@ int run_execute(const ExecuteOpts& o, const execute::MpiSession& mpi) {
   const workload::ReplayResult replayed =
       workload::replay(execute::with_measured_compute(job, m), nullptr, ro);
   const execute::Comparison c = execute::compare(job, predicted, m, &replayed);
-  if (!o.trace.empty()) {
-    report::ChromeTrace trace(report::make_trace_filter(inputs->cluster, "", ""));
-    for (const execute::Event& e : m.events) {
-      const workload::Group& g = job.groups[e.group];
-      const workload::Task& t = g.program[e.pc];
-      const Time start = Time::from_seconds(e.start), end = Time::from_seconds(e.end);
-      switch (e.kind) {
-        case 0:
-          trace.on_compute(job, e.group, t, start, end);
-          break;
-        case 1:
-        case 4:
-        case 5:
-          trace.on_collective(job, e.group,
-                              e.kind == 1   ? "tp"
-                              : e.kind == 4 ? "ep"
-                                            : "cp",
-                              g.comms[t.index].name, t, start, end);
-          break;
-        case 2:
-          trace.on_collective(job, e.group, "dp",
-                              t.kind == workload::TaskKind::tied || t.index >= g.dp.size()
-                                  ? std::string("tied.embedding.grads")
-                                  : g.dp[t.index].name,
-                              t, start, end);
-          break;
-        default:
-          trace.on_transfer(job, e.from, e.group, t, start, end);
-      }
-    }
-    std::ofstream out(o.trace, std::ios::binary);
-    if (!out) throw InputError("--trace " + o.trace + ": cannot write the file");
-    trace.write(out, job);
-  }
+  if (!o.trace.empty()) write_cpu_trace(job, inputs->cluster, m, o.trace);
   if (o.json) {
     std::cout << execute::to_json(c, m) << "\n";
   } else {
@@ -226,16 +238,132 @@ std::string read_text(const std::string& path, const std::string& what) {
   return ss.str();
 }
 
-int run_execute_cuda(const ExecuteOpts& o) {
-  if (o.iterations < 1 || o.iterations > 10000)
-    throw InputError(fmt::format("--iterations: expected 1 to 10000, got {}", o.iterations));
-  if (o.warmup < 0 || o.warmup > 10000)
-    throw InputError(fmt::format("--warmup: expected 0 to 10000, got {}", o.warmup));
-  if (!o.trace.empty()) {
-    const std::filesystem::path folder = std::filesystem::path(o.trace).parent_path();
-    if (!folder.empty() && !std::filesystem::is_directory(folder))
-      throw InputError("--trace " + o.trace + ": folder " + folder.string() + " does not exist");
+// Runs `cmdline` through the shell; returns its exit status (-1: it could not be started, 128: a
+// signal ended it), what it printed in `said`.
+int run_capturing(const std::string& cmdline, std::string& said) {
+  int status = -1;
+  if (FILE* pipe = ::popen(cmdline.c_str(), "r")) {
+    char buffer[4096];
+    size_t n = 0;
+    while ((n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) said.append(buffer, n);
+    status = ::pclose(pipe);
   }
+  return status == -1 ? -1 : WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
+// Measures `program` with hetsim-execute-cuda here, in a temporary folder removed afterwards;
+// returns the CSV it wrote, that file's path in `csv_path`.
+std::string measure_cuda_program(const ExecuteOpts& o, const std::string& program,
+                                 const std::string& plan, double predicted_s,
+                                 std::string& csv_path) {
+  // The program is beside this binary, as hetsim-calibrate-cuda is (calibrate_command.cpp).
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe");
+  std::filesystem::path bin = self.parent_path() / "calibrate" / "cuda" / "hetsim-execute-cuda";
+  if (!std::filesystem::exists(bin)) bin = self.parent_path() / "hetsim-execute-cuda";
+  if (!std::filesystem::exists(bin)) {
+    throw RunError(
+        "--backend cuda: hetsim-execute-cuda was not built (no CUDA toolkit when hetsim was "
+        "configured); write the program with --program-out, run it on a GPU machine "
+        "(calibrate/run_execute_gpu.sh) and compare here with --measured CSV");
+  }
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / fmt::format("hetsim-execute-{}", ::getpid());
+  std::filesystem::create_directories(dir);
+  const std::string program_file = (dir / "program.csv").string();
+  csv_path = (dir / "measured.csv").string();
+  {
+    std::ofstream out(program_file, std::ios::binary);
+    if (!(out << program) || !out.flush())
+      throw RunError("cannot write the program file " + program_file);
+  }
+  std::cerr << fmt::format(
+      "execute: {} on one GPU, {} warm-up and {} measured iterations (predicted {:.6f} s "
+      "each)\n",
+      plan, o.warmup, o.iterations, predicted_s);
+  const std::string cmdline =
+      quote_word(bin.string()) + " --program " + quote_word(program_file) + " --out " +
+      quote_word(csv_path) +
+      fmt::format(" --iterations {} --warmup {} 2>&1", o.iterations, o.warmup);
+  std::string said;
+  const int rc = run_capturing(cmdline, said);
+  while (!said.empty() && said.back() == '\n') said.pop_back();
+  if (rc != 0) {
+    std::error_code ignored;
+    std::filesystem::remove_all(dir, ignored);
+    const std::string why = said.empty() ? "it said nothing" : said;
+    if (rc == 3) {
+      throw RunError("--backend cuda: no GPU here (" + why +
+                     "); write the program with --program-out, run it on a GPU machine "
+                     "(calibrate/run_execute_gpu.sh) and compare here with --measured CSV");
+    }
+    throw RunError(
+        fmt::format("--backend cuda: hetsim-execute-cuda failed (exit status {}): {}", rc, why));
+  }
+  if (!said.empty()) std::cerr << said << "\n";
+  std::string csv = read_text(csv_path, "measured CSV");
+  std::error_code ignored;
+  std::filesystem::remove_all(dir, ignored);
+  return csv;
+}
+
+// The iteration timed op by op: `timed`, a copy of the job, gives each compute task of its one
+// group a segment of its own with the measured times `op_s` (tasks share segments). Its replay
+// is the prediction with the measured kernels (execute::with_measured_compute), the trace draws
+// its ops. Returns false, `timed` untouched, when `op_s` is not one time per op of the program.
+bool time_op_by_op(workload::TrainingJob& timed, const std::vector<double>& op_s) {
+  workload::Group& g = timed.groups.front();
+  size_t ops = 0;
+  for (const workload::Task& t : g.program)
+    if (t.kind == workload::TaskKind::compute) ops += g.segments[t.index].ops.size();
+  const bool op_by_op = op_s.size() == ops;
+  if (op_by_op) {
+    size_t i = 0;
+    for (workload::Task& t : g.program.write()) {
+      if (t.kind != workload::TaskKind::compute) continue;
+      if (g.segments[t.index].ops.empty()) continue;  // the framework's host time: not measured
+      workload::Segment& s = execute::own_segment(g, t);
+      s.duration = Time();
+      for (auto& op : s.ops) {
+        op.second = Time::from_seconds(op_s[i++]);
+        s.duration += op.second;
+      }
+    }
+  }
+  return op_by_op;
+}
+
+// The CUDA backend's measured iteration, its compute tasks on `timed`'s one device, as a Chrome
+// trace in `path`.
+void write_cuda_trace(const workload::TrainingJob& timed, const platform::Cluster& cluster,
+                      const std::vector<execute::Event>& events, const std::string& path) {
+  const workload::Group& g = timed.groups.front();
+  report::ChromeTrace trace(report::make_trace_filter(cluster, "", ""));
+  for (const execute::Event& e : events) {
+    trace.on_compute(timed, e.group, g.program[e.pc], Time::from_seconds(e.start),
+                     Time::from_seconds(e.end));
+  }
+  std::ofstream out(path, std::ios::binary);
+  if (!out) throw InputError("--trace " + path + ": cannot write the file");
+  trace.write(out, timed);
+}
+
+void print_cuda_comparison(const ExecuteOpts& o, const study::RunInputs& inputs,
+                           const execute::CudaMeasured& cm, const execute::Comparison& c) {
+  std::string attention;
+  for (const auto& [impl, n] : cm.attention)
+    attention += fmt::format("{}{} {}", attention.empty() ? "" : ", ", n, impl);
+  std::cout << fmt::format("execute: {} on {} (1 GPU{}, backend cuda), plan {}\n",
+                           inputs.model.name, o.run.cluster.cluster,
+                           cm.device_name.empty() ? "" : ": " + cm.device_name, inputs.plan.source);
+  if (!o.measured.empty()) std::cout << "  measured          " << o.measured << "\n";
+  if (!attention.empty()) std::cout << "  attention ops     " << attention << "\n";
+  std::cout << execute::to_text(c, cm.measured);
+  if (!o.trace.empty()) std::cout << "  trace (measured)  " << o.trace << "\n";
+}
+
+int run_execute_cuda(const ExecuteOpts& o) {
+  check_iterations(o);
+  check_trace_folder(o.trace);
   if (!o.fault.empty()) throw InputError("--fault: only with --backend cpu");
   const study::RunSpec spec = o.run.spec();
   const study::RunInputs inputs(spec);
@@ -268,60 +396,7 @@ int run_execute_cuda(const ExecuteOpts& o) {
   if (!o.measured.empty()) {
     csv = read_text(o.measured, "--measured");
   } else {
-    // The program is beside this binary, as hetsim-calibrate-cuda is (calibrate_command.cpp).
-    const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe");
-    std::filesystem::path bin = self.parent_path() / "calibrate" / "cuda" / "hetsim-execute-cuda";
-    if (!std::filesystem::exists(bin)) bin = self.parent_path() / "hetsim-execute-cuda";
-    if (!std::filesystem::exists(bin)) {
-      throw RunError(
-          "--backend cuda: hetsim-execute-cuda was not built (no CUDA toolkit when hetsim was "
-          "configured); write the program with --program-out, run it on a GPU machine "
-          "(calibrate/run_execute_gpu.sh) and compare here with --measured CSV");
-    }
-    const std::filesystem::path dir =
-        std::filesystem::temp_directory_path() / fmt::format("hetsim-execute-{}", ::getpid());
-    std::filesystem::create_directories(dir);
-    const std::string program_file = (dir / "program.csv").string();
-    csv_path = (dir / "measured.csv").string();
-    {
-      std::ofstream out(program_file, std::ios::binary);
-      if (!(out << program) || !out.flush())
-        throw RunError("cannot write the program file " + program_file);
-    }
-    std::cerr << fmt::format(
-        "execute: {} on one GPU, {} warm-up and {} measured iterations (predicted {:.6f} s "
-        "each)\n",
-        inputs.plan.source, o.warmup, o.iterations, predicted_s);
-    const std::string cmdline =
-        quote_word(bin.string()) + " --program " + quote_word(program_file) + " --out " +
-        quote_word(csv_path) +
-        fmt::format(" --iterations {} --warmup {} 2>&1", o.iterations, o.warmup);
-    std::string said;
-    int status = -1;
-    if (FILE* pipe = ::popen(cmdline.c_str(), "r")) {
-      char buffer[4096];
-      size_t n = 0;
-      while ((n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) said.append(buffer, n);
-      status = ::pclose(pipe);
-    }
-    const int rc = status == -1 ? -1 : WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-    while (!said.empty() && said.back() == '\n') said.pop_back();
-    if (rc != 0) {
-      std::error_code ignored;
-      std::filesystem::remove_all(dir, ignored);
-      const std::string why = said.empty() ? "it said nothing" : said;
-      if (rc == 3) {
-        throw RunError("--backend cuda: no GPU here (" + why +
-                       "); write the program with --program-out, run it on a GPU machine "
-                       "(calibrate/run_execute_gpu.sh) and compare here with --measured CSV");
-      }
-      throw RunError(
-          fmt::format("--backend cuda: hetsim-execute-cuda failed (exit status {}): {}", rc, why));
-    }
-    if (!said.empty()) std::cerr << said << "\n";
-    csv = read_text(csv_path, "measured CSV");
-    std::error_code ignored;
-    std::filesystem::remove_all(dir, ignored);
+    csv = measure_cuda_program(o, program, inputs.plan.source, predicted_s, csv_path);
   }
   const execute::CudaMeasured cm = execute::read_cuda_measured(job, csv, csv_path);
   if (cm.predicted_iteration_s > 0 &&
@@ -331,56 +406,18 @@ int run_execute_cuda(const ExecuteOpts& o) {
         "{:.6f} s (another --calibration or hetsim version?)\n",
         cm.predicted_iteration_s, predicted_s);
   }
-  // The iteration timed op by op: a copy of the job gives each compute task a segment of its
-  // own with the measured times (tasks share segments). Its replay is the prediction with the
-  // measured kernels (execute::with_measured_compute), the trace draws its ops.
   workload::TrainingJob timed = job;
-  workload::Group& g = timed.groups.front();
-  size_t ops = 0;
-  for (const workload::Task& t : g.program)
-    if (t.kind == workload::TaskKind::compute) ops += g.segments[t.index].ops.size();
-  const bool op_by_op = cm.op_s.size() == ops;
-  if (op_by_op) {
-    size_t i = 0;
-    for (workload::Task& t : g.program.write()) {
-      if (t.kind != workload::TaskKind::compute) continue;
-      if (g.segments[t.index].ops.empty()) continue;  // the framework's host time: not measured
-      workload::Segment& s = execute::own_segment(g, t);
-      s.duration = Time();
-      for (auto& op : s.ops) {
-        op.second = Time::from_seconds(cm.op_s[i++]);
-        s.duration += op.second;
-      }
-    }
-  }
+  const bool op_by_op = time_op_by_op(timed, cm.op_s);
   std::optional<workload::ReplayResult> replayed;
   if (op_by_op) replayed = workload::replay(timed, nullptr, ro);
   const execute::Comparison c =
       execute::compare(job, predicted, cm.measured, replayed ? &*replayed : nullptr);
-  if (!o.trace.empty()) {
-    report::ChromeTrace trace(report::make_trace_filter(inputs.cluster, "", ""));
-    for (const execute::Event& e : cm.measured.events) {
-      trace.on_compute(timed, e.group, g.program[e.pc], Time::from_seconds(e.start),
-                       Time::from_seconds(e.end));
-    }
-    std::ofstream out(o.trace, std::ios::binary);
-    if (!out) throw InputError("--trace " + o.trace + ": cannot write the file");
-    trace.write(out, timed);
-  }
+  if (!o.trace.empty()) write_cuda_trace(timed, inputs.cluster, cm.measured.events, o.trace);
   if (o.json) {
     std::cout << execute::to_json(c, cm.measured) << "\n";
     return 0;
   }
-  std::string attention;
-  for (const auto& [impl, n] : cm.attention)
-    attention += fmt::format("{}{} {}", attention.empty() ? "" : ", ", n, impl);
-  std::cout << fmt::format("execute: {} on {} (1 GPU{}, backend cuda), plan {}\n",
-                           inputs.model.name, o.run.cluster.cluster,
-                           cm.device_name.empty() ? "" : ": " + cm.device_name, inputs.plan.source);
-  if (!o.measured.empty()) std::cout << "  measured          " << o.measured << "\n";
-  if (!attention.empty()) std::cout << "  attention ops     " << attention << "\n";
-  std::cout << execute::to_text(c, cm.measured);
-  if (!o.trace.empty()) std::cout << "  trace (measured)  " << o.trace << "\n";
+  print_cuda_comparison(o, inputs, cm, c);
   return 0;
 }
 

@@ -195,143 +195,19 @@ class Rank {
         j_ = static_cast<uint32_t>(it - d.begin());
       }
     }
-    // Communicators, created in the same order on every rank; each only by its members.
+    // Communicators, created in the same order on every rank; each only by its members. `tag`
+    // numbers them, counting on through every kind.
     int tag = 0;
-    for (uint32_t g = 0; g < job.groups.size(); ++g) {
-      const auto& d = job.groups[g].devices;
-      std::vector<int> members(d.begin(), d.end());
-      if (static_cast<int>(g) == g_ && members.size() > 1) tp_ = comm_of(members, tag);
-      ++tag;
-    }
-    // Data parallel: each collective's shards (workload::DpSync), each reduced among the
-    // ranks of its member groups that hold it: a tensor-parallel rank's share with its peers
-    // where the members share one degree; where a layer segment is held over different degrees,
-    // lcm(degrees) shards, a rank holding several. One communicator per distinct set of
-    // holders, made in the same order on every rank.
-    std::map<std::vector<int>, size_t> made;  // holders -> index into dp_comms_
-    dp_.assign(job.dp_syncs.size(), {});
-    for (size_t s = 0; s < job.dp_syncs.size(); ++s) {
-      const workload::DpSync& sync = job.dp_syncs[s];
-      for (uint32_t q = 0; q < sync.pieces; ++q) {
-        std::vector<int> members;
-        for (uint32_t g : job.dp_peers[sync.peers]) {
-          const auto& d = job.groups[g].devices;
-          members.push_back(static_cast<int>(d[sync.holder(q, d.size())]));
-        }
-        auto [it, fresh] = made.try_emplace(members, dp_comms_.size());
-        if (fresh) {
-          const bool in = std::find(members.begin(), members.end(), rank) != members.end();
-          dp_comms_.push_back(in ? comm_of(members, tag) : MPI_COMM_NULL);
-          ++tag;
-        }
-        if (dp_comms_[it->second] != MPI_COMM_NULL) dp_[s].push_back(dp_comms_[it->second]);
-      }
-    }
-    // Expert- and context-parallel collectives (across replicas): one communicator per
-    // distinct set of ranks (TrainingJob::peer_ranks), made in the same order on every rank.
-    std::map<std::vector<int>, size_t> peers_made;
-    for (uint32_t g = 0; g < job.groups.size(); ++g) {
-      const Group& grp = job.groups[g];
-      if (static_cast<int>(g) == g_) peer_.assign(grp.comms.size(), MPI_COMM_NULL);
-      for (size_t c = 0; c < grp.comms.size(); ++c) {
-        const workload::CommTemplate& ct = grp.comms[c];
-        if (!ct.expert && !ct.context) continue;
-        for (uint32_t k = 0; k < grp.devices.size(); ++k) {
-          const std::vector<platform::GpuId> peers = job.peer_ranks(g, ct, k);
-          std::vector<int> members(peers.begin(), peers.end());
-          auto [it, fresh] = peers_made.try_emplace(members, peer_comms_.size());
-          if (fresh) {
-            const bool in = std::find(members.begin(), members.end(), rank) != members.end();
-            peer_comms_.push_back(in && members.size() > 1 ? comm_of(members, tag) : MPI_COMM_NULL);
-            ++tag;
-          }
-          if (static_cast<int>(g) == g_ && k == j_) peer_[c] = peer_comms_[it->second];
-        }
-      }
-    }
-    // The tied embedding's first-last pairs (a staged plan reduces it as a data-parallel
-    // collective among both ends' groups instead).
-    const uint32_t replicas = job.staged() ? 0 : static_cast<uint32_t>(job.plan->replicas.size());
-    for (uint32_t r = 0; r < replicas; ++r) {
-      const uint32_t stages = job.stages_of(r);
-      if (stages < 2) continue;
-      const auto& a = job.group(r, 0).devices;
-      const auto& b = job.group(r, stages - 1).devices;
-      const size_t n = std::max(a.size(), b.size());
-      for (size_t j = 0; j < n; ++j) {
-        const std::vector<int> members = {static_cast<int>(a[j % a.size()]),
-                                          static_cast<int>(b[j % b.size()])};
-        if (members[0] == rank || members[1] == rank) tied_.push_back(comm_of(members, tag));
-        ++tag;
-      }
-    }
+    make_tp_comm(tag);
+    make_dp_comms(tag);
+    make_peer_comms(tag);
+    make_tied_comms(tag);
     if (g_ < 0) return;
-    const Group& grp = job.groups[g_];
-    kernels_ = std::make_unique<Kernels>(grp);
-    const uint32_t mbs = grp.micro_batches;
+    kernels_ = std::make_unique<Kernels>(job.groups[g_]);
     // Every transfer of the program, its peers and slices (as the replay's send()).
-    for (const Task& t : grp.program) {
+    for (const Task& t : job.groups[g_].program) {
       if (t.kind != TaskKind::send && t.kind != TaskKind::recv) continue;
-      const bool backward = t.pass == workload::Pass::backward;
-      const bool send = t.kind == TaskKind::send;
-      if (job.staged()) {
-        // A staged plan: to (from) every group of the next stage or the one before that shares
-        // samples with this one, its share in slices; tagged by the receiver's key.
-        const bool downstream = send ? !backward : backward;
-        const auto& peers = downstream ? job.next_peers[g_] : job.prev_peers[g_];
-        const int tag = static_cast<int>(uint32_t{backward} * mbs + t.micro_batch);
-        std::vector<Transfer> list;
-        for (const workload::TrainingJob::Peer& q : peers) {
-          const auto& mine = grp.devices;
-          const auto& theirs = job.groups[q.group].devices;
-          const size_t n = std::max(mine.size(), theirs.size());
-          for (size_t j = 0; j < n; ++j) {
-            if (j % mine.size() != j_) continue;
-            const int count = std::max(2, floats(job.activation_bytes_per_transfer * q.share / n));
-            list.push_back(Transfer{static_cast<int>(theirs[j % theirs.size()]), tag, count,
-                                    q.group, std::vector<float>(count, 0.0f)});
-          }
-        }
-        transfers_.push_back(std::move(list));
-        continue;
-      }
-      // The sender's stage and chunk: a receive gets what the neighbour sent.
-      const uint32_t stages = job.stages_of(grp.replica);
-      uint32_t stage = grp.stage, chunk = t.chunk;
-      const bool downstream = send ? !backward : backward;  // the peer is the next stage
-      if (downstream) {
-        if (stage + 1 < stages) {
-          ++stage;
-        } else {
-          stage = 0;
-          chunk += send ? 1 : 0;
-        }
-      } else {
-        if (stage > 0) {
-          --stage;
-        } else {
-          stage = stages - 1;
-          chunk -= send ? 1 : 0;
-        }
-      }
-      // The key is the receiver's: (direction, the chunk it receives for, micro-batch).
-      const uint32_t recv_chunk = send ? chunk : t.chunk;
-      const int tag =
-          static_cast<int>((uint32_t{backward} * job.chunks + recv_chunk) * mbs + t.micro_batch);
-      const uint32_t peer_group = job.first_group[grp.replica] + stage;
-      const auto& mine = grp.devices;
-      const auto& theirs = job.groups[peer_group].devices;
-      const size_t n = std::max(mine.size(), theirs.size());
-      std::vector<Transfer> list;
-      const bool rendezvous = job.plan->framework.send_waits_for_receiver(
-          job.activation_bytes_per_transfer / static_cast<double>(n));
-      for (size_t j = 0; j < n; ++j) {
-        if (j % mine.size() != j_) continue;
-        const int count = std::max(2, floats(job.activation_bytes_per_transfer / n));
-        list.push_back(Transfer{static_cast<int>(theirs[j % theirs.size()]), tag, count, peer_group,
-                                std::vector<float>(count, 0.0f), rendezvous});
-      }
-      transfers_.push_back(std::move(list));
+      transfers_.push_back(job.staged() ? staged_transfers(t) : pipeline_transfers(t));
     }
   }
 
@@ -354,30 +230,11 @@ class Rank {
                       std::vector<double>& task_s) {
     const Group& grp = job_.groups[g_];
     events_.clear();
-    DeviceTimes times;
     // Receives first: a transfer lands whenever its sender sends.
-    size_t ti = 0;
-    recvs_.clear();
-    for (const Task& t : grp.program) {
-      if (t.kind != TaskKind::send && t.kind != TaskKind::recv) continue;
-      if (t.kind == TaskKind::recv) {
-        for (Transfer& x : transfers_[ti]) {
-          Pending p;
-          p.buffer = x.buffer.data();
-          p.peer_group = x.peer_group;
-          if (!x.rendezvous)
-            MPI_Irecv(x.buffer.data(), x.count, MPI_FLOAT, x.peer, x.tag, MPI_COMM_WORLD,
-                      &p.request);
-          recvs_.push_back(std::move(p));
-        }
-      }
-      ++ti;
-    }
+    post_receives(grp);
     MPI_Barrier(MPI_COMM_WORLD);
     t0_ = Clock::now();
-    ti = 0;
-    size_t ri = 0;
-    uint32_t dp_issued = 0;
+    Walk w{grp, record, kernel_s, task_s};
     for (size_t pc = 0; pc < grp.program.size(); ++pc) {
       const Task& t = grp.program[pc];
       if (fault && pc == o_.kill_task) {
@@ -388,155 +245,34 @@ class Rank {
       const double start = now();
       beat();
       switch (t.kind) {
-        case TaskKind::compute: {
-          for (const auto& [index, d] : grp.segments[t.index].ops) {
-            const double k0 = now();
-            kernels_->run(grp.ops[index]);
-            kernel_s[index] += now() - k0;
-            poll();
-          }
-          const double end = now();
-          times.compute += end - start;
-          task_s[pc] = end - start;
-          if (record) events_.push_back(Event{group(), uint32_t(pc), 0, 0, start, end});
+        case TaskKind::compute:
+          run_compute(w, t, pc, start);
           break;
-        }
-        case TaskKind::tp_comm: {
-          const workload::CommTemplate& ct = grp.comms[t.index];
-          if (tp_ == MPI_COMM_NULL) break;
-          if (ct.async) {
-            tp_async_.emplace_back();
-            Async& a = tp_async_.back();
-            a.pc = pc;
-            a.start = start;
-            collective(ct.kind, ct.bytes, tp_, a.buffer, &a.request);
-          } else {
-            std::vector<float>& buf = tp_buffer_;
-            collective(ct.kind, ct.bytes, tp_, buf, nullptr);
-            const double end = now();
-            times.tp += end - start;
-            if (record) events_.push_back(Event{group(), uint32_t(pc), 0, 1, start, end});
-          }
+        case TaskKind::tp_comm:
+          tp_collective(w, t, pc, start);
           break;
-        }
         case TaskKind::ep_comm:
-        case TaskKind::cp_comm: {
-          // Over this rank's peers in the other replicas (a MoE layer's all-to-alls, ring
-          // attention's exchanges); an asynchronous one is waited for at the next tp_wait, as
-          // the replay counts it.
-          const workload::CommTemplate& ct = grp.comms[t.index];
-          const MPI_Comm c = peer_[t.index];
-          if (c == MPI_COMM_NULL) break;
-          const uint8_t kind = ct.context ? 5 : 4;
-          if (ct.async) {
-            tp_async_.emplace_back();
-            Async& a = tp_async_.back();
-            a.pc = pc;
-            a.start = start;
-            a.kind = kind;
-            collective(ct.kind, ct.bytes, c, a.buffer, &a.request);
-          } else {
-            collective(ct.kind, ct.bytes, c, tp_buffer_, nullptr);
-            const double end = now();
-            (ct.context ? times.cp : times.ep) += end - start;
-            if (record) events_.push_back(Event{group(), uint32_t(pc), 0, kind, start, end});
-          }
+        case TaskKind::cp_comm:
+          peer_collective(w, t, pc, start);
           break;
-        }
-        case TaskKind::tp_wait: {
-          for (Async& a : tp_async_) {
-            MPI_Wait(&a.request, MPI_STATUS_IGNORE);
-            if (a.end < 0) a.end = now();
-            if (record)
-              events_.push_back(Event{group(), uint32_t(a.pc), 0, a.kind, a.start, a.end});
-          }
-          tp_async_.clear();
-          times.tp += now() - start;
+        case TaskKind::tp_wait:
+          wait_tp(w, start);
           break;
-        }
-        case TaskKind::recv: {
-          // A rendezvous transfer's receive is posted now that this rank is here.
-          for (size_t x = 0; x < transfers_[ti].size(); ++x) {
-            Transfer& tr = transfers_[ti][x];
-            if (tr.rendezvous)
-              MPI_Irecv(tr.buffer.data(), tr.count, MPI_FLOAT, tr.peer, tr.tag, MPI_COMM_WORLD,
-                        &recvs_[ri + x].request);
-          }
-          for (size_t x = 0; x < transfers_[ti].size(); ++x, ++ri) {
-            Pending& p = recvs_[ri];
-            if (!p.done) {
-              MPI_Wait(&p.request, MPI_STATUS_IGNORE);
-              p.done = true;
-              p.end = now();
-            }
-            if (record && tp_rank() == 0) {
-              events_.push_back(Event{group(), uint32_t(pc), p.peer_group, 3,
-                                      static_cast<double>(p.buffer[0]), p.end});
-            }
-          }
-          times.pp += now() - start;
-          ++ti;
+        case TaskKind::recv:
+          receive_transfers(w, pc, start);
           break;
-        }
-        case TaskKind::send: {
-          const bool blocking = job_.plan->framework.blocking_p2p;
-          for (Transfer& x : transfers_[ti]) {
-            sends_.emplace_back();
-            Async& a = sends_.back();
-            x.buffer[0] = static_cast<float>(start);  // the receiver's trace shows when it left
-            if (blocking) {
-              MPI_Issend(x.buffer.data(), x.count, MPI_FLOAT, x.peer, x.tag, MPI_COMM_WORLD,
-                         &a.request);
-            } else {
-              MPI_Isend(x.buffer.data(), x.count, MPI_FLOAT, x.peer, x.tag, MPI_COMM_WORLD,
-                        &a.request);
-            }
-          }
-          if (blocking) {
-            for (Async& a : sends_) MPI_Wait(&a.request, MPI_STATUS_IGNORE);
-            times.pp += now() - start;
-          }
-          ++ti;
+        case TaskKind::send:
+          send_transfers(w, start);
           break;
-        }
-        case TaskKind::dp_comm: {
-          const workload::DpCollective& dc = grp.dp[dp_issued];
-          const std::vector<MPI_Comm>& shards = dp_[dc.sync];
-          if (dp_buffers_.size() <= dp_issued) dp_buffers_.resize(dp_issued + 1);
-          dp_buffers_[dp_issued].resize(shards.size());
-          dp_async_.emplace_back();
-          DpAsync& a = dp_async_.back();
-          a.pc = pc;
-          a.start = start;
-          a.requests.assign(shards.size(), MPI_REQUEST_NULL);
-          for (size_t q = 0; q < shards.size(); ++q) {
-            collective(dc.kind, job_.dp_syncs[dc.sync].piece_bytes, shards[q],
-                       dp_buffers_[dp_issued][q], &a.requests[q]);
-          }
-          ++dp_issued;
+        case TaskKind::dp_comm:
+          start_dp_collective(w, pc, start);
           break;
-        }
-        case TaskKind::dp_wait: {
-          for (uint32_t i = 0; i < t.index && i < dp_async_.size(); ++i) {
-            DpAsync& a = dp_async_[i];
-            if (a.end < 0) {
-              MPI_Waitall(static_cast<int>(a.requests.size()), a.requests.data(),
-                          MPI_STATUSES_IGNORE);
-              a.end = now();
-              if (record) events_.push_back(Event{group(), uint32_t(a.pc), 0, 2, a.start, a.end});
-            }
-          }
-          times.dp += now() - start;
+        case TaskKind::dp_wait:
+          wait_dp(w, t, start);
           break;
-        }
-        case TaskKind::tied: {
-          const double bytes = workload::tied_pair_bytes(job_, grp.replica);
-          for (MPI_Comm c : tied_) collective(CommKind::allreduce, bytes, c, tied_buffer_, nullptr);
-          const double end = now();
-          times.dp += end - start;
-          if (record) events_.push_back(Event{group(), uint32_t(pc), 0, 2, start, end});
+        case TaskKind::tied:
+          reduce_tied(w, pc, start);
           break;
-        }
       }
     }
     for (Async& a : sends_) MPI_Wait(&a.request, MPI_STATUS_IGNORE);
@@ -546,8 +282,8 @@ class Rank {
     }
     sends_.clear();
     dp_async_.clear();
-    times.finish = now();
-    return times;
+    w.times.finish = now();
+    return w.times;
   }
 
   const std::vector<Event>& events() const { return events_; }
@@ -584,6 +320,337 @@ class Rank {
     bool done = false;
     double end = 0;
   };
+
+  // One iteration's walk through its program: what the steps of its tasks share.
+  struct Walk {
+    const Group& grp;
+    bool record;                    // keep the events for the trace
+    std::vector<double>& kernel_s;  // by op: each kernel's seconds added
+    std::vector<double>& task_s;    // by task: each compute task's seconds
+    DeviceTimes times = {};
+    size_t ti = 0;           // the next send or recv task's, into transfers_
+    size_t ri = 0;           // the next receive's, into recvs_
+    uint32_t dp_issued = 0;  // data-parallel collectives started
+  };
+
+  // Tensor parallel: this rank's group's communicator (none for a group of one device); every
+  // group takes a tag.
+  void make_tp_comm(int& tag) {
+    for (uint32_t g = 0; g < job_.groups.size(); ++g) {
+      const auto& d = job_.groups[g].devices;
+      std::vector<int> members(d.begin(), d.end());
+      if (static_cast<int>(g) == g_ && members.size() > 1) tp_ = comm_of(members, tag);
+      ++tag;
+    }
+  }
+
+  // Data parallel: each collective's shards (workload::DpSync), each reduced among the
+  // ranks of its member groups that hold it: a tensor-parallel rank's share with its peers
+  // where the members share one degree; where a layer segment is held over different degrees,
+  // lcm(degrees) shards, a rank holding several. One communicator per distinct set of
+  // holders, made in the same order on every rank.
+  void make_dp_comms(int& tag) {
+    std::map<std::vector<int>, size_t> made;  // holders -> index into dp_comms_
+    dp_.assign(job_.dp_syncs.size(), {});
+    for (size_t s = 0; s < job_.dp_syncs.size(); ++s) {
+      const workload::DpSync& sync = job_.dp_syncs[s];
+      for (uint32_t q = 0; q < sync.pieces; ++q) {
+        std::vector<int> members;
+        for (uint32_t g : job_.dp_peers[sync.peers]) {
+          const auto& d = job_.groups[g].devices;
+          members.push_back(static_cast<int>(d[sync.holder(q, d.size())]));
+        }
+        auto [it, fresh] = made.try_emplace(members, dp_comms_.size());
+        if (fresh) {
+          const bool in = std::find(members.begin(), members.end(), rank_) != members.end();
+          dp_comms_.push_back(in ? comm_of(members, tag) : MPI_COMM_NULL);
+          ++tag;
+        }
+        if (dp_comms_[it->second] != MPI_COMM_NULL) dp_[s].push_back(dp_comms_[it->second]);
+      }
+    }
+  }
+
+  // Expert- and context-parallel collectives (across replicas): one communicator per
+  // distinct set of ranks (TrainingJob::peer_ranks), made in the same order on every rank.
+  void make_peer_comms(int& tag) {
+    std::map<std::vector<int>, size_t> peers_made;
+    for (uint32_t g = 0; g < job_.groups.size(); ++g) {
+      const Group& grp = job_.groups[g];
+      if (static_cast<int>(g) == g_) peer_.assign(grp.comms.size(), MPI_COMM_NULL);
+      for (size_t c = 0; c < grp.comms.size(); ++c) {
+        const workload::CommTemplate& ct = grp.comms[c];
+        if (!ct.expert && !ct.context) continue;
+        for (uint32_t k = 0; k < grp.devices.size(); ++k) {
+          const std::vector<platform::GpuId> peers = job_.peer_ranks(g, ct, k);
+          std::vector<int> members(peers.begin(), peers.end());
+          auto [it, fresh] = peers_made.try_emplace(members, peer_comms_.size());
+          if (fresh) {
+            const bool in = std::find(members.begin(), members.end(), rank_) != members.end();
+            peer_comms_.push_back(in && members.size() > 1 ? comm_of(members, tag) : MPI_COMM_NULL);
+            ++tag;
+          }
+          if (static_cast<int>(g) == g_ && k == j_) peer_[c] = peer_comms_[it->second];
+        }
+      }
+    }
+  }
+
+  // The tied embedding's first-last pairs (a staged plan reduces it as a data-parallel
+  // collective among both ends' groups instead).
+  void make_tied_comms(int& tag) {
+    const uint32_t replicas = job_.staged() ? 0 : static_cast<uint32_t>(job_.plan->replicas.size());
+    for (uint32_t r = 0; r < replicas; ++r) {
+      const uint32_t stages = job_.stages_of(r);
+      if (stages < 2) continue;
+      const auto& a = job_.group(r, 0).devices;
+      const auto& b = job_.group(r, stages - 1).devices;
+      const size_t n = std::max(a.size(), b.size());
+      for (size_t j = 0; j < n; ++j) {
+        const std::vector<int> members = {static_cast<int>(a[j % a.size()]),
+                                          static_cast<int>(b[j % b.size()])};
+        if (members[0] == rank_ || members[1] == rank_) tied_.push_back(comm_of(members, tag));
+        ++tag;
+      }
+    }
+  }
+
+  // A send or recv task's transfers in a staged plan: to (from) every group of the next stage or
+  // the one before that shares samples with this one, its share in slices; tagged by the
+  // receiver's key.
+  std::vector<Transfer> staged_transfers(const Task& t) const {
+    const Group& grp = job_.groups[g_];
+    const bool backward = t.pass == workload::Pass::backward;
+    const bool send = t.kind == TaskKind::send;
+    const bool downstream = send ? !backward : backward;
+    const auto& peers = downstream ? job_.next_peers[g_] : job_.prev_peers[g_];
+    const uint32_t mbs = grp.micro_batches;
+    const int tag = static_cast<int>(uint32_t{backward} * mbs + t.micro_batch);
+    std::vector<Transfer> list;
+    for (const workload::TrainingJob::Peer& q : peers) {
+      const auto& mine = grp.devices;
+      const auto& theirs = job_.groups[q.group].devices;
+      const size_t n = std::max(mine.size(), theirs.size());
+      for (size_t j = 0; j < n; ++j) {
+        if (j % mine.size() != j_) continue;
+        const int count = std::max(2, floats(job_.activation_bytes_per_transfer * q.share / n));
+        list.push_back(Transfer{static_cast<int>(theirs[j % theirs.size()]), tag, count, q.group,
+                                std::vector<float>(count, 0.0f)});
+      }
+    }
+    return list;
+  }
+
+  // A send or recv task's transfers in a pipeline of stages: with the same slices of the
+  // neighbouring stage's group.
+  std::vector<Transfer> pipeline_transfers(const Task& t) const {
+    const Group& grp = job_.groups[g_];
+    const bool backward = t.pass == workload::Pass::backward;
+    const bool send = t.kind == TaskKind::send;
+    // The sender's stage and chunk: a receive gets what the neighbour sent.
+    const uint32_t stages = job_.stages_of(grp.replica);
+    uint32_t stage = grp.stage, chunk = t.chunk;
+    const bool downstream = send ? !backward : backward;  // the peer is the next stage
+    if (downstream) {
+      if (stage + 1 < stages) {
+        ++stage;
+      } else {
+        stage = 0;
+        chunk += send ? 1 : 0;
+      }
+    } else {
+      if (stage > 0) {
+        --stage;
+      } else {
+        stage = stages - 1;
+        chunk -= send ? 1 : 0;
+      }
+    }
+    // The key is the receiver's: (direction, the chunk it receives for, micro-batch).
+    const uint32_t recv_chunk = send ? chunk : t.chunk;
+    const uint32_t mbs = grp.micro_batches;
+    const int tag =
+        static_cast<int>((uint32_t{backward} * job_.chunks + recv_chunk) * mbs + t.micro_batch);
+    const uint32_t peer_group = job_.first_group[grp.replica] + stage;
+    const auto& mine = grp.devices;
+    const auto& theirs = job_.groups[peer_group].devices;
+    const size_t n = std::max(mine.size(), theirs.size());
+    std::vector<Transfer> list;
+    const bool rendezvous = job_.plan->framework.send_waits_for_receiver(
+        job_.activation_bytes_per_transfer / static_cast<double>(n));
+    for (size_t j = 0; j < n; ++j) {
+      if (j % mine.size() != j_) continue;
+      const int count = std::max(2, floats(job_.activation_bytes_per_transfer / n));
+      list.push_back(Transfer{static_cast<int>(theirs[j % theirs.size()]), tag, count, peer_group,
+                              std::vector<float>(count, 0.0f), rendezvous});
+    }
+    return list;
+  }
+
+  // One pending receive per transfer into this rank, in program order; posted now unless it is a
+  // rendezvous (its recv task posts it).
+  void post_receives(const Group& grp) {
+    size_t ti = 0;
+    recvs_.clear();
+    for (const Task& t : grp.program) {
+      if (t.kind != TaskKind::send && t.kind != TaskKind::recv) continue;
+      if (t.kind == TaskKind::recv) {
+        for (Transfer& x : transfers_[ti]) {
+          Pending p;
+          p.buffer = x.buffer.data();
+          p.peer_group = x.peer_group;
+          if (!x.rendezvous)
+            MPI_Irecv(x.buffer.data(), x.count, MPI_FLOAT, x.peer, x.tag, MPI_COMM_WORLD,
+                      &p.request);
+          recvs_.push_back(std::move(p));
+        }
+      }
+      ++ti;
+    }
+  }
+
+  void run_compute(Walk& w, const Task& t, size_t pc, double start) {
+    for (const auto& [index, d] : w.grp.segments[t.index].ops) {
+      const double k0 = now();
+      kernels_->run(w.grp.ops[index]);
+      w.kernel_s[index] += now() - k0;
+      poll();
+    }
+    const double end = now();
+    w.times.compute += end - start;
+    w.task_s[pc] = end - start;
+    if (w.record) events_.push_back(Event{group(), uint32_t(pc), 0, 0, start, end});
+  }
+
+  void tp_collective(Walk& w, const Task& t, size_t pc, double start) {
+    const workload::CommTemplate& ct = w.grp.comms[t.index];
+    if (tp_ == MPI_COMM_NULL) return;
+    if (ct.async) {
+      tp_async_.emplace_back();
+      Async& a = tp_async_.back();
+      a.pc = pc;
+      a.start = start;
+      collective(ct.kind, ct.bytes, tp_, a.buffer, &a.request);
+    } else {
+      std::vector<float>& buf = tp_buffer_;
+      collective(ct.kind, ct.bytes, tp_, buf, nullptr);
+      const double end = now();
+      w.times.tp += end - start;
+      if (w.record) events_.push_back(Event{group(), uint32_t(pc), 0, 1, start, end});
+    }
+  }
+
+  // Over this rank's peers in the other replicas (a MoE layer's all-to-alls, ring attention's
+  // exchanges); an asynchronous one is waited for at the next tp_wait, as the replay counts it.
+  void peer_collective(Walk& w, const Task& t, size_t pc, double start) {
+    const workload::CommTemplate& ct = w.grp.comms[t.index];
+    const MPI_Comm c = peer_[t.index];
+    if (c == MPI_COMM_NULL) return;
+    const uint8_t kind = ct.context ? 5 : 4;
+    if (ct.async) {
+      tp_async_.emplace_back();
+      Async& a = tp_async_.back();
+      a.pc = pc;
+      a.start = start;
+      a.kind = kind;
+      collective(ct.kind, ct.bytes, c, a.buffer, &a.request);
+    } else {
+      collective(ct.kind, ct.bytes, c, tp_buffer_, nullptr);
+      const double end = now();
+      (ct.context ? w.times.cp : w.times.ep) += end - start;
+      if (w.record) events_.push_back(Event{group(), uint32_t(pc), 0, kind, start, end});
+    }
+  }
+
+  void wait_tp(Walk& w, double start) {
+    for (Async& a : tp_async_) {
+      MPI_Wait(&a.request, MPI_STATUS_IGNORE);
+      if (a.end < 0) a.end = now();
+      if (w.record) events_.push_back(Event{group(), uint32_t(a.pc), 0, a.kind, a.start, a.end});
+    }
+    tp_async_.clear();
+    w.times.tp += now() - start;
+  }
+
+  void receive_transfers(Walk& w, size_t pc, double start) {
+    // A rendezvous transfer's receive is posted now that this rank is here.
+    for (size_t x = 0; x < transfers_[w.ti].size(); ++x) {
+      Transfer& tr = transfers_[w.ti][x];
+      if (tr.rendezvous)
+        MPI_Irecv(tr.buffer.data(), tr.count, MPI_FLOAT, tr.peer, tr.tag, MPI_COMM_WORLD,
+                  &recvs_[w.ri + x].request);
+    }
+    for (size_t x = 0; x < transfers_[w.ti].size(); ++x, ++w.ri) {
+      Pending& p = recvs_[w.ri];
+      if (!p.done) {
+        MPI_Wait(&p.request, MPI_STATUS_IGNORE);
+        p.done = true;
+        p.end = now();
+      }
+      if (w.record && tp_rank() == 0) {
+        events_.push_back(
+            Event{group(), uint32_t(pc), p.peer_group, 3, static_cast<double>(p.buffer[0]), p.end});
+      }
+    }
+    w.times.pp += now() - start;
+    ++w.ti;
+  }
+
+  void send_transfers(Walk& w, double start) {
+    const bool blocking = job_.plan->framework.blocking_p2p;
+    for (Transfer& x : transfers_[w.ti]) {
+      sends_.emplace_back();
+      Async& a = sends_.back();
+      x.buffer[0] = static_cast<float>(start);  // the receiver's trace shows when it left
+      if (blocking) {
+        MPI_Issend(x.buffer.data(), x.count, MPI_FLOAT, x.peer, x.tag, MPI_COMM_WORLD, &a.request);
+      } else {
+        MPI_Isend(x.buffer.data(), x.count, MPI_FLOAT, x.peer, x.tag, MPI_COMM_WORLD, &a.request);
+      }
+    }
+    if (blocking) {
+      for (Async& a : sends_) MPI_Wait(&a.request, MPI_STATUS_IGNORE);
+      w.times.pp += now() - start;
+    }
+    ++w.ti;
+  }
+
+  void start_dp_collective(Walk& w, size_t pc, double start) {
+    const workload::DpCollective& dc = w.grp.dp[w.dp_issued];
+    const std::vector<MPI_Comm>& shards = dp_[dc.sync];
+    if (dp_buffers_.size() <= w.dp_issued) dp_buffers_.resize(w.dp_issued + 1);
+    dp_buffers_[w.dp_issued].resize(shards.size());
+    dp_async_.emplace_back();
+    DpAsync& a = dp_async_.back();
+    a.pc = pc;
+    a.start = start;
+    a.requests.assign(shards.size(), MPI_REQUEST_NULL);
+    for (size_t q = 0; q < shards.size(); ++q) {
+      collective(dc.kind, job_.dp_syncs[dc.sync].piece_bytes, shards[q],
+                 dp_buffers_[w.dp_issued][q], &a.requests[q]);
+    }
+    ++w.dp_issued;
+  }
+
+  void wait_dp(Walk& w, const Task& t, double start) {
+    for (uint32_t i = 0; i < t.index && i < dp_async_.size(); ++i) {
+      DpAsync& a = dp_async_[i];
+      if (a.end < 0) {
+        MPI_Waitall(static_cast<int>(a.requests.size()), a.requests.data(), MPI_STATUSES_IGNORE);
+        a.end = now();
+        if (w.record) events_.push_back(Event{group(), uint32_t(a.pc), 0, 2, a.start, a.end});
+      }
+    }
+    w.times.dp += now() - start;
+  }
+
+  void reduce_tied(Walk& w, size_t pc, double start) {
+    const double bytes = workload::tied_pair_bytes(job_, w.grp.replica);
+    for (MPI_Comm c : tied_) collective(CommKind::allreduce, bytes, c, tied_buffer_, nullptr);
+    const double end = now();
+    w.times.dp += end - start;
+    if (w.record) events_.push_back(Event{group(), uint32_t(pc), 0, 2, start, end});
+  }
 
   // A collective of the replay's nccl-tests size: per rank for all-reduce, the total for
   // all-gather and reduce-scatter.
@@ -681,39 +748,62 @@ class Rank {
   Clock::time_point t0_;
 };
 
-}  // namespace
+// The times of a DeviceTimes, in its fields' order, as each rank sends them to rank 0.
+constexpr int kTimes = 7;
 
-Measured run_cpu(const workload::TrainingJob& job, const Options& o, const MpiSession& mpi) {
-  check_cpu_job(job, mpi.size());
-  Rank me(job, o, mpi.rank());
-  // The watchdog: an iteration past its time ends this process, and with it (mpirun) every rank.
-  std::atomic<bool> stop{false};
-  std::atomic<int> iteration{-1};
-  std::thread watchdog([&] {
+// One rank's run of the job: what run_cpu's steps share.
+struct CpuRun {
+  const workload::TrainingJob& job;
+  const Options& o;
+  const MpiSession& mpi;
+  Rank& me;
+};
+
+// What a rank reports to rank 0 after its iterations: the means over the measured ones of its
+// kernels' and compute tasks' seconds, and its trace events.
+struct RankReport {
+  std::vector<double> kernel_s;  // by op of its group
+  std::vector<double> task_s;    // by task of its group's program
+  std::vector<Event> events;
+};
+
+// The watchdog: an iteration past its time ends this process, and with it (mpirun) every rank.
+std::thread start_watchdog(const CpuRun& run, const std::atomic<bool>& stop,
+                           const std::atomic<int>& iteration) {
+  return std::thread([&run, &stop, &iteration] {
     while (!stop.load()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      const int64_t beat = me.heartbeat_.load();
+      const int64_t beat = run.me.heartbeat_.load();
       if (iteration.load() < 0 || beat == 0) continue;
       const double since =
           std::chrono::duration<double>(Clock::now().time_since_epoch() - Clock::duration(beat))
               .count();
-      if (since > o.timeout_s) {
+      if (since > run.o.timeout_s) {
         std::fprintf(stderr,
                      "execute: rank %d: no progress for %.0f s in iteration %d (--timeout %.0f "
                      "s): a rank died or a collective hangs; ending every rank\n",
-                     mpi.rank(), since, iteration.load(), o.timeout_s);
+                     run.mpi.rank(), since, iteration.load(), run.o.timeout_s);
         std::fflush(stderr);
         std::_Exit(3);
       }
     }
   });
-  Measured m;
-  m.backend = "cpu";
-  m.ranks = mpi.size();
-  const Group* grp = me.active() ? &job.groups[me.group()] : nullptr;
-  std::vector<double> kernel_s(grp ? grp->ops.size() : 0, 0.0);
+}
+
+// The warm-up and measured iterations; each measured one's time (the slowest rank's) goes to
+// m.iteration_s. Returns this rank's times summed over the measured iterations, its kernels' and
+// tasks' seconds summed in `sums`.
+DeviceTimes time_iterations(const CpuRun& run, std::atomic<int>& iteration, Measured& m,
+                            RankReport& sums) {
+  const Options& o = run.o;
+  Rank& me = run.me;
+  const Group* grp = me.active() ? &run.job.groups[me.group()] : nullptr;
+  std::vector<double>& kernel_s = sums.kernel_s;
+  kernel_s.assign(grp ? grp->ops.size() : 0, 0.0);
   std::vector<double> scratch(kernel_s.size(), 0.0);
-  std::vector<double> task_s(grp ? grp->program.size() : 0, 0.0), task_it(task_s.size(), 0.0);
+  std::vector<double>& task_s = sums.task_s;
+  task_s.assign(grp ? grp->program.size() : 0, 0.0);
+  std::vector<double> task_it(task_s.size(), 0.0);
   DeviceTimes sum;
   const int total = o.warmup + o.iterations;
   for (int it = 0; it < total; ++it) {
@@ -723,7 +813,7 @@ Measured run_cpu(const workload::TrainingJob& job, const Options& o, const MpiSe
     iteration.store(it);
     DeviceTimes t;
     if (me.active()) {
-      const bool fault = mpi.rank() == o.kill_rank && it == o.warmup;
+      const bool fault = run.mpi.rank() == o.kill_rank && it == o.warmup;
       t = me.iterate(last, fault, measured ? kernel_s : scratch, task_it);
       if (measured) {
         me.slowest_of_group(task_it);
@@ -744,29 +834,66 @@ Measured run_cpu(const workload::TrainingJob& job, const Options& o, const MpiSe
     sum.cp += t.cp;
     sum.finish += t.finish;
   }
-  iteration.store(-1);
-  stop.store(true);
-  watchdog.join();
-  // Gather to rank 0: each rank's times, its kernels' seconds and its trace events.
-  const double n = std::max(1, o.iterations);
-  std::vector<double> mine = {sum.compute / n, sum.tp / n, sum.pp / n, sum.dp / n,
-                              sum.finish / n,  sum.ep / n, sum.cp / n};
-  constexpr int kTimes = 7;
-  std::vector<double> all(kTimes * mpi.size());
-  MPI_Gather(mine.data(), kTimes, MPI_DOUBLE, all.data(), kTimes, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-  for (double& k : kernel_s) k /= n;
-  for (double& k : task_s) k /= n;
-  std::vector<Event> events = me.active() && me.tp_rank() == 0 ? me.events() : std::vector<Event>{};
-  if (!mpi.lead()) {
-    const int count = static_cast<int>(kernel_s.size());
-    MPI_Send(kernel_s.data(), count, MPI_DOUBLE, 0, 1, MPI_COMM_WORLD);
-    MPI_Send(task_s.data(), static_cast<int>(task_s.size()), MPI_DOUBLE, 0, 4, MPI_COMM_WORLD);
-    const int bytes = static_cast<int>(events.size() * sizeof(Event));
-    MPI_Send(&bytes, 1, MPI_INT, 0, 2, MPI_COMM_WORLD);
-    MPI_Send(events.data(), bytes, MPI_BYTE, 0, 3, MPI_COMM_WORLD);
-    return m;
+  return sum;
+}
+
+// A rank other than 0 sends its report to rank 0.
+void send_report(const RankReport& report) {
+  const int count = static_cast<int>(report.kernel_s.size());
+  MPI_Send(report.kernel_s.data(), count, MPI_DOUBLE, 0, 1, MPI_COMM_WORLD);
+  MPI_Send(report.task_s.data(), static_cast<int>(report.task_s.size()), MPI_DOUBLE, 0, 4,
+           MPI_COMM_WORLD);
+  const int bytes = static_cast<int>(report.events.size() * sizeof(Event));
+  MPI_Send(&bytes, 1, MPI_INT, 0, 2, MPI_COMM_WORLD);
+  MPI_Send(report.events.data(), bytes, MPI_BYTE, 0, 3, MPI_COMM_WORLD);
+}
+
+// On rank 0: rank r's report (send_report), its sizes from r's group `g` (none: not in the plan).
+RankReport receive_report(int r, const Group* g) {
+  RankReport report;
+  std::vector<double>& ks = report.kernel_s;
+  std::vector<double>& ts = report.task_s;
+  std::vector<Event>& ev = report.events;
+  ks.resize(g ? g->ops.size() : 0);
+  MPI_Recv(ks.data(), static_cast<int>(ks.size()), MPI_DOUBLE, r, 1, MPI_COMM_WORLD,
+           MPI_STATUS_IGNORE);
+  ts.resize(g ? g->program.size() : 0);
+  MPI_Recv(ts.data(), static_cast<int>(ts.size()), MPI_DOUBLE, r, 4, MPI_COMM_WORLD,
+           MPI_STATUS_IGNORE);
+  int bytes = 0;
+  MPI_Recv(&bytes, 1, MPI_INT, r, 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  ev.resize(bytes / sizeof(Event));
+  MPI_Recv(ev.data(), bytes, MPI_BYTE, r, 3, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  return report;
+}
+
+// Adds a rank's kernels' measured seconds `ks` (by op of its group `g`) to `kernels` by name,
+// with their calls and predicted seconds.
+void add_kernel_times(const Group& g, const std::vector<double>& ks,
+                      std::map<std::string, KernelTimes>& kernels) {
+  std::vector<double> predicted(g.ops.size(), 0.0);
+  std::vector<uint64_t> calls(g.ops.size(), 0);
+  for (const Task& t : g.program) {
+    if (t.kind != TaskKind::compute) continue;
+    for (const auto& [index, d] : g.segments[t.index].ops) {
+      predicted[index] += d.seconds();
+      ++calls[index];
+    }
   }
-  // Rank 0: per device, per kernel name, and the events.
+  for (size_t i = 0; i < g.ops.size(); ++i) {
+    KernelTimes& k = kernels[g.ops[i].name];
+    k.name = g.ops[i].name;
+    k.calls += calls[i];
+    k.measured_s += ks[i];
+    k.predicted_s += predicted[i];
+  }
+}
+
+// Rank 0: per device (`all`: every rank's kTimes times), per kernel name, and the events; its
+// own report is `mine`, every other rank's is received.
+void collect_reports(const CpuRun& run, const std::vector<double>& all, const RankReport& mine,
+                     Measured& m) {
+  const workload::TrainingJob& job = run.job;
   uint32_t devices = 0;
   for (const Group& g : job.groups)
     for (platform::GpuId d : g.devices) devices = std::max(devices, d + 1);
@@ -777,51 +904,52 @@ Measured run_cpu(const workload::TrainingJob& job, const Options& o, const MpiSe
     m.devices[d] = DeviceTimes{v[0], v[1], v[2], v[3], v[4], v[5], v[6]};
   }
   std::map<std::string, KernelTimes> kernels;
-  for (int r = 0; r < mpi.size(); ++r) {
-    std::vector<double> ks, ts;
-    std::vector<Event> ev;
+  for (int r = 0; r < run.mpi.size(); ++r) {
     const Group* g = nullptr;
     for (const Group& cand : job.groups)
       if (std::find(cand.devices.begin(), cand.devices.end(), static_cast<platform::GpuId>(r)) !=
           cand.devices.end())
         g = &cand;
-    if (r == 0) {
-      ks = kernel_s;
-      ts = task_s;
-      ev = events;
-    } else {
-      ks.resize(g ? g->ops.size() : 0);
-      MPI_Recv(ks.data(), static_cast<int>(ks.size()), MPI_DOUBLE, r, 1, MPI_COMM_WORLD,
-               MPI_STATUS_IGNORE);
-      ts.resize(g ? g->program.size() : 0);
-      MPI_Recv(ts.data(), static_cast<int>(ts.size()), MPI_DOUBLE, r, 4, MPI_COMM_WORLD,
-               MPI_STATUS_IGNORE);
-      int bytes = 0;
-      MPI_Recv(&bytes, 1, MPI_INT, r, 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-      ev.resize(bytes / sizeof(Event));
-      MPI_Recv(ev.data(), bytes, MPI_BYTE, r, 3, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-    }
-    m.events.insert(m.events.end(), ev.begin(), ev.end());
+    RankReport report = r == 0 ? mine : receive_report(r, g);
+    m.events.insert(m.events.end(), report.events.begin(), report.events.end());
     if (!g) continue;
-    if (static_cast<uint32_t>(r) < devices) m.task_s[r] = std::move(ts);
-    std::vector<double> predicted(g->ops.size(), 0.0);
-    std::vector<uint64_t> calls(g->ops.size(), 0);
-    for (const Task& t : g->program) {
-      if (t.kind != TaskKind::compute) continue;
-      for (const auto& [index, d] : g->segments[t.index].ops) {
-        predicted[index] += d.seconds();
-        ++calls[index];
-      }
-    }
-    for (size_t i = 0; i < g->ops.size(); ++i) {
-      KernelTimes& k = kernels[g->ops[i].name];
-      k.name = g->ops[i].name;
-      k.calls += calls[i];
-      k.measured_s += ks[i];
-      k.predicted_s += predicted[i];
-    }
+    if (static_cast<uint32_t>(r) < devices) m.task_s[r] = std::move(report.task_s);
+    add_kernel_times(*g, report.kernel_s, kernels);
   }
   for (auto& [name, k] : kernels) m.kernels.push_back(k);
+}
+
+}  // namespace
+
+Measured run_cpu(const workload::TrainingJob& job, const Options& o, const MpiSession& mpi) {
+  check_cpu_job(job, mpi.size());
+  Rank me(job, o, mpi.rank());
+  const CpuRun run{job, o, mpi, me};
+  std::atomic<bool> stop{false};
+  std::atomic<int> iteration{-1};
+  std::thread watchdog = start_watchdog(run, stop, iteration);
+  Measured m;
+  m.backend = "cpu";
+  m.ranks = mpi.size();
+  RankReport mine;
+  const DeviceTimes sum = time_iterations(run, iteration, m, mine);
+  iteration.store(-1);
+  stop.store(true);
+  watchdog.join();
+  // Gather to rank 0: each rank's times, its kernels' seconds and its trace events.
+  const double n = std::max(1, o.iterations);
+  std::vector<double> times = {sum.compute / n, sum.tp / n, sum.pp / n, sum.dp / n,
+                               sum.finish / n,  sum.ep / n, sum.cp / n};
+  std::vector<double> all(kTimes * mpi.size());
+  MPI_Gather(times.data(), kTimes, MPI_DOUBLE, all.data(), kTimes, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  for (double& k : mine.kernel_s) k /= n;
+  for (double& k : mine.task_s) k /= n;
+  if (me.active() && me.tp_rank() == 0) mine.events = me.events();
+  if (!mpi.lead()) {
+    send_report(mine);
+    return m;
+  }
+  collect_reports(run, all, mine, m);
   return m;
 }
 
