@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "calibrate/measured_cost_model.h"
-#include "sim/workload/cost_model.h"
+#include "sim/workload/cost/cost_model.h"
 
 namespace hetsim::calibrate {
 

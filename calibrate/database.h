@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "sim/workload/ops.h"
+#include "sim/workload/model/ops.h"
 
 namespace hetsim::calibrate {
 

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "calibrate/database.h"
-#include "sim/workload/cost_model.h"
+#include "sim/workload/cost/cost_model.h"
 
 namespace hetsim::calibrate {
 

@@ -13,8 +13,8 @@
 #include "sim/core/error.h"
 
 #include "sim/config/embedded_data.h"
-#include "sim/workload/model.h"
-#include "sim/workload/ops.h"
+#include "sim/workload/model/model.h"
+#include "sim/workload/model/ops.h"
 
 namespace hetsim::calibrate {
 

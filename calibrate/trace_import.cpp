@@ -12,7 +12,7 @@
 
 #include "calibrate/measured_cost_model.h"
 #include "sim/core/error.h"
-#include "sim/workload/cost_model.h"
+#include "sim/workload/cost/cost_model.h"
 
 namespace hetsim::calibrate {
 

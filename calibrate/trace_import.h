@@ -13,7 +13,7 @@
 //   4-d matmul, and its backward as the autograd nodes whose sequence numbers its forward ops
 //   made. Causal unless ImportOptions::causal says otherwise (a trace does not say).
 // - Memory-bound kernels, by the database's kernel names (calibrate::memory_kernel_of), each
-//   with the bytes hetsim's op of that work counts (sim/workload/ops.cpp): native_layer_norm
+//   with the bytes hetsim's op of that work counts (sim/workload/model/ops.cpp): native_layer_norm
 //   (2 passes; backward 3) as layernorm, gelu (2; backward 3), _softmax and _log_softmax (2;
 //   backward 3) as softmax, native_dropout and dropout ((2e + 1) n) as dropout, add, mul of two
 //   tensors of one size (3) as residual_add, copy_ (source and destination) and embedding (2)
@@ -34,7 +34,7 @@
 
 #include "calibrate/database.h"
 #include "calibrate/kineto_trace.h"
-#include "sim/workload/ops.h"
+#include "sim/workload/model/ops.h"
 
 namespace hetsim::calibrate {
 

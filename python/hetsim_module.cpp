@@ -26,7 +26,7 @@
 #include "sim/study/runner.h"
 #include "sim/study/store.h"
 #include "sim/study/study.h"
-#include "sim/workload/perturbation.h"
+#include "sim/workload/replay/perturbation.h"
 
 namespace py = pybind11;
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "sim/chakra/trace.h"
-#include "sim/workload/training_job.h"
+#include "sim/workload/job/training_job.h"
 
 namespace hetsim::chakra {
 

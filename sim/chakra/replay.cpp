@@ -13,7 +13,7 @@
 #include "sim/core/error.h"
 #include "sim/network/collective_runner.h"
 #include "sim/network/protocol.h"
-#include "sim/workload/cost_model.h"
+#include "sim/workload/cost/cost_model.h"
 
 namespace hetsim::chakra {
 

@@ -10,7 +10,7 @@
 #include "sim/core/error.h"
 #include "sim/network/collective_runner.h"
 #include "sim/report/collective_report.h"
-#include "sim/workload/perturbation.h"
+#include "sim/workload/replay/perturbation.h"
 
 namespace hetsim::cli {
 

@@ -12,7 +12,7 @@
 #include "calibrate/cost_models.h"
 #include "sim/config/cluster_config.h"
 #include "sim/study/run.h"
-#include "sim/workload/cost_model.h"
+#include "sim/workload/cost/cost_model.h"
 
 namespace hetsim::cli {
 

@@ -9,7 +9,7 @@
 #include "sim/core/error.h"
 #include "sim/policy/planner.h"
 #include "sim/report/progress.h"
-#include "sim/workload/model.h"
+#include "sim/workload/model/model.h"
 
 namespace hetsim::cli {
 

@@ -7,9 +7,9 @@
 #include "sim/cli/commands.h"
 #include "sim/config/cluster_config.h"
 #include "sim/study/study.h"
-#include "sim/workload/framework.h"
-#include "sim/workload/model.h"
-#include "sim/workload/plan_keys.h"
+#include "sim/workload/cost/framework.h"
+#include "sim/workload/model/model.h"
+#include "sim/workload/plan/plan_keys.h"
 
 namespace hetsim::cli {
 

@@ -1,7 +1,7 @@
 // The keys of an input file declared once, as a table (issues 39 and 40): a loader checks a file's
 // keys and reads its choices from the table, and the reference page (Markdown) and the JSON
-// Schema editors check the file with are generated from it. Plans (workload/plan_keys.h),
-// frameworks (workload/framework.h) and GPU profiles (config/cluster_config.h) have one.
+// Schema editors check the file with are generated from it. Plans (workload/plan/plan_keys.h),
+// frameworks (workload/cost/framework.h) and GPU profiles (config/cluster_config.h) have one.
 //
 // A key of a nested map is written with its path: `host.per_kernel` is `per_kernel` in the map
 // `host`, which is a row of its own (type map). A list's items are `name[]` (`node_types[]` is

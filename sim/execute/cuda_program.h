@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "sim/execute/executor.h"
-#include "sim/workload/training_job.h"
+#include "sim/workload/job/training_job.h"
 
 namespace hetsim::execute {
 

@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "sim/workload/replay.h"
-#include "sim/workload/training_job.h"
+#include "sim/workload/job/training_job.h"
+#include "sim/workload/replay/replay.h"
 
 namespace hetsim::execute {
 

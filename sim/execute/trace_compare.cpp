@@ -9,7 +9,7 @@
 
 #include "calibrate/measured_cost_model.h"
 #include "sim/core/error.h"
-#include "sim/workload/plan.h"
+#include "sim/workload/plan/plan.h"
 
 namespace hetsim::execute {
 

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "calibrate/trace_import.h"
-#include "sim/workload/replay.h"
-#include "sim/workload/training_job.h"
+#include "sim/workload/job/training_job.h"
+#include "sim/workload/replay/replay.h"
 
 namespace hetsim::execute {
 

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "sim/platform/cluster.h"
-#include "sim/workload/model.h"
-#include "sim/workload/plan.h"
+#include "sim/workload/model/model.h"
+#include "sim/workload/plan/plan.h"
 
 namespace hetsim::launch {
 

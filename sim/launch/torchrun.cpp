@@ -54,7 +54,7 @@ class TorchrunLauncher final : public Launcher {
       c["wrapper"] = "FullyShardedDataParallel";
       c["sharding_strategy"] = p.zero_stage == 3 ? "FULL_SHARD" : "SHARD_GRAD_OP";
       // ZeRO-3 as hetsim replays it: each layer's parameters gathered one layer ahead, forward
-      // and backward (FSDP's prefetch; sim/workload/training_job.cpp).
+      // and backward (FSDP's prefetch; sim/workload/job/training_job.cpp).
       if (p.zero_stage == 3) {
         c["forward_prefetch"] = true;
         c["backward_prefetch"] = "BACKWARD_PRE";

@@ -84,9 +84,9 @@ class Cluster {
   // Local GPU pairs joined by direct NVLink in a node type (for ring search), with link count.
   const std::vector<config::MeshLink>& direct_links(uint32_t node_type) const;
 
-  // What-if (sim/workload/perturbation.h): the link carries `factor` of its capacity (a degraded
-  // cable, a NIC that trained at a lower rate). Routes and line rates stay as built, as NCCL sees
-  // the topology it detected. factor > 0.
+  // What-if (sim/workload/replay/perturbation.h): the link carries `factor` of its capacity (a
+  // degraded cable, a NIC that trained at a lower rate). Routes and line rates stay as built, as
+  // NCCL sees the topology it detected. factor > 0.
   void scale_link_capacity(LinkId l, double factor);
   // What-if: the link is down (a cut cable, a dead port). Between two fabric switches, routes
   // take the shortest paths that remain (every switch's distances are found again, and equal

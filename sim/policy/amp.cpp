@@ -28,9 +28,9 @@
 
 #include "sim/core/hash.h"
 #include "sim/policy/policy.h"
-#include "sim/workload/cost_model.h"
-#include "sim/workload/ops.h"
-#include "sim/workload/plan.h"
+#include "sim/workload/cost/cost_model.h"
+#include "sim/workload/model/ops.h"
+#include "sim/workload/plan/plan.h"
 
 namespace hetsim::policy {
 

@@ -20,9 +20,9 @@
 
 #include "sim/core/error.h"
 #include "sim/policy/policy.h"
-#include "sim/workload/plan.h"
-#include "sim/workload/replay.h"
-#include "sim/workload/training_job.h"
+#include "sim/workload/job/training_job.h"
+#include "sim/workload/plan/plan.h"
+#include "sim/workload/replay/replay.h"
 
 namespace hetsim::policy {
 

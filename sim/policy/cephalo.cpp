@@ -25,9 +25,9 @@
 #include <algorithm>
 
 #include "sim/policy/policy.h"
-#include "sim/workload/framework.h"
-#include "sim/workload/memory.h"
-#include "sim/workload/plan.h"
+#include "sim/workload/cost/framework.h"
+#include "sim/workload/job/memory.h"
+#include "sim/workload/plan/plan.h"
 
 namespace hetsim::policy {
 

@@ -11,9 +11,9 @@
 
 #include "sim/network/collective.h"
 #include "sim/network/protocol.h"
-#include "sim/workload/ops.h"
-#include "sim/workload/replay.h"
-#include "sim/workload/training_job.h"
+#include "sim/workload/job/training_job.h"
+#include "sim/workload/model/ops.h"
+#include "sim/workload/replay/replay.h"
 
 namespace hetsim::policy {
 

@@ -30,8 +30,8 @@
 #include "sim/core/hash.h"
 #include "sim/network/collective.h"
 #include "sim/platform/cluster.h"
-#include "sim/workload/cost_model.h"
-#include "sim/workload/plan.h"
+#include "sim/workload/cost/cost_model.h"
+#include "sim/workload/plan/plan.h"
 
 namespace hetsim::policy {
 

@@ -31,8 +31,8 @@
 #include <vector>
 
 #include "sim/policy/policy.h"
-#include "sim/workload/cost_model.h"
-#include "sim/workload/plan.h"
+#include "sim/workload/cost/cost_model.h"
+#include "sim/workload/plan/plan.h"
 
 namespace hetsim::policy {
 

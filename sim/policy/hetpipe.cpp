@@ -32,7 +32,7 @@
 #include <vector>
 
 #include "sim/policy/policy.h"
-#include "sim/workload/plan.h"
+#include "sim/workload/plan/plan.h"
 
 namespace hetsim::policy {
 

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "sim/workload/model.h"
-#include "sim/workload/plan.h"
+#include "sim/workload/model/model.h"
+#include "sim/workload/plan/plan.h"
 
 namespace hetsim::policy {
 

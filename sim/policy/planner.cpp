@@ -11,10 +11,10 @@
 #include "sim/core/error.h"
 #include "sim/policy/estimate.h"
 #include "sim/policy/neighbours.h"
-#include "sim/workload/memory.h"
-#include "sim/workload/plan.h"
-#include "sim/workload/replay.h"
-#include "sim/workload/training_job.h"
+#include "sim/workload/job/memory.h"
+#include "sim/workload/job/training_job.h"
+#include "sim/workload/plan/plan.h"
+#include "sim/workload/replay/replay.h"
 
 namespace hetsim::policy {
 

@@ -17,7 +17,7 @@
 
 #include "sim/policy/policy.h"
 #include "sim/report/training_report.h"
-#include "sim/workload/cost_model.h"
+#include "sim/workload/cost/cost_model.h"
 
 namespace hetsim::policy {
 

@@ -11,10 +11,10 @@
 #include <string>
 
 #include "sim/core/error.h"
-#include "sim/workload/framework.h"
-#include "sim/workload/memory.h"
-#include "sim/workload/plan.h"
-#include "sim/workload/training_job.h"
+#include "sim/workload/cost/framework.h"
+#include "sim/workload/job/memory.h"
+#include "sim/workload/job/training_job.h"
+#include "sim/workload/plan/plan.h"
 
 namespace hetsim::policy {
 

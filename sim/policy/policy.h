@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "sim/platform/cluster.h"
-#include "sim/workload/cost_model.h"
-#include "sim/workload/model.h"
-#include "sim/workload/ops.h"
-#include "sim/workload/plan.h"
+#include "sim/workload/cost/cost_model.h"
+#include "sim/workload/model/model.h"
+#include "sim/workload/model/ops.h"
+#include "sim/workload/plan/plan.h"
 
 namespace hetsim::policy {
 

@@ -13,7 +13,7 @@ namespace hetsim::policy {
 
 bool rebalance_batch(workload::Plan& plan, const std::vector<double>& compute_factor) {
   // ZeRO-2 and -3 pair their per-micro-batch collectives across replicas: the counts must stay
-  // equal (workload/plan.cpp refuses uneven ones in a plan file).
+  // equal (workload/plan/plan.cpp refuses uneven ones in a plan file).
   if (compute_factor.empty() || plan.replicas.size() < 2 || plan.zero_stage >= 2) return false;
   std::vector<double> speed;
   int64_t total = 0;

@@ -17,7 +17,7 @@
 
 #include <vector>
 
-#include "sim/workload/plan.h"
+#include "sim/workload/plan/plan.h"
 
 namespace hetsim::policy {
 

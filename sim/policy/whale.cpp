@@ -24,8 +24,8 @@
 
 #include "sim/core/error.h"
 #include "sim/policy/policy.h"
-#include "sim/workload/cost_model.h"
-#include "sim/workload/plan.h"
+#include "sim/workload/cost/cost_model.h"
+#include "sim/workload/plan/plan.h"
 
 namespace hetsim::policy {
 

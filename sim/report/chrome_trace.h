@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "sim/workload/replay.h"
+#include "sim/workload/replay/replay.h"
 
 namespace hetsim::report {
 

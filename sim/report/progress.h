@@ -6,7 +6,7 @@
 #include <ostream>
 #include <string>
 
-#include "sim/workload/replay.h"
+#include "sim/workload/replay/replay.h"
 
 namespace hetsim::report {
 

@@ -10,8 +10,8 @@
 
 #include "sim/config/units.h"
 #include "sim/config/yaml_util.h"
-#include "sim/workload/cnn.h"
-#include "sim/workload/cost_model.h"
+#include "sim/workload/cost/cost_model.h"
+#include "sim/workload/model/cnn.h"
 
 namespace hetsim::report {
 

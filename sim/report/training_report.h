@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "sim/workload/memory.h"
-#include "sim/workload/replay.h"
+#include "sim/workload/job/memory.h"
+#include "sim/workload/replay/replay.h"
 
 namespace hetsim::report {
 
@@ -74,7 +74,7 @@ struct TrainingReport {
   // A training run of `run_tokens` tokens (simulate --tokens; 0: not given): its wall time at
   // this iteration's throughput and its cost.
   double run_tokens = 0, run_time_s = 0, cost_per_run_usd = -1;
-  // The what-ifs applied (sim/workload/perturbation.h), one line each; empty: none.
+  // The what-ifs applied (sim/workload/replay/perturbation.h), one line each; empty: none.
   std::vector<std::string> perturbations;
   std::optional<LostNodeReport> lost;
   bool oom = false;

@@ -2,7 +2,7 @@
 #include "sim/study/run.h"
 
 #include "sim/policy/replan.h"
-#include "sim/workload/memory.h"
+#include "sim/workload/job/memory.h"
 
 namespace hetsim::study {
 

@@ -11,12 +11,12 @@
 #include "sim/config/cluster_config.h"
 #include "sim/platform/cluster.h"
 #include "sim/report/training_report.h"
-#include "sim/workload/cost_model.h"
-#include "sim/workload/model.h"
-#include "sim/workload/perturbation.h"
-#include "sim/workload/plan.h"
-#include "sim/workload/replay.h"
-#include "sim/workload/training_job.h"
+#include "sim/workload/cost/cost_model.h"
+#include "sim/workload/job/training_job.h"
+#include "sim/workload/model/model.h"
+#include "sim/workload/plan/plan.h"
+#include "sim/workload/replay/perturbation.h"
+#include "sim/workload/replay/replay.h"
 
 namespace hetsim::study {
 

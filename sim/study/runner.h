@@ -9,7 +9,7 @@
 
 #include "sim/study/store.h"
 #include "sim/study/study.h"
-#include "sim/workload/cost_model.h"
+#include "sim/workload/cost/cost_model.h"
 
 namespace hetsim::study {
 

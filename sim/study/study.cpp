@@ -13,7 +13,7 @@
 #include "sim/config/yaml_util.h"
 #include "sim/core/error.h"
 #include "sim/policy/policy.h"
-#include "sim/workload/framework.h"
+#include "sim/workload/cost/framework.h"
 
 namespace hetsim::study {
 

@@ -2,7 +2,7 @@
 // plans (files, or a policy's best plan from the planner), or instead `cases` that each give a
 // model, a cluster and a plan together (with a reference iteration time to compare with), crossed
 // with frameworks and perturbations
-// (what-ifs, sim/workload/perturbation.h), each combination one
+// (what-ifs, sim/workload/replay/perturbation.h), each combination one
 // run with a key that hashes its inputs' contents. Read strictly: an unknown key names the file,
 // the line and the key; an empty cross product is an error that says which list is empty.
 #pragma once

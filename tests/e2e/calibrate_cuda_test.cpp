@@ -13,7 +13,7 @@
 #include "calibrate/database.h"
 #include "calibrate/measured_cost_model.h"
 #include "sim/config/cluster_config.h"
-#include "sim/workload/cost_model.h"
+#include "sim/workload/cost/cost_model.h"
 #include "tests/e2e/run_command.h"
 
 namespace hetsim::e2e {

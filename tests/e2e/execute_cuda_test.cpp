@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "sim/study/run.h"
-#include "sim/workload/cost_model.h"
-#include "sim/workload/training_job.h"
+#include "sim/workload/cost/cost_model.h"
+#include "sim/workload/job/training_job.h"
 #include "tests/e2e/run_command.h"
 
 namespace hetsim::e2e {

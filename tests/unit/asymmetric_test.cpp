@@ -7,7 +7,7 @@
 
 #include "sim/core/error.h"
 #include "sim/policy/estimate.h"
-#include "sim/workload/replay.h"
+#include "sim/workload/replay/replay.h"
 #include "tests/unit/fixtures.h"
 
 namespace hetsim::workload {

@@ -20,8 +20,8 @@
 #include "sim/network/collective_runner.h"
 #include "sim/network/protocol.h"
 #include "sim/study/run.h"
-#include "sim/workload/cost_model.h"
-#include "sim/workload/replay.h"
+#include "sim/workload/cost/cost_model.h"
+#include "sim/workload/replay/replay.h"
 
 namespace hetsim::chakra {
 namespace {

@@ -10,10 +10,10 @@
 
 #include "sim/core/error.h"
 #include "sim/report/training_report.h"
-#include "sim/workload/cnn.h"
-#include "sim/workload/cnn_split.h"
-#include "sim/workload/memory.h"
-#include "sim/workload/replay.h"
+#include "sim/workload/job/memory.h"
+#include "sim/workload/model/cnn.h"
+#include "sim/workload/plan/cnn_split.h"
+#include "sim/workload/replay/replay.h"
 #include "tests/unit/fixtures.h"
 
 namespace hetsim::workload {

@@ -1,7 +1,7 @@
 // The datasheet cost model against figures worked by hand: GEMM tile and wave quantisation, the
 // `sustained:` throttle of power-capped boards (GEMMs and attention slow, memory-bound kernels do
 // not), GeForce FP32-accumulate peaks, and the profile checks behind them.
-#include "sim/workload/cost_model.h"
+#include "sim/workload/cost/cost_model.h"
 
 #include <gtest/gtest.h>
 

@@ -11,8 +11,8 @@
 #include <cstring>
 
 #include "sim/policy/planner.h"
-#include "sim/workload/replay.h"
-#include "sim/workload/training_job.h"
+#include "sim/workload/job/training_job.h"
+#include "sim/workload/replay/replay.h"
 #include "tests/validation/rank_correlation.h"
 
 namespace hetsim::policy {

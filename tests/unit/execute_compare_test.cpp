@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sim/execute/executor.h"
-#include "sim/workload/replay.h"
+#include "sim/workload/replay/replay.h"
 #include "tests/unit/fixtures.h"
 
 namespace hetsim::execute {

@@ -10,7 +10,7 @@
 #include "sim/network/collective.h"
 #include "sim/network/collective_runner.h"
 #include "sim/platform/cluster.h"
-#include "sim/workload/perturbation.h"
+#include "sim/workload/replay/perturbation.h"
 
 namespace hetsim::platform {
 namespace {

@@ -5,8 +5,8 @@
 
 #include "sim/core/error.h"
 #include "sim/platform/cluster.h"
-#include "sim/workload/model.h"
-#include "sim/workload/plan.h"
+#include "sim/workload/model/model.h"
+#include "sim/workload/plan/plan.h"
 
 namespace hetsim::test {
 

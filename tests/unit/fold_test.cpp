@@ -7,8 +7,8 @@
 #include <map>
 #include <tuple>
 
-#include "sim/workload/perturbation.h"
-#include "sim/workload/replay.h"
+#include "sim/workload/replay/perturbation.h"
+#include "sim/workload/replay/replay.h"
 #include "tests/unit/fixtures.h"
 
 namespace hetsim::workload {

@@ -1,4 +1,4 @@
-// Frameworks (frameworks/*.yaml, sim/workload/framework.h): the profiles load and bad ones say
+// Frameworks (frameworks/*.yaml, sim/workload/cost/framework.h): the profiles load and bad ones say
 // what is wrong; each behaviour changes the replay as worked out by hand: host time per pass and
 // per step adds exactly, a reduction after the backward pass exposes every bucket's collective,
 // a blocking send holds its stage for the transfer, a partitioned pipeline transfer is gathered
@@ -16,9 +16,9 @@
 #include "sim/network/collective_runner.h"
 #include "sim/policy/estimate.h"
 #include "sim/policy/policy.h"
-#include "sim/workload/framework.h"
-#include "sim/workload/memory.h"
-#include "sim/workload/replay.h"
+#include "sim/workload/cost/framework.h"
+#include "sim/workload/job/memory.h"
+#include "sim/workload/replay/replay.h"
 #include "tests/unit/fixtures.h"
 
 namespace hetsim::workload {

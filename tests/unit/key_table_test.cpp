@@ -11,7 +11,7 @@
 #include "sim/config/cluster_config.h"
 #include "sim/core/error.h"
 #include "sim/study/study.h"
-#include "sim/workload/model.h"
+#include "sim/workload/model/model.h"
 
 namespace hetsim::config {
 namespace {

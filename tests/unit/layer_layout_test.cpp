@@ -7,8 +7,8 @@
 #include <string>
 
 #include "sim/core/error.h"
-#include "sim/workload/model.h"
-#include "sim/workload/ops.h"
+#include "sim/workload/model/model.h"
+#include "sim/workload/model/ops.h"
 
 namespace hetsim::workload {
 namespace {

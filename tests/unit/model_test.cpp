@@ -1,6 +1,6 @@
 // Models: the shipped YAML files and Hugging Face configs give the published parameter counts;
 // bad configs are rejected with the file and field.
-#include "sim/workload/model.h"
+#include "sim/workload/model/model.h"
 
 #include <gtest/gtest.h>
 
@@ -12,10 +12,10 @@
 
 #include "sim/core/error.h"
 #include "sim/platform/cluster.h"
-#include "sim/workload/cost_model.h"
-#include "sim/workload/plan.h"
-#include "sim/workload/replay.h"
-#include "sim/workload/training_job.h"
+#include "sim/workload/cost/cost_model.h"
+#include "sim/workload/job/training_job.h"
+#include "sim/workload/plan/plan.h"
+#include "sim/workload/replay/replay.h"
 
 namespace hetsim::workload {
 namespace {

@@ -7,8 +7,8 @@
 #include <cmath>
 
 #include "sim/core/error.h"
-#include "sim/workload/memory.h"
-#include "sim/workload/replay.h"
+#include "sim/workload/job/memory.h"
+#include "sim/workload/replay/replay.h"
 #include "tests/unit/fixtures.h"
 
 namespace hetsim::workload {

@@ -1,6 +1,6 @@
-// What-ifs (sim/workload/perturbation.h): a slow GPU in a pure data-parallel plan checked by hand,
-// the folded replay never folds replicas a perturbation made different, degraded links, seeded
-// stragglers, bad input naming the field; and the cost figures and the Pareto front.
+// What-ifs (sim/workload/replay/perturbation.h): a slow GPU in a pure data-parallel plan checked by
+// hand, the folded replay never folds replicas a perturbation made different, degraded links,
+// seeded stragglers, bad input naming the field; and the cost figures and the Pareto front.
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -10,9 +10,9 @@
 #include "sim/report/training_report.h"
 #include "sim/study/results.h"
 #include "sim/study/run.h"
-#include "sim/workload/memory.h"
-#include "sim/workload/perturbation.h"
-#include "sim/workload/replay.h"
+#include "sim/workload/job/memory.h"
+#include "sim/workload/replay/perturbation.h"
+#include "sim/workload/replay/replay.h"
 
 namespace hetsim::workload {
 namespace {

@@ -1,7 +1,7 @@
-// The plan keys' table (workload/plan_keys.h) is what the loader reads: every key in it is known
-// to the loader, a key not in it is refused, each choice key takes exactly its listed choices,
-// and the generated reference and schema list every key.
-#include "sim/workload/plan_keys.h"
+// The plan keys' table (workload/plan/plan_keys.h) is what the loader reads: every key in it is
+// known to the loader, a key not in it is refused, each choice key takes exactly its listed
+// choices, and the generated reference and schema list every key.
+#include "sim/workload/plan/plan_keys.h"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 
 #include "sim/config/cluster_config.h"
 #include "sim/core/error.h"
-#include "sim/workload/framework.h"
+#include "sim/workload/cost/framework.h"
 
 #include "tests/unit/fixtures.h"
 

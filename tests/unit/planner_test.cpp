@@ -14,9 +14,9 @@
 #include "sim/policy/estimate.h"
 #include "sim/policy/neighbours.h"
 #include "sim/policy/planner.h"
-#include "sim/workload/memory.h"
-#include "sim/workload/plan.h"
-#include "sim/workload/replay.h"
+#include "sim/workload/job/memory.h"
+#include "sim/workload/plan/plan.h"
+#include "sim/workload/replay/replay.h"
 
 namespace hetsim::policy {
 namespace {

@@ -7,8 +7,8 @@
 
 #include "sim/report/progress.h"
 #include "sim/report/training_report.h"
-#include "sim/workload/memory.h"
-#include "sim/workload/replay.h"
+#include "sim/workload/job/memory.h"
+#include "sim/workload/replay/replay.h"
 
 namespace hetsim::report {
 namespace {

@@ -10,8 +10,8 @@
 #include "sim/core/error.h"
 #include "sim/policy/estimate.h"
 #include "sim/policy/policy.h"
-#include "sim/workload/memory.h"
-#include "sim/workload/replay.h"
+#include "sim/workload/job/memory.h"
+#include "sim/workload/replay/replay.h"
 #include "tests/unit/fixtures.h"
 
 namespace hetsim::workload {

@@ -11,8 +11,8 @@
 #include "sim/network/collective_runner.h"
 #include "sim/report/chrome_trace.h"
 #include "sim/report/training_report.h"
-#include "sim/workload/memory.h"
-#include "sim/workload/replay.h"
+#include "sim/workload/job/memory.h"
+#include "sim/workload/replay/replay.h"
 #include "tests/unit/fixtures.h"
 
 namespace hetsim::workload {

@@ -45,11 +45,11 @@
 #include "calibrate/measured_cost_model.h"
 #include "sim/config/cluster_config.h"
 #include "sim/platform/cluster.h"
-#include "sim/workload/cost_model.h"
-#include "sim/workload/model.h"
-#include "sim/workload/plan.h"
-#include "sim/workload/replay.h"
-#include "sim/workload/training_job.h"
+#include "sim/workload/cost/cost_model.h"
+#include "sim/workload/job/training_job.h"
+#include "sim/workload/model/model.h"
+#include "sim/workload/plan/plan.h"
+#include "sim/workload/replay/replay.h"
 #include "tests/validation/csv_table.h"
 
 namespace {

@@ -11,14 +11,14 @@
 // counted as one fused kernel each (as Megatron-LM runs them), hetsim was 6-14% too fast on the
 // five rows it could then express (Llama 2 13B without recomputation +14.1%, with every second
 // layer recomputed +11.2%, Llama 3 8B so +10.5%, the two 70B rows with full recomputation +6.4%
-// and +6.2%): 9.7% mean. Counted as the eager ops the reference code runs (sim/workload/ops.cpp:
-// RMSNorm as PyTorch's composite, 36 and 84 bytes an element forward and backward against the
-// fused kernel's 4 and 6), with the op-level policy's rows added: the seven rows bound by compute
-// from +0.8% to +4.8%, 2.2% mean; Llama 2 70B at one sequence a GPU +15.4% on the DGX network
-// and -16.1% on the p4de one, its gathers as long as its compute. Under pytorch-fsdp2, each
-// gathered layer copied out of the all-gather's buffer (FSDP2's per-parameter sharding, 4 bytes
-// a parameter a gather, on the compute stream): the seven from -0.4% to +3.2%, 1.2% mean (2.2%
-// on the p4de network); the 70B row +12.2% and -16.1%.
+// and +6.2%): 9.7% mean. Counted as the eager ops the reference code runs
+// (sim/workload/model/ops.cpp: RMSNorm as PyTorch's composite, 36 and 84 bytes an element forward
+// and backward against the fused kernel's 4 and 6), with the op-level policy's rows added: the
+// seven rows bound by compute from +0.8% to +4.8%, 2.2% mean; Llama 2 70B at one sequence a GPU
+// +15.4% on the DGX network and -16.1% on the p4de one, its gathers as long as its compute. Under
+// pytorch-fsdp2, each gathered layer copied out of the all-gather's buffer (FSDP2's per-parameter
+// sharding, 4 bytes a parameter a gather, on the compute stream): the seven from -0.4% to
+// +3.2%, 1.2% mean (2.2% on the p4de network); the 70B row +12.2% and -16.1%.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -33,12 +33,12 @@
 #include "sim/config/cluster_config.h"
 #include "sim/platform/cluster.h"
 #include "sim/report/training_report.h"
-#include "sim/workload/cost_model.h"
-#include "sim/workload/memory.h"
-#include "sim/workload/model.h"
-#include "sim/workload/plan.h"
-#include "sim/workload/replay.h"
-#include "sim/workload/training_job.h"
+#include "sim/workload/cost/cost_model.h"
+#include "sim/workload/job/memory.h"
+#include "sim/workload/job/training_job.h"
+#include "sim/workload/model/model.h"
+#include "sim/workload/plan/plan.h"
+#include "sim/workload/replay/replay.h"
 #include "tests/validation/csv_table.h"
 #include "tests/validation/validation_env.h"
 

@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "sim/workload/cost_model.h"
+#include "sim/workload/cost/cost_model.h"
 
 namespace hetsim::validation {
 
