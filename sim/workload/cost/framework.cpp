@@ -44,8 +44,9 @@ namespace {
 using T = config::KeyType;
 constexpr std::string_view kAll = "";
 
-std::vector<config::Key> make_framework_keys() {
-  return {
+// What the framework is, how it reduces gradients and how its pipeline moves activations.
+void add_reduction_and_pipeline_keys(std::vector<config::Key>& keys) {
+  const std::vector<config::Key> rows = {
       {"name",
        T::text,
        {},
@@ -118,6 +119,13 @@ std::vector<config::Key> make_framework_keys() {
        "The highest `zero_stage` the framework runs with more than one pipeline stage; a plan "
        "above it is refused. `deepspeed`: 1 (its PipelineEngine asserts ZeRO stage below 2)",
        kAll},
+  };
+  keys.insert(keys.end(), rows.begin(), rows.end());
+}
+
+// How it runs kernels, its host's time, the tied embedding's reduction and its memory.
+void add_host_and_memory_keys(std::vector<config::Key>& keys) {
+  const std::vector<config::Key> rows = {
       {"kernels",
        T::choice,
        {"fused", "eager", "eager_autocast"},
@@ -176,6 +184,14 @@ std::vector<config::Key> make_framework_keys() {
        "Device memory the process holds beyond what hetsim counts (CUDA context, workspaces, "
        "allocator slack), 0 to 64 GiB. `deepspeed`: 1.5 GiB",
        kAll},
+  };
+  keys.insert(keys.end(), rows.begin(), rows.end());
+}
+
+// Gradient accumulation, its pipeline transfers' order and buffer, sequence parallelism
+// and ZeRO-3's copy out of the gather.
+void add_accumulation_and_transfer_keys(std::vector<config::Key>& keys) {
+  const std::vector<config::Key> rows = {
       {"gradient_accumulation",
        T::choice,
        {"fused", "add"},
@@ -224,6 +240,15 @@ std::vector<config::Key> make_framework_keys() {
        "parameters on the compute stream (PyTorch FSDP2)",
        kAll},
   };
+  keys.insert(keys.end(), rows.begin(), rows.end());
+}
+
+std::vector<config::Key> make_framework_keys() {
+  std::vector<config::Key> keys;
+  add_reduction_and_pipeline_keys(keys);
+  add_host_and_memory_keys(keys);
+  add_accumulation_and_transfer_keys(keys);
+  return keys;
 }
 
 // The key's choices, for get_choice.

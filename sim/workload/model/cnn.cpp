@@ -585,17 +585,15 @@ class ProgramBuilder {
     gradient_to(src, mine, l.name + ".shortcut.bwd", l.name + ".shortcut.bwd", bytes, bwd);
   }
 
-  CnnLayerProgram layer(int i) {
-    const CnnLayer& l = m_.cnn[static_cast<size_t>(i)];
-    CnnLayerProgram prog;
-    const int src = cnn_source(m_, i);
-    // Whether the backward computes the input's gradient: never for the images, nor where
-    // nothing before this layer trains (a pool reading the images, the layer after it).
-    const bool dx = input_gradient_[static_cast<size_t>(i)];
-    // Whether the input is split over the ranks as this layer reads it (else each rank holds
-    // it whole: the images, a whole layout, a copy gathered for an earlier consumer).
-    const bool split_input = !whole(src);
+  // A layer's steps as its split builds them, before they are put in order.
+  struct LayerParts {
     std::vector<Step> fwd, bwd_main, bwd_epi, bwd_in;
+    Layout out = Layout::full;       // where the output is left
+    Layout gradient = Layout::full;  // where the input's gradient is left
+  };
+
+  // How layer `l` is split: its own split, or a pool's that follows its input's layout.
+  LayerSplit choose_split(const CnnLayer& l, int src, bool split_input, bool dx) {
     LayerSplit split = rows_ == 1 ? LayerSplit::batch : split_of(l);
     if (l.kind == CnnKind::pool) {
       // A pooling layer keeps its input's layout; split by image columns where the split does
@@ -611,95 +609,120 @@ class ProgramBuilder {
                             "or domain (batch is the grid with rows: 1)",
                             rows_));
     }
+    return split;
+  }
+
+  // Split by output channels over the grid's rows (Gholami's model parallelism).
+  void model_split(const CnnLayer& l, int src, bool dx, bool split_input, double in_bytes,
+                   CnnLayerProgram& prog, LayerParts& parts) {
+    const LayerSplit split = LayerSplit::model;
+    if (const std::string why = model_split_misfit(l, rows_); !why.empty())
+      refuse_split(l, split, why, split_input, dx);
+    const int64_t local = ceil_div(l.out_c, rows_);
+    if (l.kind == CnnKind::pool) {
+      // Its input's channels, pooled on their rank; the gradient stays by channels.
+      kernels(l, local, l.in_w, l.out_w, l.pad, parts.fwd, parts.bwd_main, dx);
+      stored_ += in_bytes / rows_;
+      parts.gradient = Layout::channels;
+    } else {
+      // The input whole on every rank: gathered from the ranks' channels or image columns.
+      to_layout(src, Layout::full, l.name + ".gather", in_bytes, parts.fwd);
+      kernels(l, local, l.in_w, l.out_w, l.pad, parts.fwd, parts.bwd_main, dx);
+      stored_ += in_bytes;
+      // The input gradient: each rank's filters' share of every input element, summed.
+      if (dx) parts.bwd_in.push_back(comm(l.name + ".dgrad.sum", CommKind::allreduce, in_bytes));
+    }
+    epilogue(l, elems(local * l.out_h * l.out_w), false, parts.fwd, parts.bwd_epi);
+    parts.out = Layout::channels;
+    prog.params = l.kind == CnnKind::pool
+                      ? 0.0
+                      : static_cast<double>(l.params()) / rows_;  // rows of W (and b)
+  }
+
+  // Split by image columns over the grid's rows, with halos (Gholami's domain parallelism).
+  void domain_split(const CnnLayer& l, int src, bool dx, bool split_input, double in_bytes,
+                    CnnLayerProgram& prog, LayerParts& parts) {
+    const LayerSplit split = LayerSplit::domain;
+    if (const std::string why = domain_split_misfit(l, rows_, split_input, dx); !why.empty())
+      refuse_split(l, split, why, split_input, dx);
+    // A global pool reduces each rank's columns to partial sums.
+    const bool global = global_pool(l);
+    const Halo hf = global ? Halo{} : halo_forward(l);
+    const Halo hb = global ? Halo{} : halo_backward(l);
+    // Channels to image columns: every rank's channels of its columns (an all-to-all); from
+    // a whole input each rank takes its columns.
+    to_layout(src, Layout::spatial, l.name + ".scatter", in_bytes, parts.fwd);
+    // The halo from the neighbours, where they hold it: each side's columns (the exchange
+    // carries their mean to each neighbour: an inner rank sends both sides' in all).
+    if (split_input && hf.total() > 0) {
+      parts.fwd.push_back(comm(l.name + ".halo", CommKind::halo,
+                               e_ * elems(l.in_c * l.in_h) * static_cast<double>(hf.total()) / 2));
+    }
+    const int64_t cols = global ? 1 : ceil_div(l.out_w, rows_);
+    // The rank's output columns from its input columns and the halo: no padding across the
+    // cut (the outer ranks' padding is within the kernel's reach of the halo).
+    const int64_t in_cols = global ? ceil_div(l.in_w, rows_) : (cols - 1) * l.stride + l.kernel;
+    if (dx && hb.total() > 0) {
+      parts.bwd_main.push_back(
+          comm(l.name + ".halo.bwd", CommKind::halo,
+               e_ * elems(l.out_c * l.out_h) * static_cast<double>(hb.total()) / 2));
+    }
+    kernels(l, l.out_c, in_cols, cols, 0, parts.fwd, parts.bwd_main, dx);
+    stored_ += e_ * elems(l.in_c * l.in_h * in_cols);
+    if (global) {
+      // A global pool of image columns: each rank's partial sums, summed.
+      parts.fwd.push_back(comm(l.name + ".sum", CommKind::allreduce, e_ * elems(l.out_c)));
+      parts.out = Layout::full;
+    } else {
+      parts.out = Layout::spatial;
+    }
+    parts.gradient = Layout::spatial;
+    epilogue(l, elems(l.out_c * l.out_h * cols), true, parts.fwd, parts.bwd_epi);
+    prog.params = static_cast<double>(l.params());
+    prog.grid_gradients = l.kind != CnnKind::pool;
+  }
+
+  CnnLayerProgram layer(int i) {
+    const CnnLayer& l = m_.cnn[static_cast<size_t>(i)];
+    CnnLayerProgram prog;
+    const int src = cnn_source(m_, i);
+    // Whether the backward computes the input's gradient: never for the images, nor where
+    // nothing before this layer trains (a pool reading the images, the layer after it).
+    const bool dx = input_gradient_[static_cast<size_t>(i)];
+    // Whether the input is split over the ranks as this layer reads it (else each rank holds
+    // it whole: the images, a whole layout, a copy gathered for an earlier consumer).
+    const bool split_input = !whole(src);
+    LayerParts parts;
+    const LayerSplit split = choose_split(l, src, split_input, dx);
     prog.split = split;
     stored_ = 0;
     const double in_bytes = e_ * elems(l.in_elems());
-    Layout out = Layout::full;
-    Layout gradient = Layout::full;  // where the input's gradient is left
     switch (split) {
       case LayerSplit::batch:
         // On a grid (a pool that cannot follow its input's split): the input gathered whole,
         // pooled on every rank, its gradient whole.
-        to_layout(src, Layout::full, l.name + ".gather", in_bytes, fwd);
-        kernels(l, l.out_c, l.in_w, l.out_w, l.pad, fwd, bwd_main, dx);
-        epilogue(l, elems(l.out_elems()), false, fwd, bwd_epi);
+        to_layout(src, Layout::full, l.name + ".gather", in_bytes, parts.fwd);
+        kernels(l, l.out_c, l.in_w, l.out_w, l.pad, parts.fwd, parts.bwd_main, dx);
+        epilogue(l, elems(l.out_elems()), false, parts.fwd, parts.bwd_epi);
         stored_ += in_bytes;
         prog.params = static_cast<double>(l.params());
         break;
-      case LayerSplit::model: {
-        if (const std::string why = model_split_misfit(l, rows_); !why.empty())
-          refuse_split(l, split, why, split_input, dx);
-        const int64_t local = ceil_div(l.out_c, rows_);
-        if (l.kind == CnnKind::pool) {
-          // Its input's channels, pooled on their rank; the gradient stays by channels.
-          kernels(l, local, l.in_w, l.out_w, l.pad, fwd, bwd_main, dx);
-          stored_ += in_bytes / rows_;
-          gradient = Layout::channels;
-        } else {
-          // The input whole on every rank: gathered from the ranks' channels or image columns.
-          to_layout(src, Layout::full, l.name + ".gather", in_bytes, fwd);
-          kernels(l, local, l.in_w, l.out_w, l.pad, fwd, bwd_main, dx);
-          stored_ += in_bytes;
-          // The input gradient: each rank's filters' share of every input element, summed.
-          if (dx) bwd_in.push_back(comm(l.name + ".dgrad.sum", CommKind::allreduce, in_bytes));
-        }
-        epilogue(l, elems(local * l.out_h * l.out_w), false, fwd, bwd_epi);
-        out = Layout::channels;
-        prog.params = l.kind == CnnKind::pool
-                          ? 0.0
-                          : static_cast<double>(l.params()) / rows_;  // rows of W (and b)
+      case LayerSplit::model:
+        model_split(l, src, dx, split_input, in_bytes, prog, parts);
         break;
-      }
-      case LayerSplit::domain: {
-        if (const std::string why = domain_split_misfit(l, rows_, split_input, dx); !why.empty())
-          refuse_split(l, split, why, split_input, dx);
-        // A global pool reduces each rank's columns to partial sums.
-        const bool global = global_pool(l);
-        const Halo hf = global ? Halo{} : halo_forward(l);
-        const Halo hb = global ? Halo{} : halo_backward(l);
-        // Channels to image columns: every rank's channels of its columns (an all-to-all); from
-        // a whole input each rank takes its columns.
-        to_layout(src, Layout::spatial, l.name + ".scatter", in_bytes, fwd);
-        // The halo from the neighbours, where they hold it: each side's columns (the exchange
-        // carries their mean to each neighbour: an inner rank sends both sides' in all).
-        if (split_input && hf.total() > 0) {
-          fwd.push_back(comm(l.name + ".halo", CommKind::halo,
-                             e_ * elems(l.in_c * l.in_h) * static_cast<double>(hf.total()) / 2));
-        }
-        const int64_t cols = global ? 1 : ceil_div(l.out_w, rows_);
-        // The rank's output columns from its input columns and the halo: no padding across the
-        // cut (the outer ranks' padding is within the kernel's reach of the halo).
-        const int64_t in_cols = global ? ceil_div(l.in_w, rows_) : (cols - 1) * l.stride + l.kernel;
-        if (dx && hb.total() > 0) {
-          bwd_main.push_back(
-              comm(l.name + ".halo.bwd", CommKind::halo,
-                   e_ * elems(l.out_c * l.out_h) * static_cast<double>(hb.total()) / 2));
-        }
-        kernels(l, l.out_c, in_cols, cols, 0, fwd, bwd_main, dx);
-        stored_ += e_ * elems(l.in_c * l.in_h * in_cols);
-        if (global) {
-          // A global pool of image columns: each rank's partial sums, summed.
-          fwd.push_back(comm(l.name + ".sum", CommKind::allreduce, e_ * elems(l.out_c)));
-          out = Layout::full;
-        } else {
-          out = Layout::spatial;
-        }
-        gradient = Layout::spatial;
-        epilogue(l, elems(l.out_c * l.out_h * cols), true, fwd, bwd_epi);
-        prog.params = static_cast<double>(l.params());
-        prog.grid_gradients = l.kind != CnnKind::pool;
+      case LayerSplit::domain:
+        domain_split(l, src, dx, split_input, in_bytes, prog, parts);
         break;
-      }
     }
     if (dx)
-      gradient_to(src, gradient, l.name + ".dgrad.gather", l.name + ".scatter.bwd", in_bytes,
-                  bwd_in);
-    layout_[static_cast<size_t>(i)] = out;
+      gradient_to(src, parts.gradient, l.name + ".dgrad.gather", l.name + ".scatter.bwd", in_bytes,
+                  parts.bwd_in);
+    layout_[static_cast<size_t>(i)] = parts.out;
     prog.activations = stored_;
-    shortcut(l, out, fwd, bwd_epi);
-    prog.forward = std::move(fwd);
+    shortcut(l, parts.out, parts.fwd, parts.bwd_epi);
+    prog.forward = std::move(parts.fwd);
     // Backward: the epilogue's gradients, the kernels' (halo first), the input's collective.
-    for (auto* part : {&bwd_epi, &bwd_main, &bwd_in})
+    for (auto* part : {&parts.bwd_epi, &parts.bwd_main, &parts.bwd_in})
       prog.backward.insert(prog.backward.end(), part->begin(), part->end());
     return prog;
   }

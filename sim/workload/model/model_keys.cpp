@@ -99,7 +99,7 @@ void add_layer_keys(std::vector<Key>& keys) {
   keys.insert(keys.end(), rows.begin(), rows.end());
 }
 
-// A transformer's head, biases, norms, attention variants and dropout.
+// A transformer's head and biases.
 void add_layer_option_keys(std::vector<Key>& keys) {
   const std::string_view tr = kTransformer;
   const std::vector<Key> rows = {
@@ -136,6 +136,14 @@ void add_layer_option_keys(std::vector<Key>& keys) {
        tr},
       {"mlp_bias", T::flag, {}, 0, 0, "bias", "The MLP's biases", "", tr},
       {"head_bias", T::flag, {}, 0, 0, "false", "A bias on the output projection (GPT-J)", "", tr},
+  };
+  keys.insert(keys.end(), rows.begin(), rows.end());
+}
+
+// A transformer's norms' placement, its attention variants and dropout.
+void add_attention_option_keys(std::vector<Key>& keys) {
+  const std::string_view tr = kTransformer;
+  const std::vector<Key> rows = {
       {"norm_placement",
        T::choice,
        {"pre", "post", "sandwich"},
@@ -304,7 +312,7 @@ void add_moe_keys(std::vector<Key>& keys) {
   keys.insert(keys.end(), rows.begin(), rows.end());
 }
 
-// A convolutional network's input and layers.
+// A convolutional network's input and its layers' kinds.
 void add_cnn_keys(std::vector<Key>& keys) {
   const std::vector<Key> rows = {
       {"input", T::map, {}, 0, 0, "", "One image", "", kCnn},
@@ -356,6 +364,14 @@ void add_cnn_keys(std::vector<Key>& keys) {
        "ResNet v1.5 bottleneck blocks of this width (their output 4 x)",
        "",
        "bottleneck"},
+  };
+  keys.insert(keys.end(), rows.begin(), rows.end());
+}
+
+// The options of a convolutional network's layers: kernel, stride, padding, bias, batch norm,
+// ReLU, dropout, blocks and names.
+void add_cnn_layer_option_keys(std::vector<Key>& keys) {
+  const std::vector<Key> rows = {
       {"network[].kernel", T::integer, {}, 1, 1024, "", "The window's edge", "", "conv | pool"},
       {"network[].stride",
        T::integer,
@@ -421,8 +437,10 @@ std::vector<Key> make_model_keys() {
   std::vector<Key> keys;
   add_layer_keys(keys);
   add_layer_option_keys(keys);
+  add_attention_option_keys(keys);
   add_moe_keys(keys);
   add_cnn_keys(keys);
+  add_cnn_layer_option_keys(keys);
   return keys;
 }
 

@@ -506,54 +506,12 @@ void read_common(const std::string& file, const YAML::Node& root,
                          to_string(p.framework.gradient_reduction)));
 }
 
-// A convolutional network's plan: a process grid (Gholami et al.), see Plan::layer_splits.
-Plan load_grid_plan(const YAML::Node& root, const std::string& file, const ModelConfig& model,
-                    const platform::Cluster& cluster) {
-  config::check_keys(
-      file, root, "",
-      {"grid", "devices", "global_batch_size", "micro_batch_size", "split", "precision",
-       "framework", "main_grads", "optimizer", "gradient_reduction", "perturbations"});
-  Plan p;
-  p.source = file;
-  read_common(file, root, "pytorch-ddp", p);
-  const std::vector<platform::GpuId> devices = plan_devices(file, root, cluster);
-  const long n = static_cast<long>(devices.size());
-  long rows = 1, columns = n;
-  if (const YAML::Node g = root["grid"]) {
-    config::check_keys(file, g, "grid", {"rows", "columns"});
-    rows = get_int(file, g, "grid", "rows", 1, limits::kGpus, 1);
-    columns = get_int(file, g, "grid", "columns", 1, limits::kGpus, std::max(1L, n / rows));
-  }
-  if (rows * columns != n) {
-    throw InputError(fmt::format(
-        "{}: grid: rows x columns = {} x {} = {}, but the plan has {} GPUs{}", file, rows, columns,
-        rows * columns, n,
-        root["devices"] ? " (devices)" : " (the whole cluster; set devices to use fewer)"));
-  }
-  p.global_batch_size = get_int(file, root, "", "global_batch_size", 1, limits::kBatch);
-  if (p.global_batch_size % columns != 0) {
-    throw InputError(fmt::format(
-        "{}: global_batch_size: {} images do not split over the grid's {} columns (batch "
-        "parallel): use a multiple of {}",
-        where(file, root["global_batch_size"]), p.global_batch_size, columns, columns));
-  }
-  p.micro_batch_size =
-      get_int(file, root, "", "micro_batch_size", 1, limits::kBatch, p.global_batch_size / columns);
-  if (p.global_batch_size % (p.micro_batch_size * columns) != 0) {
-    throw InputError(fmt::format(
-        "{}: micro_batch_size: {} does not divide the {} images of each column",
-        where(file, root["micro_batch_size"]), p.micro_batch_size, p.global_batch_size / columns));
-  }
-  p.sequence_length = 1;
-  p.uniform = true;
-  p.tensor_parallel = static_cast<int>(rows);
-  p.pipeline_parallel = 1;
-  p.data_parallel = static_cast<int>(columns);
-  const int m = static_cast<int>(p.global_batch_size / (p.micro_batch_size * columns));
-  check_work(file, n * m * model.layers);
-  // Column c is the replica of ranks devices[rows c .. rows c + rows - 1]: a column's rows on
-  // neighbouring GPUs (the same node where it fits), as the grid's frequent halo and activation
-  // traffic wants.
+// The grid's columns as replicas of one stage each: column c is the replica of ranks
+// devices[rows c .. rows c + rows - 1], a column's rows on neighbouring GPUs (the same node where
+// it fits), as the grid's frequent halo and activation traffic wants.
+void add_grid_columns(const std::string& file, const ModelConfig& model,
+                      const platform::Cluster& cluster, const std::vector<platform::GpuId>& devices,
+                      long rows, long columns, int m, Plan& p) {
   for (long c = 0; c < columns; ++c) {
     ReplicaPlan rep;
     rep.micro_batches = m;
@@ -573,8 +531,12 @@ Plan load_grid_plan(const YAML::Node& root, const std::string& file, const Model
     rep.stages.push_back(std::move(st));
     p.replicas.push_back(std::move(rep));
   }
-  resolve_precision(file, root, cluster, p);
-  // The layers' splits over the rows.
+}
+
+// The layers' splits over the grid's rows (`split`): batch on one row; gholami (the paper's
+// choice), model or domain for every layer; or one entry per weighted layer.
+void read_layer_splits(const YAML::Node& root, const std::string& file, const ModelConfig& model,
+                       const platform::Cluster& cluster, long rows, long columns, Plan& p) {
   const YAML::Node split = root["split"];
   const size_t layers = model.cnn.size();
   auto every = [&](LayerSplit conv, LayerSplit fc) {
@@ -643,6 +605,56 @@ Plan load_grid_plan(const YAML::Node& root, const std::string& file, const Model
     }
     p.split_policy = "listed";
   }
+}
+
+// A convolutional network's plan: a process grid (Gholami et al.), see Plan::layer_splits.
+Plan load_grid_plan(const YAML::Node& root, const std::string& file, const ModelConfig& model,
+                    const platform::Cluster& cluster) {
+  config::check_keys(
+      file, root, "",
+      {"grid", "devices", "global_batch_size", "micro_batch_size", "split", "precision",
+       "framework", "main_grads", "optimizer", "gradient_reduction", "perturbations"});
+  Plan p;
+  p.source = file;
+  read_common(file, root, "pytorch-ddp", p);
+  const std::vector<platform::GpuId> devices = plan_devices(file, root, cluster);
+  const long n = static_cast<long>(devices.size());
+  long rows = 1, columns = n;
+  if (const YAML::Node g = root["grid"]) {
+    config::check_keys(file, g, "grid", {"rows", "columns"});
+    rows = get_int(file, g, "grid", "rows", 1, limits::kGpus, 1);
+    columns = get_int(file, g, "grid", "columns", 1, limits::kGpus, std::max(1L, n / rows));
+  }
+  if (rows * columns != n) {
+    throw InputError(fmt::format(
+        "{}: grid: rows x columns = {} x {} = {}, but the plan has {} GPUs{}", file, rows, columns,
+        rows * columns, n,
+        root["devices"] ? " (devices)" : " (the whole cluster; set devices to use fewer)"));
+  }
+  p.global_batch_size = get_int(file, root, "", "global_batch_size", 1, limits::kBatch);
+  if (p.global_batch_size % columns != 0) {
+    throw InputError(fmt::format(
+        "{}: global_batch_size: {} images do not split over the grid's {} columns (batch "
+        "parallel): use a multiple of {}",
+        where(file, root["global_batch_size"]), p.global_batch_size, columns, columns));
+  }
+  p.micro_batch_size =
+      get_int(file, root, "", "micro_batch_size", 1, limits::kBatch, p.global_batch_size / columns);
+  if (p.global_batch_size % (p.micro_batch_size * columns) != 0) {
+    throw InputError(fmt::format(
+        "{}: micro_batch_size: {} does not divide the {} images of each column",
+        where(file, root["micro_batch_size"]), p.micro_batch_size, p.global_batch_size / columns));
+  }
+  p.sequence_length = 1;
+  p.uniform = true;
+  p.tensor_parallel = static_cast<int>(rows);
+  p.pipeline_parallel = 1;
+  p.data_parallel = static_cast<int>(columns);
+  const int m = static_cast<int>(p.global_batch_size / (p.micro_batch_size * columns));
+  check_work(file, n * m * model.layers);
+  add_grid_columns(file, model, cluster, devices, rows, columns, m, p);
+  resolve_precision(file, root, cluster, p);
+  read_layer_splits(root, file, model, cluster, rows, columns, p);
   // Every layer's split checked now (the width and kernel it needs): an error names the layer.
   cnn_programs(model, p.layer_splits, static_cast<int>(rows), p.micro_batch_size, p.precision,
                file);

@@ -16,11 +16,9 @@ constexpr double kGpus = static_cast<double>(limits::kGpus);
 constexpr double kBatch = static_cast<double>(limits::kBatch);
 constexpr double kLayers = static_cast<double>(limits::kLayers);
 
-std::vector<PlanKey> make_table() {
-  // Readers: plan (workload/plan/plan.cpp), memory (workload/job/memory.cpp), job
-  // (workload/job/training_job.cpp), estimate (policy/estimate.cpp), search
-  // (policy/neighbours.cpp), export (launch/), execute (execute/).
-  return {
+// The parallel degrees, the batch and the schedule.
+void add_degree_and_batch_keys(std::vector<PlanKey>& keys) {
+  const std::vector<PlanKey> rows = {
       {"tensor_parallel",
        T::integer,
        {},
@@ -93,6 +91,13 @@ std::vector<PlanKey> make_table() {
        "pipeline_parallel",
        "schedule: interleaved: micro-batches that run one chunk before the next",
        "plan, memory, job"},
+  };
+  keys.insert(keys.end(), rows.begin(), rows.end());
+}
+
+// Recomputation, sequence parallelism, ZeRO, precision, the optimizer and its gradients.
+void add_memory_and_precision_keys(std::vector<PlanKey>& keys) {
+  const std::vector<PlanKey> rows = {
       {"recompute",
        T::choice,
        {"none", "selective", "full", "selective_op"},
@@ -174,6 +179,13 @@ std::vector<PlanKey> make_table() {
        "the framework's (160MB)",
        "Gradient bucket of the data-parallel reduction",
        "plan, job, estimate, export"},
+  };
+  keys.insert(keys.end(), rows.begin(), rows.end());
+}
+
+// Where the plan runs and how its stages are laid out, and its framework.
+void add_layout_keys(std::vector<PlanKey>& keys) {
+  const std::vector<PlanKey> rows = {
       {"devices",
        T::devices,
        {},
@@ -231,6 +243,13 @@ std::vector<PlanKey> make_table() {
        "micro_batch",
        "Cephalo's layered gradient accumulation (every micro-batch through a layer first)",
        "plan, memory, job"},
+  };
+  keys.insert(keys.end(), rows.begin(), rows.end());
+}
+
+// Experts, context parallelism, and the what-ifs a plan carries.
+void add_moe_and_context_keys(std::vector<PlanKey>& keys) {
+  const std::vector<PlanKey> rows = {
       {"expert_parallel",
        T::integer,
        {},
@@ -280,6 +299,19 @@ std::vector<PlanKey> make_table() {
        "What-ifs the plan carries (slow, link, stragglers, lost), as simulate --perturb takes",
        "plan, job"},
   };
+  keys.insert(keys.end(), rows.begin(), rows.end());
+}
+
+std::vector<PlanKey> make_table() {
+  // Readers: plan (workload/plan/plan.cpp), memory (workload/job/memory.cpp), job
+  // (workload/job/training_job.cpp), estimate (policy/estimate.cpp), search
+  // (policy/neighbours.cpp), export (launch/), execute (execute/).
+  std::vector<PlanKey> keys;
+  add_degree_and_batch_keys(keys);
+  add_memory_and_precision_keys(keys);
+  add_layout_keys(keys);
+  add_moe_and_context_keys(keys);
+  return keys;
 }
 
 }  // namespace

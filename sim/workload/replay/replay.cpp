@@ -255,130 +255,154 @@ class Replayer {
     const Group& grp = job_.groups[g];
     State& s = st_[g];
     while (s.pc < grp.program.size()) {
-      const Task& t = grp.program[s.pc];
-      switch (t.kind) {
-        case TaskKind::compute: {
-          const Time start = engine_.now();
-          const Segment& seg = grp.segments[t.index];
-          const Time d = grp.slow_from.empty() || seg.ops.empty()
-                             ? seg.duration
-                             : stretched(grp.slow_from, start, seg.duration);
-          engine_.schedule_in(d, [this, g, start, d] {
-            State& st = st_[g];
-            st.times.compute += d;
-            if (obs_) {
-              for_copies(g, [&](uint32_t c) {
-                obs_->on_compute(job_, c, job_.groups[g].program[st.pc], start, engine_.now());
-              });
-            }
-            ++st.pc;
-            advance(g);
-          });
-          return;
-        }
-        case TaskKind::tp_comm: {
-          if (opt_.free_communication) {
-            ++s.pc;
-            continue;
-          }
-          const CommTemplate& ct = grp.comms[t.index];
-          const Time start = engine_.now();
-          const size_t pc = s.pc;
-          if (ct.async) {
-            ++s.tp_inflight;
-            collective(ct.measured, g, t.index, [this, g, start, pc] {
-              State& st = st_[g];
-              tp_observed(g, pc, start);
-              if (--st.tp_inflight == 0 && st.blocked == WaitReason::tensor_parallel) resume(g);
-            });
-            ++s.pc;
-            continue;
-          }
-          block(g, WaitReason::tensor_parallel);
-          collective(ct.measured, g, t.index, [this, g, start, pc] {
-            tp_observed(g, pc, start);
-            resume(g);
-          });
-          return;
-        }
-        case TaskKind::tp_wait:
-          if (s.tp_inflight == 0) {
-            ++s.pc;
-            continue;
-          }
-          block(g, WaitReason::tensor_parallel);
-          return;
-        case TaskKind::recv: {
-          const size_t k = key(g, t.pass == Pass::backward, t.chunk, t.micro_batch);
-          if (!s.posted.empty() && !s.posted[k]) {
-            s.posted[k] = 1;
-            // A send that waited for this receive to be posted moves now.
-            if (auto w = waiting_sends_.find({g, k}); w != waiting_sends_.end()) {
-              const std::function<void()> go = std::move(w->second);
-              waiting_sends_.erase(w);
-              go();
-            }
-          }
-          if (s.arrived[k] >= s.need[t.pass == Pass::backward]) {
-            ++s.pc;
-            continue;
-          }
-          block(g, WaitReason::pipeline);
-          return;
-        }
-        case TaskKind::send:
-          if (job_.plan->framework.blocking_p2p) {
-            // A blocking send (DeepSpeed's pipeline engine): the stage waits for its transfer.
-            block(g, WaitReason::pipeline);
-            send(g, t, true);
-            return;
-          }
-          send(g, t, false);
-          ++s.pc;
-          continue;
-        case TaskKind::dp_comm:
-          ++s.dp_issued;
-          if (opt_.free_communication) {
-            s.dp_done = s.dp_issued;
-            ++s.pc;
-            continue;
-          }
-          if (!s.dp_busy) dp_offer(g);
-          ++s.pc;
-          continue;
-        case TaskKind::tied:
-          if (opt_.free_communication) {
-            ++s.pc;
-            continue;
-          }
-          block(g, WaitReason::data_parallel);
-          tied_offer(g);
-          return;
-        case TaskKind::dp_wait:
-          if (s.dp_done >= t.index) {
-            ++s.pc;
-            continue;
-          }
-          block(g, WaitReason::data_parallel);
-          return;
-        case TaskKind::ep_comm:
-        case TaskKind::cp_comm:
-          if (opt_.free_communication) {
-            ++s.pc;
-            continue;
-          }
-          if (grp.comms[t.index].async) {
-            group_offer(g, t.index, s.pc);
-            ++s.pc;
-            continue;
-          }
-          block(g, t.kind == TaskKind::ep_comm ? WaitReason::expert_parallel
-                                               : WaitReason::context_parallel);
-          group_offer(g, t.index, s.pc);
-          return;
-      }
+      if (!step(g, grp.program[s.pc])) return;
     }
     s.times.finish = engine_.now();
+  }
+
+  // Starts the group's next task, `t`: true when the group moves on to the task after it at
+  // once, false when it waits (for a kernel, a transfer, a collective) and resumes later.
+  bool step(uint32_t g, const Task& t) {
+    const Group& grp = job_.groups[g];
+    State& s = st_[g];
+    switch (t.kind) {
+      case TaskKind::compute:
+        start_compute(g, t);
+        return false;
+      case TaskKind::tp_comm:
+        return start_tp_comm(g, t);
+      case TaskKind::tp_wait:
+        if (s.tp_inflight == 0) {
+          ++s.pc;
+          return true;
+        }
+        block(g, WaitReason::tensor_parallel);
+        return false;
+      case TaskKind::recv:
+        return receive(g, t);
+      case TaskKind::send:
+        if (job_.plan->framework.blocking_p2p) {
+          // A blocking send (DeepSpeed's pipeline engine): the stage waits for its transfer.
+          block(g, WaitReason::pipeline);
+          send(g, t, true);
+          return false;
+        }
+        send(g, t, false);
+        ++s.pc;
+        return true;
+      case TaskKind::dp_comm:
+        ++s.dp_issued;
+        if (opt_.free_communication) {
+          s.dp_done = s.dp_issued;
+        } else if (!s.dp_busy) {
+          dp_offer(g);
+        }
+        ++s.pc;
+        return true;
+      case TaskKind::tied:
+        if (opt_.free_communication) {
+          ++s.pc;
+          return true;
+        }
+        block(g, WaitReason::data_parallel);
+        tied_offer(g);
+        return false;
+      case TaskKind::dp_wait:
+        if (s.dp_done >= t.index) {
+          ++s.pc;
+          return true;
+        }
+        block(g, WaitReason::data_parallel);
+        return false;
+      case TaskKind::ep_comm:
+      case TaskKind::cp_comm:
+        if (opt_.free_communication) {
+          ++s.pc;
+          return true;
+        }
+        if (grp.comms[t.index].async) {
+          group_offer(g, t.index, s.pc);
+          ++s.pc;
+          return true;
+        }
+        block(g, t.kind == TaskKind::ep_comm ? WaitReason::expert_parallel
+                                             : WaitReason::context_parallel);
+        group_offer(g, t.index, s.pc);
+        return false;
+    }
+    return false;
+  }
+
+  // A segment of kernels: the group resumes when it ends, stretched where the GPU is slowed.
+  void start_compute(uint32_t g, const Task& t) {
+    const Group& grp = job_.groups[g];
+    const Time start = engine_.now();
+    const Segment& seg = grp.segments[t.index];
+    const Time d = grp.slow_from.empty() || seg.ops.empty()
+                       ? seg.duration
+                       : stretched(grp.slow_from, start, seg.duration);
+    engine_.schedule_in(d, [this, g, start, d] {
+      State& st = st_[g];
+      st.times.compute += d;
+      if (obs_) {
+        for_copies(g, [&](uint32_t c) {
+          obs_->on_compute(job_, c, job_.groups[g].program[st.pc], start, engine_.now());
+        });
+      }
+      ++st.pc;
+      advance(g);
+    });
+  }
+
+  // A tensor-parallel collective: an asynchronous one runs beside the kernels after it (a
+  // tp_wait joins it), a synchronous one holds the group until it ends.
+  bool start_tp_comm(uint32_t g, const Task& t) {
+    State& s = st_[g];
+    if (opt_.free_communication) {
+      ++s.pc;
+      return true;
+    }
+    const CommTemplate& ct = job_.groups[g].comms[t.index];
+    const Time start = engine_.now();
+    const size_t pc = s.pc;
+    if (ct.async) {
+      ++s.tp_inflight;
+      collective(ct.measured, g, t.index, [this, g, start, pc] {
+        State& st = st_[g];
+        tp_observed(g, pc, start);
+        if (--st.tp_inflight == 0 && st.blocked == WaitReason::tensor_parallel) resume(g);
+      });
+      ++s.pc;
+      return true;
+    }
+    block(g, WaitReason::tensor_parallel);
+    collective(ct.measured, g, t.index, [this, g, start, pc] {
+      tp_observed(g, pc, start);
+      resume(g);
+    });
+    return false;
+  }
+
+  // A pipeline receive: posting it lets a send that waited for it move; the group goes on once
+  // its transfers have arrived.
+  bool receive(uint32_t g, const Task& t) {
+    State& s = st_[g];
+    const size_t k = key(g, t.pass == Pass::backward, t.chunk, t.micro_batch);
+    if (!s.posted.empty() && !s.posted[k]) {
+      s.posted[k] = 1;
+      // A send that waited for this receive to be posted moves now.
+      if (auto w = waiting_sends_.find({g, k}); w != waiting_sends_.end()) {
+        const std::function<void()> go = std::move(w->second);
+        waiting_sends_.erase(w);
+        go();
+      }
+    }
+    if (s.arrived[k] >= s.need[t.pass == Pass::backward]) {
+      ++s.pc;
+      return true;
+    }
+    block(g, WaitReason::pipeline);
+    return false;
   }
 
   // ---- flow templates ----------------------------------------------------------------------
