@@ -291,7 +291,7 @@ void FlowNetwork::recompute_rates(const std::vector<FlowId>& flows) {
   const Time now = engine_.now();
   number_constraints(flows, now);
   fill_rates(flows);
-  for (LinkId l : touched_) local_[l] = kNone;
+  for (LinkId l : touched_) local_[l] = kNone;  // the numbering is for this recomputation only
   schedule_completions(flows, now);
   for (FlowObserver* o : observers_) o->on_rates(*this, now);
 }
@@ -299,7 +299,6 @@ void FlowNetwork::recompute_rates(const std::vector<FlowId>& flows) {
 // Settles the flows' progress at their old rates and numbers the constraints they share: the
 // links in use (rem_, weight_) and the flows' own caps (own_cap_, cap_local_).
 void FlowNetwork::number_constraints(const std::vector<FlowId>& flows, Time now) {
-  // Settle progress at the old rates, then number the links in use.
   // A flow's own cap is one more constraint that only it crosses; so is each link no other
   // active flow crosses (capacity / count: the same share that link's constraint would give), and
   // the tightest of them stands for all (own_cap_, by position). Ring flows span many such links

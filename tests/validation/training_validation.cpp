@@ -5,14 +5,14 @@
 //     plans in experiments/korthikanti/. Prints predicted vs measured time and the signed error,
 //     asserts the mean absolute percentage error (MAPE) < 10%; prints the memory per GPU against
 //     the paper's Fig. 1 (params + optimizer asserted within 25%, activations only printed).
+// (a') Megatron-LM v1.0 on one DGX-2H (V100, NVSwitch): ADLR's two published iteration times
+//     whose models the Megatron-LM paper states; asserts each within 10%.
 // (b) vTrain (tests/data/ground_truth/vtrain/a100_single_node_iterations.csv): 1,440
 //     measured Megatron-DeepSpeed iterations on one DGX A100 node (GPT, fp16, full recompute,
 //     1F1B, no gradient bucketing). Prints the MAPE overall and per (tp, dp, pp) and the Spearman
 //     rank correlation within each model configuration (hidden, layers, heads, sequence) across
 //     its plans; asserts the overall MAPE < 10%. The data ships with the repository: a missing
 //     file fails the test.
-// (a') Megatron-LM v1.0 on one DGX-2H (V100, NVSwitch): ADLR's two published iteration times
-//     whose models the Megatron-LM paper states; asserts each within 10%.
 #include <gtest/gtest.h>
 
 #include "tests/validation/rank_correlation.h"
