@@ -615,9 +615,8 @@ class ProgramBuilder {
   // Split by output channels over the grid's rows (Gholami's model parallelism).
   void model_split(const CnnLayer& l, int src, bool dx, bool split_input, double in_bytes,
                    CnnLayerProgram& prog, LayerParts& parts) {
-    const LayerSplit split = LayerSplit::model;
     if (const std::string why = model_split_misfit(l, rows_); !why.empty())
-      refuse_split(l, split, why, split_input, dx);
+      refuse_split(l, LayerSplit::model, why, split_input, dx);
     const int64_t local = ceil_div(l.out_c, rows_);
     if (l.kind == CnnKind::pool) {
       // Its input's channels, pooled on their rank; the gradient stays by channels.
@@ -642,9 +641,8 @@ class ProgramBuilder {
   // Split by image columns over the grid's rows, with halos (Gholami's domain parallelism).
   void domain_split(const CnnLayer& l, int src, bool dx, bool split_input, double in_bytes,
                     CnnLayerProgram& prog, LayerParts& parts) {
-    const LayerSplit split = LayerSplit::domain;
     if (const std::string why = domain_split_misfit(l, rows_, split_input, dx); !why.empty())
-      refuse_split(l, split, why, split_input, dx);
+      refuse_split(l, LayerSplit::domain, why, split_input, dx);
     // A global pool reduces each rank's columns to partial sums.
     const bool global = global_pool(l);
     const Halo hf = global ? Halo{} : halo_forward(l);
