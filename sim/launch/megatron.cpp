@@ -4,8 +4,10 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <utility>
 
 #include "sim/launch/launcher.h"
+#include "sim/workload/plan/plan_keys.h"
 
 namespace hetsim::launch {
 
@@ -218,8 +220,8 @@ class MegatronLauncher final : public Launcher {
         add("--microbatch-group-size-per-virtual-pipeline-stage", p.microbatch_group);
       }
     }
-    if (p.sequence_parallel) a.emplace_back("--sequence-parallel");
-    if (p.tp_comm_overlap && p.sequence_parallel) a.emplace_back("--tp-comm-overlap");
+    // The flags the plan keys' table gives (sequence parallelism, the layers' kernel choices).
+    for (std::string& f : workload::megatron_flags(p)) a.push_back(std::move(f));
     add("--micro-batch-size", lay.micro_batch);
     add("--global-batch-size", lay.global_batch);
     add("--seq-length", p.sequence_length);

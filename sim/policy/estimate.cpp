@@ -424,10 +424,7 @@ const Estimator::Pieces& Estimator::pieces(const Plan& plan, const config::GpuPr
   const int t = static_cast<int>(tp.ranks.front().size());
   const workload::LayerShape shape = workload::stage_shape(plan, t, batch);
   auto [it, fresh] = pieces_.try_emplace(
-      {&gpu, shape.micro_batch, shape.sequence, shape.sequence_parallel, shape.flash_attention,
-       static_cast<int>(shape.precision), tp.key, shape.context_parallel, shape.expert_parallel,
-       shape.experts_whole, shape.expert_load, shape.eager, shape.autocast,
-       host_key(plan.framework), shape.tp_comm_overlap});
+      {reinterpret_cast<uintptr_t>(&gpu), shape, tp.key, host_key(plan.framework)});
   Pieces& ps = it->second;
   if (!fresh) return ps;
   const auto p = plan.precision;

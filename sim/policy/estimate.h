@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <tuple>
 #include <unordered_map>
 #include <utility>
@@ -243,12 +244,11 @@ class Estimator {
     size_t operator()(uint64_t k) const { return (*this)(std::tuple<uint64_t>(k)); }
   };
   std::unordered_map<uint64_t, Layout, KeyHash> layouts_;
-  std::unordered_map<std::tuple<const config::GpuProfile*, int64_t, int64_t, bool, bool, int,
-                                uint64_t, int, int, bool, double, bool, bool, int64_t, bool>,
-                     Pieces, KeyHash>
-      pieces_;  // by GPU, the stage's layer shape (every field it has), tensor-parallel group
-                // and the framework's host time per kernel (-1: the cost model's); the GPU by
-                // its profile's address, harmless as pieces_ is only looked up, never iterated
+  std::map<std::tuple<uintptr_t, workload::LayerShape, uint64_t, int64_t>, Pieces>
+      pieces_;  // by GPU, the stage's whole layer shape (a field added to LayerShape joins the key
+                // by itself), tensor-parallel group and the framework's host time per kernel (-1:
+                // the cost model's); the GPU by its profile's address, harmless as pieces_ is only
+                // looked up, never iterated
   std::unordered_map<std::tuple<uint64_t, int, double>, double, KeyHash> collectives_;
   std::unordered_map<std::tuple<uint64_t, double>, double, KeyHash> hops_;
   std::unordered_map<std::tuple<const config::GpuProfile*, double, int, int64_t>, double, KeyHash>

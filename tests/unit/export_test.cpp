@@ -188,6 +188,9 @@ const RoundTripCase kRoundTrip[] = {
     {"Fp16OnV100", "gpt3-1.3b", "dgx1-v100", 2,
      "tensor_parallel: 4\npipeline_parallel: 2\nmicro_batch_size: 1\nglobal_batch_size: 32\n"
      "recompute: selective\n"},
+    {"Fp16UnfusedBiasDropout", "gpt3-1.3b", "dgx1-v100", 1,
+     "tensor_parallel: 2\nmicro_batch_size: 2\nglobal_batch_size: 16\nprecision: fp16\n"
+     "bias_dropout_fusion: false\n"},
     {"GqaLlamaInterleavedGroup", "llama3-8b", "dgx-h100", 2,
      "tensor_parallel: 2\npipeline_parallel: 4\nmicro_batch_size: 1\nglobal_batch_size: 16\n"
      "schedule: interleaved\ninterleave: 2\nmicrobatch_group: 8\nsequence_length: 8192\n"},
@@ -224,7 +227,8 @@ TEST_P(MegatronRoundTrip, ParsedFlagsGiveThePlansDegreesBatchScheduleRecomputeZe
   EXPECT_EQ(workload::to_string(d.precision), workload::to_string(p.precision));
   const Parsed flags = parse_megatron(l.command);
   EXPECT_EQ(flags.has("--sequence-parallel"), p.sequence_parallel);
-  EXPECT_EQ(flags.has("--tp-comm-overlap"), p.tp_comm_overlap);
+  EXPECT_EQ(flags.has("--tp-comm-overlap"), p.kernels.tp_comm_overlap);
+  EXPECT_EQ(flags.has("--no-bias-dropout-fusion"), !p.kernels.bias_dropout_fusion);
   EXPECT_EQ(flags.num("--num-layers"), in.model.layers);
   EXPECT_EQ(flags.num("--num-attention-heads"), in.model.heads);
   EXPECT_EQ(flags.has("--group-query-attention"), in.model.kv_heads != in.model.heads);

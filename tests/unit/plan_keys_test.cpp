@@ -10,6 +10,7 @@
 #include "sim/config/cluster_config.h"
 #include "sim/core/error.h"
 #include "sim/workload/cost/framework.h"
+#include "sim/workload/plan/plan.h"
 
 #include "tests/unit/fixtures.h"
 
@@ -54,6 +55,34 @@ TEST(PlanKeys, AChoiceKeyTakesItsChoicesAndNothingElse) {
     EXPECT_NE(test::plan_error(bad, m, c).find(std::string(key) + ": unknown value \"nonsense\""),
               std::string::npos)
         << key;
+  }
+}
+
+TEST(PlanKeys, ABoundRowIsReadIntoItsFieldAndGivesItsMegatronFlag) {
+  const platform::Cluster c = test::cluster("dgx-a100");
+  const ModelConfig m = test::small_gpt();
+  const Plan p = load_plan_text(
+      "global_batch_size: 8\ntensor_parallel: 2\nsequence_parallel: true\ntp_comm_overlap: true\n"
+      "bias_dropout_fusion: false\nrecompute: full\nrecompute_layers: 1\n",
+      "p.yaml", m, c);
+  EXPECT_TRUE(p.sequence_parallel);
+  EXPECT_TRUE(p.kernels.tp_comm_overlap);
+  EXPECT_FALSE(p.kernels.bias_dropout_fusion);
+  EXPECT_EQ(p.recompute, Recompute::full);
+  EXPECT_EQ(p.recompute_layers, 1);
+  EXPECT_EQ(megatron_flags(p), (std::vector<std::string>{"--sequence-parallel", "--tp-comm-overlap",
+                                                         "--no-bias-dropout-fusion"}));
+  // Defaults give no flag; --tp-comm-overlap needs sequence parallelism (without tensor
+  // parallelism the loader lets tp_comm_overlap stand alone, and Megatron-LM would refuse it).
+  EXPECT_TRUE(megatron_flags(load_plan_text("global_batch_size: 8\n", "p.yaml", m, c)).empty());
+  EXPECT_TRUE(megatron_flags(
+                  load_plan_text("global_batch_size: 8\ntp_comm_overlap: true\n", "p.yaml", m, c))
+                  .empty());
+  // Every flag key is read by its row, none by hand.
+  for (const PlanKeyRow& row : plan_key_rows()) {
+    if (row.key.type == PlanKeyType::flag) {
+      EXPECT_TRUE(row.field.flag != nullptr || row.field.kernel_flag != nullptr) << row.key.name;
+    }
   }
 }
 

@@ -482,7 +482,7 @@ TEST(TrainingReplay, TpCommOverlapRunsEachSequenceParallelCollectiveBesideItsGem
   EXPECT_FALSE(before(plain, "qkv").async);
   EXPECT_EQ(after(plain, "proj").comm, CommKind::reducescatter);
   EXPECT_FALSE(after(plain, "proj").async);
-  s.tp_comm_overlap = true;
+  s.kernels.tp_comm_overlap = true;
   const std::vector<Step> fwd = layer_forward(m, s), bwd = layer_backward(m, s);
   for (const char* g : {"qkv", "fc1"}) {
     EXPECT_EQ(before(fwd, g).comm, CommKind::allgather) << g;
@@ -525,6 +525,74 @@ TEST(TrainingReplay, TpCommOverlapRunsEachSequenceParallelCollectiveBesideItsGem
             "p.yaml:3: tp_comm_overlap: overlaps sequence parallelism's all-gathers and "
             "reduce-scatters with the GEMMs, so it needs sequence_parallel: true (Megatron-LM "
             "refuses --tp-comm-overlap without --sequence-parallel)");
+}
+
+TEST(TrainingReplay, BiasDropoutFusionOffRunsTheBiasDropoutAndAddAsKernelsOfTheirOwn) {
+  // bias_dropout_fusion: false (Megatron-LM's --no-bias-dropout-fusion): where a fused framework
+  // runs one kernel that reads the branch and the stream and writes the stream (3 e n bytes), the
+  // branch's bias is added (2 e n), dropout writes its output and a one-byte mask ((2 e + 1) n)
+  // and the add writes the stream (3 e n), n = tokens x hidden; the backward pass is the dropout's
+  // backward alone ((2 e + 1) n, where the fused kernel's is 3 e n). No FLOPs change.
+  ModelConfig m = small_gpt(4);
+  m.dropout = 0.1;
+  ASSERT_TRUE(m.bias && m.mlp_bias);
+  LayerShape s;
+  s.micro_batch = 2;
+  s.sequence = 512;
+  s.precision = Precision::fp16;
+  const double n = 2.0 * 512 * m.hidden, e = 2;
+  auto bytes = [](const std::vector<Step>& steps, const std::string& prefix) {
+    double b = 0;
+    for (const Step& st : steps)
+      if (st.op.name.rfind(prefix, 0) == 0) b += st.op.bytes;
+    return b;
+  };
+  auto flops = [](const std::vector<Step>& steps) {
+    double f = 0;
+    for (const Step& st : steps) f += st.op.flops;
+    return f;
+  };
+  const std::vector<Step> fused = layer_forward(m, s), fused_b = layer_backward(m, s);
+  EXPECT_DOUBLE_EQ(bytes(fused, "dropout_residual1"), 3 * e * n);
+  s.kernels.bias_dropout_fusion = false;
+  const std::vector<Step> unfused = layer_forward(m, s), unfused_b = layer_backward(m, s);
+  for (const char* r : {"dropout_residual1", "dropout_residual2"}) {
+    EXPECT_DOUBLE_EQ(bytes(unfused, std::string(r) + ".bias"), 2 * e * n) << r;
+    EXPECT_DOUBLE_EQ(bytes(unfused, std::string(r) + ".dropout"), (2 * e + 1) * n) << r;
+    EXPECT_DOUBLE_EQ(bytes(unfused, std::string(r) + ".add"), 3 * e * n) << r;
+    EXPECT_DOUBLE_EQ(bytes(unfused_b, std::string(r)), (2 * e + 1) * n) << r;
+  }
+  EXPECT_EQ(unfused.size(), fused.size() + 4);  // two branches, three kernels where one ran
+  EXPECT_DOUBLE_EQ(flops(unfused), flops(fused));
+  EXPECT_DOUBLE_EQ(flops(unfused_b), flops(fused_b));
+  // A branch without a bias (Llama's) has no bias kernel; nor does an eager framework, whose
+  // linear layers add theirs in the GEMM, and whose kernels the key does not change.
+  ModelConfig no_bias = m;
+  no_bias.bias = no_bias.mlp_bias = false;
+  EXPECT_DOUBLE_EQ(bytes(layer_forward(no_bias, s), "dropout_residual1.bias"), 0);
+  LayerShape eager = s;
+  eager.eager = true;
+  LayerShape eager_fused = eager;
+  eager_fused.kernels.bias_dropout_fusion = true;
+  EXPECT_EQ(layer_forward(m, eager).size(), layer_forward(m, eager_fused).size());
+  EXPECT_DOUBLE_EQ(bytes(layer_forward(m, eager), "dropout_residual1"),
+                   bytes(layer_forward(m, eager_fused), "dropout_residual1"));
+
+  // Read from a plan, replayed on a DGX-1: the same work, more memory traffic, a longer
+  // iteration; the estimator's cache tells the two plans apart by the shape alone.
+  const platform::Cluster c = cluster("dgx1-v100", 1);
+  const DatasheetCostModel cost;
+  const std::string base =
+      "tensor_parallel: 2\nmicro_batch_size: 2\nglobal_batch_size: 8\nsequence_length: 512\n"
+      "precision: fp16\n";
+  const Plan off = load_plan_text(base + "bias_dropout_fusion: false\n", "p.yaml", m, c);
+  EXPECT_FALSE(off.kernels.bias_dropout_fusion);
+  EXPECT_TRUE(load_plan_text(base, "p.yaml", m, c).kernels.bias_dropout_fusion);
+  const Replayed a = run(m, load_plan_text(base, "p.yaml", m, c), c, cost);
+  const Replayed b = run(m, off, c, cost);
+  EXPECT_GT(b.result.iteration, a.result.iteration);
+  EXPECT_EQ(plan_error(base + "bias_dropout_fusion: maybe\n", m, c),
+            "p.yaml:6: bias_dropout_fusion: expected true or false");
 }
 
 TEST(TrainingReplay, Fp8LayersCountTransformerEnginesCastKernels) {

@@ -114,23 +114,29 @@ struct Builder {
     if (s.autocast) memory(name + ".cast.bwd", (e + 4) * local_tokens() * m.hidden);
   }
   // Dropout on a branch's output and its add to the residual stream: one fused kernel (reads
-  // both, writes the stream), or, eager, a dropout (reads and writes the branch, writes its
-  // one-byte mask) and an add (reads the stream and the branch, writes the stream).
-  // Without dropout (ModelConfig::dropout 0) eager runs the add alone.
-  void dropout_residual(const std::string& name) {
+  // both, writes the stream), or, eager or with the fusion turned off
+  // (KernelChoices::bias_dropout_fusion), a dropout (reads and writes the branch, writes its
+  // one-byte mask) and an add (reads the stream and the branch, writes the stream). A fused
+  // framework's row-parallel linear hands its bias back apart for the fused kernel to add, so
+  // unfused, a branch with a bias (`bias`) adds it by a kernel of its own first (reads and writes
+  // the branch); eager frameworks add it in the GEMM. Without dropout (ModelConfig::dropout 0) the
+  // dropout's kernel is not run.
+  bool fused_dropout_residual() const { return !s.eager && s.kernels.bias_dropout_fusion; }
+  void dropout_residual(const std::string& name, bool bias) {
     const double n = local_tokens() * m.hidden;
-    if (!s.eager) {
+    if (fused_dropout_residual()) {
       memory(name, e * n * 3);
       return;
     }
+    if (bias && !s.eager) memory(name + ".bias", 2 * e * n);
     if (m.dropout > 0) memory(name + ".dropout", (2 * e + 1) * n);
     memory(name + ".add", (2 * r + e) * n);
   }
-  // Its backward: fused, one kernel; eager, the stream's gradient cast for the branch (autocast)
-  // and the dropout's backward (reads the gradient and the mask, writes).
+  // Its backward: fused, one kernel; unfused, the stream's gradient cast for the branch
+  // (autocast) and the dropout's backward (reads the gradient and the mask, writes).
   void dropout_residual_bwd(const std::string& name) {
     const double n = local_tokens() * m.hidden;
-    if (!s.eager) {
+    if (fused_dropout_residual()) {
       memory(name + ".bwd", e * n * 3);
       return;
     }
@@ -283,7 +289,7 @@ struct Builder {
   void enter_tp_fwd(bool te = false) {
     if (s.sequence_parallel) comm(CommKind::allgather, boundary_bytes(), te && overlap_tp());
   }
-  bool overlap_tp() const { return s.tp_comm_overlap && s.sequence_parallel && !s.eager; }
+  bool overlap_tp() const { return s.kernels.tp_comm_overlap && s.sequence_parallel && !s.eager; }
   // A row-parallel linear layer's forward GEMM and the collective that leaves its region: after
   // it, or under tp_comm_overlap its reduce-scatter beside it (the output's chunks reduced as the
   // GEMM writes them; the replay runs an asynchronous collective beside the one kernel after it).
@@ -738,7 +744,7 @@ std::vector<Step> parallel_layer_forward(Builder& b) {
   mlp_fwd(b, false);
   b.memory("branch_add", b.e * b.tokens() * b.m.hidden * 3);
   b.leave_tp_fwd();
-  b.dropout_residual("dropout_residual");
+  b.dropout_residual("dropout_residual", b.m.bias || b.m.mlp_bias);
   return b.steps;
 }
 
@@ -769,12 +775,12 @@ std::vector<Step> layer_forward(const ModelConfig& m, const LayerShape& s) {
   b.cast_for_matmul("norm1");
   attention_fwd(b, true);
   if (post) b.norm_fwd("post_norm1");
-  b.dropout_residual("dropout_residual1");
+  b.dropout_residual("dropout_residual1", m.bias);
   if (pre) b.norm_fwd("norm2");
   b.cast_for_matmul("norm2");
   mlp_fwd(b, true);
   if (post) b.norm_fwd("post_norm2");
-  b.dropout_residual("dropout_residual2");
+  b.dropout_residual("dropout_residual2", m.mlp_bias);
   return b.steps;
 }
 
@@ -932,7 +938,7 @@ std::vector<Step> selective_op_recompute(const ModelConfig& m, const LayerShape&
   b.repeat_kv(true);
   b.attention_reshape(true);
   b.linear_fwd("proj", m.q_width() / t, h);
-  b.dropout_residual("dropout_residual1");
+  b.dropout_residual("dropout_residual1", m.bias);
   b.norm_fwd("norm2");
   b.cast_for_matmul("norm2");
   b.linear_fwd("w3", h, m.ffn_hidden / t);

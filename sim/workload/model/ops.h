@@ -2,6 +2,7 @@
 // communication between them, in the order Megatron-LM runs them.
 #pragma once
 
+#include <compare>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -93,6 +94,23 @@ struct Step {
   bool context = false;
 };
 
+// The plan's choices of how a transformer layer's kernels run, each a plan key bound to its field
+// here (plan_keys.cpp), copied whole into every stage's LayerShape: a new such key is its row, its
+// field and its mechanism in the layer programs below, and the estimator's cache of layer costs
+// (which keys on the whole LayerShape) tells plans that differ in it apart by itself.
+struct KernelChoices {
+  // Plan key tp_comm_overlap, with sequence parallelism on a fused framework: each layer's
+  // sequence-parallel all-gather runs beside the column-parallel GEMM that reads it, and each
+  // reduce-scatter beside the row-parallel GEMM that writes it (Transformer Engine's userbuffers
+  // overlap, chunk by chunk), instead of before or after it.
+  bool tp_comm_overlap = false;
+  // Plan key bias_dropout_fusion: false runs a fused framework's bias-dropout-add as PyTorch's
+  // own kernels (Megatron-LM's --no-bias-dropout-fusion): the bias add, the dropout and the
+  // residual add each a pass over the activations, where the fused kernel makes one.
+  bool bias_dropout_fusion = true;
+  auto operator<=>(const KernelChoices&) const = default;
+};
+
 struct LayerShape {
   int64_t micro_batch = 1;
   int64_t sequence = 1;
@@ -126,11 +144,9 @@ struct LayerShape {
   // Framework::separate_grad_accumulation outside autocast: every weight gradient added into the
   // parameter's gradient (in the plan's precision) by a kernel of its own, each micro-batch.
   bool grad_accumulate = false;
-  // Plan::tp_comm_overlap with sequence parallelism on a fused framework: each layer's
-  // sequence-parallel all-gather runs beside the column-parallel GEMM that reads it, and each
-  // reduce-scatter beside the row-parallel GEMM that writes it (Transformer Engine's userbuffers
-  // overlap, chunk by chunk), instead of before or after it.
-  bool tp_comm_overlap = false;
+  KernelChoices kernels;  // the plan's (Plan::kernels)
+  // Every field compared (the estimator's cache key).
+  auto operator<=>(const LayerShape&) const = default;
 };
 
 // The programs of one transformer layer (a MoE layer where shape.moe_layer), and of the embedding

@@ -261,7 +261,7 @@ void read_moe(const std::string& file, const YAML::Node& root, const ModelConfig
 // tp_comm_overlap overlaps sequence parallelism's collectives: refused without it wherever a
 // stage is tensor parallel.
 void check_tp_overlap(const std::string& file, const YAML::Node& root, const Plan& p) {
-  if (!p.tp_comm_overlap || p.sequence_parallel) return;
+  if (!p.kernels.tp_comm_overlap || p.sequence_parallel) return;
   for (const ReplicaPlan& rep : p.replicas) {
     for (const StagePlan& st : rep.stages) {
       if (st.tensor_parallel() > 1) {
@@ -903,6 +903,7 @@ void check_plan(const std::string& file, const YAML::Node& root, const ModelConf
 // schedule, recomputation, attention, buckets, sequence parallelism, ZeRO, accumulation, MoE.
 void read_training_keys(const YAML::Node& root, const std::string& file, const ModelConfig& model,
                         Plan& p) {
+  read_bound_plan_keys(root, file, p);  // the flags, counts and choices the table binds
   p.micro_batch_size = get_int(file, root, "", "micro_batch_size", 1, limits::kBatch, 1);
   p.sequence_length =
       get_int(file, root, "", "sequence_length", 1, limits::kSequence, model.sequence);
@@ -912,23 +913,13 @@ void read_training_keys(const YAML::Node& root, const std::string& file, const M
                      " tokens in one micro-batch, more than hetsim simulates (" +
                      std::to_string(limits::kTokensPerMicroBatch) + ")");
   }
-  // Enum order follows the option lists.
-  p.schedule = static_cast<Schedule>(
-      config::get_choice(file, root, "", "schedule", plan_choices("schedule"), "1f1b"));
-  p.interleave = static_cast<int>(get_int(file, root, "", "interleave", 1, limits::kLayers, 1));
   if (p.schedule != Schedule::interleaved && p.interleave != 1) {
     throw InputError(where(file, root["interleave"]) + ": interleave: needs schedule: interleaved");
   }
-  p.microbatch_group =
-      static_cast<int>(get_int(file, root, "", "microbatch_group", 1, limits::kBatch, 0));
   if (p.microbatch_group > 0 && p.schedule != Schedule::interleaved) {
     throw InputError(where(file, root["microbatch_group"]) +
                      ": microbatch_group: needs schedule: interleaved");
   }
-  p.recompute = static_cast<Recompute>(
-      config::get_choice(file, root, "", "recompute", plan_choices("recompute"), "none"));
-  p.recompute_layers =
-      static_cast<int>(get_int(file, root, "", "recompute_layers", 1, limits::kLayers, 0));
   if (p.recompute_layers > 0 && p.recompute != Recompute::full) {
     throw InputError(where(file, root["recompute_layers"]) +
                      ": recompute_layers: needs recompute: full (it says how many layers of each "
@@ -939,22 +930,8 @@ void read_training_keys(const YAML::Node& root, const std::string& file, const M
   p.attention_defaulted = !root["attention"];
   p.bucket_bytes = config::get_quantity(file, root, "", "bucket_size", config::Dimension::bytes,
                                         p.framework.bucket_bytes.value_or(p.bucket_bytes));
-  // An optional true/false key read into `flag`.
-  auto read_flag = [&](const char* key, bool& flag) {
-    const YAML::Node n = root[key];
-    if (!n) return;
-    try {
-      flag = n.as<bool>();
-    } catch (const YAML::Exception&) {
-      throw InputError(where(file, n) + ": " + key + ": expected true or false");
-    }
-  };
-  read_flag("sequence_parallel", p.sequence_parallel);
-  read_flag("tp_comm_overlap", p.tp_comm_overlap);
   p.zero_stage = static_cast<int>(
       get_int(file, root, "", "zero_stage", 0, 3, p.framework.zero_stage.value_or(0)));
-  p.layered = config::get_choice(file, root, "", "gradient_accumulation",
-                                 plan_choices("gradient_accumulation"), "micro_batch") == 1;
   read_moe(file, root, model, p);
 }
 
@@ -1365,7 +1342,7 @@ LayerShape stage_shape(const Plan& plan, int tensor_parallel, int64_t batch) {
   shape.context_parallel = plan.context_parallel;
   shape.tensor_parallel = tensor_parallel;
   shape.sequence_parallel = plan.sequence_parallel && tensor_parallel > 1;
-  shape.tp_comm_overlap = plan.tp_comm_overlap;
+  shape.kernels = plan.kernels;
   shape.flash_attention = plan.flash_attention;
   shape.precision = plan.precision;
   shape.eager = plan.framework.eager_kernels;

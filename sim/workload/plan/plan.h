@@ -82,11 +82,13 @@ struct Plan {
     return index < recompute_layers ? Recompute::full : Recompute::none;
   }
   bool sequence_parallel = false;
-  // `tp_comm_overlap: true` (Megatron-LM's --tp-comm-overlap, Transformer Engine's userbuffers;
-  // NVIDIA's NeMo / Megatron-Bridge performance recipes turn it on): each transformer layer's
-  // sequence-parallel all-gathers and reduce-scatters run beside the GEMMs that read and write
-  // them. Needs sequence_parallel where tensor_parallel > 1; no effect on eager frameworks.
-  bool tp_comm_overlap = false;
+  // How the layers' kernels run (ops.h): `tp_comm_overlap: true` (Megatron-LM's
+  // --tp-comm-overlap, Transformer Engine's userbuffers; NVIDIA's NeMo / Megatron-Bridge
+  // performance recipes turn it on) runs each transformer layer's sequence-parallel all-gathers
+  // and reduce-scatters beside the GEMMs that read and write them (needs sequence_parallel where
+  // tensor_parallel > 1); `bias_dropout_fusion: false` unfuses the bias-dropout-add. Neither
+  // changes eager frameworks' kernels.
+  KernelChoices kernels;
   int zero_stage = 0;
   Precision precision = Precision::bf16;
   bool precision_defaulted = false;  // not given: bf16 where every GPU has it, else fp16

@@ -3,9 +3,15 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <stdexcept>
 
+#include <yaml-cpp/yaml.h>
+
 #include "sim/config/limits.h"
+#include "sim/config/yaml_util.h"
+#include "sim/core/error.h"
+#include "sim/workload/plan/plan.h"
 
 namespace hetsim::workload {
 
@@ -17,308 +23,410 @@ constexpr double kBatch = static_cast<double>(limits::kBatch);
 constexpr double kLayers = static_cast<double>(limits::kLayers);
 
 // The parallel degrees, the batch and the schedule.
-void add_degree_and_batch_keys(std::vector<PlanKey>& keys) {
-  const std::vector<PlanKey> rows = {
-      {"tensor_parallel",
-       T::integer,
-       {},
-       1,
-       kGpus,
-       "1",
-       "Tensor-parallel degree (Megatron's order: tensor fastest, then context, data, pipeline)",
-       "plan, memory, job, estimate, search, export, execute"},
-      {"pipeline_parallel",
-       T::integer,
-       {},
-       1,
-       kGpus,
-       "1",
-       "Pipeline stages",
-       "plan, memory, job, estimate, search, export, execute"},
-      {"data_parallel",
-       T::integer,
-       {},
-       1,
-       kGpus,
-       "devices / (tp x cp x pp)",
-       "Data-parallel replicas",
-       "plan, job, estimate, export, execute"},
-      {"micro_batch_size",
-       T::integer,
-       {},
-       1,
-       kBatch,
-       "1",
-       "Sequences in one micro-batch",
-       "plan, memory, job, estimate, search, export, execute"},
-      {"global_batch_size",
-       T::integer,
-       {},
-       1,
-       kBatch,
-       "required (replicas: their sum)",
-       "Sequences in one iteration, over every replica",
-       "plan, job, estimate, export, execute"},
-      {"sequence_length",
-       T::integer,
-       {},
-       1,
-       static_cast<double>(limits::kSequence),
-       "the model's",
-       "Tokens in one sequence",
-       "plan, memory, job, estimate, export, execute"},
-      {"schedule",
-       T::choice,
-       {"gpipe", "1f1b", "interleaved"},
-       0,
-       0,
-       "1f1b",
-       "Pipeline schedule",
-       "plan, memory, job, estimate, search, export"},
-      {"interleave",
-       T::integer,
-       {},
-       1,
-       kLayers,
-       "1",
-       "schedule: interleaved: model chunks per stage",
-       "plan, memory, job, estimate, export"},
-      {"microbatch_group",
-       T::integer,
-       {},
-       1,
-       kBatch,
-       "pipeline_parallel",
-       "schedule: interleaved: micro-batches that run one chunk before the next",
-       "plan, memory, job"},
+void add_degree_and_batch_keys(std::vector<PlanKeyRow>& keys) {
+  const std::vector<PlanKeyRow> rows = {
+      {{"tensor_parallel",
+        T::integer,
+        {},
+        1,
+        kGpus,
+        "1",
+        "Tensor-parallel degree (Megatron's order: tensor fastest, then context, data, pipeline)",
+        "plan, memory, job, estimate, search, export, execute"}},
+      {{"pipeline_parallel",
+        T::integer,
+        {},
+        1,
+        kGpus,
+        "1",
+        "Pipeline stages",
+        "plan, memory, job, estimate, search, export, execute"}},
+      {{"data_parallel",
+        T::integer,
+        {},
+        1,
+        kGpus,
+        "devices / (tp x cp x pp)",
+        "Data-parallel replicas",
+        "plan, job, estimate, export, execute"}},
+      {{"micro_batch_size",
+        T::integer,
+        {},
+        1,
+        kBatch,
+        "1",
+        "Sequences in one micro-batch",
+        "plan, memory, job, estimate, search, export, execute"}},
+      {{"global_batch_size",
+        T::integer,
+        {},
+        1,
+        kBatch,
+        "required (replicas: their sum)",
+        "Sequences in one iteration, over every replica",
+        "plan, job, estimate, export, execute"}},
+      {{"sequence_length",
+        T::integer,
+        {},
+        1,
+        static_cast<double>(limits::kSequence),
+        "the model's",
+        "Tokens in one sequence",
+        "plan, memory, job, estimate, export, execute"}},
+      {{"schedule",
+        T::choice,
+        {"gpipe", "1f1b", "interleaved"},
+        0,
+        0,
+        "1f1b",
+        "Pipeline schedule",
+        "plan, memory, job, estimate, search, export"},
+       {.choice = [](Plan& p, size_t i) { p.schedule = static_cast<Schedule>(i); }}},
+      {{"interleave",
+        T::integer,
+        {},
+        1,
+        kLayers,
+        "1",
+        "schedule: interleaved: model chunks per stage",
+        "plan, memory, job, estimate, export"},
+       {.integer = &Plan::interleave}},
+      {{"microbatch_group",
+        T::integer,
+        {},
+        1,
+        kBatch,
+        "pipeline_parallel",
+        "schedule: interleaved: micro-batches that run one chunk before the next",
+        "plan, memory, job"},
+       {.integer = &Plan::microbatch_group}},
   };
   keys.insert(keys.end(), rows.begin(), rows.end());
 }
 
 // Recomputation, sequence parallelism, ZeRO, precision, the optimizer and its gradients.
-void add_memory_and_precision_keys(std::vector<PlanKey>& keys) {
-  const std::vector<PlanKey> rows = {
-      {"recompute",
-       T::choice,
-       {"none", "selective", "full", "selective_op"},
-       0,
-       0,
-       "none",
-       "Activation recomputation: the attention core, whole layers, or torchtitan's op-level",
-       "plan, memory, job, estimate, search, export"},
-      {"recompute_layers",
-       T::integer,
-       {},
-       1,
-       kLayers,
-       "every layer",
-       "recompute: full: only the first N layers of each stage's chunk recompute",
-       "plan, memory, job, estimate, search, export"},
-      {"sequence_parallel",
-       T::flag,
-       {},
-       0,
-       0,
-       "false",
-       "All-gather / reduce-scatter instead of all-reduce around tensor-parallel regions",
-       "plan, memory, job, estimate, export"},
-      {"tp_comm_overlap",
-       T::flag,
-       {},
-       0,
-       0,
-       "false",
-       "Megatron-LM's --tp-comm-overlap: sequence-parallel collectives beside their GEMMs "
-       "(needs sequence_parallel)",
-       "plan, job, estimate, export"},
-      {"zero_stage",
-       T::integer,
-       {},
-       0,
-       3,
-       "the framework's (0)",
-       "ZeRO stage: optimizer state (1), gradients (2), parameters (3, FSDP-style) sharded",
-       "plan, memory, job, estimate, search, export"},
-      {"precision",
-       T::choice,
-       {"fp32", "fp16", "bf16", "fp8"},
-       0,
-       0,
-       "bf16 where every GPU has it, else fp16",
-       "Training precision of the matmuls",
-       "plan, memory, job, estimate, export, execute"},
-      {"attention",
-       T::choice,
-       {"flash", "standard"},
-       0,
-       0,
-       "flash",
-       "Fused (flash) or unfused attention",
-       "plan, memory, job, estimate, execute"},
-      {"main_grads",
-       T::choice,
-       {"fp32", "same"},
-       0,
-       0,
-       "fp32",
-       "Gradients accumulated in fp32 or in the training precision",
-       "plan, memory, job"},
-      {"optimizer",
-       T::choice,
-       {"adam", "sgd", "sgd_momentum"},
-       0,
-       0,
-       "adam",
-       "The optimizer's state and step",
-       "plan, memory, job, estimate"},
-      {"bucket_size",
-       T::size,
-       {},
-       0,
-       0,
-       "the framework's (160MB)",
-       "Gradient bucket of the data-parallel reduction",
-       "plan, job, estimate, export"},
+void add_memory_and_precision_keys(std::vector<PlanKeyRow>& keys) {
+  const std::vector<PlanKeyRow> rows = {
+      {{"recompute",
+        T::choice,
+        {"none", "selective", "full", "selective_op"},
+        0,
+        0,
+        "none",
+        "Activation recomputation: the attention core, whole layers, or torchtitan's op-level",
+        "plan, memory, job, estimate, search, export"},
+       {.choice = [](Plan& p, size_t i) { p.recompute = static_cast<Recompute>(i); }}},
+      {{"recompute_layers",
+        T::integer,
+        {},
+        1,
+        kLayers,
+        "every layer",
+        "recompute: full: only the first N layers of each stage's chunk recompute",
+        "plan, memory, job, estimate, search, export"},
+       {.integer = &Plan::recompute_layers}},
+      {{"sequence_parallel",
+        T::flag,
+        {},
+        0,
+        0,
+        "false",
+        "All-gather / reduce-scatter instead of all-reduce around tensor-parallel regions",
+        "plan, memory, job, estimate, export"},
+       {.flag = &Plan::sequence_parallel},
+       {.on = "--sequence-parallel"}},
+      {{"tp_comm_overlap",
+        T::flag,
+        {},
+        0,
+        0,
+        "false",
+        "Megatron-LM's --tp-comm-overlap: sequence-parallel collectives beside their GEMMs "
+        "(needs sequence_parallel)",
+        "plan, job, estimate, export"},
+       {.kernel_flag = &KernelChoices::tp_comm_overlap},
+       {.on = "--tp-comm-overlap", .needs = "sequence_parallel"}},
+      {{"bias_dropout_fusion",
+        T::flag,
+        {},
+        0,
+        0,
+        "true",
+        "false: a fused framework's bias-dropout-add as separate kernels (Megatron-LM's "
+        "--no-bias-dropout-fusion)",
+        "plan, job, estimate, export"},
+       {.kernel_flag = &KernelChoices::bias_dropout_fusion},
+       {.off = "--no-bias-dropout-fusion"}},
+      {{"zero_stage",
+        T::integer,
+        {},
+        0,
+        3,
+        "the framework's (0)",
+        "ZeRO stage: optimizer state (1), gradients (2), parameters (3, FSDP-style) sharded",
+        "plan, memory, job, estimate, search, export"}},
+      {{"precision",
+        T::choice,
+        {"fp32", "fp16", "bf16", "fp8"},
+        0,
+        0,
+        "bf16 where every GPU has it, else fp16",
+        "Training precision of the matmuls",
+        "plan, memory, job, estimate, export, execute"}},
+      {{"attention",
+        T::choice,
+        {"flash", "standard"},
+        0,
+        0,
+        "flash",
+        "Fused (flash) or unfused attention",
+        "plan, memory, job, estimate, execute"}},
+      {{"main_grads",
+        T::choice,
+        {"fp32", "same"},
+        0,
+        0,
+        "fp32",
+        "Gradients accumulated in fp32 or in the training precision",
+        "plan, memory, job"}},
+      {{"optimizer",
+        T::choice,
+        {"adam", "sgd", "sgd_momentum"},
+        0,
+        0,
+        "adam",
+        "The optimizer's state and step",
+        "plan, memory, job, estimate"}},
+      {{"bucket_size",
+        T::size,
+        {},
+        0,
+        0,
+        "the framework's (160MB)",
+        "Gradient bucket of the data-parallel reduction",
+        "plan, job, estimate, export"}},
   };
   keys.insert(keys.end(), rows.begin(), rows.end());
 }
 
 // Where the plan runs and how its stages are laid out, and its framework.
-void add_layout_keys(std::vector<PlanKey>& keys) {
-  const std::vector<PlanKey> rows = {
-      {"devices",
-       T::devices,
-       {},
-       0,
-       0,
-       "every GPU",
-       "The GPUs the plan uses, e.g. \"0-7\"",
-       "plan"},
-      {"replicas",
-       T::list,
-       {},
-       0,
-       0,
-       "",
-       "Heterogeneous plans: each replica's micro_batches, state_share and stages (layers, "
-       "tensor_parallel, devices)",
-       "plan, memory, job, estimate"},
-      {"stages",
-       T::list,
-       {},
-       0,
-       0,
-       "",
-       "Staged plans: each stage's layers and data-parallel groups of their own degrees",
-       "plan, memory, job"},
-      {"stage_layers",
-       T::list,
-       {},
-       0,
-       0,
-       "even",
-       "Layers of each pipeline stage, e.g. [23, 25, 25, 23]",
-       "plan, memory, job, estimate"},
-      {"framework",
-       T::text,
-       {},
-       0,
-       0,
-       "megatron",
-       "The framework the plan runs on: a frameworks/*.yaml name or a framework file",
-       "plan, job, export"},
-      {"gradient_reduction",
-       T::choice,
-       {"overlapped", "after_backward"},
-       0,
-       0,
-       "the framework's",
-       "Gradient buckets reduced during the backward pass or after it",
-       "plan, job, estimate"},
-      {"gradient_accumulation",
-       T::choice,
-       {"micro_batch", "layered"},
-       0,
-       0,
-       "micro_batch",
-       "Cephalo's layered gradient accumulation (every micro-batch through a layer first)",
-       "plan, memory, job"},
+void add_layout_keys(std::vector<PlanKeyRow>& keys) {
+  const std::vector<PlanKeyRow> rows = {
+      {{"devices",
+        T::devices,
+        {},
+        0,
+        0,
+        "every GPU",
+        "The GPUs the plan uses, e.g. \"0-7\"",
+        "plan"}},
+      {{"replicas",
+        T::list,
+        {},
+        0,
+        0,
+        "",
+        "Heterogeneous plans: each replica's micro_batches, state_share and stages (layers, "
+        "tensor_parallel, devices)",
+        "plan, memory, job, estimate"}},
+      {{"stages",
+        T::list,
+        {},
+        0,
+        0,
+        "",
+        "Staged plans: each stage's layers and data-parallel groups of their own degrees",
+        "plan, memory, job"}},
+      {{"stage_layers",
+        T::list,
+        {},
+        0,
+        0,
+        "even",
+        "Layers of each pipeline stage, e.g. [23, 25, 25, 23]",
+        "plan, memory, job, estimate"}},
+      {{"framework",
+        T::text,
+        {},
+        0,
+        0,
+        "megatron",
+        "The framework the plan runs on: a frameworks/*.yaml name or a framework file",
+        "plan, job, export"}},
+      {{"gradient_reduction",
+        T::choice,
+        {"overlapped", "after_backward"},
+        0,
+        0,
+        "the framework's",
+        "Gradient buckets reduced during the backward pass or after it",
+        "plan, job, estimate"}},
+      {{"gradient_accumulation",
+        T::choice,
+        {"micro_batch", "layered"},
+        0,
+        0,
+        "micro_batch",
+        "Cephalo's layered gradient accumulation (every micro-batch through a layer first)",
+        "plan, memory, job"},
+       {.choice = [](Plan& p, size_t i) { p.layered = i == 1; }}},
   };
   keys.insert(keys.end(), rows.begin(), rows.end());
 }
 
 // Experts, context parallelism, and the what-ifs a plan carries.
-void add_moe_and_context_keys(std::vector<PlanKey>& keys) {
-  const std::vector<PlanKey> rows = {
-      {"expert_parallel",
-       T::integer,
-       {},
-       1,
-       static_cast<double>(limits::kExperts / 2),
-       "1",
-       "A MoE model's experts split over this many consecutive data-parallel replicas",
-       "plan, memory, job, estimate, search, export"},
-      {"expert_tensor_parallel",
-       T::integer,
-       {},
-       1,
-       kGpus,
-       "tensor_parallel",
-       "Uniform MoE plans: the experts' own tensor-parallel degree, 1 or tensor_parallel",
-       "plan, memory, job, estimate, export"},
-      {"context_parallel",
-       T::integer,
-       {},
-       1,
-       kGpus,
-       "1",
-       "Uniform plans: each sequence split over this many consecutive replicas (ring attention)",
-       "plan, memory, job, estimate, export"},
-      {"capacity_factor",
-       T::number,
-       {},
-       0,
-       static_cast<double>(limits::kExperts),
-       "dropless",
-       "MoE: each expert's tokens capped at this multiple of an even share",
-       "plan, job"},
-      {"routing",
-       T::any,
-       {},
-       0,
-       0,
-       "uniform",
-       "MoE: uniform, or {zipf: EXPONENT, seed: N}: skewed expert popularity",
-       "plan, job"},
-      {"perturbations",
-       T::map,
-       {},
-       0,
-       0,
-       "",
-       "What-ifs the plan carries (slow, link, stragglers, lost), as simulate --perturb takes",
-       "plan, job"},
+void add_moe_and_context_keys(std::vector<PlanKeyRow>& keys) {
+  const std::vector<PlanKeyRow> rows = {
+      {{"expert_parallel",
+        T::integer,
+        {},
+        1,
+        static_cast<double>(limits::kExperts / 2),
+        "1",
+        "A MoE model's experts split over this many consecutive data-parallel replicas",
+        "plan, memory, job, estimate, search, export"}},
+      {{"expert_tensor_parallel",
+        T::integer,
+        {},
+        1,
+        kGpus,
+        "tensor_parallel",
+        "Uniform MoE plans: the experts' own tensor-parallel degree, 1 or tensor_parallel",
+        "plan, memory, job, estimate, export"}},
+      {{"context_parallel",
+        T::integer,
+        {},
+        1,
+        kGpus,
+        "1",
+        "Uniform plans: each sequence split over this many consecutive replicas (ring attention)",
+        "plan, memory, job, estimate, export"}},
+      {{"capacity_factor",
+        T::number,
+        {},
+        0,
+        static_cast<double>(limits::kExperts),
+        "dropless",
+        "MoE: each expert's tokens capped at this multiple of an even share",
+        "plan, job"}},
+      {{"routing",
+        T::any,
+        {},
+        0,
+        0,
+        "uniform",
+        "MoE: uniform, or {zipf: EXPONENT, seed: N}: skewed expert popularity",
+        "plan, job"}},
+      {{"perturbations",
+        T::map,
+        {},
+        0,
+        0,
+        "",
+        "What-ifs the plan carries (slow, link, stragglers, lost), as simulate --perturb takes",
+        "plan, job"}},
   };
   keys.insert(keys.end(), rows.begin(), rows.end());
 }
 
-std::vector<PlanKey> make_table() {
+bool is_flag(const PlanField& f) { return f.flag != nullptr || f.kernel_flag != nullptr; }
+
+// The value of a flag key's field in `p`.
+bool flag_value(const PlanField& f, const Plan& p) {
+  return f.flag != nullptr ? p.*f.flag : p.kernels.*f.kernel_flag;
+}
+
+const PlanKeyRow& find_row(const std::vector<PlanKeyRow>& rows, std::string_view name) {
+  const auto it = std::find_if(rows.begin(), rows.end(),
+                               [&](const PlanKeyRow& r) { return r.key.name == name; });
+  if (it == rows.end()) throw std::logic_error(fmt::format("plan key {}: no such row", name));
+  return *it;
+}
+
+// The rows' bindings agree with their types (a programming error otherwise): a launcher flag only
+// on a flag key bound to its field, needing a flag key.
+void check_rows(const std::vector<PlanKeyRow>& rows) {
+  for (const PlanKeyRow& row : rows) {
+    const PlanField& f = row.field;
+    const int bound = (f.flag != nullptr) + (f.kernel_flag != nullptr) + (f.integer != nullptr) +
+                      (f.choice != nullptr);
+    const bool typed = bound == 0 || (is_flag(f) && row.key.type == PlanKeyType::flag) ||
+                       (f.integer != nullptr && row.key.type == PlanKeyType::integer) ||
+                       (f.choice != nullptr && row.key.type == PlanKeyType::choice);
+    const LaunchFlag& m = row.megatron;
+    const bool launch = m.on.empty() && m.off.empty() && m.needs.empty();
+    if (bound > 1 || !typed || (!launch && !is_flag(f)) ||
+        (!m.needs.empty() && !is_flag(find_row(rows, m.needs).field))) {
+      throw std::logic_error(
+          fmt::format("plan key {}: its field or Megatron-LM flag does not fit "
+                      "its type",
+                      row.key.name));
+    }
+  }
+}
+
+std::vector<PlanKeyRow> make_table() {
   // Readers: plan (workload/plan/plan.cpp), memory (workload/job/memory.cpp), job
   // (workload/job/training_job.cpp), estimate (policy/estimate.cpp), search
   // (policy/neighbours.cpp), export (launch/), execute (execute/).
-  std::vector<PlanKey> keys;
+  std::vector<PlanKeyRow> keys;
   add_degree_and_batch_keys(keys);
   add_memory_and_precision_keys(keys);
   add_layout_keys(keys);
   add_moe_and_context_keys(keys);
+  check_rows(keys);
   return keys;
 }
 
 }  // namespace
 
-const std::vector<PlanKey>& plan_keys() {
-  static const std::vector<PlanKey> table = make_table();
+const std::vector<PlanKeyRow>& plan_key_rows() {
+  static const std::vector<PlanKeyRow> table = make_table();
   return table;
+}
+
+const std::vector<PlanKey>& plan_keys() {
+  static const std::vector<PlanKey> table = [] {
+    std::vector<PlanKey> keys;
+    for (const PlanKeyRow& row : plan_key_rows()) keys.push_back(row.key);
+    return keys;
+  }();
+  return table;
+}
+
+void read_bound_plan_keys(const YAML::Node& root, const std::string& file, Plan& p) {
+  for (const PlanKeyRow& row : plan_key_rows()) {
+    const PlanField& f = row.field;
+    const std::string name(row.key.name);
+    const YAML::Node n = root[name];
+    if (!n) continue;
+    if (is_flag(f)) {
+      bool value = false;
+      try {
+        value = n.as<bool>();
+      } catch (const YAML::Exception&) {
+        throw InputError(config::where(file, n) + ": " + name + ": expected true or false");
+      }
+      (f.flag != nullptr ? p.*f.flag : p.kernels.*f.kernel_flag) = value;
+    } else if (f.integer != nullptr) {
+      p.*f.integer = static_cast<int>(config::get_int(
+          file, root, "", name, static_cast<long>(row.key.min), static_cast<long>(row.key.max)));
+    } else if (f.choice != nullptr) {
+      f.choice(p, config::get_choice(file, root, "", name, config::choices_of(row.key)));
+    }
+  }
+}
+
+std::vector<std::string> megatron_flags(const Plan& p) {
+  std::vector<std::string> out;
+  for (const PlanKeyRow& row : plan_key_rows()) {
+    const LaunchFlag& m = row.megatron;
+    if (m.on.empty() && m.off.empty()) continue;
+    if (!m.needs.empty() && !flag_value(find_row(plan_key_rows(), m.needs).field, p)) continue;
+    const std::string_view flag = flag_value(row.field, p) ? m.on : m.off;
+    if (!flag.empty()) out.emplace_back(flag);
+  }
+  return out;
 }
 
 const PlanKey& plan_key(std::string_view name) {

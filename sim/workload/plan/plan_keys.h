@@ -1,7 +1,10 @@
 // The keys of a transformer plan file, declared once (issue 39): the loader checks a plan's keys
 // and reads its choices from this table, and `hetsim reference` writes the plan reference
 // (docs/reference/plan-keys.md) and the JSON Schema editors check plans with
-// (docs/schemas/plan.schema.json) from it. A new key is a row here plus its mechanism.
+// (docs/schemas/plan.schema.json) from it. A row may also bind the key to its Plan field, which
+// the loader then reads by the row alone, and give Megatron-LM's flag for it, which the Megatron-LM
+// launcher then writes: a new key is a row here plus its mechanism (a flag that chooses a layer's
+// kernels: a row, a field of KernelChoices in ops.h, and the layer programs that read it).
 // Convolutional networks' grid plans (workload/model/cnn.h) have keys of their own.
 #pragma once
 
@@ -11,13 +14,46 @@
 #include <vector>
 
 #include "sim/config/key_table.h"
+#include "sim/workload/model/ops.h"
+
+namespace YAML {
+class Node;
+}
 
 namespace hetsim::workload {
+
+struct Plan;
 
 // A plan key's row (config/key_table.h).
 using PlanKeyType = config::KeyType;
 using PlanKey = config::Key;
 
+// Where a key's value lands in a Plan, for the keys the loader reads by their row alone
+// (read_bound_plan_keys); a key with a default or a check of its own is read by hand in plan.cpp
+// and binds nothing here. At most one is set.
+struct PlanField {
+  bool Plan::*flag = nullptr;                  // a flag key
+  bool KernelChoices::*kernel_flag = nullptr;  // a flag key of Plan::kernels
+  int Plan::*integer = nullptr;                // an integer key, in the row's range
+  void (*choice)(Plan&, size_t) = nullptr;     // a choice key: the position of the value given
+};
+
+// A launcher's flag for a flag key: `on` where the key is true, `off` where it is false, and
+// neither unless the flag key `needs` (if any) is true too.
+struct LaunchFlag {
+  std::string_view on = {}, off = {}, needs = {};
+};
+
+// A row of the table: the key as the loader checks it and the reference documents it, the field it
+// reads into, and Megatron-LM's flag for it (launch/megatron.cpp).
+struct PlanKeyRow {
+  PlanKey key;
+  PlanField field = {};
+  LaunchFlag megatron = {};
+};
+
+// The table's rows, in its order.
+const std::vector<PlanKeyRow>& plan_key_rows();
 // Every key of a transformer plan (the loader's "did you mean" looks in this order).
 const std::vector<PlanKey>& plan_keys();
 // The row of `name`; throws std::logic_error for a name the table lacks (a programming error).
@@ -26,6 +62,13 @@ const PlanKey& plan_key(std::string_view name);
 std::vector<std::string> plan_choices(std::string_view name);
 // Its name and every other key's, as config::check_keys takes them.
 std::vector<std::string> plan_key_names();
+
+// Every key of `root` (a plan file's top level) whose row binds a field, read into it: a flag as
+// true or false, an integer in the row's range, a choice by its position. A key not given keeps
+// its field's value (the Plan's default). Throws InputError naming the file, line and key.
+void read_bound_plan_keys(const YAML::Node& root, const std::string& file, Plan& p);
+// Megatron-LM's flags for the plan's flag keys, in the table's order.
+std::vector<std::string> megatron_flags(const Plan& p);
 
 // The plan reference page (Markdown) and the JSON Schema of a plan file, generated from the
 // table: what docs/reference/plan-keys.md and docs/schemas/plan.schema.json hold.
