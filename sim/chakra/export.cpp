@@ -16,8 +16,8 @@ namespace hetsim::chakra {
 namespace {
 
 using workload::CommKind;
-using workload::Group;
 using workload::Pass;
+using workload::StageCopy;
 using workload::Task;
 using workload::TaskKind;
 using workload::TrainingJob;
@@ -58,7 +58,7 @@ class Exporter {
  public:
   explicit Exporter(const TrainingJob& job) : job_(job) {
     std::set<platform::GpuId> gpus;
-    for (const Group& g : job.groups) gpus.insert(g.devices.begin(), g.devices.end());
+    for (const StageCopy& g : job.copies) gpus.insert(g.devices.begin(), g.devices.end());
     out_.gpu_of_rank.assign(gpus.begin(), gpus.end());
     for (uint32_t r = 0; r < out_.gpu_of_rank.size(); ++r) rank_of_[out_.gpu_of_rank[r]] = r;
     out_.traces.ranks.resize(gpus.size());
@@ -67,8 +67,8 @@ class Exporter {
   }
 
   Exported run() {
-    for (uint32_t g = 0; g < job_.groups.size(); ++g) {
-      for (uint32_t k = 0; k < job_.groups[g].devices.size(); ++k) program(g, k);
+    for (uint32_t g = 0; g < job_.copies.size(); ++g) {
+      for (uint32_t k = 0; k < job_.copies[g].devices.size(); ++k) program(g, k);
     }
     return std::move(out_);
   }
@@ -126,7 +126,7 @@ class Exporter {
   }
 
   void program(uint32_t g, uint32_t k) {
-    const Group& grp = job_.groups[g];
+    const StageCopy& grp = job_.copies[g];
     const platform::GpuId self = grp.devices[k];
     Cursor c;
     c.rank = rank(self);
@@ -201,7 +201,7 @@ class Exporter {
             if (!dc.grid && sync.holder(p, grp.devices.size()) != k) continue;
             std::vector<platform::GpuId> peers;
             for (uint32_t m : job_.dp_peers[sync.peers]) {
-              const auto& d = job_.groups[m].devices;
+              const auto& d = job_.copies[m].devices;
               if (dc.grid) {
                 peers.insert(peers.end(), d.begin(), d.end());
               } else {
@@ -229,7 +229,7 @@ class Exporter {
 
   // The groups and chunk a transfer of task `t` from group `g` goes to (as the replay sends).
   std::pair<uint32_t, uint32_t> destination(uint32_t g, const Task& t) const {
-    const Group& src = job_.groups[g];
+    const StageCopy& src = job_.copies[g];
     const uint32_t P = job_.stages_of(src.replica);
     uint32_t stage = src.stage, chunk = t.chunk;
     if (t.pass != Pass::backward) {
@@ -250,7 +250,7 @@ class Exporter {
 
   // Where a receive of task `t` in group `g` comes from: the inverse of destination().
   uint32_t source(uint32_t g, const Task& t) const {
-    const Group& dst = job_.groups[g];
+    const StageCopy& dst = job_.copies[g];
     const uint32_t P = job_.stages_of(dst.replica);
     uint32_t stage = dst.stage;
     if (t.pass != Pass::backward) {
@@ -265,8 +265,8 @@ class Exporter {
   // rank j of the receiver (modulo each side's width), 1/n of the activation each.
   void send(Cursor& c, uint32_t g, platform::GpuId self, const Task& t) {
     const auto [dst, chunk] = destination(g, t);
-    const auto& a = job_.groups[g].devices;
-    const auto& b = job_.groups[dst].devices;
+    const auto& a = job_.copies[g].devices;
+    const auto& b = job_.copies[dst].devices;
     const size_t n = std::max(a.size(), b.size());
     const bool backward = t.pass == Pass::backward;
     std::vector<uint64_t> sent;
@@ -288,8 +288,8 @@ class Exporter {
 
   void recv(Cursor& c, uint32_t g, platform::GpuId self, const Task& t) {
     const uint32_t src = source(g, t);
-    const auto& a = job_.groups[src].devices;
-    const auto& b = job_.groups[g].devices;
+    const auto& a = job_.copies[src].devices;
+    const auto& b = job_.copies[g].devices;
     const size_t n = std::max(a.size(), b.size());
     const bool backward = t.pass == Pass::backward;
     std::vector<uint64_t> got;
@@ -312,7 +312,7 @@ class Exporter {
   // to each neighbour in the group's order and receives from it, as grouped point-to-point
   // calls; what follows waits for all of them, as the replay's exchange ends for the group at
   // once. The tag is the task's place in the group's program, the same on both ends.
-  void halo(Cursor& c, const Group& grp, uint32_t k, const workload::CommTemplate& ct,
+  void halo(Cursor& c, const StageCopy& grp, uint32_t k, const workload::CommTemplate& ct,
             const Task& t, size_t at) {
     if (at > static_cast<size_t>(std::numeric_limits<int32_t>::max()))
       throw RunError("export-chakra: a halo exchange's tag past 2^31");
@@ -338,7 +338,7 @@ class Exporter {
   }
 
   // The tied embedding's gradients: pair j of the end stages' ranks all-reduces its shard.
-  void tied(Cursor& c, const Group& grp, platform::GpuId self) {
+  void tied(Cursor& c, const StageCopy& grp, platform::GpuId self) {
     const auto& a = job_.group(grp.replica, 0).devices;
     const auto& b = job_.group(grp.replica, job_.stages_of(grp.replica) - 1).devices;
     const size_t n = std::max(a.size(), b.size());

@@ -112,7 +112,7 @@ void write_cpu_trace(const workload::TrainingJob& job, const platform::Cluster& 
                      const execute::Measured& m, const std::string& path) {
   report::ChromeTrace trace(report::make_trace_filter(cluster, "", ""));
   for (const execute::Event& e : m.events) {
-    const workload::Group& g = job.groups[e.group];
+    const workload::StageCopy& g = job.copies[e.group];
     const workload::Task& t = g.program[e.pc];
     const Time start = Time::from_seconds(e.start), end = Time::from_seconds(e.end);
     switch (e.kind) {
@@ -311,7 +311,7 @@ std::string measure_cuda_program(const ExecuteOpts& o, const std::string& progra
 // is the prediction with the measured kernels (execute::with_measured_compute), the trace draws
 // its ops. Returns false, `timed` untouched, when `op_s` is not one time per op of the program.
 bool time_op_by_op(workload::TrainingJob& timed, const std::vector<double>& op_s) {
-  workload::Group& g = timed.groups.front();
+  workload::StageCopy& g = timed.copies.front();
   size_t ops = 0;
   for (const workload::Task& t : g.program)
     if (t.kind == workload::TaskKind::compute) ops += g.segments[t.index].ops.size();
@@ -336,7 +336,7 @@ bool time_op_by_op(workload::TrainingJob& timed, const std::vector<double>& op_s
 // trace in `path`.
 void write_cuda_trace(const workload::TrainingJob& timed, const platform::Cluster& cluster,
                       const std::vector<execute::Event>& events, const std::string& path) {
-  const workload::Group& g = timed.groups.front();
+  const workload::StageCopy& g = timed.copies.front();
   report::ChromeTrace trace(report::make_trace_filter(cluster, "", ""));
   for (const execute::Event& e : events) {
     trace.on_compute(timed, e.group, g.program[e.pc], Time::from_seconds(e.start),

@@ -97,7 +97,8 @@ struct NodeType {
   std::vector<NicSpec> nics;
 };
 
-struct Group {
+// A cluster file's `groups:` entry: `count` nodes of one node type, at one site.
+struct NodeGroup {
   std::string node_type;
   int count = 0;
   int site = -1;  // index into ClusterConfig::sites (`site:`), -1 without sites
@@ -143,7 +144,7 @@ struct ClusterConfig {
   std::string name;
   std::string file;
   std::vector<NodeType> node_types;
-  std::vector<Group> groups;
+  std::vector<NodeGroup> groups;
   Fabric fabric;
   std::map<std::string, GpuProfile> gpu_types;    // every profile the cluster uses
   std::map<std::string, LinkClass> link_classes;  // every class known

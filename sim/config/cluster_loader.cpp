@@ -326,7 +326,7 @@ class ClusterParser {
     for (size_t i = 0; i < groups.size(); ++i) {
       const std::string p = idx("groups", i);
       check_keys(file_, groups[i], p, key_names(cluster_keys(), "groups[]"));
-      Group g;
+      NodeGroup g;
       if (groups[i]["site"]) {
         const std::string site = get_string(file_, groups[i], p, "site");
         auto it = std::find(c.sites.begin(), c.sites.end(), site);
@@ -485,7 +485,7 @@ class ClusterParser {
   void check_switch_count(const ClusterConfig& c, long nodes) const {
     long nics = 0;
     size_t rails = 0;
-    for (const Group& g : c.groups) {
+    for (const NodeGroup& g : c.groups) {
       for (const NodeType& t : c.node_types) {
         if (t.name != g.node_type) continue;
         nics += static_cast<long>(g.count) * static_cast<long>(t.nics.size());

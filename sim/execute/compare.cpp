@@ -17,7 +17,7 @@ double rel(double predicted, double measured) {
 
 }  // namespace
 
-workload::Segment& own_segment(workload::Group& g, workload::Task& t) {
+workload::Segment& own_segment(workload::StageCopy& g, workload::Task& t) {
   std::vector<workload::Segment>& segments = g.segments.write();
   segments.push_back(workload::Segment(segments[t.index]));
   t.index = static_cast<uint32_t>(segments.size() - 1);
@@ -26,7 +26,7 @@ workload::Segment& own_segment(workload::Group& g, workload::Task& t) {
 
 workload::TrainingJob with_measured_compute(const workload::TrainingJob& job, const Measured& m) {
   workload::TrainingJob out = job;
-  for (workload::Group& g : out.groups) {
+  for (workload::StageCopy& g : out.copies) {
     const std::vector<double>* measured = nullptr;
     for (platform::GpuId d : g.devices)
       if (d < m.task_s.size() && m.task_s[d].size() == g.program.size()) measured = &m.task_s[d];
@@ -74,9 +74,9 @@ Comparison compare(const workload::TrainingJob& job, const workload::ReplayResul
   constexpr int kKinds = 6;
   double p[kKinds] = {}, q[kKinds] = {};
   size_t devices = 0;
-  for (uint32_t g = 0; g < job.groups.size(); ++g) {
+  for (uint32_t g = 0; g < job.copies.size(); ++g) {
     const workload::GroupTimes& pt = predicted.groups[g];
-    for (platform::GpuId d : job.groups[g].devices) {
+    for (platform::GpuId d : job.copies[g].devices) {
       const DeviceTimes& mt = m.devices.at(d);
       const double pv[kKinds] = {pt.compute.seconds(), pt.tp_wait.seconds(), pt.pp_wait.seconds(),
                                  pt.dp_wait.seconds(), pt.ep_wait.seconds(), pt.cp_wait.seconds()};
@@ -84,7 +84,7 @@ Comparison compare(const workload::TrainingJob& job, const workload::ReplayResul
       for (int k = 0; k < kKinds; ++k) p[k] += pv[k], q[k] += mv[k];
       ++devices;
       c.devices.push_back(Comparison::Row{fmt::format("gpu{} (replica {}, stage {})", d,
-                                                      job.groups[g].replica, job.groups[g].stage),
+                                                      job.copies[g].replica, job.copies[g].stage),
                                           pt.finish.seconds(), mt.finish});
     }
   }

@@ -20,8 +20,8 @@
 namespace hetsim::execute {
 
 using workload::CommKind;
-using workload::Group;
 using workload::OpKind;
+using workload::StageCopy;
 using workload::Task;
 using workload::TaskKind;
 
@@ -71,7 +71,7 @@ void check_cpu_job(const workload::TrainingJob& job, int ranks) {
     }
   }
   uint32_t top = 0;
-  for (const Group& g : job.groups)
+  for (const StageCopy& g : job.copies)
     for (platform::GpuId d : g.devices) top = std::max(top, d + 1);
   if (static_cast<int>(top) > ranks) {
     throw InputError(fmt::format(
@@ -100,7 +100,7 @@ int floats(double bytes) {
 // The kernels of one rank's program, their buffers made once.
 class Kernels {
  public:
-  explicit Kernels(const Group& g) {
+  explicit Kernels(const StageCopy& g) {
     size_t a = 1, b = 1, c = 1, mem = 1024;
     for (const workload::Op& op : g.ops) {
       if (op.kind == OpKind::gemm) {
@@ -187,8 +187,8 @@ class Rank {
  public:
   Rank(const workload::TrainingJob& job, const Options& o, int rank)
       : job_(job), o_(o), rank_(rank) {
-    for (uint32_t g = 0; g < job.groups.size(); ++g) {
-      const auto& d = job.groups[g].devices;
+    for (uint32_t g = 0; g < job.copies.size(); ++g) {
+      const auto& d = job.copies[g].devices;
       const auto it = std::find(d.begin(), d.end(), static_cast<platform::GpuId>(rank));
       if (it != d.end()) {
         g_ = static_cast<int>(g);
@@ -203,9 +203,9 @@ class Rank {
     make_peer_comms(tag);
     make_tied_comms(tag);
     if (g_ < 0) return;
-    kernels_ = std::make_unique<Kernels>(job.groups[g_]);
+    kernels_ = std::make_unique<Kernels>(job.copies[g_]);
     // Every transfer of the program, its peers and slices (as the replay's send()).
-    for (const Task& t : job.groups[g_].program) {
+    for (const Task& t : job.copies[g_].program) {
       if (t.kind != TaskKind::send && t.kind != TaskKind::recv) continue;
       transfers_.push_back(job.staged() ? staged_transfers(t) : pipeline_transfers(t));
     }
@@ -228,7 +228,7 @@ class Rank {
   // kernel's seconds to `kernel_s` (by op), sets each compute task's in `task_s` (by task).
   DeviceTimes iterate(bool record, bool fault, std::vector<double>& kernel_s,
                       std::vector<double>& task_s) {
-    const Group& grp = job_.groups[g_];
+    const StageCopy& grp = job_.copies[g_];
     events_.clear();
     // Receives first: a transfer lands whenever its sender sends.
     post_receives(grp);
@@ -323,7 +323,7 @@ class Rank {
 
   // One iteration's walk through its program: what the steps of its tasks share.
   struct Walk {
-    const Group& grp;
+    const StageCopy& grp;
     bool record;                    // keep the events for the trace
     std::vector<double>& kernel_s;  // by op: each kernel's seconds added
     std::vector<double>& task_s;    // by task: each compute task's seconds
@@ -336,8 +336,8 @@ class Rank {
   // Tensor parallel: this rank's group's communicator (none for a group of one device); every
   // group takes a tag.
   void make_tp_comm(int& tag) {
-    for (uint32_t g = 0; g < job_.groups.size(); ++g) {
-      const auto& d = job_.groups[g].devices;
+    for (uint32_t g = 0; g < job_.copies.size(); ++g) {
+      const auto& d = job_.copies[g].devices;
       std::vector<int> members(d.begin(), d.end());
       if (static_cast<int>(g) == g_ && members.size() > 1) tp_ = comm_of(members, tag);
       ++tag;
@@ -357,7 +357,7 @@ class Rank {
       for (uint32_t q = 0; q < sync.pieces; ++q) {
         std::vector<int> members;
         for (uint32_t g : job_.dp_peers[sync.peers]) {
-          const auto& d = job_.groups[g].devices;
+          const auto& d = job_.copies[g].devices;
           members.push_back(static_cast<int>(d[sync.holder(q, d.size())]));
         }
         auto [it, fresh] = made.try_emplace(members, dp_comms_.size());
@@ -375,8 +375,8 @@ class Rank {
   // distinct set of ranks (TrainingJob::peer_ranks), made in the same order on every rank.
   void make_peer_comms(int& tag) {
     std::map<std::vector<int>, size_t> peers_made;
-    for (uint32_t g = 0; g < job_.groups.size(); ++g) {
-      const Group& grp = job_.groups[g];
+    for (uint32_t g = 0; g < job_.copies.size(); ++g) {
+      const StageCopy& grp = job_.copies[g];
       if (static_cast<int>(g) == g_) peer_.assign(grp.comms.size(), MPI_COMM_NULL);
       for (size_t c = 0; c < grp.comms.size(); ++c) {
         const workload::CommTemplate& ct = grp.comms[c];
@@ -419,7 +419,7 @@ class Rank {
   // the one before that shares samples with this one, its share in slices; tagged by the
   // receiver's key.
   std::vector<Transfer> staged_transfers(const Task& t) const {
-    const Group& grp = job_.groups[g_];
+    const StageCopy& grp = job_.copies[g_];
     const bool backward = t.pass == workload::Pass::backward;
     const bool send = t.kind == TaskKind::send;
     const bool downstream = send ? !backward : backward;
@@ -429,7 +429,7 @@ class Rank {
     std::vector<Transfer> list;
     for (const workload::TrainingJob::Peer& q : peers) {
       const auto& mine = grp.devices;
-      const auto& theirs = job_.groups[q.group].devices;
+      const auto& theirs = job_.copies[q.group].devices;
       const size_t n = std::max(mine.size(), theirs.size());
       for (size_t j = 0; j < n; ++j) {
         if (j % mine.size() != j_) continue;
@@ -444,7 +444,7 @@ class Rank {
   // A send or recv task's transfers in a pipeline of stages: with the same slices of the
   // neighbouring stage's group.
   std::vector<Transfer> pipeline_transfers(const Task& t) const {
-    const Group& grp = job_.groups[g_];
+    const StageCopy& grp = job_.copies[g_];
     const bool backward = t.pass == workload::Pass::backward;
     const bool send = t.kind == TaskKind::send;
     // The sender's stage and chunk: a receive gets what the neighbour sent.
@@ -473,7 +473,7 @@ class Rank {
         static_cast<int>((uint32_t{backward} * job_.chunks + recv_chunk) * mbs + t.micro_batch);
     const uint32_t peer_group = job_.first_group[grp.replica] + stage;
     const auto& mine = grp.devices;
-    const auto& theirs = job_.groups[peer_group].devices;
+    const auto& theirs = job_.copies[peer_group].devices;
     const size_t n = std::max(mine.size(), theirs.size());
     std::vector<Transfer> list;
     const bool rendezvous = job_.plan->framework.send_waits_for_receiver(
@@ -489,7 +489,7 @@ class Rank {
 
   // One pending receive per transfer into this rank, in program order; posted now unless it is a
   // rendezvous (its recv task posts it).
-  void post_receives(const Group& grp) {
+  void post_receives(const StageCopy& grp) {
     size_t ti = 0;
     recvs_.clear();
     for (const Task& t : grp.program) {
@@ -797,7 +797,7 @@ DeviceTimes time_iterations(const CpuRun& run, std::atomic<int>& iteration, Meas
                             RankReport& sums) {
   const Options& o = run.o;
   Rank& me = run.me;
-  const Group* grp = me.active() ? &run.job.groups[me.group()] : nullptr;
+  const StageCopy* grp = me.active() ? &run.job.copies[me.group()] : nullptr;
   std::vector<double>& kernel_s = sums.kernel_s;
   kernel_s.assign(grp ? grp->ops.size() : 0, 0.0);
   std::vector<double> scratch(kernel_s.size(), 0.0);
@@ -849,7 +849,7 @@ void send_report(const RankReport& report) {
 }
 
 // On rank 0: rank r's report (send_report), its sizes from r's group `g` (none: not in the plan).
-RankReport receive_report(int r, const Group* g) {
+RankReport receive_report(int r, const StageCopy* g) {
   RankReport report;
   std::vector<double>& ks = report.kernel_s;
   std::vector<double>& ts = report.task_s;
@@ -869,7 +869,7 @@ RankReport receive_report(int r, const Group* g) {
 
 // Adds a rank's kernels' measured seconds `ks` (by op of its group `g`) to `kernels` by name,
 // with their calls and predicted seconds.
-void add_kernel_times(const Group& g, const std::vector<double>& ks,
+void add_kernel_times(const StageCopy& g, const std::vector<double>& ks,
                       std::map<std::string, KernelTimes>& kernels) {
   std::vector<double> predicted(g.ops.size(), 0.0);
   std::vector<uint64_t> calls(g.ops.size(), 0);
@@ -895,7 +895,7 @@ void collect_reports(const CpuRun& run, const std::vector<double>& all, const Ra
                      Measured& m) {
   const workload::TrainingJob& job = run.job;
   uint32_t devices = 0;
-  for (const Group& g : job.groups)
+  for (const StageCopy& g : job.copies)
     for (platform::GpuId d : g.devices) devices = std::max(devices, d + 1);
   m.devices.resize(devices);
   m.task_s.resize(devices);
@@ -905,8 +905,8 @@ void collect_reports(const CpuRun& run, const std::vector<double>& all, const Ra
   }
   std::map<std::string, KernelTimes> kernels;
   for (int r = 0; r < run.mpi.size(); ++r) {
-    const Group* g = nullptr;
-    for (const Group& cand : job.groups)
+    const StageCopy* g = nullptr;
+    for (const StageCopy& cand : job.copies)
       if (std::find(cand.devices.begin(), cand.devices.end(), static_cast<platform::GpuId>(r)) !=
           cand.devices.end())
         g = &cand;

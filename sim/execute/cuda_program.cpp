@@ -39,7 +39,7 @@ struct ProgramOp {
   double predicted_s = 0;
 };
 
-std::vector<ProgramOp> program_ops(const workload::Group& g) {
+std::vector<ProgramOp> program_ops(const workload::StageCopy& g) {
   std::vector<ProgramOp> out;
   for (uint32_t pc = 0; pc < g.program.size(); ++pc) {
     const workload::Task& t = g.program[pc];
@@ -69,7 +69,7 @@ void check_cuda_job(const workload::TrainingJob& job) {
         job.model->name, "execute"));
   }
   size_t devices = 0;
-  for (const workload::Group& g : job.groups) devices += g.devices.size();
+  for (const workload::StageCopy& g : job.copies) devices += g.devices.size();
   if (devices != 1) {
     const workload::Plan& p = *job.plan;
     throw InputError(fmt::format(
@@ -83,7 +83,7 @@ void check_cuda_job(const workload::TrainingJob& job) {
 std::string cuda_program(const workload::TrainingJob& job, double predicted_iteration_s,
                          const std::string& about) {
   check_cuda_job(job);
-  const workload::Group& g = job.groups.front();
+  const workload::StageCopy& g = job.copies.front();
   const std::vector<ProgramOp> ops = program_ops(g);
   size_t other = 0;
   for (const workload::Task& t : g.program) other += t.kind != workload::TaskKind::compute;
@@ -117,7 +117,7 @@ std::string cuda_program(const workload::TrainingJob& job, double predicted_iter
 CudaMeasured read_cuda_measured(const workload::TrainingJob& job, const std::string& text,
                                 const std::string& file) {
   check_cuda_job(job);
-  const workload::Group& g = job.groups.front();
+  const workload::StageCopy& g = job.copies.front();
   const std::vector<ProgramOp> ops = program_ops(g);
   CudaMeasured r;
   Measured& m = r.measured;

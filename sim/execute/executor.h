@@ -91,7 +91,7 @@ struct Measured {  // complete on rank 0 only
 workload::TrainingJob with_measured_compute(const workload::TrainingJob& job, const Measured& m);
 // Gives compute task `t` of `g` a copy of its segment of its own (tasks share segments), to be
 // timed apart from the others; returns it.
-workload::Segment& own_segment(workload::Group& g, workload::Task& t);
+workload::Segment& own_segment(workload::StageCopy& g, workload::Task& t);
 
 // Refuses what the CPU backend cannot run as the prediction costs it (InputError naming the
 // field): a precision other than fp32, fused attention, more devices than ranks.

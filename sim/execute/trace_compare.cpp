@@ -71,11 +71,11 @@ TraceComparison compare_trace(const workload::TrainingJob& job,
         "the trace recorded no iteration (no ProfilerStep#N range: record it with "
         "torch.profiler's schedule and call prof.step() after each iteration)");
   }
-  const workload::Group* group = nullptr;
+  const workload::StageCopy* group = nullptr;
   uint32_t gi = 0;
-  for (uint32_t g = 0; g < job.groups.size() && !group; ++g) {
-    for (platform::GpuId d : job.groups[g].devices)
-      if (d == device) group = &job.groups[g], gi = g;
+  for (uint32_t g = 0; g < job.copies.size() && !group; ++g) {
+    for (platform::GpuId d : job.copies[g].devices)
+      if (d == device) group = &job.copies[g], gi = g;
   }
   if (!group) throw InputError(fmt::format("--device {}: not a device of the plan", device));
   TraceComparison c;

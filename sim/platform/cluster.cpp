@@ -208,7 +208,7 @@ void Cluster::build_nodes() {
   std::vector<std::vector<Link>> type_links(cfg_.node_types.size());
   std::vector<bool> made(cfg_.node_types.size(), false);
   size_t nodes = 0, vertices = 0, links = 0, gpus = 0, nics = 0;
-  for (const config::Group& group : cfg_.groups) {
+  for (const config::NodeGroup& group : cfg_.groups) {
     uint32_t type = 0;
     while (cfg_.node_types[type].name != group.node_type) ++type;
     const size_t count = static_cast<size_t>(std::max(0, group.count));
@@ -236,7 +236,7 @@ void Cluster::build_nodes() {
   links_.reserve(links);
   gpus_.reserve(gpus);
   for (size_t gi = 0; gi < cfg_.groups.size(); ++gi) {
-    const config::Group& group = cfg_.groups[gi];
+    const config::NodeGroup& group = cfg_.groups[gi];
     uint32_t type = 0;
     while (cfg_.node_types[type].name != group.node_type) ++type;
     const config::NodeType& t = cfg_.node_types[type];
@@ -441,7 +441,7 @@ void Cluster::build_explicit_fabric() {
 
 std::vector<int> Cluster::node_sites() const {
   std::vector<int> site;
-  for (const config::Group& g : cfg_.groups) site.insert(site.end(), g.count, g.site);
+  for (const config::NodeGroup& g : cfg_.groups) site.insert(site.end(), g.count, g.site);
   return site;
 }
 

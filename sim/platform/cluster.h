@@ -142,7 +142,7 @@ class Cluster {
   void attach_nic(NicPort& p, uint32_t sw, Time switch_latency);
   // Every leaf in [0, leaves) to each of `spines` new spine switches.
   void connect_spines(uint32_t leaves, int spines, double ports);
-  // Each node's site (config::Group::site), in node order.
+  // Each node's site (config::NodeGroup::site), in node order.
   std::vector<int> node_sites() const;
   // The `wan:` links between the sites' switches (indices into switch_vertex_).
   void add_wan_links(const std::vector<uint32_t>& site_switch, const std::string& where);

@@ -120,7 +120,7 @@ Estimator::Scan Estimator::scan(const Plan& plan) {
   return out;
 }
 
-Estimator::Groups Estimator::groups(std::vector<std::vector<platform::GpuId>> ranks) const {
+Estimator::RankSets Estimator::rank_sets(std::vector<std::vector<platform::GpuId>> ranks) const {
   Hash h;
   h.add(ranks.size());
   for (const auto& g : ranks) {
@@ -136,7 +136,7 @@ Estimator::Groups Estimator::groups(std::vector<std::vector<platform::GpuId>> ra
       for (platform::GpuId x : g) h.add(x);
     }
   }
-  return Groups{h.h, std::move(ranks)};
+  return RankSets{h.h, std::move(ranks)};
 }
 
 Estimator::Layout& Estimator::layout(const Plan& plan, uint64_t key) {
@@ -165,17 +165,17 @@ Estimator::Layout& Estimator::layout(const Plan& plan, uint64_t key) {
         peers[j].push_back(d[j % d.size()]);
       }
     }
-    l.peers.push_back(groups(std::move(peers)));
+    l.peers.push_back(rank_sets(std::move(peers)));
   }
   for (size_t r : l.evaluated) {
     const workload::ReplicaPlan& rep = plan.replicas[r];
     auto& tp = l.tp.emplace_back();
-    for (const StagePlan& st : rep.stages) tp.push_back(groups({st.devices}));
+    for (const StagePlan& st : rep.stages) tp.push_back(rank_sets({st.devices}));
     const auto& da = rep.stages.front().devices;
     const auto& db = rep.stages.back().devices;
     std::vector<std::vector<platform::GpuId>> pairs(std::max(da.size(), db.size()));
     for (size_t j = 0; j < pairs.size(); ++j) pairs[j] = {da[j % da.size()], db[j % db.size()]};
-    l.tied.push_back(groups(std::move(pairs)));
+    l.tied.push_back(rank_sets(std::move(pairs)));
     // Every slice of every alike replica's transfer: they move in lockstep over shared links.
     auto& hops = l.hops.emplace_back();
     auto& keys = l.hop_keys.emplace_back();
@@ -257,7 +257,7 @@ double Estimator::tied_s(Layout& l, double bytes_per) {
     if (same_bits(b, bytes_per)) return worst;
   }
   double worst = 0;
-  for (const Groups& pairs : l.tied) {
+  for (const RankSets& pairs : l.tied) {
     worst =
         std::max(worst, collectives_s(CommKind::allreduce,
                                       bytes_per / static_cast<double>(pairs.ranks.size()), pairs));
@@ -284,7 +284,7 @@ bool Estimator::alike(const Plan& plan, const Layout& l, const double* hops, siz
   return std::memcmp(hops + i * S, hops + j * S, S * sizeof(double)) == 0;
 }
 
-double Estimator::collectives_s(CommKind kind, double bytes, const Groups& g) {
+double Estimator::collectives_s(CommKind kind, double bytes, const RankSets& g) {
   auto& last = last_collective_;
   if (last.key == g.key && last.kind == static_cast<int>(kind) && last.bytes == bits_of(bytes))
     return last.seconds;
@@ -360,7 +360,7 @@ double Estimator::optimizer_s(const config::GpuProfile& gpu, double params, work
 
 Estimator::Piece Estimator::piece(const std::vector<workload::Step>& steps,
                                   const config::GpuProfile& gpu, workload::Precision p,
-                                  const Groups& tp, const workload::Framework& fw, double clock,
+                                  const RankSets& tp, const workload::Framework& fw, double clock,
                                   std::vector<workload::PowerSegment>* power) {
   // As the job builder cuts segments: kernels between collectives run as one segment taking the
   // longer of its GPU and host time; an asynchronous collective runs beside the one kernel after
@@ -420,7 +420,7 @@ Estimator::Piece Estimator::piece(const std::vector<workload::Step>& steps,
 }
 
 const Estimator::Pieces& Estimator::pieces(const Plan& plan, const config::GpuProfile& gpu,
-                                           const Groups& tp, int64_t batch) {
+                                           const RankSets& tp, int64_t batch) {
   const int t = static_cast<int>(tp.ranks.front().size());
   const workload::LayerShape shape = workload::stage_shape(plan, t, batch);
   auto [it, fresh] = pieces_.try_emplace(
@@ -457,7 +457,7 @@ const Estimator::Pieces& Estimator::pieces(const Plan& plan, const config::GpuPr
 }
 
 const Estimator::Pieces& Estimator::stage_pieces(const Plan& plan, const config::GpuProfile& gpu,
-                                                 const Groups& tp) {
+                                                 const RankSets& tp) {
   const int t = static_cast<int>(tp.ranks.front().size());
   for (const PieceMemo& m : piece_memo_) {
     if (m.gpu == &gpu && m.key == tp.key && m.t == t) return *m.pieces;
@@ -590,7 +590,7 @@ double largest_shard(double params, const StateShares& shares, size_t R) {
 
 }  // namespace
 
-std::pair<int, Estimator::Groups> Estimator::shard_holders(
+std::pair<int, Estimator::RankSets> Estimator::shard_holders(
     const std::vector<const StagePlan*>& gs) const {
   int shards = 1;
   for (const StagePlan* g : gs) shards = std::lcm(shards, g->tensor_parallel());
@@ -600,7 +600,7 @@ std::pair<int, Estimator::Groups> Estimator::shard_holders(
       ranks[static_cast<size_t>(p)].push_back(
           g->devices[static_cast<size_t>(p) * g->devices.size() / static_cast<size_t>(shards)]);
   }
-  return std::make_pair(shards, groups(std::move(ranks)));
+  return std::make_pair(shards, rank_sets(std::move(ranks)));
 }
 
 std::vector<double> Estimator::staged_hops(const Plan& plan) {
@@ -661,7 +661,7 @@ Estimator::StagedPasses Estimator::staged_passes(const Plan& plan, const std::ve
     for (size_t j = 0; j < ds.groups.size(); ++j) {
       const StagePlan& st = ds.groups[j];
       const config::GpuProfile& gpu = *cluster_.gpu(st.devices.front()).profile;
-      const Groups tp = groups({st.devices});
+      const RankSets tp = rank_sets({st.devices});
       const Pieces& ps = pieces(plan, gpu, tp, ds.batch[j]);
       const double pipe_gather =
           workload::gathers_pipeline_slices(plan, st.tensor_parallel())
@@ -1138,9 +1138,9 @@ Estimate Estimator::asymmetric(const Plan& plan) {
     // narrowest holder.
     int narrowest = holders.front()->tensor_parallel();
     for (const StagePlan* h : holders) narrowest = std::min(narrowest, h->tensor_parallel());
-    const std::pair<int, Groups> held = shard_holders(holders);
+    const std::pair<int, RankSets> held = shard_holders(holders);
     const int shards = held.first;
-    const Groups& peers = held.second;
+    const RankSets& peers = held.second;
     const double layer_grad = grad_bytes * model_.layer_params();  // whole layer, every shard
     double bucket = k + 1 == K ? grad_bytes * model_.output_params() : 0;
     auto flush = [&] {

@@ -73,7 +73,7 @@ class Estimator {
   // Rank lists that run one collective each, concurrently, and a key that says where they sit
   // as far as the collectives' time can tell: inside one node, its node type and local indices
   // (every node of a type is wired alike); across nodes, the ranks themselves.
-  struct Groups {
+  struct RankSets {
     uint64_t key = 0;
     std::vector<std::vector<platform::GpuId>> ranks;
   };
@@ -81,15 +81,15 @@ class Estimator {
   // (the proposals of a search share a few layouts and differ in micro-batch, schedule, ...).
   struct Layout {
     std::vector<size_t> evaluated;  // replicas that stand for the others
-    std::vector<Groups> peers;      // per stage: each tensor-parallel rank's data-parallel peers
-    std::vector<std::vector<Groups>> tp;  // per evaluated replica, per stage
-    std::vector<Groups> tied;             // per evaluated replica: its end stages' rank pairs
+    std::vector<RankSets> peers;    // per stage: each tensor-parallel rank's data-parallel peers
+    std::vector<std::vector<RankSets>> tp;  // per evaluated replica, per stage
+    std::vector<RankSets> tied;             // per evaluated replica: its end stages' rank pairs
     // per evaluated replica, per stage boundary: every slice of a transfer (of every alike
     // replica), as (from, to)
     std::vector<std::vector<std::vector<std::pair<platform::GpuId, platform::GpuId>>>> hops;
     std::vector<std::vector<uint64_t>> hop_keys;  // hashes of `hops`
     // Per evaluated replica: its devices' kind (of `kinds`), alike where every stage's GPU type
-    // and tensor-parallel group (Groups::key; any one GPU for a stage of one) are.
+    // and tensor-parallel group (RankSets::key; any one GPU for a stage of one) are.
     std::vector<uint32_t> kind;
     size_t kinds = 0;
     // Worked out once per layout and size, as a search's plans share both: per activation size,
@@ -148,7 +148,7 @@ class Estimator {
   // The holders of a set of groups' shards, reduced together: lcm of their tensor-parallel
   // degrees in shards, shard p on rank p x t / shards of each group (workload::DpSync); the
   // shards and the rank lists.
-  std::pair<int, Groups> shard_holders(const std::vector<const workload::StagePlan*>& gs) const;
+  std::pair<int, RankSets> shard_holders(const std::vector<const workload::StagePlan*>& gs) const;
 
   // The steps of estimate() for a uniform or explicit plan: what every step reads, worked out
   // once per estimate.
@@ -205,22 +205,22 @@ class Estimator {
   // backward pass fills them (or after it), from `ready`: when the last is done.
   double bucket_stream(const Terms& terms, int s, workload::CommKind kind, double ready);
 
-  Groups groups(std::vector<std::vector<platform::GpuId>> ranks) const;
+  RankSets rank_sets(std::vector<std::vector<platform::GpuId>> ranks) const;
   // `batch`: samples a micro-batch (0: the plan's micro_batch_size; a staged plan's group share).
-  const Pieces& pieces(const workload::Plan& plan, const config::GpuProfile& gpu, const Groups& tp,
-                       int64_t batch = 0);
+  const Pieces& pieces(const workload::Plan& plan, const config::GpuProfile& gpu,
+                       const RankSets& tp, int64_t batch = 0);
   // pieces(), remembered for the plan being estimated (its stages share a few GPU types and
-  // groups).
+  // tensor-parallel rank sets).
   const Pieces& stage_pieces(const workload::Plan& plan, const config::GpuProfile& gpu,
-                             const Groups& tp);
+                             const RankSets& tp);
   // `clock`: a power-capped GPU's clock over its sustained one (workload::power_clock); `power`,
   // where given, gathers the piece's segments as the power model sees them.
   Piece piece(const std::vector<workload::Step>& steps, const config::GpuProfile& gpu,
-              workload::Precision p, const Groups& tp, const workload::Framework& fw,
+              workload::Precision p, const RankSets& tp, const workload::Framework& fw,
               double clock = 1, std::vector<workload::PowerSegment>* power = nullptr);
   // Concurrent collectives of one kind and size (one per rank list), run together on an idle
   // network: the time until the last is done.
-  double collectives_s(workload::CommKind kind, double bytes, const Groups& g);
+  double collectives_s(workload::CommKind kind, double bytes, const RankSets& g);
   // One micro-batch's activations across a stage boundary, every slice at once.
   double hop_s(uint64_t key, const std::vector<std::pair<platform::GpuId, platform::GpuId>>& ends,
                double bytes);

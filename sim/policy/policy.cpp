@@ -109,7 +109,7 @@ std::vector<StageMemory> stage_memory(const workload::ModelConfig& m, const work
   const std::vector<workload::DeviceMemory> memory = workload::memory_per_group(job);
   std::vector<StageMemory> out(static_cast<size_t>(plan.stages()));
   for (size_t g = 0; g < memory.size(); ++g) {
-    StageMemory& st = out[job.groups[g].stage];
+    StageMemory& st = out[job.copies[g].stage];
     st.fill = std::max(st.fill, memory[g].peak / memory[g].capacity);
     st.room = std::min(st.room, memory[g].capacity - memory[g].peak);
   }

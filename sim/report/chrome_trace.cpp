@@ -171,7 +171,7 @@ void ChromeTrace::write(std::ostream& out, const workload::TrainingJob& job) {
   }
   uint64_t flow_id = 0;
   for (const Record& r : records_) {
-    const workload::Group& g = job.groups[r.group];
+    const workload::StageCopy& g = job.copies[r.group];
     const std::string where = r.task.layer >= 0 ? fmt::format(" L{}", r.task.layer) : std::string();
     const std::string tag =
         r.task.pass == workload::Pass::other
@@ -179,7 +179,7 @@ void ChromeTrace::write(std::ostream& out, const workload::TrainingJob& job) {
             : fmt::format("{}{} mb{}", where, pass_name(r.task.pass), r.task.micro_batch);
     if (r.kind == 3) {
       // A transfer: async slice from sender to receiver, linked by a flow arrow.
-      const workload::Group& dst = job.groups[r.to];
+      const workload::StageCopy& dst = job.copies[r.to];
       const platform::GpuId a = g.devices.front(), b = dst.devices.front();
       if (!keep_dev(a) && !keep_dev(b)) continue;
       const std::string name =

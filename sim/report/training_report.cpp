@@ -38,16 +38,16 @@ double sent(workload::CommKind k, double bytes, double p) {
   return 0.0;
 }
 
-// What one rank of each group sends in one iteration: over its own group's (or expert-, context-
-// parallel group's) ranks, and among the replicas. Groups whose programs and collectives are one
-// in memory (alike replicas' stages) and whose data-parallel collectives send alike are summed
-// once, in the same order: the replicas' copies are not read again.
+// What one rank of each stage copy sends in one iteration: over its own copy's (or expert-,
+// context-parallel group's) ranks, and among the replicas. Copies whose programs and collectives
+// are one in memory (alike replicas' stages) and whose data-parallel collectives send alike are
+// summed once, in the same order: the replicas' copies are not read again.
 class SentBytes {
  public:
   explicit SentBytes(const workload::TrainingJob& job) : job_(job) {}
 
   std::pair<double, double> operator()(uint32_t gi) {
-    const workload::Group& g = job_.groups[gi];
+    const workload::StageCopy& g = job_.copies[gi];
     std::vector<double> dp_sent(g.dp.size());
     for (size_t i = 0; i < g.dp.size(); ++i) {
       const workload::DpCollective& dc = g.dp[i];
@@ -55,7 +55,7 @@ class SentBytes {
       double p = static_cast<double>(sync.members.size());
       if (dc.grid) {
         p = 0;
-        for (const auto& [m, k] : sync.members) p += job_.groups[m].devices.size();
+        for (const auto& [m, k] : sync.members) p += job_.copies[m].devices.size();
       }
       dp_sent[i] = sent(dc.kind, dc.bytes, p);
     }
@@ -81,7 +81,7 @@ class SentBytes {
     }
   };
 
-  std::pair<double, double> sum(const workload::Group& g,
+  std::pair<double, double> sum(const workload::StageCopy& g,
                                 const std::vector<double>& dp_sent) const {
     using workload::TaskKind;
     double group = 0, replicas = 0;
@@ -130,8 +130,8 @@ TrainingReport make_training_report(const workload::TrainingJob& job,
   double peak = 0, price = 0;
   std::set<std::string> unpriced;
   double devices = 0;
-  for (size_t i = 0; i < job.groups.size(); ++i) {
-    const workload::Group& g = job.groups[i];
+  for (size_t i = 0; i < job.copies.size(); ++i) {
+    const workload::StageCopy& g = job.copies[i];
     const workload::GroupTimes& t = result.groups[i];
     const double n = static_cast<double>(g.devices.size());
     devices += n;
@@ -172,9 +172,9 @@ TrainingReport make_training_report(const workload::TrainingJob& job,
   r.ep_exposed_s /= devices;
   r.cp_exposed_s /= devices;
   SentBytes sent_bytes(job);
-  for (size_t i = 0; i < job.groups.size(); ++i) {
+  for (size_t i = 0; i < job.copies.size(); ++i) {
     const auto [group, replicas] = sent_bytes(static_cast<uint32_t>(i));
-    const double n = static_cast<double>(job.groups[i].devices.size());
+    const double n = static_cast<double>(job.copies[i].devices.size());
     r.sent_group_bytes += group * n / devices;
     r.sent_replicas_bytes += replicas * n / devices;
   }

@@ -97,8 +97,8 @@ TEST(ExecuteCuda, ProgramFileHoldsExactlyTheKernelsOfTheJob) {
   const workload::DatasheetCostModel cost;
   const workload::TrainingJob job =
       workload::build_training_job(in.model, in.plan, in.cluster, cost);
-  ASSERT_EQ(job.groups.size(), 1u);
-  const workload::Group& g = job.groups[0];
+  ASSERT_EQ(job.copies.size(), 1u);
+  const workload::StageCopy& g = job.copies[0];
   std::vector<std::pair<uint32_t, uint32_t>> expected;  // (task, op) in program order
   size_t attention = 0;
   for (uint32_t pc = 0; pc < g.program.size(); ++pc) {

@@ -41,7 +41,7 @@ std::string two_shapes(int split = 4, int m0 = 4, int m1 = 4, const std::string&
 double replica_grad_bytes(const TrainingJob& job, uint32_t r) {
   double sum = 0;
   for (uint32_t s = 0; s < job.stages_of(r); ++s) {
-    const Group& g = job.group(r, s);
+    const StageCopy& g = job.group(r, s);
     for (const DpCollective& dc : g.dp) sum += dc.bytes * static_cast<double>(g.devices.size());
   }
   return sum;
@@ -117,7 +117,7 @@ TEST(AsymmetricJob, MixedTensorParallelDegreesReduceInShards) {
   size_t sharded = 0;
   for (const DpSync& s : job.dp_syncs) {
     const auto [g0, i0] = s.members.front();
-    const double whole = job.groups[g0].dp[i0].bytes;  // replica 0: one GPU holds it all
+    const double whole = job.copies[g0].dp[i0].bytes;  // replica 0: one GPU holds it all
     const bool upper = s.members[1].first == job.first_group[1] + 1;
     EXPECT_EQ(s.pieces, upper ? 2u : 1u);
     EXPECT_DOUBLE_EQ(s.piece_bytes * s.pieces, whole);
@@ -162,8 +162,8 @@ TEST(AsymmetricJob, EverySegmentReducedOnceByEveryReplica) {
     for (const DpSync& s : job.dp_syncs) {
       ASSERT_EQ(s.members.size(), 3u);
       EXPECT_EQ(s.members[0].first, 0u);
-      const double bytes = job.groups[s.members[0].first].dp[s.members[0].second].bytes;
-      for (const auto& [g, i] : s.members) EXPECT_EQ(job.groups[g].dp[i].bytes, bytes);
+      const double bytes = job.copies[s.members[0].first].dp[s.members[0].second].bytes;
+      for (const auto& [g, i] : s.members) EXPECT_EQ(job.copies[g].dp[i].bytes, bytes);
     }
     EXPECT_EQ(job.group(0, 0).dp.size(), job.dp_syncs.size());
   }
@@ -187,7 +187,7 @@ TEST(AsymmetricReplay, FreeCommunicationIsTheSlowestReplicaAlone) {
     const TrainingJob j = build_training_job(m, alone, c, cost);
     const ReplayResult one = replay(j, nullptr, free);
     slowest = std::max(slowest, one.iteration);
-    for (uint32_t s = 0; s < j.groups.size(); ++s)
+    for (uint32_t s = 0; s < j.copies.size(); ++s)
       EXPECT_EQ(both.groups[job.first_group[r] + s].compute, one.groups[s].compute);
   }
   EXPECT_EQ(both.iteration, slowest);

@@ -509,7 +509,7 @@ TEST(ChakraExport, TheTracesCarryEveryKernelSegmentAndEveryKindOfCommunication) 
   const Job j(spec);
   const Exported ex = export_job(j.job);
   // Rank 0 is tensor-parallel rank 0 of replica 0's first stage: group 0.
-  const workload::Group& g = j.job.groups[0];
+  const workload::StageCopy& g = j.job.copies[0];
   size_t computes = 0;
   Time exported, segments;
   std::map<NodeType, size_t> count;
@@ -619,11 +619,11 @@ study::RunSpec grid_spec(const std::string& cluster, int nodes, int rows, int co
 
 TEST(ChakraExport, AGridsHalosAreSendsToEachNeighbourAndReplayToTheTrainingReplaysTime) {
   const Job j(grid_spec("dgx-a100", 1, 4, 2));
-  ASSERT_EQ(j.job.groups.size(), 2u);  // one group a column
+  ASSERT_EQ(j.job.copies.size(), 2u);  // one group a column
   const Exported ex = export_job(j.job);
   ASSERT_EQ(ex.traces.ranks.size(), 8u);
   // The halo exchanges and the grid's gradient collectives of column 0, from its program.
-  const workload::Group& g = j.job.groups[0];
+  const workload::StageCopy& g = j.job.copies[0];
   size_t exchanges = 0, grid_collectives = 0;
   double halo_bytes = 0;  // what one rank sends one neighbour, over the iteration
   for (const workload::Task& t : g.program) {
@@ -645,8 +645,8 @@ TEST(ChakraExport, AGridsHalosAreSendsToEachNeighbourAndReplayToTheTrainingRepla
   double sent = 0, received = 0;
   for (uint32_t r = 0; r < 8; ++r) {
     const uint32_t k =
-        std::find(j.job.groups[r / 4].devices.begin(), j.job.groups[r / 4].devices.end(), r) -
-        j.job.groups[r / 4].devices.begin();
+        std::find(j.job.copies[r / 4].devices.begin(), j.job.copies[r / 4].devices.end(), r) -
+        j.job.copies[r / 4].devices.begin();
     const size_t neighbours = (k == 0 || k == 3) ? 1 : 2;
     size_t sends = 0, recvs = 0, on_grid = 0;
     for (const Node& n : ex.traces.ranks[r].nodes) {

@@ -176,7 +176,7 @@ TEST(Cnn, OneGpuRunsItsKernelsBackToBack) {
   const ModelConfig m = load_model("resnet50");
   const platform::Cluster c = test::cluster("dgx-a100", 1);
   const auto r = run(m, c, "devices: [0]\nglobal_batch_size: 64\nprecision: bf16\n");
-  EXPECT_EQ(r->job.groups.size(), 1u);
+  EXPECT_EQ(r->job.copies.size(), 1u);
   EXPECT_EQ(r->result.groups[0].compute, r->result.iteration);
   EXPECT_EQ(r->report.sent_group_bytes + r->report.sent_replicas_bytes, 0);
   // The MFU numerator is three passes of the network's multiply-accumulates, less the first
@@ -218,7 +218,7 @@ TEST(Cnn, ADomainLayersGradientAllReduceIsTheLayerOnce) {
   const auto r = run(m, c, "devices: [0, 1, 2, 3]\n" + grid(4, 1, 16, "domain"));
   bool seen = false;
   for (const DpSync& ds : r->job.dp_syncs) {
-    const DpCollective& dc = r->job.groups[ds.members.front().first].dp[ds.members.front().second];
+    const DpCollective& dc = r->job.copies[ds.members.front().first].dp[ds.members.front().second];
     if (dc.name != "conv4.grads") continue;
     seen = true;
     EXPECT_TRUE(dc.grid);
@@ -699,7 +699,7 @@ TEST(Cnn, SgdReadsTheGradientsInTheirPrecision) {
   for (const auto& [main_grads, bytes] : {std::pair{"same", 2 + 16}, std::pair{"fp32", 4 + 16}}) {
     const auto r =
         run(a, c, grid(4, 2, 64, "gholami") + "precision: bf16\nmain_grads: " + main_grads + "\n");
-    const Group& g = r->job.groups[0];
+    const StageCopy& g = r->job.copies[0];
     int seen = 0;
     for (const Op& op : g.ops) {
       if (op.name != "optimizer.sgd") continue;

@@ -78,7 +78,7 @@ TEST(ContextParallel, ReplayCountsTheModelFlopsOnceAndFoldsExactly) {
     const std::string text = plan_text(4, 4 / cp, cp, 16384);
     const Replayed r = run(m, c, text);
     double model = 0;
-    for (const Group& g : r.job.groups) model += g.model_flops * g.devices.size();
+    for (const StageCopy& g : r.job.copies) model += g.model_flops * g.devices.size();
     EXPECT_NEAR(model / model_flops_per_iteration(m, 2 * (4 / cp), 16384), 1.0, 1e-12)
         << "CP " << cp;
     ReplayOptions exact;

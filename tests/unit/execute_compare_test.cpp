@@ -36,11 +36,11 @@ Measured measured_as_predicted(const TrainingJob& job,
                                const std::function<double(uint32_t)>& scale) {
   Measured m;
   uint32_t devices = 0;
-  for (const workload::Group& g : job.groups)
+  for (const workload::StageCopy& g : job.copies)
     for (platform::GpuId d : g.devices) devices = std::max(devices, d + 1);
   m.task_s.resize(devices);
-  for (uint32_t gi = 0; gi < job.groups.size(); ++gi) {
-    const workload::Group& g = job.groups[gi];
+  for (uint32_t gi = 0; gi < job.copies.size(); ++gi) {
+    const workload::StageCopy& g = job.copies[gi];
     std::vector<double> t(g.program.size(), 0.0);
     for (size_t pc = 0; pc < g.program.size(); ++pc) {
       if (g.program[pc].kind == TaskKind::compute)
@@ -103,7 +103,7 @@ TEST(MeasuredCompute, GroupsWithoutMeasurementsKeepThePrediction) {
       "pipeline_parallel: 2\nmicro_batch_size: 1\nglobal_batch_size: 8\nsequence_length: 1024\n");
   Measured m = measured_as_predicted(b.job, [](uint32_t) { return 5.0; });
   // Stage 1's device reported nothing (a backend that does not time tasks).
-  for (platform::GpuId d : b.job.groups[1].devices) m.task_s[d].clear();
+  for (platform::GpuId d : b.job.copies[1].devices) m.task_s[d].clear();
   const TrainingJob timed = with_measured_compute(b.job, m);
   const ReplayResult before = replay_exact(b.job, true), after = replay_exact(timed, true);
   EXPECT_NEAR(after.groups[0].compute.seconds(), 5 * before.groups[0].compute.seconds(), 1e-9);

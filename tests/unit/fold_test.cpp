@@ -146,7 +146,7 @@ TEST(FoldedReplay, IdenticalReplicasShareOneProgramPerStage) {
   TrainingJob job = build_training_job(m, plan(m, c, 2, 2, 4, 32), c, cost);
   for (uint32_t s = 0; s < 2; ++s) {
     for (uint32_t r = 1; r < 4; ++r) {
-      const Group& g = job.group(r, s);
+      const StageCopy& g = job.group(r, s);
       EXPECT_TRUE(g.program.shares_with(job.group(0, s).program)) << r << "," << s;
       EXPECT_TRUE(g.segments.shares_with(job.group(0, s).segments)) << r << "," << s;
       EXPECT_EQ(g.replica, r);

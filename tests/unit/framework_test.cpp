@@ -257,12 +257,12 @@ TEST(Frameworks, ReductionAfterTheBackwardPassExposesEveryBucket) {
   const TrainingJob ja = build_training_job(m, after, c, cost);
   const ReplayResult ro = replay(jo), ra = replay(ja);
   // The same bytes in the same buckets either way.
-  ASSERT_EQ(jo.groups[0].dp.size(), ja.groups[0].dp.size());
-  ASSERT_GT(ja.groups[0].dp.size(), 2u);
+  ASSERT_EQ(jo.copies[0].dp.size(), ja.copies[0].dp.size());
+  ASSERT_GT(ja.copies[0].dp.size(), 2u);
   Time alone;
-  for (size_t i = 0; i < ja.groups[0].dp.size(); ++i) {
-    EXPECT_DOUBLE_EQ(jo.groups[0].dp[i].bytes, ja.groups[0].dp[i].bytes);
-    alone += allreduce_alone(c, ja.groups[0].dp[i].bytes, {0, 1});
+  for (size_t i = 0; i < ja.copies[0].dp.size(); ++i) {
+    EXPECT_DOUBLE_EQ(jo.copies[0].dp[i].bytes, ja.copies[0].dp[i].bytes);
+    alone += allreduce_alone(c, ja.copies[0].dp[i].bytes, {0, 1});
   }
   EXPECT_EQ(ra.groups[0].dp_wait, alone);
   EXPECT_EQ(ra.iteration, ra.groups[0].compute + alone);
@@ -313,10 +313,10 @@ TEST(Frameworks, TheTiedEmbeddingIsReducedBetweenTheEndStages) {
   const Plan without = load_plan_text(base, "a.yaml", m, c);
   const Plan with = load_plan_text(base + "framework: " + fw + "\n", "b.yaml", m, c);
   const TrainingJob j = build_training_job(m, with, c, cost);
-  EXPECT_DOUBLE_EQ(j.groups[0].tied_bytes, 2.0 * 50304 * 1024);
-  EXPECT_DOUBLE_EQ(j.groups[1].tied_bytes, 2.0 * 50304 * 1024);
+  EXPECT_DOUBLE_EQ(j.copies[0].tied_bytes, 2.0 * 50304 * 1024);
+  EXPECT_DOUBLE_EQ(j.copies[1].tied_bytes, 2.0 * 50304 * 1024);
   const ReplayResult r = replay(j), r0 = replay(build_training_job(m, without, c, cost));
-  const Time alone = allreduce_alone(c, j.groups[0].tied_bytes, {0, 8});
+  const Time alone = allreduce_alone(c, j.copies[0].tied_bytes, {0, 8});
   EXPECT_EQ(r.groups[0].dp_wait - r0.groups[0].dp_wait, alone);
   EXPECT_GT(r.groups[1].dp_wait - r0.groups[1].dp_wait, alone);
   EXPECT_EQ(r.iteration - r0.iteration, alone);
@@ -328,7 +328,7 @@ TEST(Frameworks, TheTiedEmbeddingIsReducedBetweenTheEndStages) {
 namespace hetsim::workload {
 namespace {
 
-size_t gathers_in(const Group& g, Pass pass) {
+size_t gathers_in(const StageCopy& g, Pass pass) {
   return static_cast<size_t>(std::count_if(g.program.begin(), g.program.end(), [&](const Task& t) {
     return t.kind == TaskKind::tp_comm && t.pass == pass && g.comms[t.index].name == "pp.gather";
   }));
@@ -365,11 +365,11 @@ TEST(Frameworks, DeepSpeedGathersAPartitionedPipelineTransferOverTheStagesRanks)
   const Plan p1 = plan(with, 1), p0 = plan(without, 1);
   const TrainingJob j = build_training_job(m, p1, c, cost);
   const TrainingJob j0 = build_training_job(m, p0, c, cost);
-  EXPECT_EQ(gathers_in(j.groups[0], Pass::forward), 0u);
-  EXPECT_EQ(gathers_in(j.groups[0], Pass::backward), 2u);
-  EXPECT_EQ(gathers_in(j.groups[1], Pass::forward), 1u);
-  EXPECT_EQ(gathers_in(j.groups[1], Pass::backward), 0u);
-  EXPECT_EQ(gathers_in(j0.groups[0], Pass::backward), 0u);
+  EXPECT_EQ(gathers_in(j.copies[0], Pass::forward), 0u);
+  EXPECT_EQ(gathers_in(j.copies[0], Pass::backward), 2u);
+  EXPECT_EQ(gathers_in(j.copies[1], Pass::forward), 1u);
+  EXPECT_EQ(gathers_in(j.copies[1], Pass::backward), 0u);
+  EXPECT_EQ(gathers_in(j0.copies[0], Pass::backward), 0u);
   const double bytes = 2.0 * 1024 * 1024;
   EXPECT_DOUBLE_EQ(j.activation_bytes_per_transfer, bytes);
   const Time gather = collective_alone(c, network::Op::allgather, bytes, {0, 1});
@@ -386,17 +386,17 @@ TEST(Frameworks, DeepSpeedGathersAPartitionedPipelineTransferOverTheStagesRanks)
   // stage input is already split over the ranks, and TP 1 gather nothing.
   const Plan p8 = plan(with, 8), psp = plan(with, 8, "sequence_parallel: true\n");
   const TrainingJob j8 = build_training_job(m, p8, c, cost);
-  EXPECT_EQ(gathers_in(j8.groups[0], Pass::backward), 16u);
-  EXPECT_EQ(gathers_in(j8.groups[1], Pass::forward), 8u);
+  EXPECT_EQ(gathers_in(j8.copies[0], Pass::backward), 16u);
+  EXPECT_EQ(gathers_in(j8.copies[1], Pass::forward), 8u);
   const TrainingJob sp = build_training_job(m, psp, c, cost);
-  EXPECT_EQ(gathers_in(sp.groups[0], Pass::backward) + gathers_in(sp.groups[1], Pass::forward), 0u);
+  EXPECT_EQ(gathers_in(sp.copies[0], Pass::backward) + gathers_in(sp.copies[1], Pass::forward), 0u);
   const Plan tp1 = load_plan_text(
       "pipeline_parallel: 2\nmicro_batch_size: 1\nglobal_batch_size: 8\n"
       "devices: [0, 1]\nframework: " +
           with + "\n",
       "p.yaml", m, c);
   const TrainingJob j1 = build_training_job(m, tp1, c, cost);
-  EXPECT_EQ(gathers_in(j1.groups[0], Pass::backward) + gathers_in(j1.groups[1], Pass::forward), 0u);
+  EXPECT_EQ(gathers_in(j1.copies[0], Pass::backward) + gathers_in(j1.copies[1], Pass::forward), 0u);
   // The built-in DeepSpeed profile gathers as its pipeline engine does; Megatron's does not.
   EXPECT_EQ(load_framework("deepspeed").pipeline_gathers_forward, 1);
   EXPECT_EQ(load_framework("deepspeed").pipeline_gathers_backward, 2);
@@ -487,7 +487,7 @@ TEST(EagerKernels, AFrameworksHostTimePerKernelReplacesTheCostModels) {
   const TrainingJob j0 = build_training_job(m, without, c, cost);
   auto segments_take = [](const TrainingJob& job, Time per_kernel) {
     size_t host_bound = 0;
-    for (const Segment& s : job.groups[0].segments) {
+    for (const Segment& s : job.copies[0].segments) {
       if (s.ops.empty()) continue;
       Time gpu;
       for (const auto& [op, d] : s.ops) gpu += d;
@@ -650,10 +650,10 @@ TEST(Frameworks, ALinkClassesPerCallCostAddsOncePerTensorParallelCollective) {
   const Plan tp_plan = load_plan_text(tp, "p.yaml", m, with);  // the job points into it
   const TrainingJob job = build_training_job(m, tp_plan, with, cost);
   int64_t collectives = 0, waited = 0;
-  for (const Task& t : job.groups[0].program) {
+  for (const Task& t : job.copies[0].program) {
     if (t.kind != TaskKind::tp_comm) continue;
     ++collectives;
-    waited += job.groups[0].comms[t.index].async ? 0 : 1;
+    waited += job.copies[0].comms[t.index].async ? 0 : 1;
   }
   // Per micro-batch: 2 all-reduces in each layer's forward and 2 in its backward, the
   // embedding's, and the head's cross-entropy and input-gradient ones: 4 x 2 + 1 + 2 = 11. The
@@ -680,7 +680,7 @@ namespace {
 
 // A stage's pipeline tasks in program order: "rF3" receives micro-batch 3's activation, "sB0"
 // sends micro-batch 0's gradient.
-std::string pipeline_order(const Group& g) {
+std::string pipeline_order(const StageCopy& g) {
   std::string out;
   for (const Task& t : g.program) {
     if (t.kind != TaskKind::recv && t.kind != TaskKind::send) continue;
@@ -728,14 +728,14 @@ TEST(Frameworks, DeepSpeedSendsAGradientAfterTheNextForwardPassHasItsActivation)
   const Plan mega_plan = load_plan_text(base, "p.yaml", m, c);  // the jobs point into them
   const TrainingJob deep = build_training_job(m, deep_plan, c, cost);
   const TrainingJob mega = build_training_job(m, mega_plan, c, cost);
-  EXPECT_EQ(pipeline_order(deep.groups[1]),
+  EXPECT_EQ(pipeline_order(deep.copies[1]),
             "rF0 sF0 rF1 sF1 rB0 rF2 sB0 sF2 rB1 rF3 sB1 sF3 rB2 sB2 rB3 sB3");
-  EXPECT_EQ(pipeline_order(mega.groups[1]),
+  EXPECT_EQ(pipeline_order(mega.copies[1]),
             "rF0 sF0 rF1 sF1 rB0 sB0 rF2 sF2 rB1 sB1 rF3 sF3 rB2 sB2 rB3 sB3");
   // The last stage (no warm-up): F0 B0 F1 B1 ...; each gradient after the next activation.
-  EXPECT_EQ(pipeline_order(deep.groups[2]), "rF0 rF1 sB0 rF2 sB1 rF3 sB2 sB3");
+  EXPECT_EQ(pipeline_order(deep.copies[2]), "rF0 rF1 sB0 rF2 sB1 rF3 sB2 sB3");
   // The first stage sends no gradient: its order is Megatron-LM's.
-  EXPECT_EQ(pipeline_order(deep.groups[0]), pipeline_order(mega.groups[0]));
+  EXPECT_EQ(pipeline_order(deep.copies[0]), pipeline_order(mega.copies[0]));
   EXPECT_EQ(framework_error("blocking", "pipeline_send_grad: later\n"),
             "f.yaml:4: pipeline_send_grad: unknown value \"later\" (expected one of "
             "after_backward, after_next_receive)");

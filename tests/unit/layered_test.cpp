@@ -32,7 +32,7 @@ std::string fsdp(int m0, int m1, const std::string& extra, const std::string& sh
          std::to_string(m1) + share(share1) + ", stages: [{layers: 8, devices: [1]}]}\n";
 }
 
-size_t dp_count(const TrainingJob& job, uint32_t g) { return job.groups[g].dp.size(); }
+size_t dp_count(const TrainingJob& job, uint32_t g) { return job.copies[g].dp.size(); }
 
 TEST(Layered, GathersAndReducesEachLayerOncePerIteration) {
   const auto c = cluster("dgx-a100");
@@ -95,7 +95,7 @@ TEST(Zero3, GathersEachLayerOneAheadAndMovesEveryParameter) {
   // Every parameter gathered in each forward pass, the layers' again in each backward pass, and
   // every gradient reduce-scattered once per micro-batch: bytes per rank, summed by kind.
   double gathered = 0, scattered = 0;
-  for (const DpCollective& d : job.groups[0].dp)
+  for (const DpCollective& d : job.copies[0].dp)
     (d.kind == CommKind::allgather ? gathered : scattered) += d.bytes;
   const double e = element_bytes(p.precision), grad = p.fp32_main_grads ? 4 : e;
   const double all = static_cast<double>(m.params()), layers = m.layers_params(0, m.layers);
@@ -136,7 +136,7 @@ TEST(Zero3, Fsdp2CopiesEachGatheredLayerOutOnTheComputeStream) {
   const TrainingJob j2 = build_training_job(m, v2, c, cost);
   auto copies = [](const TrainingJob& job, double& bytes) {
     int n = 0;
-    const Group& g = job.groups[0];
+    const StageCopy& g = job.copies[0];
     for (const Task& t : g.program) {
       if (t.kind != TaskKind::compute) continue;
       for (const auto& [op, d] : g.segments[t.index].ops) {

@@ -210,7 +210,7 @@ TEST(Moe, ExpertParallelReplayCountsEveryExpertFlopOnce) {
                                "\nsequence_parallel: true\nmicro_batch_size: 1\n"
                                "global_batch_size: 16\nsequence_length: 1024\n");
     double model = 0;
-    for (const Group& g : r.job.groups) model += g.model_flops * g.devices.size();
+    for (const StageCopy& g : r.job.copies) model += g.model_flops * g.devices.size();
     EXPECT_NEAR(model / model_flops_per_iteration(m, 16, 1024), 1.0, 1e-12) << "EP " << ep;
   }
 }
@@ -309,18 +309,18 @@ TEST(Moe, ExpertTensorParallelOneKeepsExpertsWholeAndGroupsEveryRank) {
   EXPECT_EQ(split.plan.expert_group_replicas(), 4);
   // EP 4 ranks either way: 8 experts, 2 a rank. Split, the group is rank j of 4 replicas and
   // each rank holds half of 2 experts; whole, 2 replicas' 4 ranks and 2 whole experts each.
-  for (size_t g = 0; g < split.job.groups.size(); ++g) {
-    EXPECT_DOUBLE_EQ(whole.job.groups[g].expert_params, 2 * split.job.groups[g].expert_params);
+  for (size_t g = 0; g < split.job.copies.size(); ++g) {
+    EXPECT_DOUBLE_EQ(whole.job.copies[g].expert_params, 2 * split.job.copies[g].expert_params);
   }
   // Every expert FLOP counted once over all devices.
   double model = 0;
-  for (const Group& g : whole.job.groups) model += g.model_flops * g.devices.size();
+  for (const StageCopy& g : whole.job.copies) model += g.model_flops * g.devices.size();
   EXPECT_NEAR(model / model_flops_per_iteration(m, 16, 1024), 1.0, 1e-12);
   // No gather over the tensor-parallel ranks around the expert GEMMs, and each expert GEMM as
   // wide as the expert (its rows: the rank's own tokens, half the replica's).
   auto count = [](const Replayed& r, CommKind kind) {
     size_t n = 0;
-    for (const CommTemplate& ct : r.job.groups[0].comms) n += !ct.expert && ct.kind == kind;
+    for (const CommTemplate& ct : r.job.copies[0].comms) n += !ct.expert && ct.kind == kind;
     return n;
   };
   EXPECT_LT(count(whole, CommKind::allgather), count(split, CommKind::allgather));
@@ -394,14 +394,14 @@ TEST(Moe, ExpertStateSplitsOverTheExpertParallelGroup) {
   const std::vector<DeviceMemory> m4 = memory_per_group(ep4.job);
   // Each layer's 8 experts of 2 x 1024 x 4096 weights (+ biases), over TP 2 and EP 4.
   const double experts = 2.0 * 8 * m.mlp_params(4096) / 2;  // stage of 2 layers, per TP rank
-  for (size_t g = 0; g < ep4.job.groups.size(); ++g) {
-    EXPECT_DOUBLE_EQ(ep1.job.groups[g].expert_params, experts);
-    EXPECT_DOUBLE_EQ(ep4.job.groups[g].expert_params, experts / 4);
-    EXPECT_DOUBLE_EQ(ep1.job.groups[g].params - ep4.job.groups[g].params, experts * 3 / 4);
+  for (size_t g = 0; g < ep4.job.copies.size(); ++g) {
+    EXPECT_DOUBLE_EQ(ep1.job.copies[g].expert_params, experts);
+    EXPECT_DOUBLE_EQ(ep4.job.copies[g].expert_params, experts / 4);
+    EXPECT_DOUBLE_EQ(ep1.job.copies[g].params - ep4.job.copies[g].params, experts * 3 / 4);
     // bf16 weights; ZeRO-1 shards the optimizer: the rest over 4 replicas, the experts over the
     // 4 / 4 = 1 replica that holds them.
-    EXPECT_DOUBLE_EQ(m4[g].weights, 2 * ep4.job.groups[g].params);
-    const double rest = ep4.job.groups[g].params - experts / 4;
+    EXPECT_DOUBLE_EQ(m4[g].weights, 2 * ep4.job.copies[g].params);
+    const double rest = ep4.job.copies[g].params - experts / 4;
     EXPECT_NEAR(m4[g].optimizer, 12 * rest / 4 + 12 * experts / 4, 1e-6 * m4[g].optimizer);
     EXPECT_LT(m4[g].peak, m1[g].peak);
   }

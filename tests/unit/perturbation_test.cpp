@@ -74,7 +74,7 @@ TEST(Perturbation, SlowGpuInPureDataParallelDoublesItsComputeAndTheIterationFoll
   // than its kernels: the optimizer's many small kernels here) stays at least that long.
   Time slow_compute;
   size_t host_bound = 0;
-  const Group& g1 = base.groups[1];
+  const StageCopy& g1 = base.copies[1];
   for (const Task& t : g1.program) {
     if (t.kind != TaskKind::compute) continue;
     const Segment& s = g1.segments[t.index];

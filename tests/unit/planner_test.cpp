@@ -543,7 +543,7 @@ TEST(Policies, FlashFlexBalancesPipelinesAndGivesEachTypeItsDegree) {
     const workload::TrainingJob job = workload::build_training_job(m, plan, c, cost);
     const bool sharded = std::any_of(job.dp_syncs.begin(), job.dp_syncs.end(), [&](const auto& s) {
       return std::any_of(s.members.begin(), s.members.end(), [&](const auto& g) {
-        return job.groups[g.first].devices.size() != s.pieces;
+        return job.copies[g.first].devices.size() != s.pieces;
       });
     });
     if (sharded && mixed++ < 3) {

@@ -102,7 +102,7 @@ TEST(ReplayProgress, ObservingTheReplayChangesNoFigureAndCountsTasksUpToTheTotal
   // One call per 100 events, each further along than the last, never past the total.
   ASSERT_EQ(seen.size(), plain.events / 100);
   uint64_t total = 0;
-  for (const auto& g : job.groups) total += g.program.size();
+  for (const auto& g : job.copies) total += g.program.size();
   for (size_t i = 0; i < seen.size(); ++i) {
     EXPECT_EQ(seen[i].events, 100 * (i + 1));
     EXPECT_EQ(seen[i].tasks_total, total);

@@ -126,7 +126,7 @@ TEST(StagedJob, ReshardsEachMicroBatchBySharedSamples) {
   const DatasheetCostModel cost;
   const TrainingJob job = build_training_job(m, p, c, cost);
   ASSERT_TRUE(job.staged());
-  ASSERT_EQ(job.groups.size(), 5u);
+  ASSERT_EQ(job.copies.size(), 5u);
   // Samples 0, 1 and 2 go to group 3 (stage 1's first); sample 3 to group 4.
   auto peers = [](const std::vector<TrainingJob::Peer>& v) {
     std::vector<std::pair<uint32_t, double>> out;
@@ -139,12 +139,12 @@ TEST(StagedJob, ReshardsEachMicroBatchBySharedSamples) {
   EXPECT_EQ(peers(job.next_peers[2]), (P{{3, 0.25}, {4, 0.25}}));
   EXPECT_EQ(peers(job.prev_peers[3]), (P{{0, 0.25}, {1, 0.25}, {2, 0.25}}));
   EXPECT_EQ(peers(job.prev_peers[4]), (P{{2, 0.25}}));
-  for (uint32_t g = 0; g < job.groups.size(); ++g) {
-    const auto& out = job.groups[g].stage == 0 ? job.next_peers[g] : job.prev_peers[g];
+  for (uint32_t g = 0; g < job.copies.size(); ++g) {
+    const auto& out = job.copies[g].stage == 0 ? job.next_peers[g] : job.prev_peers[g];
     const double sum =
         std::accumulate(out.begin(), out.end(), 0.0,
                         [](double a, const TrainingJob::Peer& q) { return a + q.share; });
-    EXPECT_DOUBLE_EQ(sum * 4, static_cast<double>(job.groups[g].batch)) << "group " << g;
+    EXPECT_DOUBLE_EQ(sum * 4, static_cast<double>(job.copies[g].batch)) << "group " << g;
   }
   EXPECT_TRUE(job.next_peers[3].empty());
   EXPECT_TRUE(job.prev_peers[0].empty());
@@ -153,10 +153,10 @@ TEST(StagedJob, ReshardsEachMicroBatchBySharedSamples) {
   size_t stage0 = 0, stage1 = 0, tied = 0;
   for (const DpSync& s : job.dp_syncs) {
     const auto [g0, i0] = s.members.front();
-    if (job.groups[g0].dp[i0].name == "tied.embedding.grads") {
+    if (job.copies[g0].dp[i0].name == "tied.embedding.grads") {
       ++tied;
       EXPECT_EQ(s.members.size(), 5u);
-    } else if (job.groups[g0].stage == 0) {
+    } else if (job.copies[g0].stage == 0) {
       ++stage0;
       EXPECT_EQ(s.members.size(), 3u);
     } else {
@@ -187,9 +187,9 @@ TEST(StagedJob, AGroupComputesAndStoresItsOwnShare) {
       "a.yaml", m, c);
   const DatasheetCostModel cost;
   const TrainingJob job = build_training_job(m, p, c, cost);
-  EXPECT_NEAR(job.groups[2].model_flops, 2 * job.groups[0].model_flops,
-              1e-12 * job.groups[2].model_flops);
-  EXPECT_DOUBLE_EQ(job.groups[0].model_flops, job.groups[1].model_flops);
+  EXPECT_NEAR(job.copies[2].model_flops, 2 * job.copies[0].model_flops,
+              1e-12 * job.copies[2].model_flops);
+  EXPECT_DOUBLE_EQ(job.copies[0].model_flops, job.copies[1].model_flops);
   const std::vector<DeviceMemory> mem = memory_per_group(job);
   EXPECT_NEAR(mem[2].activations, 2 * mem[0].activations, 1e-12 * mem[2].activations);
   // The skeleton the planner reads holds every group, with the same memory.
@@ -203,9 +203,9 @@ TEST(StagedJob, AGroupComputesAndStoresItsOwnShare) {
       "  - {layers: 4, devices: [0]}\n  - {layers: 4, devices: [3]}\n",
       "w.yaml", m, c);
   const TrainingJob one = build_training_job(m, whole, c, cost);
-  EXPECT_NEAR(job.groups[0].model_flops + job.groups[1].model_flops + job.groups[2].model_flops,
-              one.groups[0].model_flops, 1e-9 * one.groups[0].model_flops);
-  EXPECT_EQ(job.groups[3].model_flops, one.groups[1].model_flops);
+  EXPECT_NEAR(job.copies[0].model_flops + job.copies[1].model_flops + job.copies[2].model_flops,
+              one.copies[0].model_flops, 1e-9 * one.copies[0].model_flops);
+  EXPECT_EQ(job.copies[3].model_flops, one.copies[1].model_flops);
 }
 
 // A stage of one group is a pipeline stage: a staged plan with one group a stage replays as the
@@ -265,10 +265,10 @@ TEST(StagedJob, AReceiveWaitsForEveryPeer) {
   const DatasheetCostModel cost;
   TrainingJob job = build_training_job(m, p, c, cost);
   const Time base = replay(job).iteration;
-  job.groups[1].slow_from = {{Time(), 3.0}};
+  job.copies[1].slow_from = {{Time(), 3.0}};
   const Time slow1 = replay(job).iteration;
-  job.groups[1].slow_from.clear();
-  job.groups[0].slow_from = {{Time(), 3.0}};
+  job.copies[1].slow_from.clear();
+  job.copies[0].slow_from = {{Time(), 3.0}};
   const Time slow0 = replay(job).iteration;
   EXPECT_GT(slow1, base);
   EXPECT_EQ(slow0, slow1);

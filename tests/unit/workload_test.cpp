@@ -78,7 +78,7 @@ TEST(TrainingFlops, ReplayCountsEveryKernelOnEveryDeviceOnce) {
       "p.yaml", m, c);
   const TrainingJob job = build_training_job(m, p, c, cost);
   double model = 0, executed = 0;
-  for (const Group& g : job.groups) {
+  for (const StageCopy& g : job.copies) {
     model += g.model_flops * g.devices.size();
     executed += g.compute_flops * g.devices.size();
   }
@@ -87,7 +87,7 @@ TEST(TrainingFlops, ReplayCountsEveryKernelOnEveryDeviceOnce) {
   // Executed adds the optimizer's and memory-bound kernels' arithmetic: GEMM and attention
   // FLOPs alone give 96 B s l h^2 (1 + s/(6h) + V/(16 l h)).
   double gemm = 0;
-  for (const Group& g : job.groups) {
+  for (const StageCopy& g : job.copies) {
     for (const Task& t : g.program) {
       if (t.kind != TaskKind::compute) continue;
       for (const auto& [op, d] : g.segments[t.index].ops) {
@@ -120,7 +120,7 @@ TEST(Workload, AClassificationHeadComputesAPoolerAndClassesNotTheVocabulary) {
       "p.yaml", m, cl);
   const TrainingJob job = build_training_job(m, p, cl, cost);
   double gemm = 0;
-  for (const Group& g : job.groups) {
+  for (const StageCopy& g : job.copies) {
     EXPECT_EQ(g.tied_bytes, 0) << "no tied embedding";
     for (const Task& t : g.program) {
       if (t.kind != TaskKind::compute) continue;
@@ -136,7 +136,7 @@ TEST(Workload, AClassificationHeadComputesAPoolerAndClassesNotTheVocabulary) {
   const double B = 16, s = 1024, l = m.layers, t = 2;
   EXPECT_NEAR(gemm / (96 * B * s * l * h * h * (1 + s / (6 * h)) + t * 6 * B * h * (h + c)), 1,
               1e-12);
-  for (const Group& g : job.groups) {
+  for (const StageCopy& g : job.copies) {
     for (const Task& t : g.program) EXPECT_NE(t.kind, TaskKind::tied);
   }
 }
@@ -182,10 +182,10 @@ TEST(TrainingReplay, TheOptimizersStateAndStepFollowItsKind) {
     const Plan p = load_plan_text(base + "precision: fp16\noptimizer: " + o + "\n", "p.yaml", m, c);
     const TrainingJob job = build_training_job(m, p, c, cost);
     const DeviceMemory mem = memory_per_group(job)[0];
-    state[o] = mem.optimizer / job.groups[0].params;
+    state[o] = mem.optimizer / job.copies[0].params;
     const Plan q = load_plan_text(base + "precision: fp32\noptimizer: " + o + "\n", "p.yaml", m, c);
     fp32_state[o] =
-        memory_per_group(build_training_job(m, q, c, cost))[0].optimizer / job.groups[0].params;
+        memory_per_group(build_training_job(m, q, c, cost))[0].optimizer / job.copies[0].params;
   }
   EXPECT_DOUBLE_EQ(state["adam"], 12);
   EXPECT_DOUBLE_EQ(state["sgd_momentum"], 8);
@@ -222,7 +222,7 @@ TEST(TrainingReplay, RecomputeLayersRecomputesTheFirstLayersOfEachChunk) {
       "schedule: interleaved\ninterleave: 2\ndevices: \"0-1\"\n";
   auto recomputed = [](const TrainingJob& job) {
     int n = 0;
-    for (const Task& t : job.groups[0].program)
+    for (const Task& t : job.copies[0].program)
       n += t.kind == TaskKind::compute && t.pass == Pass::recompute;
     return n;
   };
@@ -280,7 +280,7 @@ TEST(TrainingFlops, InterleavedChunksThatDoNotDivideTheLayersLeaveTheEndsShort) 
   const TrainingJob job = build_training_job(m, p, c, cost);
   std::vector<int> runs(30, 0);
   double model = 0;
-  for (const Group& g : job.groups) {
+  for (const StageCopy& g : job.copies) {
     model += g.model_flops * g.devices.size();
     for (const Task& t : g.program) {
       if (t.kind == TaskKind::compute && t.pass == Pass::forward && t.layer >= 0) ++runs[t.layer];
@@ -345,7 +345,7 @@ TEST(TrainingReplay, OneGpuIterationIsTheSumOfItsKernels) {
   const Plan p = load_plan_text(plan_text, "p.yaml", m, c);
   const Replayed r = run(m, p, c, gpu_only);
   Time sum;
-  const Group& g = r.job.groups.at(0);
+  const StageCopy& g = r.job.copies.at(0);
   for (const Task& t : g.program) {
     ASSERT_NE(t.kind, TaskKind::tp_comm);
     if (t.kind != TaskKind::compute) continue;
@@ -360,13 +360,13 @@ TEST(TrainingReplay, OneGpuIterationIsTheSumOfItsKernels) {
   const DatasheetCostModel cost;
   const Replayed h = run(m, p, c, cost);
   Time segments;
-  for (const Task& t : h.job.groups[0].program) {
+  for (const Task& t : h.job.copies[0].program) {
     if (t.kind != TaskKind::compute) continue;
-    const Segment& s = h.job.groups[0].segments[t.index];
+    const Segment& s = h.job.copies[0].segments[t.index];
     Time gpu, host;
     for (const auto& [op, d] : s.ops) {
       gpu += d;
-      host += cost.host_time(h.job.groups[0].ops[op]);
+      host += cost.host_time(h.job.copies[0].ops[op]);
     }
     EXPECT_EQ(s.duration, std::max(gpu, host));
     segments += s.duration;
@@ -413,7 +413,7 @@ TEST_P(PipelineBubble, MatchesTheClosedForm) {
   const Replayed r = run(m, p, c, cost, o);
   // Ideal: a stage's compute without the optimizer step.
   Time optimizer;
-  const Group& g0 = r.job.groups[0];
+  const StageCopy& g0 = r.job.copies[0];
   for (const Task& t : g0.program) {
     if (t.kind == TaskKind::compute && t.pass == Pass::other)
       optimizer += g0.segments[t.index].duration;
@@ -442,7 +442,7 @@ TEST(TrainingReplay, GradientAllReduceIsExposedWhenNothingOverlapsIt) {
       "devices: \"0-1\"\nbucket_size: 100GB\n",
       "p.yaml", m, c);
   const Replayed r = run(m, p, c, cost);
-  const Group& g = r.job.groups[0];
+  const StageCopy& g = r.job.copies[0];
   ASSERT_EQ(g.dp.size(), 1u);
   network::CollectiveRequest req;
   req.op = network::Op::allreduce;
@@ -515,7 +515,7 @@ TEST(TrainingReplay, TpCommOverlapRunsEachSequenceParallelCollectiveBesideItsGem
   const Replayed a = run(m, load_plan_text(base, "p.yaml", m, c), c, cost);
   const Replayed b =
       run(m, load_plan_text(base + "tp_comm_overlap: true\n", "p.yaml", m, c), c, cost);
-  EXPECT_EQ(a.job.groups[0].compute_flops, b.job.groups[0].compute_flops);
+  EXPECT_EQ(a.job.copies[0].compute_flops, b.job.copies[0].compute_flops);
   EXPECT_GT(a.result.groups[0].tp_wait, Time());
   EXPECT_LT(b.result.groups[0].tp_wait, a.result.groups[0].tp_wait);
   EXPECT_LT(b.result.iteration, a.result.iteration);
@@ -836,7 +836,7 @@ TEST(TrainingMemory, StatesPerParameterFollowZeroStages) {
     const Plan p = load_plan_text(y.str(), "p.yaml", m, c);
     const TrainingJob job = build_training_job(m, p, c, cost);
     const DeviceMemory mem = memory_per_group(job)[0];
-    const double per_param = (mem.weights + mem.gradients + mem.optimizer) / job.groups[0].params;
+    const double per_param = (mem.weights + mem.gradients + mem.optimizer) / job.copies[0].params;
     const double d = 8;
     const double expected[] = {16, 4 + 12 / d, 2 + 14 / d, 16 / d};  // formulas.md
     EXPECT_DOUBLE_EQ(per_param, expected[zero]) << "zero " << zero;
@@ -983,8 +983,8 @@ TEST(Plans, HeterogeneousStagesRunWithTheirOwnDevicesAndDegrees) {
       "p.yaml", m, c);
   EXPECT_EQ(p.global_batch_size, 8);
   const Replayed r = run(m, p, c, cost);
-  EXPECT_EQ(r.job.groups.size(), 4u);
-  EXPECT_EQ(r.job.groups[1].gpu->architecture, "volta");
+  EXPECT_EQ(r.job.copies.size(), 4u);
+  EXPECT_EQ(r.job.copies[1].gpu->architecture, "volta");
   EXPECT_GT(r.result.iteration, Time());
   // The replica with more micro-batches works longer.
   EXPECT_GT(r.result.groups[0].compute, r.result.groups[2].compute);

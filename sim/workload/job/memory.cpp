@@ -78,7 +78,7 @@ std::vector<DeviceMemory> grid_memory(const TrainingJob& job) {
   double activations = 0;
   for (const CnnLayerProgram& l : programs) activations += l.activations;
   std::vector<DeviceMemory> out;
-  for (const Group& g : job.groups) {
+  for (const StageCopy& g : job.copies) {
     DeviceMemory mem;
     mem.capacity = g.gpu->memory_bytes;
     const double grad = p.fp32_main_grads ? 4 : element_bytes(p.precision);
@@ -99,7 +99,7 @@ namespace {
 
 // The weights, gradients and optimizer state on each of a group's devices, sharded as the ZeRO
 // stage says.
-void group_states(const TrainingJob& job, const Group& g, DeviceMemory& mem) {
+void group_states(const TrainingJob& job, const StageCopy& g, DeviceMemory& mem) {
   const Plan& p = *job.plan;
   const ModelConfig& m = *job.model;
   const double e = element_bytes(p.precision);
@@ -154,9 +154,9 @@ std::vector<double> chunk_activations(const TrainingJob& job, const StagePlan& s
 
 // What a device holds for a moment: the layer being recomputed, the last stage's fp32 logits and
 // their gradient, the gradient buckets in flight, ZeRO-3's gathered layers, the framework's own.
-double workspace(const TrainingJob& job, const Group& g, const StagePlan& st, const LayerShape& s,
-                 const std::vector<double>& chunk_act, const std::vector<double>& loads,
-                 const DeviceMemory& mem) {
+double workspace(const TrainingJob& job, const StageCopy& g, const StagePlan& st,
+                 const LayerShape& s, const std::vector<double>& chunk_act,
+                 const std::vector<double>& loads, const DeviceMemory& mem) {
   const Plan& p = *job.plan;
   const ModelConfig& m = *job.model;
   const double e = element_bytes(p.precision);
@@ -210,9 +210,9 @@ std::vector<DeviceMemory> memory_per_group(const TrainingJob& job) {
   const ModelConfig& m = *job.model;
   const std::vector<double> loads = m.moe() ? expert_loads(m, p) : std::vector<double>{};
   std::vector<DeviceMemory> out;
-  out.reserve(job.groups.size());
+  out.reserve(job.copies.size());
   std::map<std::tuple<uint32_t, int, int>, std::vector<ScheduleItem>> orders;
-  for (const Group& g : job.groups) {
+  for (const StageCopy& g : job.copies) {
     DeviceMemory mem;
     mem.capacity = g.gpu->memory_bytes;
     group_states(job, g, mem);

@@ -1,4 +1,4 @@
-// Builds the per-group programs of one iteration; see training_job.h.
+// Builds the per-stage-copy programs of one iteration; see training_job.h.
 #include "sim/workload/job/training_job.h"
 
 #include <fmt/format.h>
@@ -61,7 +61,7 @@ namespace {
 
 class GroupBuilder {
  public:
-  GroupBuilder(Group& g, const ModelConfig& m, const Plan& p, const CostModel& cost,
+  GroupBuilder(StageCopy& g, const ModelConfig& m, const Plan& p, const CostModel& cost,
                const LayerShape& shape)
       : g_(g), m_(m), p_(p), cost_(cost), shape_(shape) {}
 
@@ -176,7 +176,7 @@ class GroupBuilder {
   const ModelConfig& model() const { return m_; }
 
  private:
-  Group& g_;
+  StageCopy& g_;
   const ModelConfig& m_;
   const Plan& p_;
   const CostModel& cost_;
@@ -234,7 +234,7 @@ TrainingJob skeleton_job(const ModelConfig& model, const Plan& plan,
   auto add = [&](size_t r, int s) {
     const StagePlan& st = plan.stage_plan(r, static_cast<size_t>(s));
     const int P = plan.stages(r);
-    Group g;
+    StageCopy g;
     g.replica = static_cast<uint32_t>(r);
     g.stage = static_cast<uint32_t>(s);
     g.micro_batches = static_cast<uint32_t>(plan.micro_batches_of(r));
@@ -243,7 +243,7 @@ TrainingJob skeleton_job(const ModelConfig& model, const Plan& plan,
     g.gpu = cluster.gpu(st.devices.front()).profile;
     g.params = group_params(model, st, s, P, plan.expert_group_replicas());
     g.expert_params = group_expert_params(model, st, plan.expert_group_replicas());
-    job.groups.push_back(std::move(g));
+    job.copies.push_back(std::move(g));
   };
   if (plan.staged()) {
     job.first_group.push_back(0);
@@ -252,61 +252,61 @@ TrainingJob skeleton_job(const ModelConfig& model, const Plan& plan,
     }
   } else {
     for (size_t r = 0; r < plan.replicas.size(); ++r) {
-      job.first_group.push_back(static_cast<uint32_t>(job.groups.size()));
+      job.first_group.push_back(static_cast<uint32_t>(job.copies.size()));
       for (int s = 0; s < plan.stages(r); ++s) add(r, s);
     }
   }
-  job.first_group.push_back(static_cast<uint32_t>(job.groups.size()));
+  job.first_group.push_back(static_cast<uint32_t>(job.copies.size()));
   return job;
 }
 
 double tied_pair_bytes(const TrainingJob& job, uint32_t replica) {
-  const Group& a = job.group(replica, 0);
-  const Group& b = job.group(replica, job.stages_of(replica) - 1);
+  const StageCopy& a = job.group(replica, 0);
+  const StageCopy& b = job.group(replica, job.stages_of(replica) - 1);
   const size_t n = std::max(a.devices.size(), b.devices.size());
   return a.tied_bytes * static_cast<double>(a.devices.size()) / static_cast<double>(n);
 }
 
 namespace {
 
-// Pairs the groups' data-parallel collectives into DpSyncs: the k-th collective a group issues
-// under a key (DpCollective::sync holds the key until now) runs with every other group's k-th
+// Pairs the copies' data-parallel collectives into DpSyncs: the k-th collective a copy issues
+// under a key (DpCollective::sync holds the key until now) runs with every other copy's k-th
 // under that key. Each must then have one member per replica, all of one kind and size: anything
 // else is a plan the loader should have refused, and would hang the replay.
 void pair_dp_collectives(TrainingJob& job) {
   std::map<std::pair<uint32_t, uint32_t>, uint32_t> by_key;  // (key, k) -> sync
-  // Groups that share their collectives (identical replicas) and pair them alike keep sharing
+  // Copies that share their collectives (identical replicas) and pair them alike keep sharing
   // them: by the shared list, its paired copy and that copy's syncs.
   std::map<const void*, std::vector<std::pair<std::vector<uint32_t>, SharedVector<DpCollective>>>>
       paired;
   std::vector<uint32_t> syncs;
-  for (uint32_t g = 0; g < job.groups.size(); ++g) {
+  for (uint32_t g = 0; g < job.copies.size(); ++g) {
     std::map<uint32_t, uint32_t> k;
     syncs.clear();
-    for (uint32_t i = 0; i < job.groups[g].dp.size(); ++i) {
-      const DpCollective& dc = job.groups[g].dp[i];
+    for (uint32_t i = 0; i < job.copies[g].dp.size(); ++i) {
+      const DpCollective& dc = job.copies[g].dp[i];
       const auto [it, fresh] =
           by_key.try_emplace({dc.sync, k[dc.sync]++}, static_cast<uint32_t>(job.dp_syncs.size()));
       if (fresh) job.dp_syncs.emplace_back();
       DpSync& sync = job.dp_syncs[it->second];
       if (!fresh) {
         const auto [g0, i0] = sync.members.front();
-        const DpCollective& first = job.groups[g0].dp[i0];
+        const DpCollective& first = job.copies[g0].dp[i0];
         // The same gradients: bytes per rank x ranks alike, to rounding.
-        const double mine = dc.bytes * static_cast<double>(job.groups[g].devices.size());
-        const double theirs = first.bytes * static_cast<double>(job.groups[g0].devices.size());
+        const double mine = dc.bytes * static_cast<double>(job.copies[g].devices.size());
+        const double theirs = first.bytes * static_cast<double>(job.copies[g0].devices.size());
         if (first.kind != dc.kind || std::abs(mine - theirs) > 1e-9 * theirs) {
           throw RunError(fmt::format(
               "job: data-parallel collective {} of replica {} stage {} ({} bytes) does not match "
               "replica {} stage {}'s ({} bytes)",
-              i, job.groups[g].replica, job.groups[g].stage, mine, job.groups[g0].replica,
-              job.groups[g0].stage, theirs));
+              i, job.copies[g].replica, job.copies[g].stage, mine, job.copies[g0].replica,
+              job.copies[g0].stage, theirs));
         }
       }
       sync.members.emplace_back(g, i);
       syncs.push_back(it->second);
     }
-    SharedVector<DpCollective>& dp = job.groups[g].dp;
+    SharedVector<DpCollective>& dp = job.copies[g].dp;
     auto& copies = paired[dp.id()];
     const auto same =
         std::find_if(copies.begin(), copies.end(), [&](const auto& c) { return c.first == syncs; });
@@ -322,26 +322,26 @@ void pair_dp_collectives(TrainingJob& job) {
   std::map<std::vector<uint32_t>, uint32_t> sets;
   for (DpSync& sync : job.dp_syncs) {
     const auto [g0, i0] = sync.members.front();
-    const uint32_t among = job.groups[g0].dp[i0].replicas;
+    const uint32_t among = job.copies[g0].dp[i0].replicas;
     const size_t want = among > 0 ? among : job.plan->replicas.size();
     if (sync.members.size() != want) {
       throw RunError(fmt::format(
           "job: data-parallel collective {} of replica {} stage {} has {} of {} replicas", i0,
-          job.groups[g0].replica, job.groups[g0].stage, sync.members.size(), want));
+          job.copies[g0].replica, job.copies[g0].stage, sync.members.size(), want));
     }
     std::vector<uint32_t> groups;
     uint32_t pieces = 1;
     for (const auto& [g, i] : sync.members) {
       groups.push_back(g);
-      pieces = std::lcm(pieces, static_cast<uint32_t>(job.groups[g].devices.size()));
+      pieces = std::lcm(pieces, static_cast<uint32_t>(job.copies[g].devices.size()));
     }
-    const DpCollective& first = job.groups[g0].dp[i0];
+    const DpCollective& first = job.copies[g0].dp[i0];
     if (first.grid) pieces = 1;  // one collective over every member's devices
     sync.pieces = pieces;
     // A grid collective's bytes are already the whole layer's (every rank holds it all).
-    sync.piece_bytes = first.grid || pieces == job.groups[g0].devices.size()
+    sync.piece_bytes = first.grid || pieces == job.copies[g0].devices.size()
                            ? first.bytes
-                           : first.bytes * static_cast<double>(job.groups[g0].devices.size()) /
+                           : first.bytes * static_cast<double>(job.copies[g0].devices.size()) /
                                  static_cast<double>(pieces);
     const auto [it, fresh] = sets.try_emplace(groups, static_cast<uint32_t>(job.dp_peers.size()));
     if (fresh) job.dp_peers.push_back(std::move(groups));
@@ -364,8 +364,8 @@ void measured_collectives(TrainingJob& job, const CostModel& cost) {
       return c.gpu(g).profile == c.gpu(ranks.front()).profile;
     });
   };
-  for (uint32_t gi = 0; gi < job.groups.size(); ++gi) {
-    Group& g = job.groups[gi];
+  for (uint32_t gi = 0; gi < job.copies.size(); ++gi) {
+    StageCopy& g = job.copies[gi];
     const int tp = static_cast<int>(g.devices.size());
     for (CommTemplate& ct : g.comms.write()) {
       if (ct.expert || ct.context) {
@@ -385,18 +385,18 @@ void measured_collectives(TrainingJob& job, const CostModel& cost) {
       // Shards over mixed tensor-parallel degrees: a table of one group size says nothing.
       const auto& members = job.dp_peers[sync.peers];
       if (std::any_of(members.begin(), members.end(),
-                      [&](uint32_t m) { return job.groups[m].devices.size() != sync.pieces; })) {
+                      [&](uint32_t m) { return job.copies[m].devices.size() != sync.pieces; })) {
         continue;
       }
       std::vector<platform::GpuId> peers;  // tensor-parallel rank 0's, in every member
-      for (uint32_t m : members) peers.push_back(job.groups[m].devices.front());
+      for (uint32_t m : members) peers.push_back(job.copies[m].devices.front());
       if (!one_type(peers)) continue;
       dc.measured = cost.collective_time(dc.kind, dc.bytes, static_cast<int>(peers.size()),
                                          nodes(peers), *g.gpu);
     }
     if (g.tied_bytes <= 0) continue;
-    const Group& a = job.group(g.replica, 0);
-    const Group& b = job.group(g.replica, job.stages_of(g.replica) - 1);
+    const StageCopy& a = job.group(g.replica, 0);
+    const StageCopy& b = job.group(g.replica, job.stages_of(g.replica) - 1);
     if (one_type({a.devices.front(), b.devices.front()})) {
       g.tied_measured =
           cost.collective_time(CommKind::allreduce, tied_pair_bytes(job, g.replica), 2,
@@ -412,10 +412,10 @@ void tally_sources(TrainingJob& job, const CostModel& cost) {
   std::map<std::string, std::map<std::string, std::set<std::string>>> coverage;  // -> how, shapes
   std::map<std::string, std::set<std::string>> classified;  // GPU type -> shapes seen
   std::set<std::pair<std::string, const void*>> seen_ops;   // (GPU type, shared kernels)
-  for (const Group& g : job.groups) {
+  for (const StageCopy& g : job.copies) {
     type_source[g.gpu->name] = cost.source(Op{}, *g.gpu);
-    // Each distinct kernel shape of a GPU type is classified once: groups of one type share
-    // most of their kernels, and the lookup scans the tables. Groups that share their kernels
+    // Each distinct kernel shape of a GPU type is classified once: copies of one type share
+    // most of their kernels, and the lookup scans the tables. Copies that share their kernels
     // (identical replicas) are looked at once.
     if (!seen_ops.emplace(g.gpu->name, g.ops.id()).second) continue;
     for (const Op& op : g.ops) {
@@ -450,26 +450,26 @@ void tally_sources(TrainingJob& job, const CostModel& cost) {
   }
 }
 
-// The job's groups built: close the replica list, pair the data-parallel collectives, take the
+// The job's copies built: close the replica list, pair the data-parallel collectives, take the
 // measured ones, and tally where the kernels' costs come from.
 // The power model (power_clock) over each device's compute segments, each weighted by how often
 // its program runs it: the matmuls of a capped board rescaled to the clock it settles at.
 void power_cap(TrainingJob& job, const CostModel& cost) {
   const Precision p = job.plan->precision;
-  // Groups that share their segments and program (identical replicas) settle at one clock: the
+  // Copies that share their segments and program (identical replicas) settle at one clock: the
   // first one's rescaled segments are shared by the others.
   // By addresses (the segments', the program's, the profile's): only looked up, never iterated.
   std::map<std::tuple<const void*, const void*, const config::GpuProfile*>, uint32_t> capped;
-  for (Group& g : job.groups) {
+  for (StageCopy& g : job.copies) {
     if (g.gpu == nullptr) continue;
     const double share = cost.sustained_share(*g.gpu, p);
     if (!(share < 1)) continue;
     const auto key = std::make_tuple(g.segments.id(), g.program.id(), g.gpu);
     if (auto it = capped.find(key); it != capped.end()) {
-      g.segments = job.groups[it->second].segments;
+      g.segments = job.copies[it->second].segments;
       continue;
     }
-    capped.emplace(key, static_cast<uint32_t>(&g - job.groups.data()));
+    capped.emplace(key, static_cast<uint32_t>(&g - job.copies.data()));
     std::vector<PowerSegment> segs(g.segments.size());
     for (PowerSegment& x : segs) x.count = 0;
     for (const Task& t : g.program) {
@@ -508,7 +508,7 @@ void power_cap(TrainingJob& job, const CostModel& cost) {
 }
 
 void finish_job(TrainingJob& job, const CostModel& cost) {
-  job.first_group.push_back(static_cast<uint32_t>(job.groups.size()));
+  job.first_group.push_back(static_cast<uint32_t>(job.copies.size()));
   power_cap(job, cost);
   pair_dp_collectives(job);
   measured_collectives(job, cost);
@@ -534,8 +534,8 @@ TrainingJob build_grid_job(const ModelConfig& model, const Plan& plan,
   const bool overlapped = plan.gradient_reduction == GradReduction::overlapped;
   for (size_t r = 0; r < plan.replicas.size(); ++r) {
     const ReplicaPlan& rep = plan.replicas[r];
-    job.first_group.push_back(static_cast<uint32_t>(job.groups.size()));
-    Group g;
+    job.first_group.push_back(static_cast<uint32_t>(job.copies.size()));
+    StageCopy g;
     g.replica = static_cast<uint32_t>(r);
     g.micro_batches = static_cast<uint32_t>(rep.micro_batches);
     g.batch = plan.micro_batch_size;
@@ -574,7 +574,7 @@ TrainingJob build_grid_job(const ModelConfig& model, const Plan& plan,
     if (issued > 0) b.dp_wait(issued);
     b.host(plan.framework.host_per_step, Pass::other, 0, 0);
     b.emit(b.piece("optimizer", {Step{sgd_step(g.params, grad_bytes)}}), Pass::other, -1, 0, 0);
-    job.groups.push_back(std::move(g));
+    job.copies.push_back(std::move(g));
   }
   finish_job(job, cost);
   return job;
@@ -595,12 +595,12 @@ std::string alike_key(const Plan& plan, const StagePlan& st, int s, int micro_ba
   return key;
 }
 
-// Group `like` (the same stage of another replica, built alike) on replica r's devices: it shares
-// the kernels, segments, program and collectives. Its expert-parallel rank only names the
+// A copy of `like` (the same stage of another replica, built alike) on replica r's devices: it
+// shares the kernels, segments, program and collectives. Its expert-parallel rank only names the
 // replicas its experts' gradients are reduced among: those keys are renamed.
-Group alike_group(const Group& like, size_t r, const StagePlan& st, int ep,
-                  const platform::Cluster& cluster) {
-  Group g = like;
+StageCopy alike_group(const StageCopy& like, size_t r, const StagePlan& st, int ep,
+                      const platform::Cluster& cluster) {
+  StageCopy g = like;
   const uint32_t stage = g.stage;
   const uint32_t theirs = expert_sync_key(g.replica % static_cast<uint32_t>(ep), stage);
   const uint32_t mine = expert_sync_key(static_cast<uint32_t>(r % static_cast<size_t>(ep)), stage);
@@ -714,8 +714,8 @@ StageFigures stage_figures(const JobContext& x, size_t r, int s) {
   return f;
 }
 
-Group new_group(const JobContext& x, const StageFigures& f, const StagePlan& st) {
-  Group g;
+StageCopy new_group(const JobContext& x, const StageFigures& f, const StagePlan& st) {
+  StageCopy g;
   g.replica = static_cast<uint32_t>(f.r);
   g.stage = static_cast<uint32_t>(f.s);
   g.micro_batches = static_cast<uint32_t>(f.micro_batches);
@@ -773,7 +773,7 @@ class StageBuilder {
     head_grads_ = gb * static_cast<double>(m_.output_params()) / m_.output_ranks(t_);
   }
 
-  Group build() && {
+  StageCopy build() && {
     if (p_.layered) {
       layered();
     } else {
@@ -1174,7 +1174,7 @@ class StageBuilder {
   const Plan& p_;
   const StageFigures f_;
   const StagePlan& st_;
-  Group g_;
+  StageCopy g_;
   int t_;
   LayerShape shape_;
   GroupBuilder b_;  // writes g_
@@ -1223,8 +1223,8 @@ std::vector<GroupSpec> group_specs(const Plan& plan) {
 // activation to the next stage's groups whose samples overlap its own, and they send back the
 // gradients of those samples.
 void link_staged_peers(TrainingJob& job, const Plan& plan) {
-  job.next_peers.resize(job.groups.size());
-  job.prev_peers.resize(job.groups.size());
+  job.next_peers.resize(job.copies.size());
+  job.prev_peers.resize(job.copies.size());
   const double whole = static_cast<double>(plan.micro_batch_size);
   uint32_t first = 0;
   for (int s = 0; s + 1 < plan.stages(); ++s) {
@@ -1253,12 +1253,12 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
   const JobContext x(model, plan, cluster, cost);
   job.activation_bytes_per_transfer = x.activation_bytes;
   if (plan.staged()) job.first_group.push_back(0);
-  // Replicas whose stages are alike share their programs (issue 38): the first group of each
-  // kind by its description, the others that group on their own devices (alike_group).
+  // Replicas whose stages are alike share their programs (issue 38): the first copy of each
+  // kind by its description, the others that copy on their own devices (alike_group).
   const bool alike = !plan.staged() && !x.asymmetric;
   std::map<std::string, uint32_t> built;
   for (const GroupSpec& spec : group_specs(plan)) {
-    if (spec.opens_replica) job.first_group.push_back(static_cast<uint32_t>(job.groups.size()));
+    if (spec.opens_replica) job.first_group.push_back(static_cast<uint32_t>(job.copies.size()));
     const StageFigures f = stage_figures(x, spec.r, spec.s);
     if (alike) {
       const StagePlan& st = plan.stage_plan(spec.r, static_cast<size_t>(spec.s));
@@ -1266,12 +1266,12 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
           alike_key(plan, st, spec.s, f.micro_batches,
                     plan.batch_of(spec.r, static_cast<size_t>(spec.s)), f.shard, cluster);
       if (auto it = built.find(same); it != built.end()) {
-        job.groups.push_back(alike_group(job.groups[it->second], spec.r, st, x.ep, cluster));
+        job.copies.push_back(alike_group(job.copies[it->second], spec.r, st, x.ep, cluster));
         continue;
       }
-      built.emplace(same, static_cast<uint32_t>(job.groups.size()));
+      built.emplace(same, static_cast<uint32_t>(job.copies.size()));
     }
-    job.groups.push_back(StageBuilder(x, f).build());
+    job.copies.push_back(StageBuilder(x, f).build());
   }
   if (plan.staged()) link_staged_peers(job, plan);
   finish_job(job, cost);

@@ -48,7 +48,7 @@ struct Segment {
   Time duration;
   Time host;  // the host's issue time of its kernels (duration is at least this)
   double flops = 0, model_flops = 0;
-  std::vector<std::pair<uint32_t, Time>> ops;  // op index into Group::ops, duration
+  std::vector<std::pair<uint32_t, Time>> ops;  // op index into StageCopy::ops, duration
 };
 
 struct CommTemplate {
@@ -99,13 +99,15 @@ struct DpSync {
   }
 };
 
-struct Group {
+// One replica's copy of one pipeline stage: its devices, the micro-batches it runs, its kernels
+// and its program.
+struct StageCopy {
   uint32_t replica = 0, stage = 0;  // of a staged plan: group `replica` of stage `stage`
-  uint32_t micro_batches = 0;       // micro-batches the group runs
+  uint32_t micro_batches = 0;       // micro-batches the copy runs
   int64_t batch = 0;                // samples of each micro-batch it takes
   std::vector<platform::GpuId> devices;
   const config::GpuProfile* gpu = nullptr;
-  // The kernels, segments and program, shared with every group built alike (the same stage of
+  // The kernels, segments and program, shared with every copy built alike (the same stage of
   // identical replicas) until one of them is changed.
   SharedVector<Op> ops;
   SharedVector<Segment> segments;
@@ -127,17 +129,17 @@ struct TrainingJob {
   const ModelConfig* model = nullptr;
   const Plan* plan = nullptr;
   const platform::Cluster* cluster = nullptr;
-  std::vector<Group> groups;          // replica-major: replica r's stages from first_group[r] on
-  std::vector<uint32_t> first_group;  // per replica, and the group count last
+  std::vector<StageCopy> copies;      // replica-major: replica r's stages from first_group[r] on
+  std::vector<uint32_t> first_group;  // per replica, and the copy count last
   std::vector<DpSync> dp_syncs;       // every data-parallel collective, in issue order
   std::vector<std::vector<uint32_t>> dp_peers;  // the distinct member sets of dp_syncs
   double activation_bytes_per_transfer = 0;     // one micro-batch's layer-boundary activation
   int chunks = 1;
-  // A staged plan's pipeline transfers (Plan::staged; its groups are stage-major, and
-  // first_group does not apply): per group, the groups of the next stage (forward) and of the
+  // A staged plan's pipeline transfers (Plan::staged; its copies are stage-major, and
+  // first_group does not apply): per copy, the copies of the next stage (forward) and of the
   // stage before (backward) that share samples of each micro-batch with it, and the share of a
   // whole micro-batch's activation each transfer carries (the shared samples over the
-  // micro-batch). A group's receive waits for every peer's transfer.
+  // micro-batch). A copy's receive waits for every peer's transfer.
   struct Peer {
     uint32_t group = 0;
     double share = 0;
@@ -146,8 +148,8 @@ struct TrainingJob {
   bool staged() const { return !next_peers.empty(); }
   std::vector<std::string> op_sources;  // "datasheet", ... by GPU type, for the report
 
-  const Group& group(uint32_t replica, uint32_t stage) const {
-    return groups[first_group[replica] + stage];
+  const StageCopy& group(uint32_t replica, uint32_t stage) const {
+    return copies[first_group[replica] + stage];
   }
   // The replicas a cross-replica collective runs among: a MoE layer's expert-parallel group
   // (Plan::expert_group_replicas), context_parallel for ring attention's exchange.
@@ -158,7 +160,7 @@ struct TrainingJob {
   // The groups of `group`'s stage in the `size` consecutive replicas that hold its replica (its
   // expert- or context-parallel group), in replica order.
   std::vector<uint32_t> peer_groups(uint32_t group, uint32_t size) const {
-    const Group& g = groups[group];
+    const StageCopy& g = copies[group];
     std::vector<uint32_t> out;
     for (uint32_t r = g.replica - g.replica % size; r < g.replica - g.replica % size + size; ++r)
       out.push_back(first_group[r] + g.stage);
@@ -171,7 +173,7 @@ struct TrainingJob {
     const bool whole = ct.expert && plan->experts_whole();
     std::vector<platform::GpuId> out;
     for (uint32_t m : peer_groups(group, group_size(ct))) {
-      const auto& d = groups[m].devices;
+      const auto& d = copies[m].devices;
       if (whole) {
         out.insert(out.end(), d.begin(), d.end());
       } else {

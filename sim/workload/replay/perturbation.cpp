@@ -179,7 +179,7 @@ void scale_links(const ResolvedPerturbations& r, platform::Cluster& cluster) {
 
 void slow_down(TrainingJob& job, const std::vector<double>& compute_factor) {
   if (compute_factor.empty()) return;
-  for (Group& g : job.groups) {
+  for (StageCopy& g : job.copies) {
     double f = 1;
     for (platform::GpuId d : g.devices) f = std::max(f, compute_factor.at(d));
     if (f == 1) continue;
@@ -199,7 +199,7 @@ void slow_down(TrainingJob& job, const std::vector<double>& compute_factor) {
 }
 
 void slow_down_from(TrainingJob& job, const ResolvedPerturbations& r) {
-  for (Group& g : job.groups) {
+  for (StageCopy& g : job.copies) {
     for (const auto& [gpu, from, factor] : r.timed) {
       if (std::find(g.devices.begin(), g.devices.end(), gpu) != g.devices.end())
         g.slow_from.emplace_back(from, factor);

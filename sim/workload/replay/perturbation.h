@@ -47,7 +47,7 @@ void scale_links(const ResolvedPerturbations& r, platform::Cluster& cluster);
 // by host issue time stays at least that long; framework host segments (no kernels) do not scale.
 void slow_down(TrainingJob& job, const std::vector<double>& compute_factor);
 // The timed ones: each group's kernels from `from` on at the largest factor of its devices'
-// (Group::slow_from; the replay scales the part of a segment past it).
+// (StageCopy::slow_from; the replay scales the part of a segment past it).
 void slow_down_from(TrainingJob& job, const ResolvedPerturbations& r);
 
 // The straggler factor of GPU `gpu` (1 when it is not one): splitmix64 of (seed, gpu), so the

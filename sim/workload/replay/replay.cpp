@@ -66,8 +66,8 @@ bool replicas_identical(const TrainingJob& job) {
     const ReplicaPlan& b = p.replicas[r];
     if (a.micro_batches != b.micro_batches || a.stages.size() != b.stages.size()) return false;
     for (size_t s = 0; s < stages; ++s) {
-      const Group& ga = job.groups[s];
-      const Group& gb = job.groups[r * stages + s];
+      const StageCopy& ga = job.copies[s];
+      const StageCopy& gb = job.copies[r * stages + s];
       if (a.stages[s].first_layer != b.stages[s].first_layer ||
           a.stages[s].layers != b.stages[s].layers ||
           a.stages[s].chunk_layers != b.stages[s].chunk_layers ||
@@ -133,11 +133,11 @@ class Replayer {
     // A link whose capacity a what-if scaled breaks the symmetry between the replicas' copies:
     // folded, every replica would move at the degraded copy's pace.
     fold_ = !opt_.exact && replicas_ > 1 && !c_.links_scaled() && replicas_identical(job);
-    const size_t n = fold_ ? stages_ : job.groups.size();
+    const size_t n = fold_ ? stages_ : job.copies.size();
     st_.resize(n);
     const int chunks = job.chunks;
     for (size_t g = 0; g < n; ++g) {
-      const uint32_t mbs = job.groups[g].micro_batches;
+      const uint32_t mbs = job.copies[g].micro_batches;
       st_[g].arrived.assign(2 * chunks * mbs, 0);
       if (rendezvous()) st_[g].posted.assign(2 * chunks * mbs, 0);
       st_[g].mbs = mbs;
@@ -159,12 +159,12 @@ class Replayer {
     engine_.run();
     ReplayResult r;
     r.folded_replicas = fold_ ? replicas_ : 1;
-    for (uint32_t g = 0; g < job_.groups.size(); ++g) {
+    for (uint32_t g = 0; g < job_.copies.size(); ++g) {
       const State& s = st_[fold_ ? g % stages_ : g];
-      if (s.pc < job_.groups[g].program.size()) {
-        const Task& t = job_.groups[g].program[s.pc];
-        throw RunError("replay stalled: replica " + std::to_string(job_.groups[g].replica) +
-                       " stage " + std::to_string(job_.groups[g].stage) + " waits at task " +
+      if (s.pc < job_.copies[g].program.size()) {
+        const Task& t = job_.copies[g].program[s.pc];
+        throw RunError("replay stalled: replica " + std::to_string(job_.copies[g].replica) +
+                       " stage " + std::to_string(job_.copies[g].stage) + " waits at task " +
                        std::to_string(s.pc) + " (kind " + std::to_string(int(t.kind)) +
                        ", micro-batch " + std::to_string(t.micro_batch) + ")");
       }
@@ -181,7 +181,7 @@ class Replayer {
   class ProgressPoll : public EngineObserver {
    public:
     explicit ProgressPoll(const Replayer& r) : r_(r) {
-      for (const Group& g : r.job_.groups) total_ += g.program.size();
+      for (const StageCopy& g : r.job_.copies) total_ += g.program.size();
     }
     void on_event(Time now) override {
       if (++count_ < r_.opt_.progress_every) return;
@@ -252,7 +252,7 @@ class Replayer {
   }
 
   void advance(uint32_t g) {
-    const Group& grp = job_.groups[g];
+    const StageCopy& grp = job_.copies[g];
     State& s = st_[g];
     while (s.pc < grp.program.size()) {
       if (!step(g, grp.program[s.pc])) return;
@@ -263,7 +263,7 @@ class Replayer {
   // Starts the group's next task, `t`: true when the group moves on to the task after it at
   // once, false when it waits (for a kernel, a transfer, a collective) and resumes later.
   bool step(uint32_t g, const Task& t) {
-    const Group& grp = job_.groups[g];
+    const StageCopy& grp = job_.copies[g];
     State& s = st_[g];
     switch (t.kind) {
       case TaskKind::compute:
@@ -335,7 +335,7 @@ class Replayer {
 
   // A segment of kernels: the group resumes when it ends, stretched where the GPU is slowed.
   void start_compute(uint32_t g, const Task& t) {
-    const Group& grp = job_.groups[g];
+    const StageCopy& grp = job_.copies[g];
     const Time start = engine_.now();
     const Segment& seg = grp.segments[t.index];
     const Time d = grp.slow_from.empty() || seg.ops.empty()
@@ -346,7 +346,7 @@ class Replayer {
       st.times.compute += d;
       if (obs_) {
         for_copies(g, [&](uint32_t c) {
-          obs_->on_compute(job_, c, job_.groups[g].program[st.pc], start, engine_.now());
+          obs_->on_compute(job_, c, job_.copies[g].program[st.pc], start, engine_.now());
         });
       }
       ++st.pc;
@@ -362,7 +362,7 @@ class Replayer {
       ++s.pc;
       return true;
     }
-    const CommTemplate& ct = job_.groups[g].comms[t.index];
+    const CommTemplate& ct = job_.copies[g].comms[t.index];
     const Time start = engine_.now();
     const size_t pc = s.pc;
     if (ct.async) {
@@ -411,7 +411,7 @@ class Replayer {
   void prepare() {
     if (opt_.free_communication) return;
     for (uint32_t g = 0; g < st_.size(); ++g) {
-      const Group& grp = job_.groups[g];
+      const StageCopy& grp = job_.copies[g];
       for (uint32_t i = 0; i < grp.comms.size(); ++i) {
         if (grp.comms[i].measured) continue;
         if (grp.comms[i].expert || grp.comms[i].context) {
@@ -424,7 +424,7 @@ class Replayer {
         // A staged plan's peers: the groups that share samples with this one.
         for (const auto* peers : {&job_.next_peers[g], &job_.prev_peers[g]}) {
           for (const TrainingJob::Peer& q : *peers) {
-            const size_t n = std::max(grp.devices.size(), job_.groups[q.group].devices.size());
+            const size_t n = std::max(grp.devices.size(), job_.copies[q.group].devices.size());
             for (uint32_t j = 0; j < n; ++j) path_of(g, q.group, j);
           }
         }
@@ -434,22 +434,22 @@ class Replayer {
       // Where send() can go: the next stage forward (the first, past the last: interleaved),
       // the previous one backward.
       for (uint32_t d : {first + (s + 1 < P ? s + 1 : 0), first + (s > 0 ? s - 1 : P - 1)}) {
-        const size_t n = std::max(grp.devices.size(), job_.groups[d].devices.size());
+        const size_t n = std::max(grp.devices.size(), job_.copies[d].devices.size());
         for (uint32_t j = 0; j < n; ++j) path_of(g, d, j);
       }
       const bool tied = std::any_of(grp.program.begin(), grp.program.end(),
                                     [](const Task& t) { return t.kind == TaskKind::tied; });
       if (tied && s == 0 && !grp.tied_measured) {
-        const size_t n = std::max(grp.devices.size(), job_.groups[first + P - 1].devices.size());
+        const size_t n = std::max(grp.devices.size(), job_.copies[first + P - 1].devices.size());
         for (uint32_t j = 0; j < n; ++j) tied_plan(grp.replica, j);
       }
     }
     for (uint32_t k = 0; k < job_.dp_syncs.size(); ++k) {
       const auto [g, i] = job_.dp_syncs[k].members.front();
-      if (job_.groups[g].dp[i].measured) continue;
+      if (job_.copies[g].dp[i].measured) continue;
       // Folded, replica 0's collectives run for every copy: an expert sync among the other
       // expert-parallel ranks' replicas is never launched (dp_plan runs it in replica 0's).
-      if (fold_ && job_.groups[g].replica != 0) continue;
+      if (fold_ && job_.copies[g].replica != 0) continue;
       for (uint32_t j = 0; j < job_.dp_syncs[k].pieces; ++j) dp_plan(k, j);
     }
     sealed_ = true;
@@ -498,12 +498,12 @@ class Replayer {
 
   // ---- tensor parallel -------------------------------------------------------------------
   const Plans& tp_plan(uint32_t g, uint32_t index) {
-    const CommTemplate& ct = job_.groups[g].comms[index];
+    const CommTemplate& ct = job_.copies[g].comms[index];
     auto& slot = tp_plans_[{g, static_cast<uint32_t>(ct.kind), ct.bytes}];
     if (!slot) {
       unsealed("tensor-parallel");
       slot = std::make_unique<Plans>(plans_for(
-          ct.kind, ct.bytes, [&](uint32_t r) { return job_.groups[r * stages_ + g].devices; }));
+          ct.kind, ct.bytes, [&](uint32_t r) { return job_.copies[r * stages_ + g].devices; }));
     }
     return *slot;
   }
@@ -519,9 +519,9 @@ class Replayer {
 
   void tp_observed(uint32_t g, size_t pc, Time start) {
     if (!obs_) return;
-    const Task& t = job_.groups[g].program[pc];
+    const Task& t = job_.copies[g].program[pc];
     for_copies(g, [&](uint32_t c) {
-      obs_->on_collective(job_, c, "tp", job_.groups[g].comms[t.index].name, t, start,
+      obs_->on_collective(job_, c, "tp", job_.copies[g].comms[t.index].name, t, start,
                           engine_.now());
     });
   }
@@ -568,7 +568,7 @@ class Replayer {
       send_resharded(g, t, blocking);
       return;
     }
-    const Group& src = job_.groups[g];
+    const StageCopy& src = job_.copies[g];
     const bool backward = t.pass == Pass::backward;
     const uint32_t P = job_.stages_of(src.replica);
     uint32_t stage = src.stage, chunk = t.chunk;
@@ -603,7 +603,7 @@ class Replayer {
       return;
     }
     const auto& a = src.devices;
-    const auto& b = job_.groups[dst].devices;
+    const auto& b = job_.copies[dst].devices;
     const size_t n = std::max(a.size(), b.size());
     // Megatron's scatter-gather: each tensor-parallel rank sends its 1/t slice.
     const double bytes = job_.activation_bytes_per_transfer / static_cast<double>(n);
@@ -657,7 +657,7 @@ class Replayer {
   // in 1/t slices as between any two stages; with `blocking`, the sender resumes when all have
   // arrived.
   void send_resharded(uint32_t g, const Task& t, bool blocking) {
-    const Group& src = job_.groups[g];
+    const StageCopy& src = job_.copies[g];
     const bool backward = t.pass == Pass::backward;
     const auto& peers = backward ? job_.prev_peers[g] : job_.next_peers[g];
     auto pending = std::make_shared<size_t>(peers.size());
@@ -674,7 +674,7 @@ class Replayer {
         engine_.schedule_in(Time(), [one_done, dst, k] { one_done(dst, k); });
         continue;
       }
-      const size_t n = std::max(src.devices.size(), job_.groups[dst].devices.size());
+      const size_t n = std::max(src.devices.size(), job_.copies[dst].devices.size());
       const double bytes = job_.activation_bytes_per_transfer * q.share / static_cast<double>(n);
       send_slices(g, dst, n, bytes, [one_done, dst, k] { one_done(dst, k); });
     }
@@ -693,8 +693,8 @@ class Replayer {
     unsealed("pipeline");
     slot = std::make_unique<Path>();
     for (uint32_t r = 0; r < (fold_ ? replicas_ : 1); ++r) {
-      const auto& da = job_.groups[r * stages_ + g].devices;
-      const auto& db = job_.groups[r * stages_ + dst].devices;
+      const auto& da = job_.copies[r * stages_ + g].devices;
+      const auto& db = job_.copies[r * stages_ + dst].devices;
       const auto route = c_.route(da[j % da.size()], db[j % db.size()]);
       for (platform::LinkId l : route) slot->links.push_back({l, 1});
       slot->latency = std::max(
@@ -712,7 +712,7 @@ class Replayer {
     State& d = st_[dst];
     ++d.arrived[k];
     if (d.blocked == WaitReason::pipeline) {
-      const Task& want = job_.groups[dst].program[d.pc];
+      const Task& want = job_.copies[dst].program[d.pc];
       const bool backward = want.pass == Pass::backward;
       if (want.kind == TaskKind::recv && key(dst, backward, want.chunk, want.micro_batch) == k &&
           d.arrived[k] >= d.need[backward])
@@ -724,11 +724,11 @@ class Replayer {
   // The first and last stage of a replica both wait at their `tied` task; when both are there,
   // each pair of their tensor-parallel ranks all-reduces its shard of the embedding gradients.
   void tied_offer(uint32_t g) {
-    const uint32_t r = job_.groups[g].replica;
+    const uint32_t r = job_.copies[g].replica;
     if (++tied_ready_[r] < 2) return;
     tied_ready_.erase(r);
     const uint32_t a = job_.first_group[r], b = job_.first_group[r + 1] - 1;
-    const size_t n = std::max(job_.groups[a].devices.size(), job_.groups[b].devices.size());
+    const size_t n = std::max(job_.copies[a].devices.size(), job_.copies[b].devices.size());
     auto left = std::make_shared<size_t>(n);
     const Time start = engine_.now();
     for (size_t j = 0; j < n; ++j) {
@@ -738,14 +738,14 @@ class Replayer {
           if (obs_) {
             for_copies(g2, [&](uint32_t c) {
               obs_->on_collective(job_, c, "dp", "tied.embedding.grads",
-                                  job_.groups[g2].program[st_[g2].pc], start, engine_.now());
+                                  job_.copies[g2].program[st_[g2].pc], start, engine_.now());
             });
           }
           resume(g2);
         }
       };
-      if (job_.groups[a].tied_measured) {
-        engine_.schedule_in(*job_.groups[a].tied_measured, done);
+      if (job_.copies[a].tied_measured) {
+        engine_.schedule_in(*job_.copies[a].tied_measured, done);
       } else {
         launch(tied_plan(r, static_cast<uint32_t>(j)), done);
       }
@@ -761,8 +761,8 @@ class Replayer {
     const uint32_t a = job_.first_group[r], b = job_.first_group[r + 1] - 1;
     slot = std::make_unique<Plans>(
         plans_for(CommKind::allreduce, tied_pair_bytes(job_, r), [&](uint32_t c) {
-          const auto& ca = job_.groups[c * stages_ + a].devices;
-          const auto& cb = job_.groups[c * stages_ + b].devices;
+          const auto& ca = job_.copies[c * stages_ + a].devices;
+          const auto& cb = job_.copies[c * stages_ + b].devices;
           return std::vector<platform::GpuId>{ca[j % ca.size()], cb[j % cb.size()]};
         }));
     return *slot;
@@ -774,7 +774,7 @@ class Replayer {
   // or ring attention's exchange over the context-parallel group. Folded, every group's copies
   // move in lockstep with replica 0's: one plan over every group's links.
   const Plans& group_plan(uint32_t g, uint32_t index) {
-    const Group& grp = job_.groups[g];
+    const StageCopy& grp = job_.copies[g];
     const CommTemplate& ct = grp.comms[index];
     const uint32_t size = job_.group_size(ct), q0 = grp.replica / size;
     auto& slot =
@@ -805,7 +805,7 @@ class Replayer {
   // each member when done; an async one (ring attention's key/value exchange) counts among the
   // member's collectives in flight, which its next tp_wait waits for.
   void group_offer(uint32_t g, uint32_t index, size_t pc) {
-    const Group& grp = job_.groups[g];
+    const StageCopy& grp = job_.copies[g];
     const CommTemplate& ct = grp.comms[index];
     State& s = st_[g];
     const uint32_t n = ct.context ? s.cp_reached++ : s.ep_reached++;
@@ -827,9 +827,9 @@ class Replayer {
     auto done = [this, members, start, async, stream] {
       for (const auto& [m, at] : members) {
         if (obs_) {
-          const Task& t = job_.groups[m].program[at];
+          const Task& t = job_.copies[m].program[at];
           for_copies(m, [&](uint32_t c) {
-            obs_->on_collective(job_, c, stream, job_.groups[m].comms[t.index].name, t, start,
+            obs_->on_collective(job_, c, stream, job_.copies[m].comms[t.index].name, t, start,
                                 engine_.now());
           });
         }
@@ -860,7 +860,7 @@ class Replayer {
 
   const Plans& dp_plan(uint32_t sync, uint32_t j) {
     const DpSync& ds = job_.dp_syncs[sync];
-    const DpCollective& dc = job_.groups[ds.members.front().first].dp[ds.members.front().second];
+    const DpCollective& dc = job_.copies[ds.members.front().first].dp[ds.members.front().second];
     // A grid collective (over every member rank) shares no plan with a shard's among them.
     const uint32_t shard = dc.grid ? 0x80000000u | j : j;
     auto& slot = dp_plans_[{ds.peers, shard, static_cast<uint32_t>(dc.kind), ds.piece_bytes}];
@@ -871,7 +871,7 @@ class Replayer {
     for (uint32_t c = 0; c < copies; ++c) {
       std::vector<platform::GpuId> ranks;
       for (uint32_t g : job_.dp_peers[ds.peers]) {
-        const auto& d = job_.groups[g + c * stages_].devices;
+        const auto& d = job_.copies[g + c * stages_].devices;
         if (dc.grid) {
           ranks.insert(ranks.end(), d.begin(), d.end());
         } else {
@@ -893,7 +893,7 @@ class Replayer {
     State& s = st_[g];
     if (s.dp_busy || s.dp_done >= s.dp_issued) return;
     s.dp_busy = true;
-    const uint32_t sync = job_.groups[g].dp[s.dp_done].sync;
+    const uint32_t sync = job_.copies[g].dp[s.dp_done].sync;
     auto& ready = dp_ready_[sync];
     if (++ready < (fold_ ? 1 : job_.dp_syncs[sync].members.size())) return;
     dp_ready_.erase(sync);
@@ -906,7 +906,7 @@ class Replayer {
     const size_t t = ds.pieces;
     auto left = std::make_shared<size_t>(t);
     const Time start = engine_.now();
-    const std::optional<Time> measured = job_.groups[g0].dp[i0].measured;
+    const std::optional<Time> measured = job_.copies[g0].dp[i0].measured;
     for (size_t j = 0; j < t; ++j) {
       auto done = [this, left, sync, start] {
         if (--*left > 0) return;
@@ -919,7 +919,7 @@ class Replayer {
               Task t;
               t.kind = TaskKind::dp_comm;
               t.index = index;
-              obs_->on_collective(job_, g + c * stages_, "dp", job_.groups[g].dp[index].name, t,
+              obs_->on_collective(job_, g + c * stages_, "dp", job_.copies[g].dp[index].name, t,
                                   start, engine_.now());
             }
           }
@@ -931,7 +931,7 @@ class Replayer {
           s.dp_done = index + 1;
           s.dp_busy = false;
           if (s.blocked == WaitReason::data_parallel &&
-              s.dp_done >= job_.groups[g].program[s.pc].index) {
+              s.dp_done >= job_.copies[g].program[s.pc].index) {
             resume(g);
           }
           dp_offer(g);
