@@ -331,8 +331,9 @@ void add_moe_and_context_keys(std::vector<PlanKeyRow>& keys) {
 
 bool is_flag(const PlanField& f) { return f.flag != nullptr || f.kernel_flag != nullptr; }
 
-// The value of a flag key's field in `p`.
-bool flag_value(const PlanField& f, const Plan& p) {
+// A flag key's field in `p` (a Plan or a const Plan).
+template <class P>
+auto& flag_of(const PlanField& f, P& p) {
   return f.flag != nullptr ? p.*f.flag : p.kernels.*f.kernel_flag;
 }
 
@@ -354,8 +355,8 @@ void check_rows(const std::vector<PlanKeyRow>& rows) {
                        (f.integer != nullptr && row.key.type == PlanKeyType::integer) ||
                        (f.choice != nullptr && row.key.type == PlanKeyType::choice);
     const LaunchFlag& m = row.megatron;
-    const bool launch = m.on.empty() && m.off.empty() && m.needs.empty();
-    if (bound > 1 || !typed || (!launch && !is_flag(f)) ||
+    const bool no_flag = m.on.empty() && m.off.empty() && m.needs.empty();
+    if (bound > 1 || !typed || (!no_flag && !is_flag(f)) ||
         (!m.needs.empty() && !is_flag(find_row(rows, m.needs).field))) {
       throw std::logic_error(
           fmt::format("plan key {}: its field or Megatron-LM flag does not fit "
@@ -397,6 +398,7 @@ const std::vector<PlanKey>& plan_keys() {
 void read_bound_plan_keys(const YAML::Node& root, const std::string& file, Plan& p) {
   for (const PlanKeyRow& row : plan_key_rows()) {
     const PlanField& f = row.field;
+    if (!is_flag(f) && f.integer == nullptr && f.choice == nullptr) continue;  // read by hand
     const std::string name(row.key.name);
     const YAML::Node n = root[name];
     if (!n) continue;
@@ -407,7 +409,7 @@ void read_bound_plan_keys(const YAML::Node& root, const std::string& file, Plan&
       } catch (const YAML::Exception&) {
         throw InputError(config::where(file, n) + ": " + name + ": expected true or false");
       }
-      (f.flag != nullptr ? p.*f.flag : p.kernels.*f.kernel_flag) = value;
+      flag_of(f, p) = value;
     } else if (f.integer != nullptr) {
       p.*f.integer = static_cast<int>(config::get_int(
           file, root, "", name, static_cast<long>(row.key.min), static_cast<long>(row.key.max)));
@@ -422,8 +424,8 @@ std::vector<std::string> megatron_flags(const Plan& p) {
   for (const PlanKeyRow& row : plan_key_rows()) {
     const LaunchFlag& m = row.megatron;
     if (m.on.empty() && m.off.empty()) continue;
-    if (!m.needs.empty() && !flag_value(find_row(plan_key_rows(), m.needs).field, p)) continue;
-    const std::string_view flag = flag_value(row.field, p) ? m.on : m.off;
+    if (!m.needs.empty() && !flag_of(find_row(plan_key_rows(), m.needs).field, p)) continue;
+    const std::string_view flag = flag_of(row.field, p) ? m.on : m.off;
     if (!flag.empty()) out.emplace_back(flag);
   }
   return out;
