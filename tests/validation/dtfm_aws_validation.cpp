@@ -101,12 +101,17 @@ workload::ModelConfig dtfm_model() {
 // names (tests/validation/validation_env.h).
 std::string dtfm_framework() { return validation::framework("megatron-lm-2021"); }
 
+// The plan as the fork's launch scripts ran it (DS3Lab/Decentralized_FM_alpha, scripts/*megatron*:
+// `--DDP-impl local --no-bias-dropout-fusion`, `--optimizer sgd`, `--fp16` where the row says
+// so, `--checkpoint-activations` where it says full): the bias, the dropout and the residual add
+// after each attention and MLP block as separate kernels (bias_dropout_fusion: false).
 std::string dtfm_plan(const Row& r) {
   std::ostringstream y;
   y << "tensor_parallel: " << r.tp << "\npipeline_parallel: " << r.pp << "\ndata_parallel: " << r.dp
     << "\nmicro_batch_size: " << r.micro_batch << "\nglobal_batch_size: " << r.global_batch
     << "\nsequence_length: 2048\nprecision: " << r.precision << "\nrecompute: " << r.recompute
-    << "\nattention: standard\nsequence_parallel: false\noptimizer: sgd\nmain_grads: same\n"
+    << "\nattention: standard\nsequence_parallel: false\nbias_dropout_fusion: false\n"
+    << "optimizer: sgd\nmain_grads: same\n"
     << "framework: " << dtfm_framework() << "\n";
   return y.str();
 }
@@ -192,6 +197,10 @@ Stats stats(const std::vector<const Row*>& rows) {
 // instance's NVLink take longer than hetsim's model of them (docs/validation.md), from 23.6%
 // (-31.6%) to 27.2% (-37.1%): the vocabulary's logits had been hiding part of that gap. The
 // ceilings moved with them, and the fp32 rows' median is held below.
+// 2026-12-06, the plan as the fork's scripts ran it (bias_dropout_fusion: false, dtfm_plan):
+// 19.8%, 29.8%, 10.3%, 13.6%; more than the unfused kernels' bytes (about 0.2 ms a layer per
+// micro-batch) because each is a kernel for the host to issue, and the tensor-parallel rows'
+// layers are host-bound (tp8 mb1 fp16 full: 6.47 s to 7.70 s, measured 11.26 s).
 constexpr double kTargetMedianPct = 10.0;
 // The median absolute error of one p3.16xlarge's fp32 rows (held: 3.9% on 2026-12-06).
 constexpr double kOneNodeFp32CeilingPct = 5.0;
@@ -200,8 +209,8 @@ constexpr double kOneNodeFp32CeilingPct = 5.0;
 // 3.10 s: the per-call tensor-parallel cost it misses, docs/validation.md); six nodes +7.1%.
 // 2026-12-06: one node +0.0% (the pick is the measured fastest).
 constexpr double kPickLoss1Node = 0.01, kPickLoss6Nodes = 0.08;
-const std::map<std::string, double> kMedianCeilingPct = {{"1 x p3.16xlarge", 25.0},
-                                                         {"6 x p3.16xlarge, 25 Gb/s", 35.0},
+const std::map<std::string, double> kMedianCeilingPct = {{"1 x p3.16xlarge", 21.0},
+                                                         {"6 x p3.16xlarge, 25 Gb/s", 31.0},
                                                          {"48 x p3.2xlarge", 11.0},
                                                          {"48 x p3.2xlarge under tc", 15.0}};
 
