@@ -11,6 +11,7 @@
 
 #include "sim/network/collective.h"
 #include "sim/network/protocol.h"
+#include "sim/workload/job/step_cuts.h"
 #include "sim/workload/job/training_job.h"
 #include "sim/workload/model/ops.h"
 #include "sim/workload/replay/replay.h"
@@ -362,61 +363,63 @@ Estimator::Piece Estimator::piece(const std::vector<workload::Step>& steps,
                                   const config::GpuProfile& gpu, workload::Precision p,
                                   const RankSets& tp, const workload::Framework& fw, double clock,
                                   std::vector<workload::PowerSegment>* power) {
-  // As the job builder cuts segments: kernels between collectives run as one segment taking the
-  // longer of its GPU and host time; an asynchronous collective runs beside the one kernel after
-  // it.
+  // The steps as the job builder cuts them (workload::cut_steps): each segment takes the longer
+  // of its GPU and host time; a collective that overlaps the kernel after it is exposed by what
+  // outlasts that kernel, any other by the whole of it.
   Piece out;
-  Time gpu_time, host_time;
-  bool open = false;
-  double overlapping = -1;  // an asynchronous collective beside the segment being cut
-  bool cut_after_next = false;
-  workload::PowerSegment seg;
-  auto flush = [&] {
-    if (!open) return;
-    const double d = std::max(gpu_time, host_time).seconds();
-    if (power != nullptr) {
-      seg.host_s = host_time.seconds();
-      power->push_back(seg);
-      seg = workload::PowerSegment{};
-    }
-    out.kernels_s += d;
-    if (overlapping >= 0) out.comm_s += std::max(0.0, overlapping - d);
-    overlapping = -1;
-    gpu_time = host_time = Time();
-    open = false;
-  };
-  for (const workload::Step& st : steps) {
-    if (st.comm != CommKind::none) {
-      flush();
-      const double c = collectives_s(st.comm, st.comm_bytes, tp);
-      if (overlapping >= 0) out.comm_s += overlapping;  // two in a row: no kernel between
-      overlapping = -1;
-      if (st.async) {
-        overlapping = c;
-        cut_after_next = true;
-      } else {
-        out.comm_s += c;
+  double overlapping = -1;  // an overlapping collective not yet set against its kernel
+  for (const workload::StepCut& cut : workload::cut_steps(steps)) {
+    switch (cut.kind) {
+      case workload::StepCut::Kind::collective: {
+        const workload::Step& st = steps[cut.first];
+        const double c = collectives_s(st.comm, st.comm_bytes, tp);
+        if (overlapping >= 0) out.comm_s += overlapping;  // two in a row: no kernel between
+        overlapping = -1;
+        if (cut.overlaps) {
+          overlapping = c;
+        } else {
+          out.comm_s += c;
+        }
+        break;
       }
-      continue;
+      case workload::StepCut::Kind::kernels: {
+        const double d = segment_s(steps, cut, gpu, p, fw, clock, power);
+        out.kernels_s += d;
+        if (overlapping >= 0) out.comm_s += std::max(0.0, overlapping - d);
+        overlapping = -1;
+        break;
+      }
+      case workload::StepCut::Kind::wait:
+        break;
     }
-    const bool memory = st.op.kind == workload::OpKind::memory;
-    const Time d = clock == 1 || memory ? cost_.duration(st.op, gpu, p)
-                                        : cost_.duration_at_clock(st.op, gpu, p, clock);
+  }
+  if (overlapping >= 0) out.comm_s += overlapping;
+  return out;
+}
+
+double Estimator::segment_s(const std::vector<workload::Step>& steps, const workload::StepCut& cut,
+                            const config::GpuProfile& gpu, workload::Precision p,
+                            const workload::Framework& fw, double clock,
+                            std::vector<workload::PowerSegment>* power) const {
+  Time gpu_time, host_time;
+  workload::PowerSegment seg;
+  for (uint32_t i = cut.first; i < cut.first + cut.count; ++i) {
+    const workload::Op& op = steps[i].op;
+    const bool memory = op.kind == workload::OpKind::memory;
+    const Time d = clock == 1 || memory ? cost_.duration(op, gpu, p)
+                                        : cost_.duration_at_clock(op, gpu, p, clock);
     gpu_time += d;
     if (power != nullptr) {
       (memory ? seg.other_s : seg.matmul_s) += d.seconds();
-      if (!memory) seg.flops += workload::matmul_work(st.op, gpu, p);
+      if (!memory) seg.flops += workload::matmul_work(op, gpu, p);
     }
-    host_time += workload::host_time(cost_, st.op, fw);
-    open = true;
-    if (cut_after_next) {
-      flush();
-      cut_after_next = false;
-    }
+    host_time += workload::host_time(cost_, op, fw);
   }
-  flush();
-  if (overlapping >= 0) out.comm_s += overlapping;
-  return out;
+  if (power != nullptr) {
+    seg.host_s = host_time.seconds();
+    power->push_back(seg);
+  }
+  return std::max(gpu_time, host_time).seconds();
 }
 
 const Estimator::Pieces& Estimator::pieces(const Plan& plan, const config::GpuProfile& gpu,

@@ -32,6 +32,7 @@
 #include "sim/network/collective.h"
 #include "sim/platform/cluster.h"
 #include "sim/workload/cost/cost_model.h"
+#include "sim/workload/job/step_cuts.h"
 #include "sim/workload/plan/plan.h"
 
 namespace hetsim::policy {
@@ -218,6 +219,12 @@ class Estimator {
   Piece piece(const std::vector<workload::Step>& steps, const config::GpuProfile& gpu,
               workload::Precision p, const RankSets& tp, const workload::Framework& fw,
               double clock = 1, std::vector<workload::PowerSegment>* power = nullptr);
+  // One segment of `steps` (a cut of workload::cut_steps): the longer of its kernels' GPU time
+  // and the host's time to issue them; `power`, where given, takes the segment.
+  double segment_s(const std::vector<workload::Step>& steps, const workload::StepCut& cut,
+                   const config::GpuProfile& gpu, workload::Precision p,
+                   const workload::Framework& fw, double clock,
+                   std::vector<workload::PowerSegment>* power) const;
   // Concurrent collectives of one kind and size (one per rank list), run together on an idle
   // network: the time until the last is done.
   double collectives_s(workload::CommKind kind, double bytes, const RankSets& g);

@@ -12,6 +12,7 @@
 #include "sim/report/chrome_trace.h"
 #include "sim/report/training_report.h"
 #include "sim/workload/job/memory.h"
+#include "sim/workload/job/step_cuts.h"
 #include "sim/workload/replay/replay.h"
 #include "tests/unit/fixtures.h"
 
@@ -525,6 +526,90 @@ TEST(TrainingReplay, TpCommOverlapRunsEachSequenceParallelCollectiveBesideItsGem
             "p.yaml:3: tp_comm_overlap: overlaps sequence parallelism's all-gathers and "
             "reduce-scatters with the GEMMs, so it needs sequence_parallel: true (Megatron-LM "
             "refuses --tp-comm-overlap without --sequence-parallel)");
+}
+
+TEST(StepCuts, KernelsBetweenCollectivesAreOneSegmentAndAnOverlapTakesTheOneKernelAfterIt) {
+  // The rule both the job builder and the estimator cut a run of steps by (step_cuts.h).
+  auto kernel = [](const char* name) {
+    Step st;
+    st.op.name = name;
+    return st;
+  };
+  auto collective = [](bool async, bool expert = false) {
+    Step st;
+    st.comm = expert ? CommKind::alltoall : CommKind::allreduce;
+    st.async = async;
+    st.expert = expert;
+    return st;
+  };
+  using K = StepCut::Kind;
+  const std::vector<Step> steps = {kernel("a"),
+                                   kernel("b"),
+                                   collective(false),
+                                   kernel("c"),
+                                   collective(true),
+                                   kernel("d"),
+                                   kernel("e"),
+                                   collective(true),
+                                   collective(false),
+                                   kernel("f"),
+                                   collective(false, true),
+                                   kernel("g"),
+                                   collective(true)};
+  const std::vector<StepCut> cuts = cut_steps(steps);
+  const std::vector<std::tuple<K, uint32_t, uint32_t, bool>> want = {
+      {K::kernels, 0, 2, false},     // a b
+      {K::collective, 2, 1, false},  // waited for
+      {K::kernels, 3, 1, false},     // c
+      {K::collective, 4, 1, true},   // beside d
+      {K::kernels, 5, 1, false},     // d alone
+      {K::wait, 5, 0, false},        // at d's end
+      {K::kernels, 6, 1, false},     // e
+      {K::collective, 7, 1, true},   // no kernel before the next collective: no wait of its own
+      {K::collective, 8, 1, false},  {K::kernels, 9, 1, false},  // f
+      {K::collective, 10, 1, false},  // an expert all-to-all blocks (async is not read)
+      {K::kernels, 11, 1, false},     // g
+      {K::collective, 12, 1, true},  {K::wait, 13, 0, false},  // at the run's end
+  };
+  ASSERT_EQ(cuts.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    const auto& [kind, first, count, overlaps] = want[i];
+    EXPECT_EQ(cuts[i].kind, kind) << i;
+    EXPECT_EQ(cuts[i].first, first) << i;
+    EXPECT_EQ(cuts[i].count, count) << i;
+    EXPECT_EQ(cuts[i].overlaps, overlaps) << i;
+  }
+  // Every kernel is in exactly one segment, in order.
+  uint32_t next = 0;
+  for (const StepCut& c : cuts) {
+    if (c.kind == K::kernels) {
+      while (steps[next].comm != CommKind::none) ++next;
+      EXPECT_EQ(c.first, next);
+      next += c.count;
+    }
+  }
+  EXPECT_TRUE(cut_steps({}).empty());
+
+  // The job builder's tasks are the cuts one for one: a layer with tp_comm_overlap's collectives.
+  const ModelConfig m = small_gpt(4);
+  const platform::Cluster c = cluster("dgx-h100", 1);
+  const DatasheetCostModel cost;
+  const Plan plan = load_plan_text(
+      "tensor_parallel: 8\nmicro_batch_size: 1\nglobal_batch_size: 1\nsequence_length: 1024\n"
+      "sequence_parallel: true\ntp_comm_overlap: true\n",
+      "p.yaml", m, c);
+  const TrainingJob job = build_training_job(m, plan, c, cost);
+  const std::vector<StepCut> layer = cut_steps(layer_forward(m, stage_shape(plan, 8, 1)));
+  std::vector<TaskKind> tasks;
+  for (const Task& t : job.copies[0].program)
+    if (t.layer == 1 && t.pass == Pass::forward) tasks.push_back(t.kind);
+  ASSERT_EQ(tasks.size(), layer.size());
+  for (size_t i = 0; i < layer.size(); ++i) {
+    const TaskKind want_kind = layer[i].kind == K::kernels ? TaskKind::compute
+                               : layer[i].kind == K::wait  ? TaskKind::tp_wait
+                                                           : TaskKind::tp_comm;
+    EXPECT_EQ(tasks[i], want_kind) << i;
+  }
 }
 
 TEST(TrainingReplay, BiasDropoutFusionOffRunsTheBiasDropoutAndAddAsKernelsOfTheirOwn) {

@@ -10,6 +10,7 @@
 #include <set>
 
 #include "sim/core/error.h"
+#include "sim/workload/job/step_cuts.h"
 #include "sim/workload/model/cnn.h"
 
 namespace hetsim::workload {
@@ -65,63 +66,59 @@ class GroupBuilder {
                const LayerShape& shape)
       : g_(g), m_(m), p_(p), cost_(cost), shape_(shape) {}
 
-  // Steps -> tasks, merging consecutive kernels; cached by name (the shapes never change within
-  // a group).
+  // Steps -> tasks, cut as cut_steps says (the estimator takes the same cuts); cached by name
+  // (the shapes never change within a group).
   const std::vector<Task>& piece(const std::string& name, const std::vector<Step>& steps) {
     auto it = pieces_.find(name);
     if (it != pieces_.end()) return it->second;
     std::vector<Task> tasks;
-    Segment seg;
-    Time host;
-    auto flush = [&] {
-      if (seg.ops.empty()) return;
-      seg.duration = std::max(seg.duration, host);  // host-bound runs of small kernels
-      seg.host = host;
-      host = Time();
+    for (const StepCut& cut : cut_steps(steps)) {
       Task t;
-      t.kind = TaskKind::compute;
-      t.index = static_cast<uint32_t>(g_.segments.size());
-      g_.segments.push_back(std::move(seg));
-      seg = Segment{};
+      switch (cut.kind) {
+        case StepCut::Kind::kernels:
+          t.kind = TaskKind::compute;
+          t.index = segment(steps, cut);
+          break;
+        case StepCut::Kind::collective: {
+          const Step& st = steps[cut.first];
+          t.kind = st.expert    ? TaskKind::ep_comm
+                   : st.context ? TaskKind::cp_comm
+                                : TaskKind::tp_comm;
+          t.index = static_cast<uint32_t>(g_.comms.size());
+          CommTemplate& ct =
+              g_.comms.emplace_back(CommTemplate{st.comm, st.comm_bytes, cut.overlaps, st.op.name});
+          ct.expert = st.expert;
+          ct.context = st.context;
+          break;
+        }
+        case StepCut::Kind::wait:
+          t.kind = TaskKind::tp_wait;
+          break;
+      }
       tasks.push_back(t);
-    };
-    bool wait_after_next = false;
-    for (const Step& st : steps) {
-      if (st.comm != CommKind::none) {
-        flush();
-        Task t;
-        t.kind = st.expert ? TaskKind::ep_comm : st.context ? TaskKind::cp_comm : TaskKind::tp_comm;
-        t.index = static_cast<uint32_t>(g_.comms.size());
-        CommTemplate& ct = g_.comms.emplace_back(
-            CommTemplate{st.comm, st.comm_bytes, st.async && !st.expert, st.op.name});
-        ct.expert = st.expert;
-        ct.context = st.context;
-        tasks.push_back(t);
-        wait_after_next = st.async && !st.expert;
-        continue;
-      }
-      const Time d = cost_.duration(st.op, *g_.gpu, p_.precision);
-      g_.ops.push_back(st.op);
-      seg.ops.emplace_back(static_cast<uint32_t>(g_.ops.size() - 1), d);
-      seg.duration += d;
-      host += host_time(cost_, st.op, p_.framework);
-      seg.flops += st.op.flops;
-      seg.model_flops += st.op.model_flops;
-      if (wait_after_next) {
-        flush();
-        Task w;
-        w.kind = TaskKind::tp_wait;
-        tasks.push_back(w);
-        wait_after_next = false;
-      }
-    }
-    flush();
-    if (wait_after_next) {
-      Task w;
-      w.kind = TaskKind::tp_wait;
-      tasks.push_back(w);
     }
     return pieces_.emplace(name, std::move(tasks)).first->second;
+  }
+
+  // One segment of kernels (a cut of cut_steps), added to the group: its duration the longer of
+  // its kernels' GPU time and the host's time to issue them (host-bound runs of small kernels).
+  uint32_t segment(const std::vector<Step>& steps, const StepCut& cut) {
+    Segment seg;
+    Time host;
+    for (uint32_t i = cut.first; i < cut.first + cut.count; ++i) {
+      const Op& op = steps[i].op;
+      const Time d = cost_.duration(op, *g_.gpu, p_.precision);
+      g_.ops.push_back(op);
+      seg.ops.emplace_back(static_cast<uint32_t>(g_.ops.size() - 1), d);
+      seg.duration += d;
+      host += host_time(cost_, op, p_.framework);
+      seg.flops += op.flops;
+      seg.model_flops += op.model_flops;
+    }
+    seg.duration = std::max(seg.duration, host);
+    seg.host = host;
+    g_.segments.push_back(std::move(seg));
+    return static_cast<uint32_t>(g_.segments.size() - 1);
   }
 
   void emit(const std::vector<Task>& tasks, Pass pass, int layer, uint32_t mb, uint16_t chunk) {
