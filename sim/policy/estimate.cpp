@@ -11,7 +11,7 @@
 
 #include "sim/network/collective.h"
 #include "sim/network/protocol.h"
-#include "sim/workload/job/step_cuts.h"
+#include "sim/workload/job/pass_rules.h"
 #include "sim/workload/job/training_job.h"
 #include "sim/workload/model/ops.h"
 #include "sim/workload/replay/replay.h"
@@ -500,18 +500,19 @@ double recompute_share(const Plan& plan, int layers) {
 // (`gather` forward and backward, `scatter` backward) on the data-parallel stream: the pass's
 // first gather waited for, each later one prefetched beside the layer before it (the job
 // builder's order), so a layer takes the longer of its compute and the stream's work for it;
-// the embedding on the first
-// virtual stage, the head on the last; the framework's all-gathers of a received slice; its
-// blocking sends (`send_f` to the next stage, `send_b` to the one before). The sums in the order
-// the estimate has always taken them.
+// and what the forward (`fe`) and backward (`be`) pass run besides the layers, as the job builder
+// emits them (workload::pass_ends): the embedding, the head, the framework's all-gathers of a
+// received slice, its blocking sends (`send_f` to the next stage, `send_b` to the one before).
+// The sums in the order the estimate has always taken them.
 struct StagePass {
   double f = 0, b = 0;
 };
 template <typename Pieces>
 StagePass stage_pass(const Pieces& ps, int layers, double per_pass, double rc, double rc_kernels,
-                     double gather, double scatter, bool first, bool last,
-                     const workload::Framework& fw, double pipe_gather, double send_f,
-                     double send_b, double& kernels, double copy = 0) {
+                     double gather, double scatter, const workload::PassEnds& fe,
+                     const workload::PassEnds& be, const workload::Framework& fw,
+                     double pipe_gather, double send_f, double send_b, double& kernels,
+                     double copy = 0) {
   StagePass out;
   const double lf = ps.layer_f.total() + copy, lb = ps.layer_b.total() + rc + copy;
   out.f = per_pass + layers * lf;
@@ -521,21 +522,20 @@ StagePass stage_pass(const Pieces& ps, int layers, double per_pass, double rc, d
     out.b += gather + (layers - 1) * std::max(0.0, gather + scatter - lb) + scatter;
   }
   kernels += layers * (ps.layer_f.kernels_s + ps.layer_b.kernels_s + rc_kernels + 2 * copy);
-  if (first) {
-    out.f += ps.embedding_f.total();
-    out.b += ps.embedding_b.total();
-    kernels += ps.embedding_f.kernels_s + ps.embedding_b.kernels_s;
-  }
-  if (last) {
-    out.f += ps.head_f.total();
-    out.b += ps.head_b.total();
-    kernels += ps.head_f.kernels_s + ps.head_b.kernels_s;
-  }
-  if (!first) out.f += fw.pipeline_gathers_forward * pipe_gather;
-  if (!last) out.b += fw.pipeline_gathers_backward * pipe_gather;
+  if (fe.embedding) out.f += ps.embedding_f.total();
+  if (be.embedding) out.b += ps.embedding_b.total();
+  if (fe.embedding || be.embedding)
+    kernels += (fe.embedding ? ps.embedding_f.kernels_s : 0.0) +
+               (be.embedding ? ps.embedding_b.kernels_s : 0.0);
+  if (fe.head) out.f += ps.head_f.total();
+  if (be.head) out.b += ps.head_b.total();
+  if (fe.head || be.head)
+    kernels += (fe.head ? ps.head_f.kernels_s : 0.0) + (be.head ? ps.head_b.kernels_s : 0.0);
+  if (fe.receive) out.f += fe.gathers * pipe_gather;
+  if (be.receive) out.b += be.gathers * pipe_gather;
   if (fw.blocking_p2p) {
-    if (!last) out.f += send_f;
-    if (!first) out.b += send_b;
+    if (fe.send) out.f += send_f;
+    if (be.send) out.b += send_b;
   }
   return out;
 }
@@ -675,9 +675,11 @@ Estimator::StagedPasses Estimator::staged_passes(const Plan& plan, const std::ve
       const double rc = again.total(), rc_kernels = again.kernels_s;
       double kernels = 0;
       const double q = recompute_share(plan, st.layers);
-      const StagePass pass =
-          stage_pass(ps, st.layers, per_pass, rc * q, rc_kernels * q, 0, 0, s == 0, s == S - 1, fw,
-                     pipe_gather, hop[si], s > 0 ? hop[si - 1] : 0.0, kernels);
+      const int t = st.tensor_parallel();
+      const StagePass pass = stage_pass(ps, st.layers, per_pass, rc * q, rc_kernels * q, 0, 0,
+                                        workload::pass_ends(plan, t, s, S, true),
+                                        workload::pass_ends(plan, t, s, S, false), fw, pipe_gather,
+                                        hop[si], s > 0 ? hop[si - 1] : 0.0, kernels);
       const double f = pass.f, b = pass.b;
       const double opt = optimizer_s(gpu, workload::group_params(model_, st, s, S), plan.precision,
                                      plan.optimizer, fw);
@@ -881,10 +883,12 @@ void Estimator::chunk_passes(const Terms& terms, const StagePlan& st, const Stag
                               (layers - 1) * (std::max(0.0, k.gather - lf) +
                                               std::max(0.0, k.gather + k.scatter - lb)));
   }
-  const StagePass pass =
-      stage_pass(ps, layers, terms.per_pass, k.rc * q, k.rc_kernels * q, g_mb, s_mb, vs == 0,
-                 vs == V - 1, plan.framework, k.pipe_gather, k.hop[s < S - 1 ? s : 0],
-                 k.hop[s > 0 ? s - 1 : 0], kernels, plan.layered ? 0.0 : k.copy);
+  const int t = st.tensor_parallel();
+  const StagePass pass = stage_pass(ps, layers, terms.per_pass, k.rc * q, k.rc_kernels * q, g_mb,
+                                    s_mb, workload::pass_ends(plan, t, vs, V, true),
+                                    workload::pass_ends(plan, t, vs, V, false), plan.framework,
+                                    k.pipe_gather, k.hop[s < S - 1 ? s : 0],
+                                    k.hop[s > 0 ? s - 1 : 0], kernels, plan.layered ? 0.0 : k.copy);
   // Layered: each layer's copy once per pass, not per micro-batch.
   if (plan.layered) {
     fwd[s] += layers * k.copy / m;

@@ -32,7 +32,7 @@
 #include "sim/network/collective.h"
 #include "sim/platform/cluster.h"
 #include "sim/workload/cost/cost_model.h"
-#include "sim/workload/job/step_cuts.h"
+#include "sim/workload/job/pass_rules.h"
 #include "sim/workload/plan/plan.h"
 
 namespace hetsim::policy {

@@ -12,7 +12,7 @@
 #include "sim/report/chrome_trace.h"
 #include "sim/report/training_report.h"
 #include "sim/workload/job/memory.h"
-#include "sim/workload/job/step_cuts.h"
+#include "sim/workload/job/pass_rules.h"
 #include "sim/workload/replay/replay.h"
 #include "tests/unit/fixtures.h"
 
@@ -529,7 +529,7 @@ TEST(TrainingReplay, TpCommOverlapRunsEachSequenceParallelCollectiveBesideItsGem
 }
 
 TEST(StepCuts, KernelsBetweenCollectivesAreOneSegmentAndAnOverlapTakesTheOneKernelAfterIt) {
-  // The rule both the job builder and the estimator cut a run of steps by (step_cuts.h).
+  // The rule both the job builder and the estimator cut a run of steps by (pass_rules.h).
   auto kernel = [](const char* name) {
     Step st;
     st.op.name = name;
@@ -610,6 +610,48 @@ TEST(StepCuts, KernelsBetweenCollectivesAreOneSegmentAndAnOverlapTakesTheOneKern
                                                            : TaskKind::tp_comm;
     EXPECT_EQ(tasks[i], want_kind) << i;
   }
+}
+
+TEST(PassEnds, ReceivesGathersEmbeddingHeadAndSendsSitWhereThePipelinePutsThem) {
+  const ModelConfig m = small_gpt(8);
+  const platform::Cluster c = cluster("dgx-h100", 1);
+  // Megatron-LM 2021-22 sends a tensor-parallel stage's transfers in slices and gathers them on
+  // arrival, once forward and once backward (frameworks/megatron-lm-2021.yaml).
+  const std::string base =
+      "tensor_parallel: 2\npipeline_parallel: 4\nmicro_batch_size: 1\nglobal_batch_size: 8\n"
+      "sequence_length: 1024\nframework: megatron-lm-2021\n";
+  const Plan plan = load_plan_text(base, "p.yaml", m, c);
+  const int V = 4;
+  for (int vs = 0; vs < V; ++vs) {
+    const PassEnds f = pass_ends(plan, 2, vs, V, true), b = pass_ends(plan, 2, vs, V, false);
+    EXPECT_EQ(f.receive, vs > 0) << vs;
+    EXPECT_EQ(f.gathers, vs > 0 ? 1 : 0) << vs;
+    EXPECT_EQ(f.embedding, vs == 0) << vs;
+    EXPECT_EQ(f.head, vs == V - 1) << vs;
+    EXPECT_EQ(f.send, vs < V - 1) << vs;
+    EXPECT_EQ(b.receive, vs < V - 1) << vs;
+    EXPECT_EQ(b.gathers, vs < V - 1 ? 1 : 0) << vs;
+    EXPECT_EQ(b.embedding, vs == 0) << vs;
+    EXPECT_EQ(b.head, vs == V - 1) << vs;
+    EXPECT_EQ(b.send, vs > 0) << vs;
+  }
+  // No gathers on one rank, nor under sequence parallelism (the input is split by sequence).
+  EXPECT_EQ(pass_ends(plan, 1, 1, V, true).gathers, 0);
+  const Plan sp = load_plan_text(base + "sequence_parallel: true\n", "p.yaml", m, c);
+  EXPECT_EQ(pass_ends(sp, 2, 1, V, true).gathers, 0);
+  // One stage: the embedding and the head, nothing received or sent.
+  const PassEnds one = pass_ends(plan, 2, 0, 1, true);
+  EXPECT_TRUE(one.embedding && one.head);
+  EXPECT_FALSE(one.receive || one.send);
+  // The job's first stage sends every forward pass and receives every backward pass, gathering it.
+  const TrainingJob job = build_training_job(m, plan, c, DatasheetCostModel());
+  int sends = 0, receives = 0;
+  for (const Task& t : job.copies[0].program) {
+    sends += t.kind == TaskKind::send && t.pass == Pass::forward;
+    receives += t.kind == TaskKind::recv && t.pass == Pass::backward;
+  }
+  EXPECT_EQ(sends, 8);
+  EXPECT_EQ(receives, 8);
 }
 
 TEST(TrainingReplay, BiasDropoutFusionOffRunsTheBiasDropoutAndAddAsKernelsOfTheirOwn) {

@@ -10,7 +10,7 @@
 #include <set>
 
 #include "sim/core/error.h"
-#include "sim/workload/job/step_cuts.h"
+#include "sim/workload/job/pass_rules.h"
 #include "sim/workload/model/cnn.h"
 
 namespace hetsim::workload {
@@ -1037,34 +1037,37 @@ class StageBuilder {
 
   void forward(const ScheduleItem& it, int vs, int first, int n, uint32_t outer, uint32_t next) {
     const bool zero3 = this->zero3();
-    if (vs > 0) {
+    const PassEnds ends = pass_ends(p_, t_, vs, V_, true);
+    if (ends.receive) {
       b_.emit_one(TaskKind::recv, Pass::forward, it.micro_batch, it.chunk);
-      gathers(p_.framework.pipeline_gathers_forward, Pass::forward, it);
+      gathers(ends.gathers, Pass::forward, it);
     }
     send_grad();
-    if (outer > 0 && vs == 0) b_.dp_wait(outer);
-    if (vs == 0) b_.emit(*ef_, Pass::forward, -1, it.micro_batch, it.chunk);
+    if (ends.embedding) {
+      if (outer > 0) b_.dp_wait(outer);
+      b_.emit(*ef_, Pass::forward, -1, it.micro_batch, it.chunk);
+    }
     for (int l = first; l < first + n; ++l) {
       const uint32_t mine = next;
       if (zero3 && l + 1 < first + n) next = gather_layer(l + 1, key_of(l + 1));
       if (zero3) wait_layer(mine, l, Pass::forward, it.micro_batch, it.chunk);
       b_.emit(fwd_of(l), Pass::forward, l, it.micro_batch, it.chunk);
     }
-    if (vs == V_ - 1) {
+    if (ends.head) {
       if (outer > 0) b_.dp_wait(outer);
       b_.emit(*hf_, Pass::forward, -1, it.micro_batch, it.chunk);
-    } else {
-      b_.emit_one(TaskKind::send, Pass::forward, it.micro_batch, it.chunk);
     }
+    if (ends.send) b_.emit_one(TaskKind::send, Pass::forward, it.micro_batch, it.chunk);
   }
 
   void backward(const ScheduleItem& it, int vs, int first, int n, uint32_t next) {
     const bool zero3 = this->zero3();
-    if (vs < V_ - 1) {
+    const PassEnds ends = pass_ends(p_, t_, vs, V_, false);
+    if (ends.receive) {
       b_.emit_one(TaskKind::recv, Pass::backward, it.micro_batch, it.chunk);
-      gathers(p_.framework.pipeline_gathers_backward, Pass::backward, it);
+      gathers(ends.gathers, Pass::backward, it);
     }
-    if (vs == V_ - 1) b_.emit(*hb_, Pass::backward, -1, it.micro_batch, it.chunk);
+    if (ends.head) b_.emit(*hb_, Pass::backward, -1, it.micro_batch, it.chunk);
     const bool last = static_cast<int>(it.micro_batch) == last_bwd_mb_[it.chunk];
     // Asymmetric: the head's gradients open the last segment's first bucket, in every replica
     // alike (with shared stages, they join the stage's last bucket).
@@ -1080,10 +1083,10 @@ class StageBuilder {
       b_.emit(bwd_of(l), Pass::backward, l, it.micro_batch, it.chunk);
       layer_done(l, key_of(l), last);
     }
-    if (vs == 0) b_.emit(*eb_, Pass::backward, -1, it.micro_batch, it.chunk);
+    if (ends.embedding) b_.emit(*eb_, Pass::backward, -1, it.micro_batch, it.chunk);
     if (f_.dp && p_.zero_stage >= 2)
-      scatter_outer(vs == 0, vs == V_ - 1, key_of(0), key_of(m_.layers - 1));
-    if (vs > 0) {
+      scatter_outer(ends.embedding, ends.head, key_of(0), key_of(m_.layers - 1));
+    if (ends.send) {
       // DeepSpeed's order (Framework::send_grad_after_next_receive; one chunk per stage, as its
       // TrainSchedule has): a backward pass's gradient waits until the next forward pass has
       // received its activation, or goes before the next backward pass.

@@ -1,4 +1,4 @@
-#include "sim/workload/job/step_cuts.h"
+#include "sim/workload/job/pass_rules.h"
 
 namespace hetsim::workload {
 
@@ -29,6 +29,19 @@ std::vector<StepCut> cut_steps(const std::vector<Step>& steps) {
   if (wait_after_next)
     cuts.push_back(StepCut{StepCut::Kind::wait, false, static_cast<uint32_t>(steps.size()), 0});
   return cuts;
+}
+
+PassEnds pass_ends(const Plan& plan, int tensor_parallel, int vs, int V, bool forward) {
+  PassEnds e;
+  const bool first = vs == 0, last = vs == V - 1;
+  e.receive = forward ? !first : !last;
+  e.embedding = first;
+  e.head = last;
+  e.send = forward ? !last : !first;
+  if (e.receive && gathers_pipeline_slices(plan, tensor_parallel))
+    e.gathers = forward ? plan.framework.pipeline_gathers_forward
+                        : plan.framework.pipeline_gathers_backward;
+  return e;
 }
 
 }  // namespace hetsim::workload

@@ -1,0 +1,57 @@
+// The rules of how a pass of a training step runs that both evaluators of a step take it by, the
+// replay's tasks (build_training_job) and the estimator's closed forms (policy/estimate.cpp), so
+// that each rule is written once:
+// - how a run of steps (a layer's forward or backward pass, ops.h) executes on a device: its
+//   segments of kernels and its collectives (cut_steps);
+// - what a pass through a virtual pipeline stage runs besides its layers: receives, the
+//   framework's gathers of a received slice, the embedding, the head, sends (pass_ends).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "sim/workload/model/ops.h"
+#include "sim/workload/plan/plan.h"
+
+namespace hetsim::workload {
+
+// One piece of a run of steps, in order.
+struct StepCut {
+  enum class Kind : uint8_t {
+    kernels,     // steps [first, first + count): consecutive kernels, run as one segment
+    collective,  // step `first`: a collective (tensor-, context- or expert-parallel)
+    wait,        // the device waits for the overlapping collective before it goes on
+  };
+  Kind kind = Kind::kernels;
+  // A collective that runs beside the next segment (one kernel) and is waited for at its end.
+  bool overlaps = false;
+  uint32_t first = 0, count = 0;
+};
+
+// The rule:
+// - consecutive kernels are one segment, which takes the longer of its kernels' GPU time and the
+//   host's time to issue them (a host-bound run of small kernels);
+// - a collective ends the segment before it, and the device waits for it where it is not
+//   asynchronous;
+// - an asynchronous collective (tensor- or context-parallel: an expert all-to-all always blocks)
+//   runs beside the one kernel after it, which is a segment of its own, and is waited for at that
+//   kernel's end; where no kernel comes before the next collective, the next one queues behind it
+//   on the same stream, and at the end of the run the device waits for it.
+std::vector<StepCut> cut_steps(const std::vector<Step>& steps);
+
+// What one pass of one micro-batch through virtual stage `vs` of `V` runs besides its layers:
+// - forward: an activation received from the stage before (not on the first virtual stage),
+//   all-gathered `gathers` times over the stage's tensor-parallel ranks where the framework
+//   sends it in slices (Framework::pipeline_gathers_forward, gathers_pipeline_slices); the
+//   embedding on the first virtual stage; the layers; the head on the last, else a send to the
+//   next stage;
+// - backward: a gradient received from the stage after (not on the last), gathered likewise
+//   (pipeline_gathers_backward); the head's backward on the last; the layers; the embedding's on
+//   the first, else a send to the stage before.
+struct PassEnds {
+  bool receive = false, embedding = false, head = false, send = false;
+  int gathers = 0;  // the received slice's all-gathers (0 without a receive)
+};
+PassEnds pass_ends(const Plan& plan, int tensor_parallel, int vs, int V, bool forward);
+
+}  // namespace hetsim::workload
