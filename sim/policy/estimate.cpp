@@ -472,27 +472,27 @@ const Estimator::Pieces& Estimator::stage_pieces(const Plan& plan, const config:
 
 namespace {
 
-// What a layer runs again before its backward pass, under the plan's recompute.
+// What a layer runs again before its backward pass (workload::layer_rerun), as a piece: that of
+// the chunk's first layer, which runs it wherever any layer does.
 template <typename Pieces>
 Estimator::Piece recompute_of(const Plan& plan, const Pieces& ps) {
-  switch (plan.recompute) {
-    case workload::Recompute::full:
+  switch (workload::layer_rerun(plan, 0)) {
+    case workload::LayerRerun::forward:
       return ps.layer_f;
-    case workload::Recompute::selective:
+    case workload::LayerRerun::attention_core:
       return ps.recompute;
-    case workload::Recompute::selective_op:
+    case workload::LayerRerun::selected_ops:
       return ps.recompute_ops;
-    case workload::Recompute::none:
+    case workload::LayerRerun::nothing:
       break;
   }
   return {};
 }
 
-// The share of a chunk's `layers` that run their forward pass again (Plan::recompute_layers: the
-// chunk's first N; every layer without it).
+// The share of a chunk's `layers` that run it (workload::rerun_layers).
 double recompute_share(const Plan& plan, int layers) {
-  if (plan.recompute_layers == 0 || layers <= 0) return 1.0;
-  return std::min(plan.recompute_layers, layers) / static_cast<double>(layers);
+  if (plan.recompute == workload::Recompute::none || layers <= 0) return 1.0;
+  return workload::rerun_layers(plan, layers) / static_cast<double>(layers);
 }
 
 // One virtual stage's forward (`f`) and backward (`b`) pass of one micro-batch, its kernels

@@ -654,6 +654,39 @@ TEST(PassEnds, ReceivesGathersEmbeddingHeadAndSendsSitWhereThePipelinePutsThem) 
   EXPECT_EQ(receives, 8);
 }
 
+TEST(LayerRerun, EachLayerRunsAgainWhatTheRecomputeKeysSay) {
+  const ModelConfig m = small_gpt(8);
+  const platform::Cluster c = cluster("dgx-h100", 1);
+  auto plan = [&](const std::string& keys) {
+    return load_plan_text("pipeline_parallel: 2\nglobal_batch_size: 8\n" + keys, "p.yaml", m, c);
+  };
+  const Plan none = plan("recompute: none\n"), full = plan("recompute: full\n"),
+             selective = plan("recompute: selective\n"),
+             first3 = plan("recompute: full\nrecompute_layers: 3\n");
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(layer_rerun(none, i), LayerRerun::nothing) << i;
+    EXPECT_EQ(layer_rerun(full, i), LayerRerun::forward) << i;
+    EXPECT_EQ(layer_rerun(selective, i), LayerRerun::attention_core) << i;
+    EXPECT_EQ(layer_rerun(first3, i), i < 3 ? LayerRerun::forward : LayerRerun::nothing) << i;
+  }
+  EXPECT_EQ(rerun_layers(none, 4), 0);
+  EXPECT_EQ(rerun_layers(full, 4), 4);
+  EXPECT_EQ(rerun_layers(selective, 4), 4);
+  EXPECT_EQ(rerun_layers(first3, 4), 3);
+  EXPECT_EQ(rerun_layers(first3, 2), 2);
+  // The job runs exactly that: a stage of 4 layers recomputes its first 3 layers' forward passes,
+  // one segment each per micro-batch (one GPU a stage: no collective cuts them).
+  const TrainingJob job = build_training_job(m, first3, c, DatasheetCostModel());
+  std::map<int, int> recomputed;  // layer -> recompute tasks
+  for (const Task& t : job.copies[0].program)
+    if (t.pass == Pass::recompute && t.kind == TaskKind::compute) ++recomputed[t.layer];
+  ASSERT_EQ(recomputed.size(), 3u);
+  for (const auto& [layer, n] : recomputed) {
+    EXPECT_LT(layer, 3);
+    EXPECT_EQ(n, first3.micro_batches_of(0)) << layer;
+  }
+}
+
 TEST(TrainingReplay, BiasDropoutFusionOffRunsTheBiasDropoutAndAddAsKernelsOfTheirOwn) {
   // bias_dropout_fusion: false (Megatron-LM's --no-bias-dropout-fusion): where a fused framework
   // runs one kernel that reads the branch and the stream and writes the stream (3 e n bytes), the

@@ -1,5 +1,7 @@
 #include "sim/workload/job/pass_rules.h"
 
+#include <algorithm>
+
 namespace hetsim::workload {
 
 std::vector<StepCut> cut_steps(const std::vector<Step>& steps) {
@@ -42,6 +44,25 @@ PassEnds pass_ends(const Plan& plan, int tensor_parallel, int vs, int V, bool fo
     e.gathers = forward ? plan.framework.pipeline_gathers_forward
                         : plan.framework.pipeline_gathers_backward;
   return e;
+}
+
+LayerRerun layer_rerun(const Plan& plan, int index) {
+  switch (plan.layer_recompute(index)) {
+    case Recompute::full:
+      return LayerRerun::forward;
+    case Recompute::selective:
+      return LayerRerun::attention_core;
+    case Recompute::selective_op:
+      return LayerRerun::selected_ops;
+    case Recompute::none:
+      break;
+  }
+  return LayerRerun::nothing;
+}
+
+int rerun_layers(const Plan& plan, int layers) {
+  if (plan.recompute == Recompute::none) return 0;
+  return plan.recompute_layers == 0 ? layers : std::min(plan.recompute_layers, layers);
 }
 
 }  // namespace hetsim::workload

@@ -4,7 +4,8 @@
 // - how a run of steps (a layer's forward or backward pass, ops.h) executes on a device: its
 //   segments of kernels and its collectives (cut_steps);
 // - what a pass through a virtual pipeline stage runs besides its layers: receives, the
-//   framework's gathers of a received slice, the embedding, the head, sends (pass_ends).
+//   framework's gathers of a received slice, the embedding, the head, sends (pass_ends);
+// - what each layer runs again before its backward pass (layer_rerun, rerun_layers).
 #pragma once
 
 #include <cstdint>
@@ -53,5 +54,16 @@ struct PassEnds {
   int gathers = 0;  // the received slice's all-gathers (0 without a receive)
 };
 PassEnds pass_ends(const Plan& plan, int tensor_parallel, int vs, int V, bool forward);
+
+// What a layer runs again before its backward pass (Plan::recompute): its whole forward pass
+// (full), the attention core (selective: Megatron-LM's), or the share of the forward pass that
+// torchtitan's op-level policy does not keep (selective_op); nothing without recomputation, or
+// under full recomputation of only the first Plan::recompute_layers layers of each model chunk
+// past those. `index`: the layer's place in its model chunk.
+enum class LayerRerun : uint8_t { nothing, forward, attention_core, selected_ops };
+LayerRerun layer_rerun(const Plan& plan, int index);
+// How many of a model chunk's `layers` run something again: every one, or the first
+// Plan::recompute_layers.
+int rerun_layers(const Plan& plan, int layers);
 
 }  // namespace hetsim::workload

@@ -803,7 +803,6 @@ class StageBuilder {
     ar_ = p_.recompute == Recompute::selective_op
               ? &b_.piece("ops.recompute", selective_op_recompute(m_, shape_))
               : &b_.piece("attention.recompute", attention_recompute(m_, shape_));
-    partial_ = p_.recompute == Recompute::selective || p_.recompute == Recompute::selective_op;
     // The framework's all-gathers of a received pipeline slice (Framework::pipeline_gathers_*),
     // each one micro-batch's boundary activation for this group's samples.
     std::vector<Step> gather_steps;
@@ -843,6 +842,21 @@ class StageBuilder {
   }
   const Tasks& fwd_of(int l) { return *pieces_of(l).first; }
   const Tasks& bwd_of(int l) { return *pieces_of(l).second; }
+
+  // What layer l (`index` in its model chunk) runs again before its backward pass.
+  void rerun(int l, int index, uint32_t mb, uint16_t chunk) {
+    switch (layer_rerun(p_, index)) {
+      case LayerRerun::forward:
+        b_.emit(fwd_of(l), Pass::recompute, l, mb, chunk);
+        break;
+      case LayerRerun::attention_core:
+      case LayerRerun::selected_ops:
+        b_.emit(*ar_, Pass::recompute, l, mb, chunk);
+        break;
+      case LayerRerun::nothing:
+        break;
+    }
+  }
 
   void gathers(int count, Pass pass, const ScheduleItem& it) {
     for (int k = 0; k < count; ++k) b_.emit(*pg_, pass, -1, it.micro_batch, it.chunk);
@@ -996,8 +1010,7 @@ class StageBuilder {
       if (zero3 && l > 0) next = gather_layer(l - 1, key);
       if (zero3) wait_layer(mine, l, Pass::backward, 0, 0);
       for (uint32_t mb = 0; mb < M; ++mb) {
-        if (p_.layer_recompute(l) == Recompute::full) b_.emit(fwd_of(l), Pass::recompute, l, mb, 0);
-        if (partial_) b_.emit(*ar_, Pass::recompute, l, mb, 0);
+        rerun(l, l, mb, 0);
         b_.emit(bwd_of(l), Pass::backward, l, mb, 0);
       }
       layer_done(l, key, true);
@@ -1077,9 +1090,7 @@ class StageBuilder {
       const uint32_t mine = next;
       if (zero3 && l > first) next = gather_layer(l - 1, key_of(l - 1));
       if (zero3) wait_layer(mine, l, Pass::backward, it.micro_batch, it.chunk);
-      if (p_.layer_recompute(l - first) == Recompute::full)
-        b_.emit(fwd_of(l), Pass::recompute, l, it.micro_batch, it.chunk);
-      if (partial_) b_.emit(*ar_, Pass::recompute, l, it.micro_batch, it.chunk);
+      rerun(l, l - first, it.micro_batch, it.chunk);
       b_.emit(bwd_of(l), Pass::backward, l, it.micro_batch, it.chunk);
       layer_done(l, key_of(l), last);
     }
@@ -1183,7 +1194,6 @@ class StageBuilder {
   const Tasks* dense_bwd_ = nullptr;
   const Tasks *ef_ = nullptr, *eb_ = nullptr, *hf_ = nullptr, *hb_ = nullptr;
   const Tasks *ar_ = nullptr, *pg_ = nullptr;
-  bool partial_ = false;
   std::map<double, std::pair<const Tasks*, const Tasks*>> moe_pieces_;
   std::vector<ScheduleItem> order_;
   std::vector<int> last_bwd_mb_;
