@@ -245,7 +245,7 @@ class Exporter {
       stage = P - 1;
       --chunk;
     }
-    return {job_.first_group[src.replica] + stage, chunk};
+    return {job_.first_copy[src.replica] + stage, chunk};
   }
 
   // Where a receive of task `t` in group `g` comes from: the inverse of destination().
@@ -258,7 +258,7 @@ class Exporter {
     } else {
       stage = stage + 1 < P ? stage + 1 : 0;
     }
-    return job_.first_group[dst.replica] + stage;
+    return job_.first_copy[dst.replica] + stage;
   }
 
   // Megatron's scatter-gather, as the replay moves it: slice j from rank j of the sender to
@@ -339,8 +339,8 @@ class Exporter {
 
   // The tied embedding's gradients: pair j of the end stages' ranks all-reduces its shard.
   void tied(Cursor& c, const StageCopy& grp, platform::GpuId self) {
-    const auto& a = job_.group(grp.replica, 0).devices;
-    const auto& b = job_.group(grp.replica, job_.stages_of(grp.replica) - 1).devices;
+    const auto& a = job_.copy(grp.replica, 0).devices;
+    const auto& b = job_.copy(grp.replica, job_.stages_of(grp.replica) - 1).devices;
     const size_t n = std::max(a.size(), b.size());
     const double bytes = workload::tied_pair_bytes(job_, grp.replica);
     std::vector<uint64_t> pairs;

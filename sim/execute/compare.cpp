@@ -75,7 +75,7 @@ Comparison compare(const workload::TrainingJob& job, const workload::ReplayResul
   double p[kKinds] = {}, q[kKinds] = {};
   size_t devices = 0;
   for (uint32_t g = 0; g < job.copies.size(); ++g) {
-    const workload::GroupTimes& pt = predicted.groups[g];
+    const workload::CopyTimes& pt = predicted.copies[g];
     for (platform::GpuId d : job.copies[g].devices) {
       const DeviceTimes& mt = m.devices.at(d);
       const double pv[kKinds] = {pt.compute.seconds(), pt.tp_wait.seconds(), pt.pp_wait.seconds(),

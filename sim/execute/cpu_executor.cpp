@@ -403,8 +403,8 @@ class Rank {
     for (uint32_t r = 0; r < replicas; ++r) {
       const uint32_t stages = job_.stages_of(r);
       if (stages < 2) continue;
-      const auto& a = job_.group(r, 0).devices;
-      const auto& b = job_.group(r, stages - 1).devices;
+      const auto& a = job_.copy(r, 0).devices;
+      const auto& b = job_.copy(r, stages - 1).devices;
       const size_t n = std::max(a.size(), b.size());
       for (size_t j = 0; j < n; ++j) {
         const std::vector<int> members = {static_cast<int>(a[j % a.size()]),
@@ -429,12 +429,12 @@ class Rank {
     std::vector<Transfer> list;
     for (const workload::TrainingJob::Peer& q : peers) {
       const auto& mine = grp.devices;
-      const auto& theirs = job_.copies[q.group].devices;
+      const auto& theirs = job_.copies[q.copy].devices;
       const size_t n = std::max(mine.size(), theirs.size());
       for (size_t j = 0; j < n; ++j) {
         if (j % mine.size() != j_) continue;
         const int count = std::max(2, floats(job_.activation_bytes_per_transfer * q.share / n));
-        list.push_back(Transfer{static_cast<int>(theirs[j % theirs.size()]), tag, count, q.group,
+        list.push_back(Transfer{static_cast<int>(theirs[j % theirs.size()]), tag, count, q.copy,
                                 std::vector<float>(count, 0.0f)});
       }
     }
@@ -471,7 +471,7 @@ class Rank {
     const uint32_t mbs = grp.micro_batches;
     const int tag =
         static_cast<int>((uint32_t{backward} * job_.chunks + recv_chunk) * mbs + t.micro_batch);
-    const uint32_t peer_group = job_.first_group[grp.replica] + stage;
+    const uint32_t peer_group = job_.first_copy[grp.replica] + stage;
     const auto& mine = grp.devices;
     const auto& theirs = job_.copies[peer_group].devices;
     const size_t n = std::max(mine.size(), theirs.size());

@@ -43,7 +43,7 @@ struct Options {
   size_t kill_task = 0;
 };
 
-// Where one device's time went in one iteration, in the replay's kinds (workload::GroupTimes):
+// Where one device's time went in one iteration, in the replay's kinds (workload::CopyTimes):
 // kernels, waiting on tensor-parallel collectives, on pipeline transfers, on data-parallel
 // collectives (and the tied embedding), and when it finished.
 struct DeviceTimes {

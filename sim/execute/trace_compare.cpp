@@ -88,7 +88,7 @@ TraceComparison compare_trace(const workload::TrainingJob& job,
   c.iterations = measured.steps.size();
 
   // Kinds of time.
-  const workload::GroupTimes& pt = predicted.groups[gi];
+  const workload::CopyTimes& pt = predicted.copies[gi];
   const double waits = (pt.tp_wait + pt.pp_wait + pt.dp_wait + pt.ep_wait + pt.cp_wait).seconds();
   std::vector<double> mc, mm, mi;
   for (const calibrate::StepTimes& s : measured.steps) {

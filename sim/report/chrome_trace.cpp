@@ -206,7 +206,7 @@ void ChromeTrace::write(std::ostream& out, const workload::TrainingJob& job) {
       }
       Time t = r.start;
       if (g.segments[r.task.index].ops.empty()) {
-        // The framework's host time (training_job.cpp: GroupBuilder::host).
+        // The framework's host time (training_job.cpp: CopyBuilder::host).
         emit(fmt::format(
             R"j({{"ph":"X","name":"framework host{}","cat":"host","ts":{},"dur":{},"pid":{},"tid":{}}})j",
             tag, us(r.start), us(r.end - r.start), pid, tid));

@@ -132,7 +132,7 @@ TrainingReport make_training_report(const workload::TrainingJob& job,
   double devices = 0;
   for (size_t i = 0; i < job.copies.size(); ++i) {
     const workload::StageCopy& g = job.copies[i];
-    const workload::GroupTimes& t = result.groups[i];
+    const workload::CopyTimes& t = result.copies[i];
     const double n = static_cast<double>(g.devices.size());
     devices += n;
     r.model_flops += g.model_flops * n;

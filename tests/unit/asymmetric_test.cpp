@@ -41,7 +41,7 @@ std::string two_shapes(int split = 4, int m0 = 4, int m1 = 4, const std::string&
 double replica_grad_bytes(const TrainingJob& job, uint32_t r) {
   double sum = 0;
   for (uint32_t s = 0; s < job.stages_of(r); ++s) {
-    const StageCopy& g = job.group(r, s);
+    const StageCopy& g = job.copy(r, s);
     for (const DpCollective& dc : g.dp) sum += dc.bytes * static_cast<double>(g.devices.size());
   }
   return sum;
@@ -118,7 +118,7 @@ TEST(AsymmetricJob, MixedTensorParallelDegreesReduceInShards) {
   for (const DpSync& s : job.dp_syncs) {
     const auto [g0, i0] = s.members.front();
     const double whole = job.copies[g0].dp[i0].bytes;  // replica 0: one GPU holds it all
-    const bool upper = s.members[1].first == job.first_group[1] + 1;
+    const bool upper = s.members[1].first == job.first_copy[1] + 1;
     EXPECT_EQ(s.pieces, upper ? 2u : 1u);
     EXPECT_DOUBLE_EQ(s.piece_bytes * s.pieces, whole);
     if (upper) {
@@ -165,7 +165,7 @@ TEST(AsymmetricJob, EverySegmentReducedOnceByEveryReplica) {
       const double bytes = job.copies[s.members[0].first].dp[s.members[0].second].bytes;
       for (const auto& [g, i] : s.members) EXPECT_EQ(job.copies[g].dp[i].bytes, bytes);
     }
-    EXPECT_EQ(job.group(0, 0).dp.size(), job.dp_syncs.size());
+    EXPECT_EQ(job.copy(0, 0).dp.size(), job.dp_syncs.size());
   }
 }
 
@@ -188,7 +188,7 @@ TEST(AsymmetricReplay, FreeCommunicationIsTheSlowestReplicaAlone) {
     const ReplayResult one = replay(j, nullptr, free);
     slowest = std::max(slowest, one.iteration);
     for (uint32_t s = 0; s < j.copies.size(); ++s)
-      EXPECT_EQ(both.groups[job.first_group[r] + s].compute, one.groups[s].compute);
+      EXPECT_EQ(both.copies[job.first_copy[r] + s].compute, one.copies[s].compute);
   }
   EXPECT_EQ(both.iteration, slowest);
   // Replica 1's pipeline runs twice the micro-batches of replica 0 on half the layers each.
@@ -220,7 +220,7 @@ TEST(AsymmetricReplay, SegmentsReducedAmongTheirHoldersDeterministically) {
   const TrainingJob job = build_training_job(m, p, c, cost);
   DpCounter seen;
   const ReplayResult r = replay(job, &seen);
-  const uint32_t a = job.first_group[0], b0 = job.first_group[1], b1 = b0 + 1;
+  const uint32_t a = job.first_copy[0], b0 = job.first_copy[1], b1 = b0 + 1;
   EXPECT_EQ(seen.count[a], static_cast<int>(job.dp_syncs.size()));
   EXPECT_EQ(seen.count[b0] + seen.count[b1], seen.count[a]);
   EXPECT_GT(seen.count[b0], 0);

@@ -177,7 +177,7 @@ TEST(Cnn, OneGpuRunsItsKernelsBackToBack) {
   const platform::Cluster c = test::cluster("dgx-a100", 1);
   const auto r = run(m, c, "devices: [0]\nglobal_batch_size: 64\nprecision: bf16\n");
   EXPECT_EQ(r->job.copies.size(), 1u);
-  EXPECT_EQ(r->result.groups[0].compute, r->result.iteration);
+  EXPECT_EQ(r->result.copies[0].compute, r->result.iteration);
   EXPECT_EQ(r->report.sent_group_bytes + r->report.sent_replicas_bytes, 0);
   // The MFU numerator is three passes of the network's multiply-accumulates, less the first
   // layer's input gradient (never computed): 2 x 3 x MACs x images, to within conv1's share.

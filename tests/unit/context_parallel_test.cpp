@@ -100,7 +100,7 @@ TEST(ContextParallel, TheKeyValueExchangeHidesUnderLongChunksOnly) {
     const Replayed r =
         run(m, c, plan_text(1, 1, 8, sequence, "recompute: full\nzero_stage: 1\n"), &kv);
     EXPECT_GT(kv.kv, Time()) << sequence;
-    return r.result.groups.front().tp_wait.seconds() / kv.kv.seconds();
+    return r.result.copies.front().tp_wait.seconds() / kv.kv.seconds();
   };
   EXPECT_LT(exposed_share(131072), 0.01);
   EXPECT_GT(exposed_share(8192), 0.1);

@@ -77,7 +77,7 @@ TEST(MeasuredCompute, OneGpuIterationIsItsMeasuredCompute) {
   const ReplayResult twice = replay_exact(
       with_measured_compute(b.job, measured_as_predicted(b.job, [](uint32_t) { return 2.0; })));
   EXPECT_NEAR(twice.iteration.seconds(), 2 * before.iteration.seconds(), 1e-9);
-  EXPECT_NEAR(twice.groups[0].compute.seconds(), 2 * before.groups[0].compute.seconds(), 1e-9);
+  EXPECT_NEAR(twice.copies[0].compute.seconds(), 2 * before.copies[0].compute.seconds(), 1e-9);
 }
 
 TEST(MeasuredCompute, APipelineWaitsOnItsSlowerStageAsMeasured) {
@@ -91,10 +91,10 @@ TEST(MeasuredCompute, APipelineWaitsOnItsSlowerStageAsMeasured) {
   const TrainingJob slow = with_measured_compute(
       b.job, measured_as_predicted(b.job, [](uint32_t g) { return g == 1 ? 3.0 : 1.0; }));
   const ReplayResult after = replay_exact(slow, true);
-  EXPECT_NEAR(after.groups[1].compute.seconds(), 3 * before.groups[1].compute.seconds(), 1e-9);
-  EXPECT_NEAR(after.groups[0].compute.seconds(), before.groups[0].compute.seconds(), 1e-9);
-  EXPECT_GT(after.groups[0].pp_wait.seconds(), before.groups[0].pp_wait.seconds());
-  EXPECT_GE(after.iteration.seconds(), after.groups[1].compute.seconds());
+  EXPECT_NEAR(after.copies[1].compute.seconds(), 3 * before.copies[1].compute.seconds(), 1e-9);
+  EXPECT_NEAR(after.copies[0].compute.seconds(), before.copies[0].compute.seconds(), 1e-9);
+  EXPECT_GT(after.copies[0].pp_wait.seconds(), before.copies[0].pp_wait.seconds());
+  EXPECT_GE(after.iteration.seconds(), after.copies[1].compute.seconds());
   EXPECT_LT(after.iteration.seconds(), 3 * before.iteration.seconds());
 }
 
@@ -106,8 +106,8 @@ TEST(MeasuredCompute, GroupsWithoutMeasurementsKeepThePrediction) {
   for (platform::GpuId d : b.job.copies[1].devices) m.task_s[d].clear();
   const TrainingJob timed = with_measured_compute(b.job, m);
   const ReplayResult before = replay_exact(b.job, true), after = replay_exact(timed, true);
-  EXPECT_NEAR(after.groups[0].compute.seconds(), 5 * before.groups[0].compute.seconds(), 1e-9);
-  EXPECT_NEAR(after.groups[1].compute.seconds(), before.groups[1].compute.seconds(), 1e-9);
+  EXPECT_NEAR(after.copies[0].compute.seconds(), 5 * before.copies[0].compute.seconds(), 1e-9);
+  EXPECT_NEAR(after.copies[1].compute.seconds(), before.copies[1].compute.seconds(), 1e-9);
   // Nothing measured at all: the job as it was.
   EXPECT_EQ(replay_exact(with_measured_compute(b.job, Measured{}), true).iteration,
             before.iteration);

@@ -60,13 +60,13 @@ Both replay_both(const TrainingJob& job, Recorder* a = nullptr, Recorder* b = nu
 
 void expect_same(const ReplayResult& f, const ReplayResult& e, const std::string& what) {
   EXPECT_EQ(f.iteration, e.iteration) << what;
-  ASSERT_EQ(f.groups.size(), e.groups.size()) << what;
-  for (size_t g = 0; g < f.groups.size(); ++g) {
-    EXPECT_EQ(f.groups[g].finish, e.groups[g].finish) << what << " group " << g;
-    EXPECT_EQ(f.groups[g].compute, e.groups[g].compute) << what << " group " << g;
-    EXPECT_EQ(f.groups[g].tp_wait, e.groups[g].tp_wait) << what << " group " << g;
-    EXPECT_EQ(f.groups[g].pp_wait, e.groups[g].pp_wait) << what << " group " << g;
-    EXPECT_EQ(f.groups[g].dp_wait, e.groups[g].dp_wait) << what << " group " << g;
+  ASSERT_EQ(f.copies.size(), e.copies.size()) << what;
+  for (size_t g = 0; g < f.copies.size(); ++g) {
+    EXPECT_EQ(f.copies[g].finish, e.copies[g].finish) << what << " copy " << g;
+    EXPECT_EQ(f.copies[g].compute, e.copies[g].compute) << what << " copy " << g;
+    EXPECT_EQ(f.copies[g].tp_wait, e.copies[g].tp_wait) << what << " copy " << g;
+    EXPECT_EQ(f.copies[g].pp_wait, e.copies[g].pp_wait) << what << " copy " << g;
+    EXPECT_EQ(f.copies[g].dp_wait, e.copies[g].dp_wait) << what << " copy " << g;
   }
 }
 
@@ -133,7 +133,7 @@ TEST(FoldedReplay, ReplicasThatDifferAreEachReplayedOnTheirOwn) {
   expect_same(b.folded, b.exact, "heterogeneous");
   EXPECT_EQ(b.folded.events, b.exact.events);
   // Their programs are their own.
-  EXPECT_FALSE(job.group(1, 0).program.shares_with(job.group(0, 0).program));
+  EXPECT_FALSE(job.copy(1, 0).program.shares_with(job.copy(0, 0).program));
 }
 
 // A stage of identical replicas is one program in memory (issue 38): built once, shared by every
@@ -146,24 +146,24 @@ TEST(FoldedReplay, IdenticalReplicasShareOneProgramPerStage) {
   TrainingJob job = build_training_job(m, plan(m, c, 2, 2, 4, 32), c, cost);
   for (uint32_t s = 0; s < 2; ++s) {
     for (uint32_t r = 1; r < 4; ++r) {
-      const StageCopy& g = job.group(r, s);
-      EXPECT_TRUE(g.program.shares_with(job.group(0, s).program)) << r << "," << s;
-      EXPECT_TRUE(g.segments.shares_with(job.group(0, s).segments)) << r << "," << s;
+      const StageCopy& g = job.copy(r, s);
+      EXPECT_TRUE(g.program.shares_with(job.copy(0, s).program)) << r << "," << s;
+      EXPECT_TRUE(g.segments.shares_with(job.copy(0, s).segments)) << r << "," << s;
       EXPECT_EQ(g.replica, r);
       EXPECT_EQ(g.devices, (std::vector<platform::GpuId>{2 * r + 8 * s, 2 * r + 8 * s + 1}));
     }
   }
-  EXPECT_FALSE(job.group(0, 1).program.shares_with(job.group(0, 0).program));
+  EXPECT_FALSE(job.copy(0, 1).program.shares_with(job.copy(0, 0).program));
   size_t k = 0;  // a segment of kernels (not the framework's host time)
-  while (job.group(0, 0).segments[k].ops.empty()) ++k;
-  const Time before = job.group(0, 0).segments[k].ops[0].second;
+  while (job.copy(0, 0).segments[k].ops.empty()) ++k;
+  const Time before = job.copy(0, 0).segments[k].ops[0].second;
   std::vector<double> slow(16, 1.0);
   slow[3] = 2;  // replica 1, stage 0 (Megatron's order: tensor, data, then pipeline rank)
   slow_down(job, slow);
-  EXPECT_FALSE(job.group(1, 0).segments.shares_with(job.group(0, 0).segments));
-  EXPECT_TRUE(job.group(2, 0).segments.shares_with(job.group(0, 0).segments));
-  EXPECT_EQ(job.group(0, 0).segments[k].ops[0].second, before);
-  EXPECT_GT(job.group(1, 0).segments[k].ops[0].second, before);
+  EXPECT_FALSE(job.copy(1, 0).segments.shares_with(job.copy(0, 0).segments));
+  EXPECT_TRUE(job.copy(2, 0).segments.shares_with(job.copy(0, 0).segments));
+  EXPECT_EQ(job.copy(0, 0).segments[k].ops[0].second, before);
+  EXPECT_GT(job.copy(1, 0).segments[k].ops[0].second, before);
 }
 
 TEST(SharedVector, CopiesShareUntilOneIsWritten) {
@@ -218,7 +218,7 @@ TEST(FoldedReplay, AsymmetricRoutesMakeItNoFasterAndAtMostAFewPercentSlower) {
     EXPECT_LT(b.folded.iteration.seconds(), 1.05 * b.exact.iteration.seconds()) << to_string(s);
     // The case is asymmetric indeed: the full replay's replicas finish at different times.
     Time lo = Time::max(), hi;
-    for (const GroupTimes& g : b.exact.groups) {
+    for (const CopyTimes& g : b.exact.copies) {
       lo = std::min(lo, g.finish);
       hi = std::max(hi, g.finish);
     }

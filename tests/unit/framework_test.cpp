@@ -207,7 +207,7 @@ TEST(Frameworks, HostTimePerPassAndPerStepAddsExactly) {
   const ReplayResult ra = replay(build_training_job(m, a, c, cost));
   const ReplayResult rb = replay(build_training_job(m, b, c, cost));
   EXPECT_EQ(rb.iteration - ra.iteration, Time::from_seconds(13e-3));
-  EXPECT_EQ(rb.groups[0].compute - ra.groups[0].compute, Time::from_seconds(13e-3));
+  EXPECT_EQ(rb.copies[0].compute - ra.copies[0].compute, Time::from_seconds(13e-3));
 }
 
 TEST(Frameworks, ReservedMemoryAddsExactlyItsBytesToEveryDevice) {
@@ -264,8 +264,8 @@ TEST(Frameworks, ReductionAfterTheBackwardPassExposesEveryBucket) {
     EXPECT_DOUBLE_EQ(jo.copies[0].dp[i].bytes, ja.copies[0].dp[i].bytes);
     alone += allreduce_alone(c, ja.copies[0].dp[i].bytes, {0, 1});
   }
-  EXPECT_EQ(ra.groups[0].dp_wait, alone);
-  EXPECT_EQ(ra.iteration, ra.groups[0].compute + alone);
+  EXPECT_EQ(ra.copies[0].dp_wait, alone);
+  EXPECT_EQ(ra.iteration, ra.copies[0].compute + alone);
   EXPECT_LT(ro.iteration, ra.iteration);
 }
 
@@ -291,7 +291,7 @@ TEST(Frameworks, ABlockingSendHoldsItsStageForTheTransfer) {
   const double bytes = ja.activation_bytes_per_transfer;  // 1 x 1024 x 1024 x 2 B
   EXPECT_DOUBLE_EQ(bytes, 2.0 * 1024 * 1024);
   const Time transfer = Time::from_seconds(bytes / (200e9 / 8 * 0.94));
-  EXPECT_GE(rb.groups[0].pp_wait - ra.groups[0].pp_wait, transfer * 8);
+  EXPECT_GE(rb.copies[0].pp_wait - ra.copies[0].pp_wait, transfer * 8);
   EXPECT_GT(rb.iteration, ra.iteration);
 }
 
@@ -317,8 +317,8 @@ TEST(Frameworks, TheTiedEmbeddingIsReducedBetweenTheEndStages) {
   EXPECT_DOUBLE_EQ(j.copies[1].tied_bytes, 2.0 * 50304 * 1024);
   const ReplayResult r = replay(j), r0 = replay(build_training_job(m, without, c, cost));
   const Time alone = allreduce_alone(c, j.copies[0].tied_bytes, {0, 8});
-  EXPECT_EQ(r.groups[0].dp_wait - r0.groups[0].dp_wait, alone);
-  EXPECT_GT(r.groups[1].dp_wait - r0.groups[1].dp_wait, alone);
+  EXPECT_EQ(r.copies[0].dp_wait - r0.copies[0].dp_wait, alone);
+  EXPECT_GT(r.copies[1].dp_wait - r0.copies[1].dp_wait, alone);
   EXPECT_EQ(r.iteration - r0.iteration, alone);
 }
 
@@ -777,10 +777,10 @@ TEST(Frameworks, ASendBeyondTheBufferWaitsForItsReceiver) {
   EXPECT_EQ(eager.iteration, none.iteration);  // 2 MiB fits a 2 MiB buffer: no wait
   EXPECT_EQ(rdv.iteration - eager.iteration, transfer);
   for (size_t g = 0; g < 2; ++g) {
-    EXPECT_EQ(rdv.groups[g].finish - eager.groups[g].finish, transfer) << g;
-    EXPECT_EQ(rdv.groups[g].compute, eager.groups[g].compute) << g;
+    EXPECT_EQ(rdv.copies[g].finish - eager.copies[g].finish, transfer) << g;
+    EXPECT_EQ(rdv.copies[g].compute, eager.copies[g].compute) << g;
   }
-  EXPECT_EQ(rdv.groups[0].pp_wait - eager.groups[0].pp_wait, transfer);
+  EXPECT_EQ(rdv.copies[0].pp_wait - eager.copies[0].pp_wait, transfer);
   EXPECT_EQ(framework_error("async", "pipeline_p2p_buffer: 4MiB\n"),
             "f.yaml:4: pipeline_p2p_buffer: needs pipeline_p2p: blocking (an asynchronous send's "
             "receiver posts its receive ahead)");

@@ -119,7 +119,7 @@ TEST(Zero3, GathersEachLayerOneAheadAndMovesEveryParameter) {
   // So the replica waits for a small part of its collectives: the first of each pass and the
   // last reduce-scatter (over NVLink, a layer's gather takes far less than its compute).
   EXPECT_GT(trace.collectives, Time());
-  EXPECT_LT(r.groups[0].dp_wait.seconds(), 0.3 * trace.collectives.seconds());
+  EXPECT_LT(r.copies[0].dp_wait.seconds(), 0.3 * trace.collectives.seconds());
 }
 
 TEST(Zero3, Fsdp2CopiesEachGatheredLayerOutOnTheComputeStream) {
@@ -153,7 +153,7 @@ TEST(Zero3, Fsdp2CopiesEachGatheredLayerOutOnTheComputeStream) {
   // It costs time on the compute stream: the iteration is longer by about the copies' time.
   const ReplayResult r1 = replay(j1), r2 = replay(j2);
   EXPECT_GT(r2.iteration, r1.iteration);
-  EXPECT_GT(r2.groups[0].compute, r1.groups[0].compute);
+  EXPECT_GT(r2.copies[0].compute, r1.copies[0].compute);
 }
 
 TEST(Layered, LetsReplicasRunUnevenMicroBatchesUnderZero3) {
@@ -166,8 +166,8 @@ TEST(Layered, LetsReplicasRunUnevenMicroBatchesUnderZero3) {
   const TrainingJob job = build_training_job(m, p, c, cost);
   const ReplayResult r = replay(job);
   // The replica with three times the micro-batches finishes last; both wait at every gather.
-  EXPECT_EQ(r.iteration, r.groups[0].finish);
-  EXPECT_GT(r.groups[1].dp_wait, r.groups[0].dp_wait);
+  EXPECT_EQ(r.iteration, r.copies[0].finish);
+  EXPECT_GT(r.copies[1].dp_wait, r.copies[0].dp_wait);
   // The estimate: a compute bound, and close to the replay.
   policy::Estimator est(m, c, cost);
   const policy::Estimate e = est.estimate(p);

@@ -220,11 +220,11 @@ TEST(Moe, AllToAllsAreExposedAcrossNodesAndFreeWithoutCommunication) {
   const platform::Cluster c = test::cluster("dgx-h100", 2);
   const Replayed ep4 = run(m, c, kEp4);
   const Replayed ep1 = run(m, c, plan_text(1));
-  for (const GroupTimes& t : ep1.result.groups) EXPECT_EQ(t.ep_wait, Time());
-  for (const GroupTimes& t : ep4.result.groups) EXPECT_GT(t.ep_wait, Time());
+  for (const CopyTimes& t : ep1.result.copies) EXPECT_EQ(t.ep_wait, Time());
+  for (const CopyTimes& t : ep4.result.copies) EXPECT_GT(t.ep_wait, Time());
   ReplayOptions free;
   free.free_communication = true;
-  for (const GroupTimes& t : run(m, c, kEp4, free).result.groups) EXPECT_EQ(t.ep_wait, Time());
+  for (const CopyTimes& t : run(m, c, kEp4, free).result.copies) EXPECT_EQ(t.ep_wait, Time());
   // Replayed twice: the same to the picosecond.
   EXPECT_EQ(run(m, c, kEp4).result.iteration, ep4.result.iteration);
 }
@@ -269,8 +269,8 @@ TEST(Moe, AllToAllsAsClassesOfPairsGiveThePairByPairReplaysIteration) {
     const platform::Cluster c = test::cluster("dgx-h100", 4);
     const Replayed classes = run(m, c, text), pairs = run(m, c, text, exact);
     EXPECT_EQ(classes.result.iteration, pairs.result.iteration);
-    for (size_t g = 0; g < pairs.result.groups.size(); ++g)
-      EXPECT_EQ(classes.result.groups[g].ep_wait, pairs.result.groups[g].ep_wait) << g;
+    for (size_t g = 0; g < pairs.result.copies.size(); ++g)
+      EXPECT_EQ(classes.result.copies[g].ep_wait, pairs.result.copies[g].ep_wait) << g;
     EXPECT_LT(classes.result.events * 10, pairs.result.events);
   }
   {
@@ -280,9 +280,9 @@ TEST(Moe, AllToAllsAsClassesOfPairsGiveThePairByPairReplaysIteration) {
     ASSERT_EQ(pairs.result.folded_replicas, 1u);
     EXPECT_NEAR(classes.result.iteration.seconds() / pairs.result.iteration.seconds(), 1.0, 1e-2);
     Time ep_classes, ep_pairs;
-    for (size_t g = 0; g < pairs.result.groups.size(); ++g) {
-      ep_classes += classes.result.groups[g].ep_wait;
-      ep_pairs += pairs.result.groups[g].ep_wait;
+    for (size_t g = 0; g < pairs.result.copies.size(); ++g) {
+      ep_classes += classes.result.copies[g].ep_wait;
+      ep_pairs += pairs.result.copies[g].ep_wait;
     }
     EXPECT_GT(ep_pairs, Time());
     EXPECT_NEAR(ep_classes.seconds() / ep_pairs.seconds(), 1.0, 0.05)

@@ -56,11 +56,11 @@ ReplayResult run(const TrainingJob& job, bool exact = false) {
 
 void expect_same(const ReplayResult& a, const ReplayResult& b, const std::string& what) {
   EXPECT_EQ(a.iteration, b.iteration) << what;
-  ASSERT_EQ(a.groups.size(), b.groups.size());
-  for (size_t g = 0; g < a.groups.size(); ++g) {
-    EXPECT_EQ(a.groups[g].compute, b.groups[g].compute) << what << " group " << g;
-    EXPECT_EQ(a.groups[g].dp_wait, b.groups[g].dp_wait) << what << " group " << g;
-    EXPECT_EQ(a.groups[g].finish, b.groups[g].finish) << what << " group " << g;
+  ASSERT_EQ(a.copies.size(), b.copies.size());
+  for (size_t g = 0; g < a.copies.size(); ++g) {
+    EXPECT_EQ(a.copies[g].compute, b.copies[g].compute) << what << " copy " << g;
+    EXPECT_EQ(a.copies[g].dp_wait, b.copies[g].dp_wait) << what << " copy " << g;
+    EXPECT_EQ(a.copies[g].finish, b.copies[g].finish) << what << " copy " << g;
   }
 }
 
@@ -85,10 +85,10 @@ TEST(Perturbation, SlowGpuInPureDataParallelDoublesItsComputeAndTheIterationFoll
   }
   EXPECT_GT(host_bound, 0u) << "the rule is exercised";
   const ReplayResult r0 = run(base);
-  const Time C = r0.groups[0].compute;  // each replica's kernels: forward, backward, optimizer
-  ASSERT_EQ(r0.groups[1].compute, C);
+  const Time C = r0.copies[0].compute;  // each replica's kernels: forward, backward, optimizer
+  ASSERT_EQ(r0.copies[1].compute, C);
   const Time AR = r0.iteration - C;  // the gradient all-reduce, fully exposed
-  EXPECT_EQ(r0.groups[0].dp_wait, AR);
+  EXPECT_EQ(r0.copies[0].dp_wait, AR);
   EXPECT_GT(AR, Time());
 
   TrainingJob slow = build_training_job(m, p, c, cost);
@@ -96,14 +96,14 @@ TEST(Perturbation, SlowGpuInPureDataParallelDoublesItsComputeAndTheIterationFoll
   const ReplayResult r1 = run(slow);
   // The all-reduce starts when the slow replica is done and takes AR as before (same links, same
   // bytes); the fast replica waits for the slow one, then AR.
-  EXPECT_EQ(r1.groups[1].compute, slow_compute);
+  EXPECT_EQ(r1.copies[1].compute, slow_compute);
   EXPECT_GT(slow_compute, Time::ps(C.ps() * 3 / 2)) << "most of it is kernels";
-  EXPECT_EQ(r1.groups[0].compute, C);
+  EXPECT_EQ(r1.copies[0].compute, C);
   EXPECT_EQ(r1.iteration, slow_compute + AR) << "expected " << (slow_compute + AR).seconds()
                                              << " s, got " << r1.iteration.seconds() << " s";
-  EXPECT_EQ(r1.groups[1].dp_wait, AR);
-  EXPECT_GT(r1.groups[0].dp_wait, AR);
-  EXPECT_LE(r1.groups[0].dp_wait, slow_compute - C + AR)
+  EXPECT_EQ(r1.copies[1].dp_wait, AR);
+  EXPECT_GT(r1.copies[0].dp_wait, AR);
+  EXPECT_LE(r1.copies[0].dp_wait, slow_compute - C + AR)
       << "the fast replica's optimizer runs after the wait, at its own pace";
   EXPECT_EQ(r1.folded_replicas, 1u);
 }
@@ -115,7 +115,7 @@ TEST(Perturbation, ASlowdownFromMidIterationStretchesOnlyTheWorkAfterIt) {
   const DatasheetCostModel cost;
   const TrainingJob base = build_training_job(m, p, c, cost);
   const ReplayResult r0 = run(base);
-  const Time C = r0.groups[1].compute;
+  const Time C = r0.copies[1].compute;
   const Time AR = r0.iteration - C;
   // GPU 1 at half speed from C/2 on: its compute runs without a wait from 0 to the end of the
   // backward pass, so the first C/2 is as before and the other C/2 (the optimizer's too, after
@@ -130,8 +130,8 @@ TEST(Perturbation, ASlowdownFromMidIterationStretchesOnlyTheWorkAfterIt) {
   TrainingJob job = build_training_job(m, p, c, cost);
   slow_down_from(job, rp);
   const ReplayResult r1 = run(job);
-  EXPECT_NEAR(r1.groups[1].compute.seconds(), 1.5 * C.seconds(), 1e-9);
-  EXPECT_EQ(r1.groups[0].compute, C);
+  EXPECT_NEAR(r1.copies[1].compute.seconds(), 1.5 * C.seconds(), 1e-9);
+  EXPECT_EQ(r1.copies[0].compute, C);
   // The optimizer is the slow replica's last step: the fast one waits for the all-reduce.
   EXPECT_NEAR(r1.iteration.seconds(), 1.5 * C.seconds() + AR.seconds(), 1e-9);
   EXPECT_EQ(r1.folded_replicas, 1u);
@@ -255,7 +255,7 @@ TEST(Perturbation, FoldedReplayFoldsOnlyReplicasThatStayIdentical) {
     const ReplayResult r0 = run(base), r1 = run(job), exact = run(job, true);
     EXPECT_EQ(r1.folded_replicas, 1u);
     expect_same(r1, exact, "degraded link");
-    EXPECT_EQ(r1.groups[0].compute, r0.groups[0].compute);
+    EXPECT_EQ(r1.copies[0].compute, r0.copies[0].compute);
     EXPECT_GT(r1.iteration, r0.iteration) << "the all-reduce crosses the half-rate link";
   }
 }

@@ -133,7 +133,7 @@ double compute_spread_s(const workload::ModelConfig& m, const platform::Cluster&
   const workload::Plan p = workload::load_plan_text(plan_text, "p.yaml", m, c);
   const workload::ReplayResult r = workload::replay(workload::build_training_job(m, p, c, cost));
   Time lo = Time::max(), hi;
-  for (const workload::GroupTimes& g : r.groups) {
+  for (const workload::CopyTimes& g : r.copies) {
     lo = std::min(lo, g.compute);
     hi = std::max(hi, g.compute);
   }

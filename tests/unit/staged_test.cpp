@@ -130,7 +130,7 @@ TEST(StagedJob, ReshardsEachMicroBatchBySharedSamples) {
   // Samples 0, 1 and 2 go to group 3 (stage 1's first); sample 3 to group 4.
   auto peers = [](const std::vector<TrainingJob::Peer>& v) {
     std::vector<std::pair<uint32_t, double>> out;
-    for (const TrainingJob::Peer& q : v) out.emplace_back(q.group, q.share);
+    for (const TrainingJob::Peer& q : v) out.emplace_back(q.copy, q.share);
     return out;
   };
   using P = std::vector<std::pair<uint32_t, double>>;

@@ -356,7 +356,7 @@ TEST(TrainingReplay, OneGpuIterationIsTheSumOfItsKernels) {
     }
   }
   EXPECT_EQ(r.result.iteration, sum);
-  EXPECT_EQ(r.result.groups[0].compute, sum);
+  EXPECT_EQ(r.result.copies[0].compute, sum);
   // With host issue time, each run of kernels takes the longer of its GPU and host time.
   const DatasheetCostModel cost;
   const Replayed h = run(m, p, c, cost);
@@ -419,8 +419,8 @@ TEST_P(PipelineBubble, MatchesTheClosedForm) {
     if (t.kind == TaskKind::compute && t.pass == Pass::other)
       optimizer += g0.segments[t.index].duration;
   }
-  const double ideal = (r.result.groups[0].compute - optimizer).seconds();
-  const double bubble = (r.result.iteration - r.result.groups[0].compute).seconds();
+  const double ideal = (r.result.copies[0].compute - optimizer).seconds();
+  const double bubble = (r.result.iteration - r.result.copies[0].compute).seconds();
   const double expected = (k.pp - 1.0) / (k.v * k.m);
   EXPECT_NEAR(bubble / ideal, expected, 1e-9)
       << k.schedule << " p=" << k.pp << " m=" << k.m << " v=" << k.v;
@@ -451,7 +451,7 @@ TEST(TrainingReplay, GradientAllReduceIsExposedWhenNothingOverlapsIt) {
   req.ranks = {0, 1};
   req.host_launch = false;
   const Time alone = network::simulate_collective(c, req).time;
-  EXPECT_EQ(r.result.groups[0].dp_wait, alone);
+  EXPECT_EQ(r.result.copies[0].dp_wait, alone);
   EXPECT_DOUBLE_EQ(g.dp[0].bytes, 4.0 * m.params());  // fp32 gradients of the whole model
 }
 
@@ -517,10 +517,10 @@ TEST(TrainingReplay, TpCommOverlapRunsEachSequenceParallelCollectiveBesideItsGem
   const Replayed b =
       run(m, load_plan_text(base + "tp_comm_overlap: true\n", "p.yaml", m, c), c, cost);
   EXPECT_EQ(a.job.copies[0].compute_flops, b.job.copies[0].compute_flops);
-  EXPECT_GT(a.result.groups[0].tp_wait, Time());
-  EXPECT_LT(b.result.groups[0].tp_wait, a.result.groups[0].tp_wait);
+  EXPECT_GT(a.result.copies[0].tp_wait, Time());
+  EXPECT_LT(b.result.copies[0].tp_wait, a.result.copies[0].tp_wait);
   EXPECT_LT(b.result.iteration, a.result.iteration);
-  EXPECT_GE(b.result.iteration, a.result.iteration - a.result.groups[0].tp_wait);
+  EXPECT_GE(b.result.iteration, a.result.iteration - a.result.copies[0].tp_wait);
   // Without sequence parallelism there is nothing to overlap: refused, as Megatron-LM does.
   EXPECT_EQ(plan_error("tensor_parallel: 8\nglobal_batch_size: 8\ntp_comm_overlap: true\n", m, c),
             "p.yaml:3: tp_comm_overlap: overlaps sequence parallelism's all-gathers and "
@@ -1147,7 +1147,7 @@ TEST(Plans, HeterogeneousStagesRunWithTheirOwnDevicesAndDegrees) {
   EXPECT_EQ(r.job.copies[1].gpu->architecture, "volta");
   EXPECT_GT(r.result.iteration, Time());
   // The replica with more micro-batches works longer.
-  EXPECT_GT(r.result.groups[0].compute, r.result.groups[2].compute);
+  EXPECT_GT(r.result.copies[0].compute, r.result.copies[2].compute);
 }
 
 TEST(Plans, StageLayersSplitAUniformPlanAsTheSamePlanSpelledOutAsReplicas) {
@@ -1185,7 +1185,7 @@ TEST(Plans, StageLayersSplitAUniformPlanAsTheSamePlanSpelledOutAsReplicas) {
   const Replayed a = run(m, compact, c, cost), b = run(m, full, c, cost);
   EXPECT_EQ(a.result.iteration, b.result.iteration);
   // The stage with 7 layers computes 7/5 of the one with 5, less the embedding and head.
-  EXPECT_GT(a.result.groups[1].compute, a.result.groups[0].compute);
+  EXPECT_GT(a.result.copies[1].compute, a.result.copies[0].compute);
   // Unlike the even split of the same degrees.
   const Plan even = load_plan_text(
       "tensor_parallel: 2\npipeline_parallel: 4\ndata_parallel: 2\nmicro_batch_size: 1\n"

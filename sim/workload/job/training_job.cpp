@@ -60,14 +60,15 @@ std::vector<ScheduleItem> stage_schedule(Schedule s, int stage, int stages, int 
 
 namespace {
 
-class GroupBuilder {
+// Writes a StageCopy's kernels, segments, collectives and program tasks.
+class CopyBuilder {
  public:
-  GroupBuilder(StageCopy& g, const ModelConfig& m, const Plan& p, const CostModel& cost,
-               const LayerShape& shape)
+  CopyBuilder(StageCopy& g, const ModelConfig& m, const Plan& p, const CostModel& cost,
+              const LayerShape& shape)
       : g_(g), m_(m), p_(p), cost_(cost), shape_(shape) {}
 
   // Steps -> tasks, cut as cut_steps says (the estimator takes the same cuts); cached by name
-  // (the shapes never change within a group).
+  // (the shapes never change within a copy).
   const std::vector<Task>& piece(const std::string& name, const std::vector<Step>& steps) {
     auto it = pieces_.find(name);
     if (it != pieces_.end()) return it->second;
@@ -100,7 +101,7 @@ class GroupBuilder {
     return pieces_.emplace(name, std::move(tasks)).first->second;
   }
 
-  // One segment of kernels (a cut of cut_steps), added to the group: its duration the longer of
+  // One segment of kernels (a cut of cut_steps), added to the copy: its duration the longer of
   // its kernels' GPU time and the host's time to issue them (host-bound runs of small kernels).
   uint32_t segment(const std::vector<Step>& steps, const StepCut& cut) {
     Segment seg;
@@ -161,7 +162,7 @@ class GroupBuilder {
   }
 
   // `key`: what the collective synchronises (the stage, or an asymmetric plan's layer segment);
-  // the job pairs the groups' collectives of one key in order (build_training_job).
+  // the job pairs the copies' collectives of one key in order (build_training_job).
   uint32_t dp_collective(CommKind kind, double bytes, const std::string& name, uint32_t key,
                          uint32_t replicas = 0) {
     g_.dp.push_back(DpCollective{kind, bytes, name, std::nullopt, key, replicas});
@@ -243,23 +244,23 @@ TrainingJob skeleton_job(const ModelConfig& model, const Plan& plan,
     job.copies.push_back(std::move(g));
   };
   if (plan.staged()) {
-    job.first_group.push_back(0);
+    job.first_copy.push_back(0);
     for (int s = 0; s < plan.stages(); ++s) {
       for (size_t j = 0; j < plan.data_parallel_of(static_cast<size_t>(s)); ++j) add(j, s);
     }
   } else {
     for (size_t r = 0; r < plan.replicas.size(); ++r) {
-      job.first_group.push_back(static_cast<uint32_t>(job.copies.size()));
+      job.first_copy.push_back(static_cast<uint32_t>(job.copies.size()));
       for (int s = 0; s < plan.stages(r); ++s) add(r, s);
     }
   }
-  job.first_group.push_back(static_cast<uint32_t>(job.copies.size()));
+  job.first_copy.push_back(static_cast<uint32_t>(job.copies.size()));
   return job;
 }
 
 double tied_pair_bytes(const TrainingJob& job, uint32_t replica) {
-  const StageCopy& a = job.group(replica, 0);
-  const StageCopy& b = job.group(replica, job.stages_of(replica) - 1);
+  const StageCopy& a = job.copy(replica, 0);
+  const StageCopy& b = job.copy(replica, job.stages_of(replica) - 1);
   const size_t n = std::max(a.devices.size(), b.devices.size());
   return a.tied_bytes * static_cast<double>(a.devices.size()) / static_cast<double>(n);
 }
@@ -326,10 +327,10 @@ void pair_dp_collectives(TrainingJob& job) {
           "job: data-parallel collective {} of replica {} stage {} has {} of {} replicas", i0,
           job.copies[g0].replica, job.copies[g0].stage, sync.members.size(), want));
     }
-    std::vector<uint32_t> groups;
+    std::vector<uint32_t> member_copies;
     uint32_t pieces = 1;
     for (const auto& [g, i] : sync.members) {
-      groups.push_back(g);
+      member_copies.push_back(g);
       pieces = std::lcm(pieces, static_cast<uint32_t>(job.copies[g].devices.size()));
     }
     const DpCollective& first = job.copies[g0].dp[i0];
@@ -340,8 +341,9 @@ void pair_dp_collectives(TrainingJob& job) {
                            ? first.bytes
                            : first.bytes * static_cast<double>(job.copies[g0].devices.size()) /
                                  static_cast<double>(pieces);
-    const auto [it, fresh] = sets.try_emplace(groups, static_cast<uint32_t>(job.dp_peers.size()));
-    if (fresh) job.dp_peers.push_back(std::move(groups));
+    const auto [it, fresh] =
+        sets.try_emplace(member_copies, static_cast<uint32_t>(job.dp_peers.size()));
+    if (fresh) job.dp_peers.push_back(std::move(member_copies));
     sync.peers = it->second;
   }
 }
@@ -392,8 +394,8 @@ void measured_collectives(TrainingJob& job, const CostModel& cost) {
                                          nodes(peers), *g.gpu);
     }
     if (g.tied_bytes <= 0) continue;
-    const StageCopy& a = job.group(g.replica, 0);
-    const StageCopy& b = job.group(g.replica, job.stages_of(g.replica) - 1);
+    const StageCopy& a = job.copy(g.replica, 0);
+    const StageCopy& b = job.copy(g.replica, job.stages_of(g.replica) - 1);
     if (one_type({a.devices.front(), b.devices.front()})) {
       g.tied_measured =
           cost.collective_time(CommKind::allreduce, tied_pair_bytes(job, g.replica), 2,
@@ -505,14 +507,14 @@ void power_cap(TrainingJob& job, const CostModel& cost) {
 }
 
 void finish_job(TrainingJob& job, const CostModel& cost) {
-  job.first_group.push_back(static_cast<uint32_t>(job.copies.size()));
+  job.first_copy.push_back(static_cast<uint32_t>(job.copies.size()));
   power_cap(job, cost);
   pair_dp_collectives(job);
   measured_collectives(job, cost);
   tally_sources(job, cost);
 }
 
-// A convolutional network on a process grid (Plan::layer_splits): one group per column, every
+// A convolutional network on a process grid (Plan::layer_splits): one copy per column, every
 // micro-batch through the layers forward and back, each layer's gradients reduced when its last
 // backward is done (PyTorch DDP reduces in buckets; one a layer is the paper's accounting), the
 // SGD step.
@@ -531,14 +533,14 @@ TrainingJob build_grid_job(const ModelConfig& model, const Plan& plan,
   const bool overlapped = plan.gradient_reduction == GradReduction::overlapped;
   for (size_t r = 0; r < plan.replicas.size(); ++r) {
     const ReplicaPlan& rep = plan.replicas[r];
-    job.first_group.push_back(static_cast<uint32_t>(job.copies.size()));
+    job.first_copy.push_back(static_cast<uint32_t>(job.copies.size()));
     StageCopy g;
     g.replica = static_cast<uint32_t>(r);
     g.micro_batches = static_cast<uint32_t>(rep.micro_batches);
     g.batch = plan.micro_batch_size;
     g.devices = rep.stages.front().devices;
     g.gpu = cluster.gpu(g.devices.front()).profile;
-    GroupBuilder b(g, model, plan, cost, stage_shape(plan, rows));
+    CopyBuilder b(g, model, plan, cost, stage_shape(plan, rows));
     std::vector<const std::vector<Task>*> fwd, bwd;
     for (size_t l = 0; l <= L; ++l) {
       const std::string name = l < L ? model.cnn[l].name : std::string("loss");
@@ -580,7 +582,7 @@ TrainingJob build_grid_job(const ModelConfig& model, const Plan& plan,
 
 namespace {
 
-// What makes two groups of a uniform plan alike: the stage, its devices' count and GPU type, its
+// What makes two copies of a uniform plan alike: the stage, its devices' count and GPU type, its
 // layers and chunks, its micro-batches and samples, its optimizer shard.
 std::string alike_key(const Plan& plan, const StagePlan& st, int s, int micro_batches,
                       int64_t batch, double shard, const platform::Cluster& cluster) {
@@ -595,8 +597,8 @@ std::string alike_key(const Plan& plan, const StagePlan& st, int s, int micro_ba
 // A copy of `like` (the same stage of another replica, built alike) on replica r's devices: it
 // shares the kernels, segments, program and collectives. Its expert-parallel rank only names the
 // replicas its experts' gradients are reduced among: those keys are renamed.
-StageCopy alike_group(const StageCopy& like, size_t r, const StagePlan& st, int ep,
-                      const platform::Cluster& cluster) {
+StageCopy alike_copy(const StageCopy& like, size_t r, const StagePlan& st, int ep,
+                     const platform::Cluster& cluster) {
   StageCopy g = like;
   const uint32_t stage = g.stage;
   const uint32_t theirs = expert_sync_key(g.replica % static_cast<uint32_t>(ep), stage);
@@ -616,12 +618,12 @@ StageCopy alike_group(const StageCopy& like, size_t r, const StagePlan& st, int 
 
 namespace {
 
-// A staged plan's tied embedding: its gradients all-reduced among every group of the first and
+// A staged plan's tied embedding: its gradients all-reduced among every copy of the first and
 // the last stage at once (every copy's, the data-parallel reduction and Megatron's first-last
 // exchange in one), keyed apart from the stages'.
 constexpr uint32_t kTiedKey = 0x40000000u;
 
-// What every group of a transformer job reads beside its own stage (build_training_job).
+// What every copy of a transformer job reads beside its own stage (build_training_job).
 struct JobContext {
   JobContext(const ModelConfig& m, const Plan& p, const platform::Cluster& c, const CostModel& k)
       : model(m), plan(p), cluster(c), cost(k) {
@@ -678,7 +680,7 @@ struct JobContext {
   bool staged_tied = false;
 };
 
-// One group's place in the job and the state it holds.
+// One copy's place in the job and the state it holds.
 struct StageFigures {
   size_t r = 0;
   int s = 0, P = 1, micro_batches = 1;
@@ -711,7 +713,7 @@ StageFigures stage_figures(const JobContext& x, size_t r, int s) {
   return f;
 }
 
-StageCopy new_group(const JobContext& x, const StageFigures& f, const StagePlan& st) {
+StageCopy new_copy(const JobContext& x, const StageFigures& f, const StagePlan& st) {
   StageCopy g;
   g.replica = static_cast<uint32_t>(f.r);
   g.stage = static_cast<uint32_t>(f.s);
@@ -724,7 +726,7 @@ StageCopy new_group(const JobContext& x, const StageFigures& f, const StagePlan&
   return g;
 }
 
-// One group's program (replica r's stage s; a staged plan's group r of stage s): its passes in
+// One copy's program (replica r's stage s; a staged plan's group r of stage s): its passes in
 // the order its schedule runs them, with their pipeline transfers, the gradients' reductions as
 // the framework issues them, the optimizer step.
 class StageBuilder {
@@ -735,7 +737,7 @@ class StageBuilder {
         p_(x.plan),
         f_(f),
         st_(x.plan.stage_plan(f.r, static_cast<size_t>(f.s))),
-        g_(new_group(x, f, st_)),
+        g_(new_copy(x, f, st_)),
         t_(st_.tensor_parallel()),
         shape_(stage_shape(p_, t_, g_.batch)),
         b_(g_, m_, p_, x.cost, shape_) {
@@ -804,7 +806,7 @@ class StageBuilder {
               ? &b_.piece("ops.recompute", selective_op_recompute(m_, shape_))
               : &b_.piece("attention.recompute", attention_recompute(m_, shape_));
     // The framework's all-gathers of a received pipeline slice (Framework::pipeline_gathers_*),
-    // each one micro-batch's boundary activation for this group's samples.
+    // each one micro-batch's boundary activation for this copy's samples.
     std::vector<Step> gather_steps;
     if (gathers_pipeline_slices(p_, t_)) {
       Step gs;
@@ -1188,7 +1190,7 @@ class StageBuilder {
   StageCopy g_;
   int t_;
   LayerShape shape_;
-  GroupBuilder b_;  // writes g_
+  CopyBuilder b_;  // writes g_
   int stage_min_tp_ = 1, V_ = 1;
   const Tasks* dense_fwd_ = nullptr;
   const Tasks* dense_bwd_ = nullptr;
@@ -1206,16 +1208,16 @@ class StageBuilder {
   bool grad_unsent_ = false;
 };
 
-// The groups to build, replica by replica (a staged plan's stage by stage), and whether each
+// The copies to build, replica by replica (a staged plan's stage by stage), and whether each
 // opens a replica.
-struct GroupSpec {
+struct CopySpec {
   size_t r;
   int s;
   bool opens_replica;
 };
 
-std::vector<GroupSpec> group_specs(const Plan& plan) {
-  std::vector<GroupSpec> specs;
+std::vector<CopySpec> copy_specs(const Plan& plan) {
+  std::vector<CopySpec> specs;
   if (plan.staged()) {
     for (int s = 0; s < plan.stages(); ++s) {
       for (size_t j = 0; j < plan.data_parallel_of(static_cast<size_t>(s)); ++j)
@@ -1229,8 +1231,8 @@ std::vector<GroupSpec> group_specs(const Plan& plan) {
   return specs;
 }
 
-// Each micro-batch's samples in order over a staged plan's stage's groups: a group sends its
-// activation to the next stage's groups whose samples overlap its own, and they send back the
+// Each micro-batch's samples in order over a staged plan's stage's copies: a copy sends its
+// activation to the next stage's copies whose samples overlap its own, and they send back the
 // gradients of those samples.
 void link_staged_peers(TrainingJob& job, const Plan& plan) {
   job.next_peers.resize(job.copies.size());
@@ -1262,13 +1264,13 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
   job.chunks = plan.interleave;
   const JobContext x(model, plan, cluster, cost);
   job.activation_bytes_per_transfer = x.activation_bytes;
-  if (plan.staged()) job.first_group.push_back(0);
+  if (plan.staged()) job.first_copy.push_back(0);
   // Replicas whose stages are alike share their programs (issue 38): the first copy of each
-  // kind by its description, the others that copy on their own devices (alike_group).
+  // kind by its description, the others that copy on their own devices (alike_copy).
   const bool alike = !plan.staged() && !x.asymmetric;
   std::map<std::string, uint32_t> built;
-  for (const GroupSpec& spec : group_specs(plan)) {
-    if (spec.opens_replica) job.first_group.push_back(static_cast<uint32_t>(job.copies.size()));
+  for (const CopySpec& spec : copy_specs(plan)) {
+    if (spec.opens_replica) job.first_copy.push_back(static_cast<uint32_t>(job.copies.size()));
     const StageFigures f = stage_figures(x, spec.r, spec.s);
     if (alike) {
       const StagePlan& st = plan.stage_plan(spec.r, static_cast<size_t>(spec.s));
@@ -1276,7 +1278,7 @@ TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
           alike_key(plan, st, spec.s, f.micro_batches,
                     plan.batch_of(spec.r, static_cast<size_t>(spec.s)), f.shard, cluster);
       if (auto it = built.find(same); it != built.end()) {
-        job.copies.push_back(alike_group(job.copies[it->second], spec.r, st, x.ep, cluster));
+        job.copies.push_back(alike_copy(job.copies[it->second], spec.r, st, x.ep, cluster));
         continue;
       }
       built.emplace(same, static_cast<uint32_t>(job.copies.size()));

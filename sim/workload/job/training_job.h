@@ -1,9 +1,9 @@
-// (model, plan, cluster, cost model) -> the programs every device group runs in one training
+// (model, plan, cluster, cost model) -> the programs every stage copy runs in one training
 // iteration: kernels merged into segments between communication points, tensor-parallel
 // collectives, pipeline sends and receives in the schedule's order, gradient buckets, the
-// optimizer. One group is one pipeline stage of one data-parallel replica: its tensor-parallel
-// ranks run identical kernels at identical times (same GPU type, same shapes), so one program
-// stands for all of them, while every rank's communication is simulated as flows.
+// optimizer. One copy (StageCopy) is one pipeline stage of one data-parallel replica: its
+// tensor-parallel ranks run identical kernels at identical times (same GPU type, same shapes), so
+// one program stands for all of them, while every rank's communication is simulated as flows.
 #pragma once
 
 #include <optional>
@@ -64,7 +64,7 @@ struct CommTemplate {
 };
 
 // A data-parallel collective: one per tensor-parallel rank, over that rank's peers in the other
-// groups of its DpSync (every replica's copy of the stage, or of the layer segment).
+// copies of its DpSync (every replica's copy of the stage, or of the layer segment).
 struct DpCollective {
   CommKind kind = CommKind::allreduce;
   double bytes = 0;  // per rank
@@ -74,13 +74,13 @@ struct DpCollective {
   // The replicas it runs among: 0 for all of them; else the expert-data-parallel group of a MoE
   // plan's experts (replicas / expert_parallel: those with the same expert-parallel rank).
   uint32_t replicas = 0;
-  // Over every device of every member group in one collective, not shard by shard among the
+  // Over every device of every member copy in one collective, not shard by shard among the
   // members' ranks: a domain-parallel layer's gradients, which every rank of a grid holds whole.
   bool grid = false;
 };
 
-// One data-parallel collective as the groups that run it together: each member's own
-// DpCollective (group, index into its dp list), one member per replica. Replicas that share
+// One data-parallel collective as the copies that run it together: each member's own
+// DpCollective (copy, index into its dp list), one member per replica. Replicas that share
 // their stages synchronise stage s with stage s; asymmetric replicas (Plan::asymmetric) each
 // layer segment among the stages that hold it.
 //
@@ -90,7 +90,7 @@ struct DpCollective {
 // tensor-parallel rank j's share, as Megatron-LM reduces it.
 struct DpSync {
   std::vector<std::pair<uint32_t, uint32_t>> members;
-  uint32_t peers = 0;   // index into TrainingJob::dp_peers: the member groups, as a set
+  uint32_t peers = 0;   // index into TrainingJob::dp_peers: the member copies, as a set
   uint32_t pieces = 1;  // shards, each reduced among its holders (one per member)
   double piece_bytes = 0;
   // Member m's rank that holds shard p.
@@ -102,7 +102,7 @@ struct DpSync {
 // One replica's copy of one pipeline stage: its devices, the micro-batches it runs, its kernels
 // and its program.
 struct StageCopy {
-  uint32_t replica = 0, stage = 0;  // of a staged plan: group `replica` of stage `stage`
+  uint32_t replica = 0, stage = 0;  // of a staged plan: Plan::dp_stages[stage].groups[replica]
   uint32_t micro_batches = 0;       // micro-batches the copy runs
   int64_t batch = 0;                // samples of each micro-batch it takes
   std::vector<platform::GpuId> devices;
@@ -129,27 +129,28 @@ struct TrainingJob {
   const ModelConfig* model = nullptr;
   const Plan* plan = nullptr;
   const platform::Cluster* cluster = nullptr;
-  std::vector<StageCopy> copies;      // replica-major: replica r's stages from first_group[r] on
-  std::vector<uint32_t> first_group;  // per replica, and the copy count last
-  std::vector<DpSync> dp_syncs;       // every data-parallel collective, in issue order
+  std::vector<StageCopy> copies;     // replica-major: replica r's stages from first_copy[r] on
+  std::vector<uint32_t> first_copy;  // per replica, and the copy count last
+  std::vector<DpSync> dp_syncs;      // every data-parallel collective, in issue order
   std::vector<std::vector<uint32_t>> dp_peers;  // the distinct member sets of dp_syncs
   double activation_bytes_per_transfer = 0;     // one micro-batch's layer-boundary activation
   int chunks = 1;
   // A staged plan's pipeline transfers (Plan::staged; its copies are stage-major, and
-  // first_group does not apply): per copy, the copies of the next stage (forward) and of the
+  // first_copy does not apply): per copy, the copies of the next stage (forward) and of the
   // stage before (backward) that share samples of each micro-batch with it, and the share of a
   // whole micro-batch's activation each transfer carries (the shared samples over the
   // micro-batch). A copy's receive waits for every peer's transfer.
   struct Peer {
-    uint32_t group = 0;
+    uint32_t copy = 0;  // index into copies
     double share = 0;
   };
   std::vector<std::vector<Peer>> next_peers, prev_peers;
   bool staged() const { return !next_peers.empty(); }
   std::vector<std::string> op_sources;  // "datasheet", ... by GPU type, for the report
 
-  const StageCopy& group(uint32_t replica, uint32_t stage) const {
-    return copies[first_group[replica] + stage];
+  // Replica `replica`'s copy of stage `stage`.
+  const StageCopy& copy(uint32_t replica, uint32_t stage) const {
+    return copies[first_copy[replica] + stage];
   }
   // The replicas a cross-replica collective runs among: a MoE layer's expert-parallel group
   // (Plan::expert_group_replicas), context_parallel for ring attention's exchange.
@@ -157,22 +158,22 @@ struct TrainingJob {
     return static_cast<uint32_t>(ct.context ? plan->context_parallel
                                             : plan->expert_group_replicas());
   }
-  // The groups of `group`'s stage in the `size` consecutive replicas that hold its replica (its
+  // The copies of `copy`'s stage in the `size` consecutive replicas that hold its replica (its
   // expert- or context-parallel group), in replica order.
-  std::vector<uint32_t> peer_groups(uint32_t group, uint32_t size) const {
-    const StageCopy& g = copies[group];
+  std::vector<uint32_t> peer_copies(uint32_t copy, uint32_t size) const {
+    const StageCopy& g = copies[copy];
     std::vector<uint32_t> out;
     for (uint32_t r = g.replica - g.replica % size; r < g.replica - g.replica % size + size; ++r)
-      out.push_back(first_group[r] + g.stage);
+      out.push_back(first_copy[r] + g.stage);
     return out;
   }
-  // The ranks of `group`'s cross-replica collective `ct` for its tensor-parallel rank j: rank j
-  // of each peer group; a MoE all-to-all with experts whole (Plan::experts_whole) runs once over
+  // The ranks of `copy`'s cross-replica collective `ct` for its tensor-parallel rank j: rank j
+  // of each peer copy; a MoE all-to-all with experts whole (Plan::experts_whole) runs once over
   // every rank of them, whatever j.
-  std::vector<platform::GpuId> peer_ranks(uint32_t group, const CommTemplate& ct, size_t j) const {
+  std::vector<platform::GpuId> peer_ranks(uint32_t copy, const CommTemplate& ct, size_t j) const {
     const bool whole = ct.expert && plan->experts_whole();
     std::vector<platform::GpuId> out;
-    for (uint32_t m : peer_groups(group, group_size(ct))) {
+    for (uint32_t m : peer_copies(copy, group_size(ct))) {
       const auto& d = copies[m].devices;
       if (whole) {
         out.insert(out.end(), d.begin(), d.end());
@@ -183,7 +184,7 @@ struct TrainingJob {
     return out;
   }
   uint32_t stages_of(uint32_t replica) const {
-    return first_group[replica + 1] - first_group[replica];
+    return first_copy[replica + 1] - first_copy[replica];
   }
 };
 
@@ -200,7 +201,7 @@ std::vector<ScheduleItem> stage_schedule(Schedule s, int stage, int stages, int 
 TrainingJob build_training_job(const ModelConfig& model, const Plan& plan,
                                const platform::Cluster& cluster, const CostModel& cost);
 
-// The groups without their programs (devices, GPU type, parameters): what the memory model
+// The copies without their programs (devices, GPU type, parameters): what the memory model
 // reads, at a fraction of the cost of the whole job (the planner checks hundreds of plans).
 TrainingJob skeleton_job(const ModelConfig& model, const Plan& plan,
                          const platform::Cluster& cluster);

@@ -168,7 +168,7 @@ class Replayer {
                        std::to_string(s.pc) + " (kind " + std::to_string(int(t.kind)) +
                        ", micro-batch " + std::to_string(t.micro_batch) + ")");
       }
-      r.groups.push_back(s.times);
+      r.copies.push_back(s.times);
       r.iteration = std::max(r.iteration, s.times.finish);
     }
     r.events = engine_.events_executed();
@@ -212,7 +212,7 @@ class Replayer {
     std::vector<uint8_t> posted;   // [dir][chunk][mb]: receives reached (with rendezvous())
     uint8_t need[2] = {1, 1};      // transfers a receive waits for: forward, backward
     uint32_t mbs = 0;
-    GroupTimes times;
+    CopyTimes times;
   };
 
   size_t key(uint32_t g, bool backward, uint32_t chunk, uint32_t mb) const {
@@ -260,7 +260,7 @@ class Replayer {
     s.times.finish = engine_.now();
   }
 
-  // Starts the group's next task, `t`: true when the group moves on to the task after it at
+  // Starts the copy's next task, `t`: true when the copy moves on to the task after it at
   // once, false when it waits (for a kernel, a transfer, a collective) and resumes later.
   bool step(uint32_t g, const Task& t) {
     const StageCopy& grp = job_.copies[g];
@@ -333,7 +333,7 @@ class Replayer {
     return false;
   }
 
-  // A segment of kernels: the group resumes when it ends, stretched where the GPU is slowed.
+  // A segment of kernels: the copy resumes when it ends, stretched where the GPU is slowed.
   void start_compute(uint32_t g, const Task& t) {
     const StageCopy& grp = job_.copies[g];
     const Time start = engine_.now();
@@ -355,7 +355,7 @@ class Replayer {
   }
 
   // A tensor-parallel collective: an asynchronous one runs beside the kernels after it (a
-  // tp_wait joins it), a synchronous one holds the group until it ends.
+  // tp_wait joins it), a synchronous one holds the copy until it ends.
   bool start_tp_comm(uint32_t g, const Task& t) {
     State& s = st_[g];
     if (opt_.free_communication) {
@@ -383,7 +383,7 @@ class Replayer {
     return false;
   }
 
-  // A pipeline receive: posting it lets a send that waited for it move; the group goes on once
+  // A pipeline receive: posting it lets a send that waited for it move; the copy goes on once
   // its transfers have arrived.
   bool receive(uint32_t g, const Task& t) {
     State& s = st_[g];
@@ -421,11 +421,11 @@ class Replayer {
         }
       }
       if (job_.staged()) {
-        // A staged plan's peers: the groups that share samples with this one.
+        // A staged plan's peers: the copies that share samples with this one.
         for (const auto* peers : {&job_.next_peers[g], &job_.prev_peers[g]}) {
           for (const TrainingJob::Peer& q : *peers) {
-            const size_t n = std::max(grp.devices.size(), job_.copies[q.group].devices.size());
-            for (uint32_t j = 0; j < n; ++j) path_of(g, q.group, j);
+            const size_t n = std::max(grp.devices.size(), job_.copies[q.copy].devices.size());
+            for (uint32_t j = 0; j < n; ++j) path_of(g, q.copy, j);
           }
         }
         continue;
@@ -474,16 +474,16 @@ class Replayer {
     if (sealed_) throw RunError(std::string("replay: a ") + what + " flow it did not prepare");
   }
 
-  // Calls f for the group and, when replicas are folded, for its copy in every replica.
+  // Calls f for copy g and, when replicas are folded, for its stage's copy in every replica.
   template <class F>
   void for_copies(uint32_t g, F f) const {
     if (!fold_) return f(g);
     for (uint32_t r = 0; r < replicas_; ++r) f(r * stages_ + g);
   }
 
-  // The plans one collective of a group runs: its own, or with folded replicas either one plan
+  // The plans one collective of a copy runs: its own, or with folded replicas either one plan
   // over every copy's links or, where the copies differ in structure, every copy's own plan
-  // (the group resumes when the last is done).
+  // (the copy resumes when the last is done).
   using Plans = std::vector<network::CollectivePlan>;
   Plans plans_for(CommKind kind, double bytes,
                   const std::function<std::vector<platform::GpuId>(uint32_t)>& ranks_of) {
@@ -562,7 +562,7 @@ class Replayer {
   }
 
   // ---- pipeline --------------------------------------------------------------------------
-  // A pipeline transfer; with `blocking`, the sending group resumes when it has arrived.
+  // A pipeline transfer; with `blocking`, the sending copy resumes when it has arrived.
   void send(uint32_t g, const Task& t, bool blocking) {
     if (job_.staged()) {
       send_resharded(g, t, blocking);
@@ -632,7 +632,7 @@ class Replayer {
     return job_.plan->framework.p2p_buffer_bytes && !job_.staged() && !opt_.free_communication;
   }
 
-  // The n slices of a transfer from group g to dst, `bytes` each, slice j over tensor-parallel
+  // The n slices of a transfer from copy g to dst, `bytes` each, slice j over tensor-parallel
   // rank j's path; `done` runs when the last has arrived.
   void send_slices(uint32_t g, uint32_t dst, size_t n, double bytes, std::function<void()> done) {
     auto left = std::make_shared<size_t>(n);
@@ -652,8 +652,8 @@ class Replayer {
     }
   }
 
-  // A staged plan's pipeline transfer: to every group of the next stage (forward) or of the one
-  // before (backward) that shares samples with this group, each peer's share of the activation
+  // A staged plan's pipeline transfer: to every copy of the next stage (forward) or of the one
+  // before (backward) that shares samples with this copy, each peer's share of the activation
   // in 1/t slices as between any two stages; with `blocking`, the sender resumes when all have
   // arrived.
   void send_resharded(uint32_t g, const Task& t, bool blocking) {
@@ -668,7 +668,7 @@ class Replayer {
       if (--*pending == 0 && blocking) resume(g);
     };
     for (const TrainingJob::Peer& q : peers) {
-      const uint32_t dst = q.group;
+      const uint32_t dst = q.copy;
       const size_t k = key(dst, backward, t.chunk, t.micro_batch);
       if (opt_.free_communication) {
         engine_.schedule_in(Time(), [one_done, dst, k] { one_done(dst, k); });
@@ -681,7 +681,7 @@ class Replayer {
   }
 
   // The links and latency of tensor-parallel rank j's slice of a pipeline transfer between two
-  // groups; folded, the routes of every replica's copy, with the latency of the slowest.
+  // copies; folded, the routes of every replica's copy, with the latency of the slowest.
   struct Path {
     std::vector<network::LinkUse> links;  // sorted by link, repeated crossings counted
     Time latency;
@@ -727,7 +727,7 @@ class Replayer {
     const uint32_t r = job_.copies[g].replica;
     if (++tied_ready_[r] < 2) return;
     tied_ready_.erase(r);
-    const uint32_t a = job_.first_group[r], b = job_.first_group[r + 1] - 1;
+    const uint32_t a = job_.first_copy[r], b = job_.first_copy[r + 1] - 1;
     const size_t n = std::max(job_.copies[a].devices.size(), job_.copies[b].devices.size());
     auto left = std::make_shared<size_t>(n);
     const Time start = engine_.now();
@@ -757,8 +757,8 @@ class Replayer {
     auto& slot = tied_plans_[{r, j}];
     if (slot) return *slot;
     unsealed("tied embedding");
-    // Folded, replica c's copy of a group is stages_ groups on per replica (all alike).
-    const uint32_t a = job_.first_group[r], b = job_.first_group[r + 1] - 1;
+    // Folded, replica c's copy of a stage is stages_ copies on per replica (all alike).
+    const uint32_t a = job_.first_copy[r], b = job_.first_copy[r + 1] - 1;
     slot = std::make_unique<Plans>(
         plans_for(CommKind::allreduce, tied_pair_bytes(job_, r), [&](uint32_t c) {
           const auto& ca = job_.copies[c * stages_ + a].devices;
@@ -790,7 +790,7 @@ class Replayer {
       Plans copies;
       for (uint32_t q = q0; q < q0 + groups; ++q) {
         copies.push_back(plan_for(ct.kind, ct.bytes,
-                                  job_.peer_ranks(job_.first_group[q * size] + grp.stage, ct, j)));
+                                  job_.peer_ranks(job_.first_copy[q * size] + grp.stage, ct, j)));
       }
       if (copies.size() > 1) {
         if (auto f = fold(copies)) copies = Plans{std::move(*f)};
@@ -800,8 +800,8 @@ class Replayer {
     return *slot;
   }
 
-  // A group reaches its n-th such collective (task `pc`); the members' n-th run together when
-  // all are there (folded: replica 0's group stands for its whole group). A blocking one resumes
+  // A copy reaches its n-th such collective (task `pc`); the members' n-th run together when
+  // all are there (folded: replica 0's copy stands for its whole group). A blocking one resumes
   // each member when done; an async one (ring attention's key/value exchange) counts among the
   // member's collectives in flight, which its next tp_wait waits for.
   void group_offer(uint32_t g, uint32_t index, size_t pc) {
@@ -887,7 +887,7 @@ class Replayer {
     return *slot;
   }
 
-  // A group offers its next queued collective; it starts when every member group has offered it
+  // A copy offers its next queued collective; it starts when every member copy has offered it
   // (folded: the one replayed).
   void dp_offer(uint32_t g) {
     State& s = st_[g];
@@ -924,7 +924,7 @@ class Replayer {
             }
           }
         }
-        // Folded, replica 0's group (the first member) stands for every copy.
+        // Folded, replica 0's copy (the first member) stands for every copy.
         for (size_t m = 0; m < (fold_ ? 1 : d.members.size()); ++m) {
           const auto [g, index] = d.members[m];
           State& s = st_[g];
@@ -956,19 +956,19 @@ class Replayer {
   uint32_t stages_ = 1, replicas_ = 1;
   bool fold_ = false;    // one replica stands for all (see ReplayOptions::exact)
   bool sealed_ = false;  // every flow template built (prepare)
-  // Plans by group, kind and bytes: every layer's collectives of one kind and size share one.
+  // Plans by copy, kind and bytes: every layer's collectives of one kind and size share one.
   std::map<std::tuple<uint32_t, uint32_t, double>, std::unique_ptr<Plans>> tp_plans_;
   // Plans by member set, tensor-parallel rank, kind and bytes: buckets of one size share one.
   std::map<std::tuple<uint32_t, uint32_t, uint32_t, double>, std::unique_ptr<Plans>> dp_plans_;
   std::map<uint32_t, uint32_t> dp_ready_;  // sync -> members that offered it
   // Expert- and context-parallel plans by group, stage, which, kind and bytes; the members
-  // waiting (group, task) by group, stage, which and the collective's ordinal.
+  // waiting (copy, task) by group, stage, which and the collective's ordinal.
   std::map<std::tuple<uint32_t, uint32_t, bool, uint32_t, double>, std::unique_ptr<Plans>>
       group_plans_;
   std::map<std::tuple<uint32_t, uint32_t, bool, uint32_t>, std::vector<std::pair<uint32_t, size_t>>>
       group_ready_;
   std::map<uint32_t, uint32_t> tied_ready_;  // replica -> end stages waiting
-  // Rendezvous sends issued before their receive: (receiving group, key) -> start the transfer.
+  // Rendezvous sends issued before their receive: (receiving copy, key) -> start the transfer.
   std::map<std::pair<uint32_t, size_t>, std::function<void()>> waiting_sends_;
   std::map<std::pair<uint32_t, uint32_t>, std::unique_ptr<Plans>> tied_plans_;
   std::list<std::unique_ptr<network::CollectiveRun>> runs_;

@@ -1,5 +1,5 @@
-// Replays a TrainingJob on the engine: every group's program on its compute stream, tensor- and
-// data-parallel collectives and pipeline transfers as flows on the cluster's links.
+// Replays a TrainingJob on the engine: every stage copy's program on its compute stream, tensor-
+// and data-parallel collectives and pipeline transfers as flows on the cluster's links.
 #pragma once
 
 #include <cstdint>
@@ -25,19 +25,20 @@ enum class WaitReason {
 class ReplayObserver {
  public:
   virtual ~ReplayObserver() = default;
-  // A compute segment ran on a group's compute stream.
-  virtual void on_compute(const TrainingJob&, uint32_t /*group*/, const Task&, Time /*start*/,
+  // A compute segment ran on a copy's compute stream.
+  virtual void on_compute(const TrainingJob&, uint32_t /*copy*/, const Task&, Time /*start*/,
                           Time /*end*/) {}
-  // A collective ran on a group's stream ("tp", "ep" or "dp"); `name` from the program.
-  virtual void on_collective(const TrainingJob&, uint32_t /*group*/, const char* /*stream*/,
+  // A collective ran on a copy's stream ("tp", "ep" or "dp"); `name` from the program.
+  virtual void on_collective(const TrainingJob&, uint32_t /*copy*/, const char* /*stream*/,
                              const std::string& /*name*/, const Task&, Time /*start*/,
                              Time /*end*/) {}
-  // A pipeline transfer from one group to another.
+  // A pipeline transfer from one copy to another.
   virtual void on_transfer(const TrainingJob&, uint32_t /*from*/, uint32_t /*to*/, const Task&,
                            Time /*start*/, Time /*end*/) {}
 };
 
-struct GroupTimes {
+// Where one stage copy's time went in the iteration (ReplayResult::copies).
+struct CopyTimes {
   Time compute;
   Time tp_wait, pp_wait, dp_wait;
   Time ep_wait;  // in a MoE layer's all-to-alls (waiting for the expert-parallel group, and the
@@ -49,7 +50,7 @@ struct GroupTimes {
 
 struct ReplayResult {
   Time iteration;
-  std::vector<GroupTimes> groups;
+  std::vector<CopyTimes> copies;  // per copy, as TrainingJob::copies
   uint64_t events = 0;
   uint64_t flows = 0;
   // Identical data-parallel replicas replayed as one (see ReplayOptions::exact): how many
@@ -61,7 +62,7 @@ struct ReplayResult {
 struct ReplayStatus {
   Time now;  // simulated time
   uint64_t events = 0;
-  uint64_t tasks_done = 0, tasks_total = 0;  // program tasks over all groups
+  uint64_t tasks_done = 0, tasks_total = 0;  // program tasks over all copies
 };
 
 struct ReplayOptions {
