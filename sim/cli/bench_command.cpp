@@ -271,7 +271,7 @@ CaseResult run_training_case(const TrainingCase& k, const TrainingOptions& o) {
   const auto result = workload::replay(job, nullptr, ropt);
   meter.finish();
   phase(2);
-  const auto rep = report::make_training_report(job, result, workload::memory_per_group(job));
+  const auto rep = report::make_training_report(job, result, workload::memory_per_copy(job));
   phase(3);
   cr.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   cr.sim_s = rep.iteration_time_s;

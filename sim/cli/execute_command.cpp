@@ -112,31 +112,31 @@ void write_cpu_trace(const workload::TrainingJob& job, const platform::Cluster& 
                      const execute::Measured& m, const std::string& path) {
   report::ChromeTrace trace(report::make_trace_filter(cluster, "", ""));
   for (const execute::Event& e : m.events) {
-    const workload::StageCopy& g = job.copies[e.group];
+    const workload::StageCopy& g = job.copies[e.copy];
     const workload::Task& t = g.program[e.pc];
     const Time start = Time::from_seconds(e.start), end = Time::from_seconds(e.end);
     switch (e.kind) {
       case 0:
-        trace.on_compute(job, e.group, t, start, end);
+        trace.on_compute(job, e.copy, t, start, end);
         break;
       case 1:
       case 4:
       case 5:
-        trace.on_collective(job, e.group,
+        trace.on_collective(job, e.copy,
                             e.kind == 1   ? "tp"
                             : e.kind == 4 ? "ep"
                                           : "cp",
                             g.comms[t.index].name, t, start, end);
         break;
       case 2:
-        trace.on_collective(job, e.group, "dp",
+        trace.on_collective(job, e.copy, "dp",
                             t.kind == workload::TaskKind::tied || t.index >= g.dp.size()
                                 ? std::string("tied.embedding.grads")
                                 : g.dp[t.index].name,
                             t, start, end);
         break;
       default:
-        trace.on_transfer(job, e.from, e.group, t, start, end);
+        trace.on_transfer(job, e.from, e.copy, t, start, end);
     }
   }
   std::ofstream out(path, std::ios::binary);
@@ -307,7 +307,7 @@ std::string measure_cuda_program(const ExecuteOpts& o, const std::string& progra
 }
 
 // The iteration timed op by op: `timed`, a copy of the job, gives each compute task of its one
-// group a segment of its own with the measured times `op_s` (tasks share segments). Its replay
+// copy a segment of its own with the measured times `op_s` (tasks share segments). Its replay
 // is the prediction with the measured kernels (execute::with_measured_compute), the trace draws
 // its ops. Returns false, `timed` untouched, when `op_s` is not one time per op of the program.
 bool time_op_by_op(workload::TrainingJob& timed, const std::vector<double>& op_s) {
@@ -339,7 +339,7 @@ void write_cuda_trace(const workload::TrainingJob& timed, const platform::Cluste
   const workload::StageCopy& g = timed.copies.front();
   report::ChromeTrace trace(report::make_trace_filter(cluster, "", ""));
   for (const execute::Event& e : events) {
-    trace.on_compute(timed, e.group, g.program[e.pc], Time::from_seconds(e.start),
+    trace.on_compute(timed, e.copy, g.program[e.pc], Time::from_seconds(e.start),
                      Time::from_seconds(e.end));
   }
   std::ofstream out(path, std::ios::binary);

@@ -174,7 +174,7 @@ struct Transfer {
   int peer = 0;
   int tag = 0;
   int count = 0;  // floats
-  uint32_t peer_group = 0;
+  uint32_t peer_copy = 0;
   std::vector<float> buffer;  // made once; every request on it ends within its iteration
   // Its receive is posted only when the receiving rank reaches it, so that a synchronous send
   // waits for that (Framework::send_waits_for_receiver); otherwise it is posted at the start of
@@ -221,7 +221,7 @@ class Rank {
   }
 
   bool active() const { return g_ >= 0; }
-  uint32_t group() const { return static_cast<uint32_t>(g_); }
+  uint32_t copy_index() const { return static_cast<uint32_t>(g_); }
   uint32_t tp_rank() const { return j_; }
 
   // One iteration. `record`: keep the events for the trace. Returns this rank's times; adds each
@@ -316,7 +316,7 @@ class Rank {
   struct Pending {
     MPI_Request request = MPI_REQUEST_NULL;
     const float* buffer = nullptr;  // its Transfer's
-    uint32_t peer_group = 0;
+    uint32_t peer_copy = 0;
     bool done = false;
     double end = 0;
   };
@@ -471,9 +471,9 @@ class Rank {
     const uint32_t mbs = grp.micro_batches;
     const int tag =
         static_cast<int>((uint32_t{backward} * job_.chunks + recv_chunk) * mbs + t.micro_batch);
-    const uint32_t peer_group = job_.first_copy[grp.replica] + stage;
+    const uint32_t peer_copy = job_.first_copy[grp.replica] + stage;
     const auto& mine = grp.devices;
-    const auto& theirs = job_.copies[peer_group].devices;
+    const auto& theirs = job_.copies[peer_copy].devices;
     const size_t n = std::max(mine.size(), theirs.size());
     std::vector<Transfer> list;
     const bool rendezvous = job_.plan->framework.send_waits_for_receiver(
@@ -481,7 +481,7 @@ class Rank {
     for (size_t j = 0; j < n; ++j) {
       if (j % mine.size() != j_) continue;
       const int count = std::max(2, floats(job_.activation_bytes_per_transfer / n));
-      list.push_back(Transfer{static_cast<int>(theirs[j % theirs.size()]), tag, count, peer_group,
+      list.push_back(Transfer{static_cast<int>(theirs[j % theirs.size()]), tag, count, peer_copy,
                               std::vector<float>(count, 0.0f), rendezvous});
     }
     return list;
@@ -498,7 +498,7 @@ class Rank {
         for (Transfer& x : transfers_[ti]) {
           Pending p;
           p.buffer = x.buffer.data();
-          p.peer_group = x.peer_group;
+          p.peer_copy = x.peer_copy;
           if (!x.rendezvous)
             MPI_Irecv(x.buffer.data(), x.count, MPI_FLOAT, x.peer, x.tag, MPI_COMM_WORLD,
                       &p.request);
@@ -519,7 +519,7 @@ class Rank {
     const double end = now();
     w.times.compute += end - start;
     w.task_s[pc] = end - start;
-    if (w.record) events_.push_back(Event{group(), uint32_t(pc), 0, 0, start, end});
+    if (w.record) events_.push_back(Event{copy_index(), uint32_t(pc), 0, 0, start, end});
   }
 
   void tp_collective(Walk& w, const Task& t, size_t pc, double start) {
@@ -536,7 +536,7 @@ class Rank {
       collective(ct.kind, ct.bytes, tp_, buf, nullptr);
       const double end = now();
       w.times.tp += end - start;
-      if (w.record) events_.push_back(Event{group(), uint32_t(pc), 0, 1, start, end});
+      if (w.record) events_.push_back(Event{copy_index(), uint32_t(pc), 0, 1, start, end});
     }
   }
 
@@ -558,7 +558,7 @@ class Rank {
       collective(ct.kind, ct.bytes, c, tp_buffer_, nullptr);
       const double end = now();
       (ct.context ? w.times.cp : w.times.ep) += end - start;
-      if (w.record) events_.push_back(Event{group(), uint32_t(pc), 0, kind, start, end});
+      if (w.record) events_.push_back(Event{copy_index(), uint32_t(pc), 0, kind, start, end});
     }
   }
 
@@ -566,7 +566,8 @@ class Rank {
     for (Async& a : tp_async_) {
       MPI_Wait(&a.request, MPI_STATUS_IGNORE);
       if (a.end < 0) a.end = now();
-      if (w.record) events_.push_back(Event{group(), uint32_t(a.pc), 0, a.kind, a.start, a.end});
+      if (w.record)
+        events_.push_back(Event{copy_index(), uint32_t(a.pc), 0, a.kind, a.start, a.end});
     }
     tp_async_.clear();
     w.times.tp += now() - start;
@@ -588,8 +589,8 @@ class Rank {
         p.end = now();
       }
       if (w.record && tp_rank() == 0) {
-        events_.push_back(
-            Event{group(), uint32_t(pc), p.peer_group, 3, static_cast<double>(p.buffer[0]), p.end});
+        events_.push_back(Event{copy_index(), uint32_t(pc), p.peer_copy, 3,
+                                static_cast<double>(p.buffer[0]), p.end});
       }
     }
     w.times.pp += now() - start;
@@ -638,7 +639,7 @@ class Rank {
       if (a.end < 0) {
         MPI_Waitall(static_cast<int>(a.requests.size()), a.requests.data(), MPI_STATUSES_IGNORE);
         a.end = now();
-        if (w.record) events_.push_back(Event{group(), uint32_t(a.pc), 0, 2, a.start, a.end});
+        if (w.record) events_.push_back(Event{copy_index(), uint32_t(a.pc), 0, 2, a.start, a.end});
       }
     }
     w.times.dp += now() - start;
@@ -649,7 +650,7 @@ class Rank {
     for (MPI_Comm c : tied_) collective(CommKind::allreduce, bytes, c, tied_buffer_, nullptr);
     const double end = now();
     w.times.dp += end - start;
-    if (w.record) events_.push_back(Event{group(), uint32_t(pc), 0, 2, start, end});
+    if (w.record) events_.push_back(Event{copy_index(), uint32_t(pc), 0, 2, start, end});
   }
 
   // A collective of the replay's nccl-tests size: per rank for all-reduce, the total for
@@ -797,7 +798,7 @@ DeviceTimes time_iterations(const CpuRun& run, std::atomic<int>& iteration, Meas
                             RankReport& sums) {
   const Options& o = run.o;
   Rank& me = run.me;
-  const StageCopy* grp = me.active() ? &run.job.copies[me.group()] : nullptr;
+  const StageCopy* grp = me.active() ? &run.job.copies[me.copy_index()] : nullptr;
   std::vector<double>& kernel_s = sums.kernel_s;
   kernel_s.assign(grp ? grp->ops.size() : 0, 0.0);
   std::vector<double> scratch(kernel_s.size(), 0.0);

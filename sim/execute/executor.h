@@ -1,9 +1,9 @@
 // `hetsim execute`: runs the programs of a TrainingJob on real devices, one MPI rank per device
-// of the plan (rank i is GPU i of the cluster), and measures them. Each rank runs its group's
-// program as the replay does: its kernels at their exact shapes, its tensor-parallel collectives
-// on the group's communicator (asynchronous ones non-blocking, joined at tp_wait), pipeline
-// sends as non-blocking point-to-point (synchronous where the framework blocks) and receives
-// posted at the start of the iteration, gradient collectives non-blocking on the stage's
+// of the plan (rank i is GPU i of the cluster), and measures them. Each rank runs its stage
+// copy's program as the replay does: its kernels at their exact shapes, its tensor-parallel
+// collectives on the copy's communicator (asynchronous ones non-blocking, joined at tp_wait),
+// pipeline sends as non-blocking point-to-point (synchronous where the framework blocks) and
+// receives posted at the start of the iteration, gradient collectives non-blocking on the stage's
 // data-parallel communicator, joined at dp_wait, and the tied-embedding all-reduce between the
 // end stages. Outstanding requests are polled after every kernel, so that they progress under
 // compute as the replay assumes they overlap. The CPU backend runs the calibration kernels
@@ -51,10 +51,10 @@ struct DeviceTimes {
   double ep = 0, cp = 0;  // waits in expert- and context-parallel collectives (synchronous ones)
 };
 
-// A task of the last measured iteration on the first rank of its group, for the trace.
+// A task of the last measured iteration on the first rank of its copy, for the trace.
 struct Event {
-  uint32_t group = 0, pc = 0, from = 0;
-  // 0 compute, 1 tensor-parallel, 2 data-parallel, 3 transfer into `group`, 4 expert-parallel,
+  uint32_t copy = 0, pc = 0, from = 0;
+  // 0 compute, 1 tensor-parallel, 2 data-parallel, 3 transfer into `copy`, 4 expert-parallel,
   // 5 context-parallel
   uint8_t kind = 0;
   double start = 0, end = 0;
@@ -75,8 +75,8 @@ struct Measured {  // complete on rank 0 only
   std::vector<DeviceTimes> devices;  // by GPU id of the cluster; mean over the iterations
   std::vector<Event> events;
   std::vector<KernelTimes> kernels;  // sorted by name
-  // By GPU id: the seconds of each task of the device's group's program (compute tasks; 0 for
-  // the others), in each iteration the slowest of the group's devices (they meet at every
+  // By GPU id: the seconds of each task of the device's copy's program (compute tasks; 0 for
+  // the others), in each iteration the slowest of the copy's devices (they meet at every
   // tensor-parallel collective), then the mean over the iterations; empty where the backend
   // does not report tasks.
   std::vector<std::vector<double>> task_s;
@@ -85,8 +85,8 @@ struct Measured {  // complete on rank 0 only
 // The job with its compute as this run measured it: each compute task its own segment of the
 // measured seconds (Measured::task_s; its ops scaled alike). Its replay is what the schedule and
 // the communication model make of the measured compute: the prediction's error with the
-// calibration's share (kernels measured at another speed than they ran, devices of a group
-// out of step) taken out. Tasks without kernels (a framework's host time) and groups without
+// calibration's share (kernels measured at another speed than they ran, devices of a copy
+// out of step) taken out. Tasks without kernels (a framework's host time) and copies without
 // measurements keep the cost model's times.
 workload::TrainingJob with_measured_compute(const workload::TrainingJob& job, const Measured& m);
 // Gives compute task `t` of `g` a copy of its segment of its own (tasks share segments), to be

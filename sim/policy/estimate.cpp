@@ -681,8 +681,8 @@ Estimator::StagedPasses Estimator::staged_passes(const Plan& plan, const std::ve
                                         workload::pass_ends(plan, t, s, S, false), fw, pipe_gather,
                                         hop[si], s > 0 ? hop[si - 1] : 0.0, kernels);
       const double f = pass.f, b = pass.b;
-      const double opt = optimizer_s(gpu, workload::group_params(model_, st, s, S), plan.precision,
-                                     plan.optimizer, fw);
+      const double opt = optimizer_s(gpu, workload::params_per_device(model_, st, s, S),
+                                     plan.precision, plan.optimizer, fw);
       out.optimizer[si] = std::max(out.optimizer[si], opt);
       compute_s = std::max(compute_s, m * kernels + opt);
       out.fwd[si] = std::max(out.fwd[si], f);
@@ -840,7 +840,7 @@ double Estimator::stage_params(const Plan& plan, const StagePlan& st, int s) con
                     st.devices.size() == f.devices.size() && st.chunk_layers == f.chunk_layers &&
                     st.chunk_first == f.chunk_first))
     return params_[s];
-  return workload::group_params(model_, st, s, plan.stages());
+  return workload::params_per_device(model_, st, s, plan.stages());
 }
 
 std::pair<double, double> Estimator::outer_collectives(const Terms& terms, int s, int vs,
@@ -1058,7 +1058,7 @@ Estimate Estimator::estimate(const Plan& plan) {
   // Replica 0's stages' parameters (every replica's, unless their layers differ).
   const std::vector<StagePlan>& front = plan.replicas.front().stages;
   params_.resize(static_cast<size_t>(S));
-  for (int s = 0; s < S; ++s) params_[s] = workload::group_params(model_, front[s], s, S);
+  for (int s = 0; s < S; ++s) params_[s] = workload::params_per_device(model_, front[s], s, S);
 
   Estimate out;
   // Per stage: the latest end of its last backward pass over the replicas (the data-parallel

@@ -24,7 +24,7 @@ namespace {
 // one furthest over (or least under) its capacity.
 workload::DeviceMemory fullest_gpu(const Request& r, const workload::Plan& plan) {
   const workload::TrainingJob job = workload::skeleton_job(*r.model, plan, *r.cluster);
-  const std::vector<workload::DeviceMemory> memory = workload::memory_per_group(job);
+  const std::vector<workload::DeviceMemory> memory = workload::memory_per_copy(job);
   const workload::DeviceMemory* fullest = &memory.front();
   for (const workload::DeviceMemory& m : memory) {
     if (m.peak - m.capacity > fullest->peak - fullest->capacity) fullest = &m;
@@ -236,7 +236,7 @@ void replay_in_order(const Request& r, const workload::CostModel& cost,
             workload::build_training_job(*r.model, s.plans[i], *r.cluster, cost);
         ++replays;
         const workload::ReplayResult res = workload::replay(job);
-        c.report = report::make_training_report(job, res, workload::memory_per_group(job));
+        c.report = report::make_training_report(job, res, workload::memory_per_copy(job));
         c.iteration_s = c.report->iteration_time_s;
         c.outcome = Candidate::Outcome::replayed;
         best.insert(std::upper_bound(best.begin(), best.end(), c.iteration_s), c.iteration_s);

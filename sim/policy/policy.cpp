@@ -106,7 +106,7 @@ std::string gpu_ranges(const std::vector<platform::GpuId>& ids) {
 std::vector<StageMemory> stage_memory(const workload::ModelConfig& m, const workload::Plan& plan,
                                       const platform::Cluster& c) {
   const workload::TrainingJob job = workload::skeleton_job(m, plan, c);
-  const std::vector<workload::DeviceMemory> memory = workload::memory_per_group(job);
+  const std::vector<workload::DeviceMemory> memory = workload::memory_per_copy(job);
   std::vector<StageMemory> out(static_cast<size_t>(plan.stages()));
   for (size_t g = 0; g < memory.size(); ++g) {
     StageMemory& st = out[job.copies[g].stage];

@@ -116,19 +116,19 @@ bool ChromeTrace::keep_mb(uint32_t mb) const {
          (mb < filter_.micro_batches.size() && filter_.micro_batches[mb]);
 }
 
-void ChromeTrace::on_compute(const workload::TrainingJob&, uint32_t group, const workload::Task& t,
+void ChromeTrace::on_compute(const workload::TrainingJob&, uint32_t copy, const workload::Task& t,
                              Time start, Time end) {
   if (t.pass != workload::Pass::other && !keep_mb(t.micro_batch)) return;
-  records_.push_back(Record{0, group, 0, t, start, end, {}});
+  records_.push_back(Record{0, copy, 0, t, start, end, {}});
 }
 
-void ChromeTrace::on_collective(const workload::TrainingJob&, uint32_t group, const char* stream,
+void ChromeTrace::on_collective(const workload::TrainingJob&, uint32_t copy, const char* stream,
                                 const std::string& name, const workload::Task& t, Time start,
                                 Time end) {
   // Tensor- and expert-parallel collectives belong to a micro-batch; data-parallel ones do not.
   const uint8_t kind = stream[0] == 't' ? 1 : stream[0] == 'e' || stream[0] == 'c' ? 4 : 2;
   if (kind != 2 && !keep_mb(t.micro_batch)) return;
-  records_.push_back(Record{kind, group, 0, t, start, end, name});
+  records_.push_back(Record{kind, copy, 0, t, start, end, name});
 }
 
 void ChromeTrace::on_transfer(const workload::TrainingJob&, uint32_t from, uint32_t to,
@@ -171,7 +171,7 @@ void ChromeTrace::write(std::ostream& out, const workload::TrainingJob& job) {
   }
   uint64_t flow_id = 0;
   for (const Record& r : records_) {
-    const workload::StageCopy& g = job.copies[r.group];
+    const workload::StageCopy& g = job.copies[r.copy];
     const std::string where = r.task.layer >= 0 ? fmt::format(" L{}", r.task.layer) : std::string();
     const std::string tag =
         r.task.pass == workload::Pass::other

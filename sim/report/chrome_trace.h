@@ -34,9 +34,9 @@ uint32_t most_micro_batches(const workload::Plan& plan);
 class ChromeTrace : public workload::ReplayObserver {
  public:
   explicit ChromeTrace(TraceFilter f) : filter_(std::move(f)) {}
-  void on_compute(const workload::TrainingJob&, uint32_t group, const workload::Task& t, Time start,
+  void on_compute(const workload::TrainingJob&, uint32_t copy, const workload::Task& t, Time start,
                   Time end) override;
-  void on_collective(const workload::TrainingJob&, uint32_t group, const char* stream,
+  void on_collective(const workload::TrainingJob&, uint32_t copy, const char* stream,
                      const std::string& name, const workload::Task& t, Time start,
                      Time end) override;
   void on_transfer(const workload::TrainingJob&, uint32_t from, uint32_t to,
@@ -47,7 +47,7 @@ class ChromeTrace : public workload::ReplayObserver {
  private:
   struct Record {
     uint8_t kind;  // 0 compute, 1 tp, 2 dp, 3 transfer
-    uint32_t group, to;
+    uint32_t copy, to;
     workload::Task task;
     Time start, end;
     std::string name;

@@ -44,7 +44,7 @@ RunOutput run_plan(const RunInputs& in, const workload::Plan& plan, const worklo
   RunOutput out{nullptr, workload::build_training_job(in.model, plan, in.cluster, cost), {}};
   workload::slow_down(out.job, in.perturbed.compute_factor);
   workload::slow_down_from(out.job, in.perturbed);
-  const std::vector<workload::DeviceMemory> memory = workload::memory_per_group(out.job);
+  const std::vector<workload::DeviceMemory> memory = workload::memory_per_copy(out.job);
   workload::ReplayOptions ropt;
   ropt.free_communication = options.free_communication;
   ropt.exact = options.exact;

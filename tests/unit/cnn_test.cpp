@@ -33,7 +33,7 @@ std::unique_ptr<Run> run(const ModelConfig& m, const platform::Cluster& c, const
   r->plan = load_plan_text(text, "p.yaml", m, c);
   r->job = build_training_job(m, r->plan, c, cost);
   r->result = replay(r->job, nullptr, o);
-  r->report = report::make_training_report(r->job, r->result, memory_per_group(r->job));
+  r->report = report::make_training_report(r->job, r->result, memory_per_copy(r->job));
   return r;
 }
 

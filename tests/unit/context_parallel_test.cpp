@@ -25,12 +25,12 @@ struct Replayed {
   ReplayResult result;
 };
 
-// Sums the context-parallel collectives' time on replica 0's first group.
+// Sums the context-parallel collectives' time on replica 0's first copy.
 struct CpTime : ReplayObserver {
   Time kv;
-  void on_collective(const TrainingJob& job, uint32_t group, const char* stream,
+  void on_collective(const TrainingJob& job, uint32_t copy, const char* stream,
                      const std::string& name, const Task&, Time start, Time end) override {
-    if (group == 0 && std::string(stream) == "cp" && name == "cp.kv") kv += end - start;
+    if (copy == 0 && std::string(stream) == "cp" && name == "cp.kv") kv += end - start;
     (void)job;
   }
 };
@@ -111,8 +111,8 @@ TEST(ContextParallel, ActivationsSplitOverTheRanks) {
   const platform::Cluster c = test::cluster("dgx-h100", 2);
   const Replayed one = run(m, c, plan_text(8, 2, 1, 16384));
   const Replayed two = run(m, c, plan_text(8, 1, 2, 16384));
-  const DeviceMemory a = memory_per_group(one.job).front();
-  const DeviceMemory b = memory_per_group(two.job).front();
+  const DeviceMemory a = memory_per_copy(one.job).front();
+  const DeviceMemory b = memory_per_copy(two.job).front();
   EXPECT_NEAR(b.activations / a.activations, 0.5, 1e-9);
   EXPECT_DOUBLE_EQ(b.weights, a.weights);
 }

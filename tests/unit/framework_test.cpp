@@ -225,8 +225,8 @@ TEST(Frameworks, ReservedMemoryAddsExactlyItsBytesToEveryDevice) {
   const Plan b = load_plan_text(base + "framework: " + path + "\n", "b.yaml", m, c);
   const TrainingJob ja = build_training_job(m, a, c, cost);
   const TrainingJob jb = build_training_job(m, b, c, cost);
-  const auto ma = memory_per_group(ja);
-  const auto mb = memory_per_group(jb);
+  const auto ma = memory_per_copy(ja);
+  const auto mb = memory_per_copy(jb);
   ASSERT_EQ(ma.size(), mb.size());
   for (size_t g = 0; g < ma.size(); ++g) {
     EXPECT_DOUBLE_EQ(mb[g].peak - ma[g].peak, 1.5 * 1073741824.0) << "group " << g;

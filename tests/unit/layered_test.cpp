@@ -57,13 +57,13 @@ TEST(Layered, GathersAndReducesEachLayerOncePerIteration) {
   const ReplayResult b = replay(build_training_job(m, layered, c, cost));
   EXPECT_LT(b.iteration, a.iteration);
   // Every micro-batch's activations are live at once: four times one micro-batch's.
-  const auto one = memory_per_group(build_training_job(
+  const auto one = memory_per_copy(build_training_job(
       m, load_plan_text(fsdp(1, 1, "zero_stage: 3\n"), "c.yaml", m, c), c, cost));
-  const auto four = memory_per_group(build_training_job(m, layered, c, cost));
+  const auto four = memory_per_copy(build_training_job(m, layered, c, cost));
   EXPECT_DOUBLE_EQ(four[0].activations, 4 * one[0].activations);
 }
 
-// Records group 0's data-parallel collectives and its layers' compute.
+// Records copy 0's data-parallel collectives and its layers' compute.
 struct Zero3Trace : ReplayObserver {
   struct Span {
     Time start = Time::max(), end = Time();
@@ -71,16 +71,15 @@ struct Zero3Trace : ReplayObserver {
   std::vector<std::pair<Time, Time>> gathers;        // zero3.params, in the order they ran
   Time collectives = Time();                         // every data-parallel collective's time
   std::map<std::pair<int, uint32_t>, Span> forward;  // (layer, micro-batch) -> its compute
-  void on_compute(const TrainingJob&, uint32_t group, const Task& t, Time start,
-                  Time end) override {
-    if (group != 0 || t.pass != Pass::forward || t.layer < 0) return;
+  void on_compute(const TrainingJob&, uint32_t copy, const Task& t, Time start, Time end) override {
+    if (copy != 0 || t.pass != Pass::forward || t.layer < 0) return;
     Span& s = forward[{t.layer, t.micro_batch}];
     s.start = std::min(s.start, start);
     s.end = std::max(s.end, end);
   }
-  void on_collective(const TrainingJob&, uint32_t group, const char* stream,
-                     const std::string& name, const Task&, Time start, Time end) override {
-    if (group != 0 || std::string(stream) != "dp") return;
+  void on_collective(const TrainingJob&, uint32_t copy, const char* stream, const std::string& name,
+                     const Task&, Time start, Time end) override {
+    if (copy != 0 || std::string(stream) != "dp") return;
     collectives += end - start;
     if (name == "zero3.params") gathers.emplace_back(start, end);
   }
@@ -197,9 +196,9 @@ TEST(StateShare, ShardsTheStateAsGivenAndIsChecked) {
   const ModelConfig m = small_gpt();
   const DatasheetCostModel cost;
   const Plan p = load_plan_text(fsdp(4, 4, "zero_stage: 3\n", "0.75", "0.25"), "s.yaml", m, c);
-  const auto mem = memory_per_group(build_training_job(m, p, c, cost));
+  const auto mem = memory_per_copy(build_training_job(m, p, c, cost));
   const Plan even = load_plan_text(fsdp(4, 4, "zero_stage: 3\n"), "e.yaml", m, c);
-  const auto half = memory_per_group(build_training_job(m, even, c, cost));
+  const auto half = memory_per_copy(build_training_job(m, even, c, cost));
   // Weights, gradients and optimizer state: 3/4 and 1/4 of the whole, where even gives 1/2.
   EXPECT_DOUBLE_EQ(mem[0].weights, 1.5 * half[0].weights);
   EXPECT_DOUBLE_EQ(mem[1].weights, 0.5 * half[1].weights);

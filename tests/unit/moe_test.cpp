@@ -390,8 +390,8 @@ TEST(Moe, ExpertStateSplitsOverTheExpertParallelGroup) {
   const platform::Cluster c = test::cluster("dgx-h100", 2);
   const Replayed ep1 = run(m, c, plan_text(1));
   const Replayed ep4 = run(m, c, kEp4);
-  const std::vector<DeviceMemory> m1 = memory_per_group(ep1.job);
-  const std::vector<DeviceMemory> m4 = memory_per_group(ep4.job);
+  const std::vector<DeviceMemory> m1 = memory_per_copy(ep1.job);
+  const std::vector<DeviceMemory> m4 = memory_per_copy(ep4.job);
   // Each layer's 8 experts of 2 x 1024 x 4096 weights (+ biases), over TP 2 and EP 4.
   const double experts = 2.0 * 8 * m.mlp_params(4096) / 2;  // stage of 2 layers, per TP rank
   for (size_t g = 0; g < ep4.job.copies.size(); ++g) {

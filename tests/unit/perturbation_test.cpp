@@ -560,7 +560,7 @@ TEST(Cost, PerIterationPerMillionTokensAndPerRunFromTheGpuPrices) {
   const Plan p = dp2(m, c);
   const TrainingJob job = build_training_job(m, p, c, DatasheetCostModel());
   const ReplayResult r = run(job);
-  report::TrainingReport rep = report::make_training_report(job, r, memory_per_group(job));
+  report::TrainingReport rep = report::make_training_report(job, r, memory_per_copy(job));
   report::add_run_cost(rep, 300e9);
   const double T = r.iteration.seconds();
   EXPECT_DOUBLE_EQ(rep.price_per_hour_usd, 10.24);

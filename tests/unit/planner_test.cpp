@@ -287,7 +287,7 @@ TEST(Policies, WhaleSplitsPipelineLayersByFlopsThenMovesThemOffFullStages) {
     SCOPED_TRACE(p.label);
     const workload::Plan plan = workload::load_plan_text(p.plan, "whale", big, mixed);
     const std::vector<workload::DeviceMemory> memory =
-        workload::memory_per_group(workload::skeleton_job(big, plan, mixed));
+        workload::memory_per_copy(workload::skeleton_job(big, plan, mixed));
     if (std::any_of(memory.begin(), memory.end(),
                     [](const workload::DeviceMemory& d) { return d.oom(); }))
       continue;  // nothing more could move: the planner drops it
@@ -427,7 +427,7 @@ TEST(Policies, MetisStagedPlansGiveEachStageItsOwnDegreesAndSplitMixedStagesBySp
     ++staged;
     // Every group fits: the intra-stage step stops there.
     for (const workload::DeviceMemory& d :
-         workload::memory_per_group(workload::skeleton_job(m, plan, c)))
+         workload::memory_per_copy(workload::skeleton_job(m, plan, c)))
       EXPECT_FALSE(d.oom());
     std::set<std::pair<size_t, int>> shapes;  // (groups, tensor degree) per stage
     for (const workload::DataParallelStage& ds : plan.dp_stages) {
@@ -580,7 +580,7 @@ TEST(Planner, CephalosStateSharesFitWhereEvenShardsCannot) {
   EXPECT_GT(a100_share, 2 * rtx_share) << best.proposal.label;
   EXPECT_GT(a100_mbs, rtx_mbs) << best.proposal.label;
   const workload::TrainingJob job = workload::skeleton_job(m, p, c);
-  for (const auto& d : workload::memory_per_group(job)) EXPECT_LE(d.peak, d.capacity);
+  for (const auto& d : workload::memory_per_copy(job)) EXPECT_LE(d.peak, d.capacity);
 }
 
 TEST(Planner, HetPipesAsymmetricPlansReplayToThePrediction) {

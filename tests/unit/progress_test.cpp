@@ -95,7 +95,7 @@ TEST(ReplayProgress, ObservingTheReplayChangesNoFigureAndCountsTasksUpToTheTotal
   opt.progress_every = 100;
   opt.progress = [&](const workload::ReplayStatus& s) { seen.push_back(s); };
   const workload::ReplayResult observed = workload::replay(job, nullptr, opt);
-  const auto mem = workload::memory_per_group(job);
+  const auto mem = workload::memory_per_copy(job);
   EXPECT_EQ(to_json(make_training_report(job, plain, mem)).dump(),
             to_json(make_training_report(job, observed, mem)).dump());
   EXPECT_EQ(observed.events, plain.events);

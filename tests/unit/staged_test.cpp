@@ -190,10 +190,10 @@ TEST(StagedJob, AGroupComputesAndStoresItsOwnShare) {
   EXPECT_NEAR(job.copies[2].model_flops, 2 * job.copies[0].model_flops,
               1e-12 * job.copies[2].model_flops);
   EXPECT_DOUBLE_EQ(job.copies[0].model_flops, job.copies[1].model_flops);
-  const std::vector<DeviceMemory> mem = memory_per_group(job);
+  const std::vector<DeviceMemory> mem = memory_per_copy(job);
   EXPECT_NEAR(mem[2].activations, 2 * mem[0].activations, 1e-12 * mem[2].activations);
   // The skeleton the planner reads holds every group, with the same memory.
-  const std::vector<DeviceMemory> sk = memory_per_group(skeleton_job(m, p, c));
+  const std::vector<DeviceMemory> sk = memory_per_copy(skeleton_job(m, p, c));
   ASSERT_EQ(sk.size(), mem.size());
   for (size_t g = 0; g < mem.size(); ++g) EXPECT_EQ(sk[g].peak, mem[g].peak) << g;
   // The model's FLOPs are conserved: the stage-0 groups together do what one group of all four

@@ -182,11 +182,11 @@ TEST(TrainingReplay, TheOptimizersStateAndStepFollowItsKind) {
   for (const char* o : {"adam", "sgd_momentum", "sgd"}) {
     const Plan p = load_plan_text(base + "precision: fp16\noptimizer: " + o + "\n", "p.yaml", m, c);
     const TrainingJob job = build_training_job(m, p, c, cost);
-    const DeviceMemory mem = memory_per_group(job)[0];
+    const DeviceMemory mem = memory_per_copy(job)[0];
     state[o] = mem.optimizer / job.copies[0].params;
     const Plan q = load_plan_text(base + "precision: fp32\noptimizer: " + o + "\n", "p.yaml", m, c);
     fp32_state[o] =
-        memory_per_group(build_training_job(m, q, c, cost))[0].optimizer / job.copies[0].params;
+        memory_per_copy(build_training_job(m, q, c, cost))[0].optimizer / job.copies[0].params;
   }
   EXPECT_DOUBLE_EQ(state["adam"], 12);
   EXPECT_DOUBLE_EQ(state["sgd_momentum"], 8);
@@ -238,14 +238,14 @@ TEST(TrainingReplay, RecomputeLayersRecomputesTheFirstLayersOfEachChunk) {
   const TrainingJob every_job = build_training_job(m, every, c, cost);
   const TrainingJob all_job = build_training_job(m, all, c, cost);
   EXPECT_EQ(replay(every_job).iteration, replay(all_job).iteration);
-  EXPECT_EQ(memory_per_group(every_job)[0].activations, memory_per_group(all_job)[0].activations);
+  EXPECT_EQ(memory_per_copy(every_job)[0].activations, memory_per_copy(all_job)[0].activations);
   // Memory: each chunk in flight holds one layer's input and one layer's activations whole,
   // against two layers' inputs (all) or two layers whole (none).
   const Plan none = load_plan_text(base + "recompute: none\n", "p.yaml", m, c);
   const TrainingJob none_job = build_training_job(m, none, c, cost);
-  const double a_some = memory_per_group(job)[0].activations;
-  const double a_all = memory_per_group(all_job)[0].activations;
-  const double a_none = memory_per_group(none_job)[0].activations;
+  const double a_some = memory_per_copy(job)[0].activations;
+  const double a_all = memory_per_copy(all_job)[0].activations;
+  const double a_none = memory_per_copy(none_job)[0].activations;
   EXPECT_NEAR(a_some, (a_all + a_none) / 2, 1e-6 * a_none);
   // Time: between none and all.
   const Time t_some = replay(job).iteration;
@@ -308,7 +308,7 @@ TEST(TrainingReplay, InterleavedMicroBatchGroupsTradeMemoryForNothingElseAtTheDe
       "schedule: interleaved\ninterleave: 2\n";
   auto peak_activations = [&](const TrainingJob& job) {
     double peak = 0;
-    for (const DeviceMemory& d : memory_per_group(job)) peak = std::max(peak, d.activations);
+    for (const DeviceMemory& d : memory_per_copy(job)) peak = std::max(peak, d.activations);
     return peak;
   };
   const Plan plain = load_plan_text(base, "p.yaml", m, c);
@@ -943,8 +943,8 @@ TEST(TrainingReplay, SelectiveOpIsRefusedWhereItIsNotReplayed) {
       "micro_batch_size: 1\nglobal_batch_size: 8\nsequence_length: 1024\n"
       "recompute: none\ndevices: \"0\"\n",
       "p.yaml", llama, c);
-  const DeviceMemory a = memory_per_group(build_training_job(llama, op, c, cost))[0];
-  const DeviceMemory b = memory_per_group(build_training_job(llama, none, c, cost))[0];
+  const DeviceMemory a = memory_per_copy(build_training_job(llama, op, c, cost))[0];
+  const DeviceMemory b = memory_per_copy(build_training_job(llama, none, c, cost))[0];
   const LayerShape s = stage_shape(op, 1, 1);
   const double kept = layer_activation_bytes(llama, s, Recompute::selective_op);
   const double whole = layer_activation_bytes(llama, s, Recompute::none);
@@ -995,7 +995,7 @@ TEST(TrainingMemory, StatesPerParameterFollowZeroStages) {
       << zero << "\n";
     const Plan p = load_plan_text(y.str(), "p.yaml", m, c);
     const TrainingJob job = build_training_job(m, p, c, cost);
-    const DeviceMemory mem = memory_per_group(job)[0];
+    const DeviceMemory mem = memory_per_copy(job)[0];
     const double per_param = (mem.weights + mem.gradients + mem.optimizer) / job.copies[0].params;
     const double d = 8;
     const double expected[] = {16, 4 + 12 / d, 2 + 14 / d, 16 / d};  // formulas.md
@@ -1011,7 +1011,7 @@ TEST(TrainingMemory, AModelThatDoesNotFitIsReportedPerDevice) {
       "tensor_parallel: 8\nmicro_batch_size: 1\nglobal_batch_size: 1\nsequence_length: 2048\n",
       "p.yaml", m, c);
   const TrainingJob job = build_training_job(m, p, c, cost);
-  const auto mem = memory_per_group(job);
+  const auto mem = memory_per_copy(job);
   EXPECT_TRUE(mem[0].oom());
   EXPECT_GT(mem[0].peak, 175e9 * 18 / 8);
 }
@@ -1029,7 +1029,7 @@ TEST(TrainingReplay, SameInputGivesByteIdenticalReportAndTrace) {
     const TrainingJob job = build_training_job(m, p, c, cost);
     report::ChromeTrace trace(report::TraceFilter{});
     const ReplayResult res = replay(job, &trace);
-    out[i] = report::to_json(report::make_training_report(job, res, memory_per_group(job))).dump();
+    out[i] = report::to_json(report::make_training_report(job, res, memory_per_copy(job))).dump();
     std::ostringstream t;
     trace.write(t, job);
     traces[i] = t.str();

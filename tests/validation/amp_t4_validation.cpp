@@ -179,7 +179,7 @@ TEST(TrainingValidation, AmpT4DeepSpeedTrials) {
     const workload::Plan plan =
         workload::load_plan_text(amp_plan(t, framework), t.label(), model, cluster);
     const workload::TrainingJob job = workload::build_training_job(model, plan, cluster, cost);
-    const std::vector<workload::DeviceMemory> memory = workload::memory_per_group(job);
+    const std::vector<workload::DeviceMemory> memory = workload::memory_per_copy(job);
     const report::TrainingReport r =
         report::make_training_report(job, workload::replay(job), memory);
     t.predicted_s = r.iteration_time_s;

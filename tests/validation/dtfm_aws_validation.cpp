@@ -233,7 +233,7 @@ TEST(TrainingValidation, DtfmGpt3XlOnAws) {
     ASSERT_EQ(static_cast<int>(cluster.gpu_count()), r.gpus) << r.label();
     const workload::Plan plan = workload::load_plan_text(dtfm_plan(r), r.label(), model, cluster);
     const workload::TrainingJob job = workload::build_training_job(model, plan, cluster, cost);
-    const std::vector<workload::DeviceMemory> memory = workload::memory_per_group(job);
+    const std::vector<workload::DeviceMemory> memory = workload::memory_per_copy(job);
     const report::TrainingReport rep =
         report::make_training_report(job, workload::replay(job), memory);
     r.predicted_s = rep.iteration_time_s;

@@ -98,7 +98,7 @@ TEST(TrainingValidation, NvidiaDgxH100Fp8Pretraining) {
       const workload::Plan plan =
           workload::load_plan_text(plan_text(r, overlap == 1), r.label + ".yaml", model, cluster);
       const workload::TrainingJob job = workload::build_training_job(model, plan, cluster, cost);
-      const std::vector<workload::DeviceMemory> memory = workload::memory_per_group(job);
+      const std::vector<workload::DeviceMemory> memory = workload::memory_per_copy(job);
       const workload::ReplayResult result = workload::replay(job);
       const report::TrainingReport rep = report::make_training_report(job, result, memory);
       tps[overlap] = double(r.global_batch) * r.sequence / result.iteration.seconds() / r.gpus;

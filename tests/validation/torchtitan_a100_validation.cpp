@@ -92,7 +92,7 @@ Replayed replay_row(const Row& r, const platform::Cluster& cluster) {
   const workload::DatasheetCostModel cost = validation::datasheet_cost();
   const workload::Plan plan = workload::load_plan_text(p.str(), r.label + ".yaml", model, cluster);
   const workload::TrainingJob job = workload::build_training_job(model, plan, cluster, cost);
-  const std::vector<workload::DeviceMemory> memory = workload::memory_per_group(job);
+  const std::vector<workload::DeviceMemory> memory = workload::memory_per_copy(job);
   const workload::ReplayResult result = workload::replay(job);
   const report::TrainingReport rep = report::make_training_report(job, result, memory);
   Replayed out;

@@ -69,7 +69,7 @@ Simulated simulate(const workload::ModelConfig& model, const platform::Cluster& 
                    const workload::Plan& plan, const workload::CostModel& cost) {
   const workload::TrainingJob job = workload::build_training_job(model, plan, cluster, cost);
   Simulated s;
-  s.memory = workload::memory_per_group(job);
+  s.memory = workload::memory_per_copy(job);
   const workload::ReplayResult result = workload::replay(job);
   s.report = report::make_training_report(job, result, s.memory);
   return s;

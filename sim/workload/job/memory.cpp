@@ -97,9 +97,9 @@ std::vector<DeviceMemory> grid_memory(const TrainingJob& job) {
 
 namespace {
 
-// The weights, gradients and optimizer state on each of a group's devices, sharded as the ZeRO
+// The weights, gradients and optimizer state on each of a copy's devices, sharded as the ZeRO
 // stage says.
-void group_states(const TrainingJob& job, const StageCopy& g, DeviceMemory& mem) {
+void copy_states(const TrainingJob& job, const StageCopy& g, DeviceMemory& mem) {
   const Plan& p = *job.plan;
   const ModelConfig& m = *job.model;
   const double e = element_bytes(p.precision);
@@ -204,7 +204,7 @@ double workspace(const TrainingJob& job, const StageCopy& g, const StagePlan& st
 
 }  // namespace
 
-std::vector<DeviceMemory> memory_per_group(const TrainingJob& job) {
+std::vector<DeviceMemory> memory_per_copy(const TrainingJob& job) {
   if (job.model->convolutional()) return grid_memory(job);
   const Plan& p = *job.plan;
   const ModelConfig& m = *job.model;
@@ -215,7 +215,7 @@ std::vector<DeviceMemory> memory_per_group(const TrainingJob& job) {
   for (const StageCopy& g : job.copies) {
     DeviceMemory mem;
     mem.capacity = g.gpu->memory_bytes;
-    group_states(job, g, mem);
+    copy_states(job, g, mem);
     const LayerShape s = stage_shape(p, static_cast<int>(g.devices.size()), g.batch);
     const StagePlan& st = p.stage_plan(g.replica, g.stage);
     const std::vector<double> chunk_act = chunk_activations(job, st, s, loads);

@@ -21,7 +21,7 @@ struct DeviceMemory {
 // Stored activation bytes of one transformer layer for one micro-batch on one rank.
 double layer_activation_bytes(const ModelConfig& m, const LayerShape& s, Recompute r);
 
-// One entry per group (every device of a group holds the same).
-std::vector<DeviceMemory> memory_per_group(const TrainingJob& job);
+// One entry per stage copy, as TrainingJob::copies (every device of a copy holds the same).
+std::vector<DeviceMemory> memory_per_copy(const TrainingJob& job);
 
 }  // namespace hetsim::workload

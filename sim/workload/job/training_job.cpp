@@ -200,13 +200,13 @@ std::pair<double, double> stage_layer_params(const ModelConfig& model, const Sta
 
 }  // namespace
 
-double group_expert_params(const ModelConfig& model, const StagePlan& st, int ep) {
+double expert_params_per_device(const ModelConfig& model, const StagePlan& st, int ep) {
   return stage_layer_params(model, st).second / st.tensor_parallel() / ep;
 }
 
 uint32_t expert_sync_key(uint32_t rank, uint32_t stage) { return 0x80000000u | rank << 16 | stage; }
 
-double group_params(const ModelConfig& model, const StagePlan& st, int stage, int P, int ep) {
+double params_per_device(const ModelConfig& model, const StagePlan& st, int stage, int P, int ep) {
   const int t = st.tensor_parallel();
   const auto [layers, experts] = stage_layer_params(model, st);
   const bool split_head = model.output_ranks(t) == t;
@@ -239,8 +239,8 @@ TrainingJob skeleton_job(const ModelConfig& model, const Plan& plan,
     g.batch = plan.batch_of(r, static_cast<size_t>(s));
     g.devices = st.devices;
     g.gpu = cluster.gpu(st.devices.front()).profile;
-    g.params = group_params(model, st, s, P, plan.expert_group_replicas());
-    g.expert_params = group_expert_params(model, st, plan.expert_group_replicas());
+    g.params = params_per_device(model, st, s, P, plan.expert_group_replicas());
+    g.expert_params = expert_params_per_device(model, st, plan.expert_group_replicas());
     job.copies.push_back(std::move(g));
   };
   if (plan.staged()) {
@@ -705,8 +705,8 @@ StageFigures stage_figures(const JobContext& x, size_t r, int s) {
       plan.staged() ? static_cast<uint32_t>(plan.data_parallel_of(static_cast<size_t>(s))) : 0;
   f.dp = plan.data_parallel_of(static_cast<size_t>(s)) > 1;
   f.ep_rank = static_cast<uint32_t>(r % static_cast<size_t>(x.ep));
-  f.params = group_params(x.model, st, s, f.P, x.ep);
-  f.expert_params = x.split_experts ? group_expert_params(x.model, st, x.ep) : 0;
+  f.params = params_per_device(x.model, st, s, f.P, x.ep);
+  f.expert_params = x.split_experts ? expert_params_per_device(x.model, st, x.ep) : 0;
   f.dense_params = f.params - f.expert_params;
   f.shard = plan.zero_stage >= 1 && f.dp ? plan.sharded(f.dense_params, r) + f.expert_params / x.edp
                                          : f.params;
@@ -722,7 +722,7 @@ StageCopy new_copy(const JobContext& x, const StageFigures& f, const StagePlan& 
   g.devices = st.devices;
   g.gpu = x.cluster.gpu(st.devices.front()).profile;
   g.params = f.params;
-  g.expert_params = group_expert_params(x.model, st, x.ep);
+  g.expert_params = expert_params_per_device(x.model, st, x.ep);
   return g;
 }
 

@@ -211,10 +211,10 @@ double tied_pair_bytes(const TrainingJob& job, uint32_t replica);
 // Parameters one device of stage `stage` of a `stages`-stage pipeline holds (its layers, the
 // embedding on the first stage, the head and a tied output copy on the last), over its
 // tensor-parallel degree; a MoE layer's routed experts also over expert_parallel.
-double group_params(const ModelConfig& model, const StagePlan& st, int stage, int stages,
-                    int expert_parallel = 1);
+double params_per_device(const ModelConfig& model, const StagePlan& st, int stage, int stages,
+                         int expert_parallel = 1);
 // Of those, the routed experts' (0 for a dense model).
-double group_expert_params(const ModelConfig& model, const StagePlan& st, int expert_parallel);
+double expert_params_per_device(const ModelConfig& model, const StagePlan& st, int expert_parallel);
 // The data-parallel key of a MoE plan's expert gradients on stage `stage` of the replicas of
 // expert-parallel rank `rank` (DpCollective::sync before pairing).
 uint32_t expert_sync_key(uint32_t rank, uint32_t stage);
