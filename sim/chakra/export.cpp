@@ -74,7 +74,7 @@ class Exporter {
   }
 
  private:
-  // Where rank `k` of group `g` is in its program: the nodes the next node waits for.
+  // Where rank `k` of copy `g` is in its program: the nodes the next node waits for.
   struct Cursor {
     Trace* trace = nullptr;
     uint32_t rank = 0;
@@ -126,16 +126,16 @@ class Exporter {
   }
 
   void program(uint32_t g, uint32_t k) {
-    const StageCopy& grp = job_.copies[g];
-    const platform::GpuId self = grp.devices[k];
+    const StageCopy& copy = job_.copies[g];
+    const platform::GpuId self = copy.devices[k];
     Cursor c;
     c.rank = rank(self);
     c.trace = &out_.traces.ranks[c.rank];
-    for (size_t at = 0; at < grp.program.size(); ++at) {
-      const Task& t = grp.program[at];
+    for (size_t at = 0; at < copy.program.size(); ++at) {
+      const Task& t = copy.program[at];
       switch (t.kind) {
         case TaskKind::compute: {
-          const workload::Segment& seg = grp.segments[t.index];
+          const workload::Segment& seg = copy.segments[t.index];
           Node n;
           n.type = NodeType::compute;
           n.name = fmt::format("{} mb{} chunk{} layer{} segment{}", pass_name(t.pass),
@@ -144,19 +144,19 @@ class Exporter {
           n.duration_ps = static_cast<uint64_t>(seg.duration.ps());
           n.num_ops = whole(seg.flops);
           double bytes = 0;
-          for (const auto& [op, d] : seg.ops) bytes += grp.ops[op].bytes;
+          for (const auto& [op, d] : seg.ops) bytes += copy.ops[op].bytes;
           n.tensor_size = whole(bytes);
           c.frontier = {add(c, std::move(n))};
           break;
         }
         case TaskKind::tp_comm: {
-          const workload::CommTemplate& ct = grp.comms[t.index];
+          const workload::CommTemplate& ct = copy.comms[t.index];
           if (ct.kind == CommKind::halo) {
-            halo(c, grp, k, ct, t, at);
+            halo(c, copy, k, ct, t, at);
             break;
           }
           const uint64_t id = add(c, collective(fmt::format("{} mb{}", ct.name, t.micro_batch),
-                                                ct.kind, ct.bytes, group(grp.devices)));
+                                                ct.kind, ct.bytes, group(copy.devices)));
           if (ct.async) {
             c.async_tp.push_back(id);
           } else {
@@ -168,7 +168,7 @@ class Exporter {
         case TaskKind::cp_comm: {
           // Over rank k of this stage in every replica of the expert- or context-parallel
           // group; an async one (ring attention's key/value exchange) joins the next wait.
-          const workload::CommTemplate& ct = grp.comms[t.index];
+          const workload::CommTemplate& ct = copy.comms[t.index];
           const std::vector<platform::GpuId> peers = job_.peer_ranks(g, ct, k);
           const uint64_t id = add(c, collective(fmt::format("{} mb{}", ct.name, t.micro_batch),
                                                 ct.kind, ct.bytes, group(peers)));
@@ -191,14 +191,14 @@ class Exporter {
           break;
         case TaskKind::dp_comm: {
           const auto index = static_cast<uint32_t>(c.dp.size());
-          const workload::DpCollective& dc = grp.dp.at(index);
+          const workload::DpCollective& dc = copy.dp.at(index);
           const workload::DpSync& sync = job_.dp_syncs.at(dc.sync);
           const std::vector<uint64_t> after = c.dp.empty() ? std::vector<uint64_t>{} : c.dp.back();
           std::vector<uint64_t> nodes;
           for (uint32_t p = 0; p < sync.pieces; ++p) {
             // A grid's collective (a domain-parallel layer's gradients, which every rank holds
             // whole) is one over every member's ranks, in the replay's order.
-            if (!dc.grid && sync.holder(p, grp.devices.size()) != k) continue;
+            if (!dc.grid && sync.holder(p, copy.devices.size()) != k) continue;
             std::vector<platform::GpuId> peers;
             for (uint32_t m : job_.dp_peers[sync.peers]) {
               const auto& d = job_.copies[m].devices;
@@ -221,13 +221,13 @@ class Exporter {
             c.frontier.insert(c.frontier.end(), c.dp[t.index - 1].begin(), c.dp[t.index - 1].end());
           break;
         case TaskKind::tied:
-          tied(c, grp, self);
+          tied(c, copy, self);
           break;
       }
     }
   }
 
-  // The groups and chunk a transfer of task `t` from group `g` goes to (as the replay sends).
+  // The copy and chunk a transfer of task `t` from copy `g` goes to (as the replay sends).
   std::pair<uint32_t, uint32_t> destination(uint32_t g, const Task& t) const {
     const StageCopy& src = job_.copies[g];
     const uint32_t P = job_.stages_of(src.replica);
@@ -248,7 +248,7 @@ class Exporter {
     return {job_.first_copy[src.replica] + stage, chunk};
   }
 
-  // Where a receive of task `t` in group `g` comes from: the inverse of destination().
+  // Where a receive of task `t` in copy `g` comes from: the inverse of destination().
   uint32_t source(uint32_t g, const Task& t) const {
     const StageCopy& dst = job_.copies[g];
     const uint32_t P = job_.stages_of(dst.replica);
@@ -308,15 +308,15 @@ class Exporter {
     if (!got.empty()) c.frontier = got;
   }
 
-  // A halo exchange (a domain-parallel convolution's border columns): rank k of the group sends
-  // to each neighbour in the group's order and receives from it, as grouped point-to-point
-  // calls; what follows waits for all of them, as the replay's exchange ends for the group at
-  // once. The tag is the task's place in the group's program, the same on both ends.
-  void halo(Cursor& c, const StageCopy& grp, uint32_t k, const workload::CommTemplate& ct,
+  // A halo exchange (a domain-parallel convolution's border columns): rank k of the copy sends
+  // to each neighbour in the copy's order and receives from it, as grouped point-to-point
+  // calls; what follows waits for all of them, as the replay's exchange ends for the copy at
+  // once. The tag is the task's place in the copy's program, the same on both ends.
+  void halo(Cursor& c, const StageCopy& copy, uint32_t k, const workload::CommTemplate& ct,
             const Task& t, size_t at) {
     if (at > static_cast<size_t>(std::numeric_limits<int32_t>::max()))
       throw RunError("export-chakra: a halo exchange's tag past 2^31");
-    const auto& d = grp.devices;
+    const auto& d = copy.devices;
     std::vector<uint32_t> neighbours;
     if (k > 0) neighbours.push_back(rank(d[k - 1]));
     if (k + 1 < d.size()) neighbours.push_back(rank(d[k + 1]));
@@ -338,11 +338,11 @@ class Exporter {
   }
 
   // The tied embedding's gradients: pair j of the end stages' ranks all-reduces its shard.
-  void tied(Cursor& c, const StageCopy& grp, platform::GpuId self) {
-    const auto& a = job_.copy(grp.replica, 0).devices;
-    const auto& b = job_.copy(grp.replica, job_.stages_of(grp.replica) - 1).devices;
+  void tied(Cursor& c, const StageCopy& copy, platform::GpuId self) {
+    const auto& a = job_.copy(copy.replica, 0).devices;
+    const auto& b = job_.copy(copy.replica, job_.stages_of(copy.replica) - 1).devices;
     const size_t n = std::max(a.size(), b.size());
-    const double bytes = workload::tied_pair_bytes(job_, grp.replica);
+    const double bytes = workload::tied_pair_bytes(job_, copy.replica);
     std::vector<uint64_t> pairs;
     for (uint32_t j = 0; j < n; ++j) {
       const std::vector<platform::GpuId> pair{a[j % a.size()], b[j % b.size()]};

@@ -228,15 +228,15 @@ class Rank {
   // kernel's seconds to `kernel_s` (by op), sets each compute task's in `task_s` (by task).
   DeviceTimes iterate(bool record, bool fault, std::vector<double>& kernel_s,
                       std::vector<double>& task_s) {
-    const StageCopy& grp = job_.copies[g_];
+    const StageCopy& copy = job_.copies[g_];
     events_.clear();
     // Receives first: a transfer lands whenever its sender sends.
-    post_receives(grp);
+    post_receives(copy);
     MPI_Barrier(MPI_COMM_WORLD);
     t0_ = Clock::now();
-    Walk w{grp, record, kernel_s, task_s};
-    for (size_t pc = 0; pc < grp.program.size(); ++pc) {
-      const Task& t = grp.program[pc];
+    Walk w{copy, record, kernel_s, task_s};
+    for (size_t pc = 0; pc < copy.program.size(); ++pc) {
+      const Task& t = copy.program[pc];
       if (fault && pc == o_.kill_task) {
         std::fprintf(stderr, "execute: rank %d: killed by --fault at task %zu\n", rank_, pc);
         std::fflush(stderr);
@@ -288,8 +288,8 @@ class Rank {
 
   const std::vector<Event>& events() const { return events_; }
 
-  // Each element the largest of the group's devices' (outside the timed iteration).
-  void slowest_of_group(std::vector<double>& v) const {
+  // Each element the largest of the copy's devices' (outside the timed iteration).
+  void slowest_of_copy(std::vector<double>& v) const {
     if (tp_ != MPI_COMM_NULL)
       MPI_Allreduce(MPI_IN_PLACE, v.data(), static_cast<int>(v.size()), MPI_DOUBLE, MPI_MAX, tp_);
   }
@@ -323,7 +323,7 @@ class Rank {
 
   // One iteration's walk through its program: what the steps of its tasks share.
   struct Walk {
-    const StageCopy& grp;
+    const StageCopy& copy;
     bool record;                    // keep the events for the trace
     std::vector<double>& kernel_s;  // by op: each kernel's seconds added
     std::vector<double>& task_s;    // by task: each compute task's seconds
@@ -333,8 +333,8 @@ class Rank {
     uint32_t dp_issued = 0;  // data-parallel collectives started
   };
 
-  // Tensor parallel: this rank's group's communicator (none for a group of one device); every
-  // group takes a tag.
+  // Tensor parallel: this rank's copy's communicator (none for a copy of one device); every
+  // copy takes a tag.
   void make_tp_comm(int& tag) {
     for (uint32_t g = 0; g < job_.copies.size(); ++g) {
       const auto& d = job_.copies[g].devices;
@@ -345,7 +345,7 @@ class Rank {
   }
 
   // Data parallel: each collective's shards (workload::DpSync), each reduced among the
-  // ranks of its member groups that hold it: a tensor-parallel rank's share with its peers
+  // ranks of its member copies that hold it: a tensor-parallel rank's share with its peers
   // where the members share one degree; where a layer segment is held over different degrees,
   // lcm(degrees) shards, a rank holding several. One communicator per distinct set of
   // holders, made in the same order on every rank.
@@ -376,12 +376,12 @@ class Rank {
   void make_peer_comms(int& tag) {
     std::map<std::vector<int>, size_t> peers_made;
     for (uint32_t g = 0; g < job_.copies.size(); ++g) {
-      const StageCopy& grp = job_.copies[g];
-      if (static_cast<int>(g) == g_) peer_.assign(grp.comms.size(), MPI_COMM_NULL);
-      for (size_t c = 0; c < grp.comms.size(); ++c) {
-        const workload::CommTemplate& ct = grp.comms[c];
+      const StageCopy& copy = job_.copies[g];
+      if (static_cast<int>(g) == g_) peer_.assign(copy.comms.size(), MPI_COMM_NULL);
+      for (size_t c = 0; c < copy.comms.size(); ++c) {
+        const workload::CommTemplate& ct = copy.comms[c];
         if (!ct.expert && !ct.context) continue;
-        for (uint32_t k = 0; k < grp.devices.size(); ++k) {
+        for (uint32_t k = 0; k < copy.devices.size(); ++k) {
           const std::vector<platform::GpuId> peers = job_.peer_ranks(g, ct, k);
           std::vector<int> members(peers.begin(), peers.end());
           auto [it, fresh] = peers_made.try_emplace(members, peer_comms_.size());
@@ -397,7 +397,7 @@ class Rank {
   }
 
   // The tied embedding's first-last pairs (a staged plan reduces it as a data-parallel
-  // collective among both ends' groups instead).
+  // collective among both ends' copies instead).
   void make_tied_comms(int& tag) {
     const uint32_t replicas = job_.staged() ? 0 : static_cast<uint32_t>(job_.plan->replicas.size());
     for (uint32_t r = 0; r < replicas; ++r) {
@@ -415,20 +415,20 @@ class Rank {
     }
   }
 
-  // A send or recv task's transfers in a staged plan: to (from) every group of the next stage or
+  // A send or recv task's transfers in a staged plan: to (from) every copy of the next stage or
   // the one before that shares samples with this one, its share in slices; tagged by the
   // receiver's key.
   std::vector<Transfer> staged_transfers(const Task& t) const {
-    const StageCopy& grp = job_.copies[g_];
+    const StageCopy& copy = job_.copies[g_];
     const bool backward = t.pass == workload::Pass::backward;
     const bool send = t.kind == TaskKind::send;
     const bool downstream = send ? !backward : backward;
     const auto& peers = downstream ? job_.next_peers[g_] : job_.prev_peers[g_];
-    const uint32_t mbs = grp.micro_batches;
+    const uint32_t mbs = copy.micro_batches;
     const int tag = static_cast<int>(uint32_t{backward} * mbs + t.micro_batch);
     std::vector<Transfer> list;
     for (const workload::TrainingJob::Peer& q : peers) {
-      const auto& mine = grp.devices;
+      const auto& mine = copy.devices;
       const auto& theirs = job_.copies[q.copy].devices;
       const size_t n = std::max(mine.size(), theirs.size());
       for (size_t j = 0; j < n; ++j) {
@@ -442,14 +442,14 @@ class Rank {
   }
 
   // A send or recv task's transfers in a pipeline of stages: with the same slices of the
-  // neighbouring stage's group.
+  // neighbouring stage's copy.
   std::vector<Transfer> pipeline_transfers(const Task& t) const {
-    const StageCopy& grp = job_.copies[g_];
+    const StageCopy& copy = job_.copies[g_];
     const bool backward = t.pass == workload::Pass::backward;
     const bool send = t.kind == TaskKind::send;
     // The sender's stage and chunk: a receive gets what the neighbour sent.
-    const uint32_t stages = job_.stages_of(grp.replica);
-    uint32_t stage = grp.stage, chunk = t.chunk;
+    const uint32_t stages = job_.stages_of(copy.replica);
+    uint32_t stage = copy.stage, chunk = t.chunk;
     const bool downstream = send ? !backward : backward;  // the peer is the next stage
     if (downstream) {
       if (stage + 1 < stages) {
@@ -468,11 +468,11 @@ class Rank {
     }
     // The key is the receiver's: (direction, the chunk it receives for, micro-batch).
     const uint32_t recv_chunk = send ? chunk : t.chunk;
-    const uint32_t mbs = grp.micro_batches;
+    const uint32_t mbs = copy.micro_batches;
     const int tag =
         static_cast<int>((uint32_t{backward} * job_.chunks + recv_chunk) * mbs + t.micro_batch);
-    const uint32_t peer_copy = job_.first_copy[grp.replica] + stage;
-    const auto& mine = grp.devices;
+    const uint32_t peer_copy = job_.first_copy[copy.replica] + stage;
+    const auto& mine = copy.devices;
     const auto& theirs = job_.copies[peer_copy].devices;
     const size_t n = std::max(mine.size(), theirs.size());
     std::vector<Transfer> list;
@@ -489,10 +489,10 @@ class Rank {
 
   // One pending receive per transfer into this rank, in program order; posted now unless it is a
   // rendezvous (its recv task posts it).
-  void post_receives(const StageCopy& grp) {
+  void post_receives(const StageCopy& copy) {
     size_t ti = 0;
     recvs_.clear();
-    for (const Task& t : grp.program) {
+    for (const Task& t : copy.program) {
       if (t.kind != TaskKind::send && t.kind != TaskKind::recv) continue;
       if (t.kind == TaskKind::recv) {
         for (Transfer& x : transfers_[ti]) {
@@ -510,9 +510,9 @@ class Rank {
   }
 
   void run_compute(Walk& w, const Task& t, size_t pc, double start) {
-    for (const auto& [index, d] : w.grp.segments[t.index].ops) {
+    for (const auto& [index, d] : w.copy.segments[t.index].ops) {
       const double k0 = now();
-      kernels_->run(w.grp.ops[index]);
+      kernels_->run(w.copy.ops[index]);
       w.kernel_s[index] += now() - k0;
       poll();
     }
@@ -523,7 +523,7 @@ class Rank {
   }
 
   void tp_collective(Walk& w, const Task& t, size_t pc, double start) {
-    const workload::CommTemplate& ct = w.grp.comms[t.index];
+    const workload::CommTemplate& ct = w.copy.comms[t.index];
     if (tp_ == MPI_COMM_NULL) return;
     if (ct.async) {
       tp_async_.emplace_back();
@@ -543,7 +543,7 @@ class Rank {
   // Over this rank's peers in the other replicas (a MoE layer's all-to-alls, ring attention's
   // exchanges); an asynchronous one is waited for at the next tp_wait, as the replay counts it.
   void peer_collective(Walk& w, const Task& t, size_t pc, double start) {
-    const workload::CommTemplate& ct = w.grp.comms[t.index];
+    const workload::CommTemplate& ct = w.copy.comms[t.index];
     const MPI_Comm c = peer_[t.index];
     if (c == MPI_COMM_NULL) return;
     const uint8_t kind = ct.context ? 5 : 4;
@@ -617,7 +617,7 @@ class Rank {
   }
 
   void start_dp_collective(Walk& w, size_t pc, double start) {
-    const workload::DpCollective& dc = w.grp.dp[w.dp_issued];
+    const workload::DpCollective& dc = w.copy.dp[w.dp_issued];
     const std::vector<MPI_Comm>& shards = dp_[dc.sync];
     if (dp_buffers_.size() <= w.dp_issued) dp_buffers_.resize(w.dp_issued + 1);
     dp_buffers_[w.dp_issued].resize(shards.size());
@@ -646,7 +646,7 @@ class Rank {
   }
 
   void reduce_tied(Walk& w, size_t pc, double start) {
-    const double bytes = workload::tied_pair_bytes(job_, w.grp.replica);
+    const double bytes = workload::tied_pair_bytes(job_, w.copy.replica);
     for (MPI_Comm c : tied_) collective(CommKind::allreduce, bytes, c, tied_buffer_, nullptr);
     const double end = now();
     w.times.dp += end - start;
@@ -763,8 +763,8 @@ struct CpuRun {
 // What a rank reports to rank 0 after its iterations: the means over the measured ones of its
 // kernels' and compute tasks' seconds, and its trace events.
 struct RankReport {
-  std::vector<double> kernel_s;  // by op of its group
-  std::vector<double> task_s;    // by task of its group's program
+  std::vector<double> kernel_s;  // by op of its copy
+  std::vector<double> task_s;    // by task of its copy's program
   std::vector<Event> events;
 };
 
@@ -798,12 +798,12 @@ DeviceTimes time_iterations(const CpuRun& run, std::atomic<int>& iteration, Meas
                             RankReport& sums) {
   const Options& o = run.o;
   Rank& me = run.me;
-  const StageCopy* grp = me.active() ? &run.job.copies[me.copy_index()] : nullptr;
+  const StageCopy* copy = me.active() ? &run.job.copies[me.copy_index()] : nullptr;
   std::vector<double>& kernel_s = sums.kernel_s;
-  kernel_s.assign(grp ? grp->ops.size() : 0, 0.0);
+  kernel_s.assign(copy ? copy->ops.size() : 0, 0.0);
   std::vector<double> scratch(kernel_s.size(), 0.0);
   std::vector<double>& task_s = sums.task_s;
-  task_s.assign(grp ? grp->program.size() : 0, 0.0);
+  task_s.assign(copy ? copy->program.size() : 0, 0.0);
   std::vector<double> task_it(task_s.size(), 0.0);
   DeviceTimes sum;
   const int total = o.warmup + o.iterations;
@@ -817,7 +817,7 @@ DeviceTimes time_iterations(const CpuRun& run, std::atomic<int>& iteration, Meas
       const bool fault = run.mpi.rank() == o.kill_rank && it == o.warmup;
       t = me.iterate(last, fault, measured ? kernel_s : scratch, task_it);
       if (measured) {
-        me.slowest_of_group(task_it);
+        me.slowest_of_copy(task_it);
         for (size_t i = 0; i < task_s.size(); ++i) task_s[i] += task_it[i];
       }
     } else {
@@ -849,7 +849,7 @@ void send_report(const RankReport& report) {
   MPI_Send(report.events.data(), bytes, MPI_BYTE, 0, 3, MPI_COMM_WORLD);
 }
 
-// On rank 0: rank r's report (send_report), its sizes from r's group `g` (none: not in the plan).
+// On rank 0: rank r's report (send_report), its sizes from r's copy `g` (none: not in the plan).
 RankReport receive_report(int r, const StageCopy* g) {
   RankReport report;
   std::vector<double>& ks = report.kernel_s;
@@ -868,7 +868,7 @@ RankReport receive_report(int r, const StageCopy* g) {
   return report;
 }
 
-// Adds a rank's kernels' measured seconds `ks` (by op of its group `g`) to `kernels` by name,
+// Adds a rank's kernels' measured seconds `ks` (by op of its copy `g`) to `kernels` by name,
 // with their calls and predicted seconds.
 void add_kernel_times(const StageCopy& g, const std::vector<double>& ks,
                       std::map<std::string, KernelTimes>& kernels) {

@@ -252,10 +252,10 @@ class Replayer {
   }
 
   void advance(uint32_t g) {
-    const StageCopy& grp = job_.copies[g];
+    const StageCopy& copy = job_.copies[g];
     State& s = st_[g];
-    while (s.pc < grp.program.size()) {
-      if (!step(g, grp.program[s.pc])) return;
+    while (s.pc < copy.program.size()) {
+      if (!step(g, copy.program[s.pc])) return;
     }
     s.times.finish = engine_.now();
   }
@@ -263,7 +263,7 @@ class Replayer {
   // Starts the copy's next task, `t`: true when the copy moves on to the task after it at
   // once, false when it waits (for a kernel, a transfer, a collective) and resumes later.
   bool step(uint32_t g, const Task& t) {
-    const StageCopy& grp = job_.copies[g];
+    const StageCopy& copy = job_.copies[g];
     State& s = st_[g];
     switch (t.kind) {
       case TaskKind::compute:
@@ -320,7 +320,7 @@ class Replayer {
           ++s.pc;
           return true;
         }
-        if (grp.comms[t.index].async) {
+        if (copy.comms[t.index].async) {
           group_offer(g, t.index, s.pc);
           ++s.pc;
           return true;
@@ -335,12 +335,12 @@ class Replayer {
 
   // A segment of kernels: the copy resumes when it ends, stretched where the GPU is slowed.
   void start_compute(uint32_t g, const Task& t) {
-    const StageCopy& grp = job_.copies[g];
+    const StageCopy& copy = job_.copies[g];
     const Time start = engine_.now();
-    const Segment& seg = grp.segments[t.index];
-    const Time d = grp.slow_from.empty() || seg.ops.empty()
+    const Segment& seg = copy.segments[t.index];
+    const Time d = copy.slow_from.empty() || seg.ops.empty()
                        ? seg.duration
-                       : stretched(grp.slow_from, start, seg.duration);
+                       : stretched(copy.slow_from, start, seg.duration);
     engine_.schedule_in(d, [this, g, start, d] {
       State& st = st_[g];
       st.times.compute += d;
@@ -411,10 +411,10 @@ class Replayer {
   void prepare() {
     if (opt_.free_communication) return;
     for (uint32_t g = 0; g < st_.size(); ++g) {
-      const StageCopy& grp = job_.copies[g];
-      for (uint32_t i = 0; i < grp.comms.size(); ++i) {
-        if (grp.comms[i].measured) continue;
-        if (grp.comms[i].expert || grp.comms[i].context) {
+      const StageCopy& copy = job_.copies[g];
+      for (uint32_t i = 0; i < copy.comms.size(); ++i) {
+        if (copy.comms[i].measured) continue;
+        if (copy.comms[i].expert || copy.comms[i].context) {
           group_plan(g, i);
         } else {
           tp_plan(g, i);
@@ -424,24 +424,24 @@ class Replayer {
         // A staged plan's peers: the copies that share samples with this one.
         for (const auto* peers : {&job_.next_peers[g], &job_.prev_peers[g]}) {
           for (const TrainingJob::Peer& q : *peers) {
-            const size_t n = std::max(grp.devices.size(), job_.copies[q.copy].devices.size());
+            const size_t n = std::max(copy.devices.size(), job_.copies[q.copy].devices.size());
             for (uint32_t j = 0; j < n; ++j) path_of(g, q.copy, j);
           }
         }
         continue;
       }
-      const uint32_t s = grp.stage, first = g - s, P = job_.stages_of(grp.replica);
+      const uint32_t s = copy.stage, first = g - s, P = job_.stages_of(copy.replica);
       // Where send() can go: the next stage forward (the first, past the last: interleaved),
       // the previous one backward.
       for (uint32_t d : {first + (s + 1 < P ? s + 1 : 0), first + (s > 0 ? s - 1 : P - 1)}) {
-        const size_t n = std::max(grp.devices.size(), job_.copies[d].devices.size());
+        const size_t n = std::max(copy.devices.size(), job_.copies[d].devices.size());
         for (uint32_t j = 0; j < n; ++j) path_of(g, d, j);
       }
-      const bool tied = std::any_of(grp.program.begin(), grp.program.end(),
+      const bool tied = std::any_of(copy.program.begin(), copy.program.end(),
                                     [](const Task& t) { return t.kind == TaskKind::tied; });
-      if (tied && s == 0 && !grp.tied_measured) {
-        const size_t n = std::max(grp.devices.size(), job_.copies[first + P - 1].devices.size());
-        for (uint32_t j = 0; j < n; ++j) tied_plan(grp.replica, j);
+      if (tied && s == 0 && !copy.tied_measured) {
+        const size_t n = std::max(copy.devices.size(), job_.copies[first + P - 1].devices.size());
+        for (uint32_t j = 0; j < n; ++j) tied_plan(copy.replica, j);
       }
     }
     for (uint32_t k = 0; k < job_.dp_syncs.size(); ++k) {
@@ -774,11 +774,11 @@ class Replayer {
   // or ring attention's exchange over the context-parallel group. Folded, every group's copies
   // move in lockstep with replica 0's: one plan over every group's links.
   const Plans& group_plan(uint32_t g, uint32_t index) {
-    const StageCopy& grp = job_.copies[g];
-    const CommTemplate& ct = grp.comms[index];
-    const uint32_t size = job_.group_size(ct), q0 = grp.replica / size;
+    const StageCopy& copy = job_.copies[g];
+    const CommTemplate& ct = copy.comms[index];
+    const uint32_t size = job_.group_size(ct), q0 = copy.replica / size;
     auto& slot =
-        group_plans_[{q0, grp.stage, ct.context, static_cast<uint32_t>(ct.kind), ct.bytes}];
+        group_plans_[{q0, copy.stage, ct.context, static_cast<uint32_t>(ct.kind), ct.bytes}];
     if (slot) return *slot;
     unsealed(ct.context ? "context-parallel" : "expert-parallel");
     slot = std::make_unique<Plans>();
@@ -786,11 +786,11 @@ class Replayer {
     // Experts whole on each rank (Plan::experts_whole): one all-to-all over every rank of the
     // group's replicas; else one per tensor-parallel rank j, among the replicas' rank j.
     const bool whole = ct.expert && job_.plan->experts_whole();
-    for (size_t j = 0; j < (whole ? 1 : grp.devices.size()); ++j) {
+    for (size_t j = 0; j < (whole ? 1 : copy.devices.size()); ++j) {
       Plans copies;
       for (uint32_t q = q0; q < q0 + groups; ++q) {
         copies.push_back(plan_for(ct.kind, ct.bytes,
-                                  job_.peer_ranks(job_.first_copy[q * size] + grp.stage, ct, j)));
+                                  job_.peer_ranks(job_.first_copy[q * size] + copy.stage, ct, j)));
       }
       if (copies.size() > 1) {
         if (auto f = fold(copies)) copies = Plans{std::move(*f)};
@@ -805,8 +805,8 @@ class Replayer {
   // each member when done; an async one (ring attention's key/value exchange) counts among the
   // member's collectives in flight, which its next tp_wait waits for.
   void group_offer(uint32_t g, uint32_t index, size_t pc) {
-    const StageCopy& grp = job_.copies[g];
-    const CommTemplate& ct = grp.comms[index];
+    const StageCopy& copy = job_.copies[g];
+    const CommTemplate& ct = copy.comms[index];
     State& s = st_[g];
     const uint32_t n = ct.context ? s.cp_reached++ : s.ep_reached++;
     if (ct.async) ++s.tp_inflight;
@@ -814,12 +814,12 @@ class Replayer {
     if (fold_) {
       members.emplace_back(g, pc);
     } else {
-      const uint32_t size = job_.group_size(ct), q = grp.replica / size;
-      auto& ready = group_ready_[{q, grp.stage, ct.context, n}];
+      const uint32_t size = job_.group_size(ct), q = copy.replica / size;
+      auto& ready = group_ready_[{q, copy.stage, ct.context, n}];
       ready.emplace_back(g, pc);
       if (ready.size() < size) return;
       members = std::move(ready);
-      group_ready_.erase({q, grp.stage, ct.context, n});
+      group_ready_.erase({q, copy.stage, ct.context, n});
     }
     const Time start = engine_.now();
     const bool async = ct.async;
