@@ -522,17 +522,19 @@ StagePass stage_pass(const Pieces& ps, int layers, double per_pass, double rc, d
     out.b += gather + (layers - 1) * std::max(0.0, gather + scatter - lb) + scatter;
   }
   kernels += layers * (ps.layer_f.kernels_s + ps.layer_b.kernels_s + rc_kernels + 2 * copy);
-  if (fe.embedding) out.f += ps.embedding_f.total();
-  if (be.embedding) out.b += ps.embedding_b.total();
-  if (fe.embedding || be.embedding)
-    kernels += (fe.embedding ? ps.embedding_f.kernels_s : 0.0) +
-               (be.embedding ? ps.embedding_b.kernels_s : 0.0);
-  if (fe.head) out.f += ps.head_f.total();
-  if (be.head) out.b += ps.head_b.total();
-  if (fe.head || be.head)
-    kernels += (fe.head ? ps.head_f.kernels_s : 0.0) + (be.head ? ps.head_b.kernels_s : 0.0);
-  if (fe.receive) out.f += fe.gathers * pipe_gather;
-  if (be.receive) out.b += be.gathers * pipe_gather;
+  // A virtual stage holds the embedding, or the head, in both of its passes.
+  if (fe.embedding) {
+    out.f += ps.embedding_f.total();
+    out.b += ps.embedding_b.total();
+    kernels += ps.embedding_f.kernels_s + ps.embedding_b.kernels_s;
+  }
+  if (fe.head) {
+    out.f += ps.head_f.total();
+    out.b += ps.head_b.total();
+    kernels += ps.head_f.kernels_s + ps.head_b.kernels_s;
+  }
+  out.f += fe.gathers * pipe_gather;  // none without a receive
+  out.b += be.gathers * pipe_gather;
   if (fw.blocking_p2p) {
     if (fe.send) out.f += send_f;
     if (be.send) out.b += send_b;
