@@ -877,5 +877,29 @@ TEST(Frameworks, TheLossCountsEveryPassOverTheLogits) {
   EXPECT_EQ(loss_bytes(head_forward(m, s)), 38 * logits / 2);
 }
 
+TEST(FrameworkProfiles, MaskedSoftmaxSaysWhereTheFusedKernelRuns) {
+  const Framework old = load_framework("megatron-lm-2021");
+  EXPECT_TRUE(old.masked_softmax_rules);
+  EXPECT_EQ(old.fused_softmax_up_to, 2048);
+  EXPECT_TRUE(old.unfused_softmax_fp32);
+  const Framework plain = load_framework_text(kFramework, "f.yaml");
+  EXPECT_FALSE(plain.masked_softmax_rules);
+  const Framework any =
+      load_framework_text(std::string(kFramework) + "masked_softmax: {unfused: plan}\n", "f.yaml");
+  EXPECT_TRUE(any.masked_softmax_rules);
+  EXPECT_EQ(any.fused_softmax_up_to, 0);
+  EXPECT_FALSE(any.unfused_softmax_fp32);
+  EXPECT_EQ(
+      error_of([] {
+        load_framework_text(std::string(kFramework) + "masked_softmax: {fused_up_to: 8}\n",
+                            "f.yaml");
+      }),
+      "f.yaml:5: masked_softmax.fused_up_to: expected an integer from 17 to 1048576, got \"8\"");
+  EXPECT_EQ(error_of([] {
+              load_framework_text(std::string(kFramework) + "masked_softmax: 2048\n", "f.yaml");
+            }),
+            "f.yaml:5: masked_softmax: expected a map {fused_up_to: N, unfused: plan|fp32}");
+}
+
 }  // namespace
 }  // namespace hetsim::workload

@@ -1220,5 +1220,84 @@ TEST(Plans, StageLayersSplitAUniformPlanAsTheSamePlanSpelledOutAsReplicas) {
             "p.yaml:1: stage_layers: give either uniform degrees or replicas, not both");
 }
 
+TEST(LayerOps, MegatronSoftmaxRunsUnfusedWhereItsKernelCannot) {
+  // megatron-lm-2021's `masked_softmax` (FusedScaleMaskSoftmax.is_kernel_available): 16-bit
+  // scores of 17 to 2048 keys, queries and micro-batch x local heads in multiples of 4, a block's
+  // rows (4 past 128 keys, 8 up to 128) dividing the queries (the heads' count when causal).
+  ModelConfig m = small_gpt(4);
+  m.heads = 16;
+  m.causal = false;
+  m.dropout = 0.1;
+  LayerShape s;
+  s.micro_batch = 1;
+  s.sequence = 2048;
+  s.precision = Precision::fp16;
+  s.flash_attention = false;
+  s.masked_softmax_rules = true;
+  s.fused_softmax_up_to = 2048;
+  s.unfused_softmax_fp32 = true;
+  EXPECT_TRUE(fused_softmax_runs(m, s, 16));
+  EXPECT_FALSE(fused_softmax_runs(m, s, 2));  // tp8 at micro-batch 1: 2 heads a rank
+  EXPECT_TRUE(fused_softmax_runs(m, s, 4));
+  s.sequence = 4096;
+  EXPECT_FALSE(fused_softmax_runs(m, s, 16));  // past the kernel's 2048 keys
+  s.fused_softmax_up_to = 0;
+  EXPECT_TRUE(fused_softmax_runs(m, s, 16));  // no limit
+  s.sequence = 68;  // 128-key kernel: 8 rows a block, and 68 queries are no multiple of 8
+  EXPECT_FALSE(fused_softmax_runs(m, s, 16));
+  s.sequence = 64;
+  EXPECT_TRUE(fused_softmax_runs(m, s, 16));
+  m.causal = true;  // causal: the rows (8) must divide micro-batch x heads
+  EXPECT_FALSE(fused_softmax_runs(m, s, 4));
+  EXPECT_TRUE(fused_softmax_runs(m, s, 8));
+  s.sequence = 2048;
+  s.precision = Precision::fp32;
+  EXPECT_FALSE(fused_softmax_runs(m, s, 16));
+  s.masked_softmax_rules = false;  // a framework that does not say: fused everywhere
+  EXPECT_TRUE(fused_softmax_runs(m, s, 16));
+
+  // The attention kernels' bytes: 16 passes more forward and 17 backward over the 16-bit scores
+  // (a s^2 b elements, 2 bytes each) where the fp32 path runs; 4 either way over fp32 scores; 2
+  // in the plan's precision. The FLOPs are the same.
+  auto attention = [](const std::vector<Step>& steps) {
+    for (const Step& st : steps)
+      if (st.op.kind == OpKind::attention_forward || st.op.kind == OpKind::attention_backward)
+        return st.op;
+    return Op{};
+  };
+  m.causal = false;
+  s.masked_softmax_rules = true;
+  s.fused_softmax_up_to = 2048;
+  s.tensor_parallel = 8;  // 2 heads a rank
+  for (Precision p : {Precision::fp16, Precision::fp32}) {
+    s.precision = p;
+    const double e = p == Precision::fp32 ? 4 : 2;
+    const double scores = e * 2 * 2048.0 * 2048;
+    LayerShape fused = s;
+    fused.masked_softmax_rules = false;
+    for (bool fp32 : {true, false}) {
+      s.unfused_softmax_fp32 = fp32;
+      const double fwd = fp32 ? (e == 2 ? 16 : 4) : 2, bwd = fp32 ? (e == 2 ? 17 : 4) : 2;
+      const Op a = attention(layer_forward(m, s)), f = attention(layer_forward(m, fused));
+      const Op ab = attention(layer_backward(m, s)), fb = attention(layer_backward(m, fused));
+      EXPECT_DOUBLE_EQ(a.bytes - f.bytes, fwd * scores) << e << fp32;
+      EXPECT_DOUBLE_EQ(ab.bytes - fb.bytes, bwd * scores) << e << fp32;
+      EXPECT_EQ(a.flops, f.flops);
+      EXPECT_EQ(ab.flops, fb.flops);
+    }
+  }
+  // Memory: a softmax taken in fp32 from 16-bit scores keeps its output in fp32, 2 bytes more an
+  // element than the fused kernel's 16-bit one.
+  s.precision = Precision::fp16;
+  s.unfused_softmax_fp32 = true;
+  LayerShape fused = s;
+  fused.masked_softmax_rules = false;
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, s, Recompute::none) -
+                       layer_activation_bytes(m, fused, Recompute::none),
+                   2.0 * 2 * 2048.0 * 2048);
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, s, Recompute::full),
+                   layer_activation_bytes(m, fused, Recompute::full));
+}
+
 }  // namespace
 }  // namespace hetsim::workload

@@ -138,6 +138,36 @@ void add_host_and_memory_keys(std::vector<config::Key>& keys) {
        "torch.autocast over fp32 parameters (fp32 residual stream and norms, casts for each "
        "matmul's inputs and each weight gradient; none in an fp32 plan)",
        kAll},
+      {"masked_softmax",
+       T::map,
+       {},
+       0,
+       0,
+       "",
+       "Standard attention's scale-mask-softmax: where the framework's fused kernel runs it, and "
+       "how it runs otherwise (without this map, the fused kernel everywhere)",
+       kAll},
+      {"masked_softmax.fused_up_to",
+       T::integer,
+       {},
+       17,
+       1048576,
+       "no limit",
+       "The longest key length the fused kernel takes (Megatron-LM's FusedScaleMaskSoftmax: "
+       "2048 before Megatron-Core); it also needs a 16-bit plan, more than 16 keys, queries and "
+       "micro-batch x local heads in multiples of 4. Elsewhere the softmax runs as PyTorch's "
+       "kernels. `megatron-lm-2021`: 2048",
+       kAll},
+      {"masked_softmax.unfused",
+       T::choice,
+       {"plan", "fp32"},
+       0,
+       0,
+       "plan",
+       "The unfused softmax: `plan`: mask and softmax in the plan's precision; `fp32`: cast up, "
+       "scaled, masked, softmax, cast down (Megatron-LM with query-key layer scaling, its default "
+       "before Megatron-Core). `megatron-lm-2021`: fp32",
+       kAll},
       {"host", T::map, {}, 0, 0, "", "The engine's host time", kAll},
       {"host.per_pass",
        T::time,
@@ -339,6 +369,18 @@ Framework load_framework_text(const std::string& text, const std::string& file) 
         static_cast<int>(get_int(file, gathers, "pipeline_gathers", "forward", 0, 4, 0));
     f.pipeline_gathers_backward =
         static_cast<int>(get_int(file, gathers, "pipeline_gathers", "backward", 0, 4, 0));
+  }
+  if (root["masked_softmax"]) {
+    const YAML::Node sm = root["masked_softmax"];
+    if (!sm.IsMap())
+      throw InputError(where(file, sm) +
+                       ": masked_softmax: expected a map {fused_up_to: N, unfused: plan|fp32}");
+    check_keys(file, sm, "masked_softmax", config::key_names(framework_keys(), "masked_softmax"));
+    f.masked_softmax_rules = true;
+    if (sm["fused_up_to"])
+      f.fused_softmax_up_to = get_int(file, sm, "masked_softmax", "fused_up_to", 17, 1048576, 0);
+    f.unfused_softmax_fp32 = get_choice(file, sm, "masked_softmax", "unfused",
+                                        choices("masked_softmax.unfused"), "plan") == 1;
   }
   const size_t kernels = get_choice(file, root, "", "kernels", choices("kernels"), "fused");
   f.eager_kernels = kernels >= 1;

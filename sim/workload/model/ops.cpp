@@ -1,5 +1,6 @@
 // Kernel shapes, FLOPs and bytes of transformer layers; see ops.h.
 #include "sim/workload/model/ops.h"
+#include <bit>
 
 #include <algorithm>
 #include <cmath>
@@ -177,6 +178,19 @@ struct Builder {
     const double cast = e < 4 ? e + 4 : 0;
     streaming(name, (cast + per_logit) * tokens() * static_cast<double>(vocab));
   }
+  // The extra passes over the scores, in the scores' element size, where a fused framework's
+  // softmax runs unfused (fused_softmax_runs), over the fused kernel's one read and one write
+  // (forward; backward two reads and a write):
+  // - in fp32 from 16-bit scores (LayerShape::unfused_softmax_fp32): the cast up (2 + 4 bytes),
+  //   the scale (4 + 4), the mask (4 + 4), the softmax (4 + 4) and the cast down (4 + 2): 32
+  //   bytes over the fused 4, 16 passes; backward the same five, 40 bytes over 6, 17 passes;
+  // - fp32 scores with the scale: the scale and the mask, 2 x (4 + 4), 4 passes either way;
+  // - in the plan's precision (no scale): the mask, 2 passes either way.
+  double unfused_softmax_passes(int64_t rows, bool forward) const {
+    if (fused_softmax_runs(m, s, rows)) return 0;
+    if (!s.unfused_softmax_fp32) return 2;
+    return s.precision != Precision::fp32 ? (forward ? 16 : 17) : 4;
+  }
   void attention(bool forward) {
     const int64_t heads = m.heads / s.tensor_parallel;
     Op op;
@@ -216,7 +230,9 @@ struct Builder {
     // softmax read and write, dropout read and write plus its mask, read by P V) and 9 times
     // backward (the dropout's backward 2 of them); without dropout 4 and 7; flash attention keeps
     // them on chip.
-    const double passes = m.dropout > 0 ? (forward ? 6 : 9) : (forward ? 4 : 7);
+    const double passes =
+        (m.dropout > 0 ? (forward ? 6 : 9) : (forward ? 4 : 7)) +
+        (s.flash_attention ? 0 : unfused_softmax_passes(s.micro_batch * heads, forward));
     op.bytes = (forward ? qkvo : 2 * qkvo) + passes * scores;
     steps.push_back(Step{op});
   }
@@ -766,6 +782,18 @@ std::vector<Step> parallel_layer_backward(Builder& b) {
 
 // Pre-norm (GPT, Llama): norm, block, residual add; post-norm (OLMo 2): block, norm, add;
 // sandwich (Gemma 2 and 3): norm, block, norm, add.
+bool fused_softmax_runs(const ModelConfig& m, const LayerShape& s, int64_t rows) {
+  // A framework file without `masked_softmax` keeps the fused kernel everywhere; an eager
+  // framework's attention counts its own kernels.
+  if (s.eager || !s.masked_softmax_rules) return true;
+  const int64_t sq = s.sequence, sk = s.sequence * s.context_parallel;
+  const int64_t pow2 = static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(sk)));
+  const int64_t per_block = (128 / std::min<int64_t>(pow2, 32)) * (pow2 <= 128 ? 2 : 1);
+  return s.precision != Precision::fp32 && sk > 16 &&
+         (s.fused_softmax_up_to == 0 || sk <= s.fused_softmax_up_to) && sq % 4 == 0 &&
+         rows % 4 == 0 && (m.causal ? rows : sq) % per_block == 0;
+}
+
 std::vector<Step> layer_forward(const ModelConfig& m, const LayerShape& s) {
   Builder b(m, s);
   if (m.parallel_attention) return parallel_layer_forward(b);

@@ -141,6 +141,13 @@ struct LayerShape {
   // every weight gradient is cast back and added to the parameter's fp32 gradient.
   bool eager = false;
   bool autocast = false;
+  // Standard attention's softmax in a fused framework (Framework::masked_softmax_rules,
+  // fused_softmax_up_to and unfused_softmax_fp32): whether the framework says where its fused
+  // kernel runs, the longest key length it takes (0: any), and whether the unfused path runs it
+  // in fp32.
+  bool masked_softmax_rules = false;
+  int64_t fused_softmax_up_to = 0;
+  bool unfused_softmax_fp32 = false;
   // Framework::separate_grad_accumulation outside autocast: every weight gradient added into the
   // parameter's gradient (in the plan's precision) by a kernel of its own, each micro-batch.
   bool grad_accumulate = false;
@@ -151,6 +158,12 @@ struct LayerShape {
 
 // The programs of one transformer layer (a MoE layer where shape.moe_layer), and of the embedding
 // (first stage) and the head (last stage: final norm, logits, cross-entropy), forward and backward.
+// Whether standard attention's scale-mask-softmax runs as the framework's fused kernel
+// (Megatron-LM's FusedScaleMaskSoftmax, is_kernel_available): 16-bit scores of more than 16 and
+// at most LayerShape::fused_softmax_up_to keys, the queries and `rows` (micro-batch x local
+// heads) in multiples of 4, and a kernel block's rows (4 warps of one row each past 128 keys, of
+// two rows up to 128) dividing `rows` (causal) or the queries. Elsewhere PyTorch's kernels run it.
+bool fused_softmax_runs(const ModelConfig& m, const LayerShape& s, int64_t rows);
 std::vector<Step> layer_forward(const ModelConfig& m, const LayerShape& s);
 std::vector<Step> layer_backward(const ModelConfig& m, const LayerShape& s);
 std::vector<Step> embedding_forward(const ModelConfig& m, const LayerShape& s);
