@@ -1,8 +1,8 @@
 // Kernel shapes, FLOPs and bytes of transformer layers; see ops.h.
 #include "sim/workload/model/ops.h"
-#include <bit>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 
 namespace hetsim::workload {
@@ -780,8 +780,6 @@ std::vector<Step> parallel_layer_backward(Builder& b) {
 
 }  // namespace
 
-// Pre-norm (GPT, Llama): norm, block, residual add; post-norm (OLMo 2): block, norm, add;
-// sandwich (Gemma 2 and 3): norm, block, norm, add.
 bool fused_softmax_runs(const ModelConfig& m, const LayerShape& s, int64_t rows) {
   // A framework file without `masked_softmax` keeps the fused kernel everywhere; an eager
   // framework's attention counts its own kernels.
@@ -794,6 +792,8 @@ bool fused_softmax_runs(const ModelConfig& m, const LayerShape& s, int64_t rows)
          rows % 4 == 0 && (m.causal ? rows : sq) % per_block == 0;
 }
 
+// Pre-norm (GPT, Llama): norm, block, residual add; post-norm (OLMo 2): block, norm, add;
+// sandwich (Gemma 2 and 3): norm, block, norm, add.
 std::vector<Step> layer_forward(const ModelConfig& m, const LayerShape& s) {
   Builder b(m, s);
   if (m.parallel_attention) return parallel_layer_forward(b);

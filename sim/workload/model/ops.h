@@ -156,14 +156,15 @@ struct LayerShape {
   auto operator<=>(const LayerShape&) const = default;
 };
 
-// The programs of one transformer layer (a MoE layer where shape.moe_layer), and of the embedding
-// (first stage) and the head (last stage: final norm, logits, cross-entropy), forward and backward.
 // Whether standard attention's scale-mask-softmax runs as the framework's fused kernel
 // (Megatron-LM's FusedScaleMaskSoftmax, is_kernel_available): 16-bit scores of more than 16 and
 // at most LayerShape::fused_softmax_up_to keys, the queries and `rows` (micro-batch x local
 // heads) in multiples of 4, and a kernel block's rows (4 warps of one row each past 128 keys, of
 // two rows up to 128) dividing `rows` (causal) or the queries. Elsewhere PyTorch's kernels run it.
 bool fused_softmax_runs(const ModelConfig& m, const LayerShape& s, int64_t rows);
+
+// The programs of one transformer layer (a MoE layer where shape.moe_layer), and of the embedding
+// (first stage) and the head (last stage: final norm, logits, cross-entropy), forward and backward.
 std::vector<Step> layer_forward(const ModelConfig& m, const LayerShape& s);
 std::vector<Step> layer_backward(const ModelConfig& m, const LayerShape& s);
 std::vector<Step> embedding_forward(const ModelConfig& m, const LayerShape& s);
