@@ -721,21 +721,14 @@ double Estimator::staged_buckets(const Plan& plan, int s, double ready, const St
        (s == S - 1 ? static_cast<double>(model_.output_params()) : 0.0));
   const double finish = ready;
   double stream = overlapped ? end[si] - x.bwd[si] : finish;
-  double bucket = 0;
-  int layers_done = 0, in_bucket = 0;
+  workload::GradBuckets fill;
   for (int l = 0; l < ds.layers; ++l) {
-    bucket += layer_grad;
-    ++in_bucket;
-    if (bucket >= plan.bucket_bytes * narrowest) {
-      layers_done += in_bucket;
-      in_bucket = 0;
-      const double issue =
-          overlapped ? end[si] - x.bwd[si] + layers_done * x.layer_backward[si] : stream;
-      stream = std::max(stream, issue) + collectives_s(CommKind::allreduce, bucket / shards, peers);
-      bucket = 0;
-    }
+    const double full = fill.add(layer_grad, plan.bucket_bytes * narrowest);
+    if (full <= 0) continue;
+    const double issue = overlapped ? end[si] - x.bwd[si] + (l + 1) * x.layer_backward[si] : stream;
+    stream = std::max(stream, issue) + collectives_s(CommKind::allreduce, full / shards, peers);
   }
-  bucket += extra;
+  const double bucket = fill.close(extra);
   if (bucket > 0)
     stream = std::max(stream, finish) + collectives_s(CommKind::allreduce, bucket / shards, peers);
   return std::max(finish, stream);
@@ -1000,15 +993,12 @@ double Estimator::bucket_stream(const Terms& terms, int s, CommKind kind, double
   // Buckets in the order backward fills them; the last takes the embedding and head.
   std::vector<double>& buckets = buckets_;
   buckets.clear();
-  double bucket = 0;
+  workload::GradBuckets fill;
   for (int l = 0; l < st.layers; ++l) {
-    bucket += layer_grad;
-    if (bucket >= plan.bucket_bytes) {
-      buckets.push_back(bucket);
-      bucket = 0;
-    }
+    if (const double full = fill.add(layer_grad, plan.bucket_bytes); full > 0)
+      buckets.push_back(full);
   }
-  bucket += extra;
+  const double bucket = fill.close(extra);
   const bool overlapped = plan.gradient_reduction == workload::GradReduction::overlapped;
   double stream = overlapped ? end[s] - last_backward[s] : finish;
   double filled = stream;
@@ -1151,19 +1141,17 @@ Estimate Estimator::asymmetric(const Plan& plan) {
     const int shards = held.first;
     const RankSets& peers = held.second;
     const double layer_grad = grad_bytes * model_.layer_params();  // whole layer, every shard
-    double bucket = k + 1 == K ? grad_bytes * model_.output_params() : 0;
-    auto flush = [&] {
-      if (bucket <= 0) return;
-      last_s[k] = collectives_s(kind, bucket / shards, peers);
+    const double size = plan.bucket_bytes * narrowest;
+    auto reduce = [&](double bytes) {
+      if (bytes <= 0) return;
+      last_s[k] = collectives_s(kind, bytes / shards, peers);
       segment_s[k] += last_s[k];
-      bucket = 0;
     };
-    for (int l = cuts[k + 1] - 1; l >= cuts[k]; --l) {
-      bucket += layer_grad;
-      if (bucket >= plan.bucket_bytes * narrowest) flush();
-    }
-    if (k == 0) bucket += grad_bytes * model_.embedding_params();
-    flush();
+    // The head's gradients open the last segment's first bucket, as in the replay.
+    workload::GradBuckets fill;
+    if (k + 1 == K) reduce(fill.add(grad_bytes * model_.output_params(), size));
+    for (int l = cuts[k + 1] - 1; l >= cuts[k]; --l) reduce(fill.add(layer_grad, size));
+    reduce(fill.close(k == 0 ? grad_bytes * model_.embedding_params() : 0));
   }
   for (const workload::ReplicaPlan& rep : plan.replicas) {
     for (const StagePlan& st : rep.stages) {

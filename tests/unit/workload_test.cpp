@@ -654,6 +654,28 @@ TEST(PassEnds, ReceivesGathersEmbeddingHeadAndSendsSitWhereThePipelinePutsThem) 
   EXPECT_EQ(receives, 8);
 }
 
+TEST(GradBuckets, ABucketGoesOutOnceItHoldsItsSizeAndTheRestGoesLast) {
+  // 40 MB layers into 100 MB buckets: out after the third layer (120 MB) and the sixth; the
+  // seventh's 40 MB and the embedding's 30 MB go out last. Bytes are conserved.
+  GradBuckets fill;
+  std::vector<double> out;
+  for (int l = 0; l < 7; ++l) {
+    const double full = fill.add(40e6, 100e6);
+    if (full > 0) out.push_back(full);
+  }
+  EXPECT_EQ(out, (std::vector<double>{120e6, 120e6}));
+  EXPECT_DOUBLE_EQ(fill.held(), 40e6);
+  EXPECT_DOUBLE_EQ(fill.close(30e6), 70e6);
+  EXPECT_EQ(fill.held(), 0);
+  EXPECT_EQ(fill.close(), 0);  // nothing held: no last bucket
+  // Exactly the size is full.
+  EXPECT_DOUBLE_EQ(fill.add(100e6, 100e6), 100e6);
+  // A tensor-parallel rank's shares (degree 4) cut by the bytes per rank of a holder of degree
+  // 2: the size is 2 x 100 MB of whole gradients, 4 x the shares held: out at 50 MB held.
+  EXPECT_EQ(fill.add(40e6, 2 * 100e6, 4), 0);
+  EXPECT_DOUBLE_EQ(fill.add(10e6, 2 * 100e6, 4), 50e6);
+}
+
 TEST(LayerRerun, EachLayerRunsAgainWhatTheRecomputeKeysSay) {
   const ModelConfig m = small_gpt(8);
   const platform::Cluster c = cluster("dgx-h100", 1);

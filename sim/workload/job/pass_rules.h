@@ -66,4 +66,32 @@ LayerRerun layer_rerun(const Plan& plan, int index);
 // Plan::recompute_layers.
 int rerun_layers(const Plan& plan, int layers);
 
+// Gradient buckets as a backward pass fills them (PyTorch DDP's, DeepSpeed's and Megatron-LM's):
+// gradients join the open bucket in the order they are produced, and it goes out once it holds
+// the bucket size; what is held at the end, with the gradients that come last (the embedding's,
+// the head's), goes out as the last bucket. A bucket of a tensor-parallel rank's shares that is
+// cut by the bytes per rank of a narrower holder compares `scale` (the rank's degree) times what
+// it holds with the size times the holder's degree.
+class GradBuckets {
+ public:
+  // Adds `bytes`; where the open bucket now holds `size` (held x scale >= size), returns what it
+  // holds and opens the next, else 0.
+  double add(double bytes, double size, double scale = 1) {
+    held_ += bytes;
+    if (!(held_ * scale >= size)) return 0;
+    return close();
+  }
+  // The open bucket with `bytes` more, closed: what it holds (0 where nothing).
+  double close(double bytes = 0) {
+    held_ += bytes;
+    const double out = held_;
+    held_ = 0;
+    return out;
+  }
+  double held() const { return held_; }
+
+ private:
+  double held_ = 0;
+};
+
 }  // namespace hetsim::workload

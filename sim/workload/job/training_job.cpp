@@ -892,23 +892,22 @@ class StageBuilder {
     return p_.zero_stage >= 1 ? CommKind::reducescatter : CommKind::allreduce;
   }
 
-  void flush_bucket() {
-    if (!f_.dp || bucket_ <= 0) return;
-    issued_ = b_.dp_collective(reduction(), bucket_, "dp.grads", bucket_key_, f_.among);
-    bucket_ = 0;
+  // A closed bucket of `bytes` reduced among the replicas.
+  void reduce_bucket(double bytes) {
+    if (!f_.dp || bytes <= 0) return;
+    issued_ = b_.dp_collective(reduction(), bytes, "dp.grads", bucket_key_, f_.among);
   }
+  void flush_bucket() { reduce_bucket(bucket_.close()); }
   // The experts' gradients fill buckets of their own (Megatron-LM's expert-data-parallel
   // buffers).
-  void flush_experts() {
-    if (!x_.expert_sync || expert_bucket_ <= 0) return;
-    issued_ =
-        b_.dp_collective(reduction(), expert_bucket_, "dp.expert_grads", expert_key(), x_.edp);
-    expert_bucket_ = 0;
+  void reduce_experts(double bytes) {
+    if (!x_.expert_sync || bytes <= 0) return;
+    issued_ = b_.dp_collective(reduction(), bytes, "dp.expert_grads", expert_key(), x_.edp);
   }
+  void flush_experts() { reduce_experts(expert_bucket_.close()); }
   void add_experts(int l) {
     if (!x_.expert_sync) return;
-    expert_bucket_ += expert_grad_of(l);
-    if (expert_bucket_ >= p_.bucket_bytes) flush_experts();
+    reduce_experts(expert_bucket_.add(expert_grad_of(l), p_.bucket_bytes));
   }
   // ZeRO-2: each micro-batch's gradients of layer l reduce-scattered as soon as they are.
   void scatter_layer(int l, uint32_t key) {
@@ -922,13 +921,12 @@ class StageBuilder {
   // one segment's.
   void add(int l, double bytes) {
     const uint32_t k = key_of(l);
-    if (bucket_ > 0 && k != bucket_key_) flush_bucket();
+    if (bucket_.held() > 0 && k != bucket_key_) flush_bucket();
     bucket_key_ = k;
-    bucket_ += bytes;
-    const bool full = x_.asymmetric ? bucket_ * t_ >= p_.bucket_bytes * x_.min_tp[k]
-                      : p_.staged() ? bucket_ * t_ >= p_.bucket_bytes * stage_min_tp_
-                                    : bucket_ >= p_.bucket_bytes;
-    if (full) flush_bucket();
+    // Cut by the bytes per rank of the segment's (or the stage's) narrowest holder.
+    const int holder = x_.asymmetric ? x_.min_tp[k] : p_.staged() ? stage_min_tp_ : 0;
+    reduce_bucket(holder > 0 ? bucket_.add(bytes, p_.bucket_bytes * holder, t_)
+                             : bucket_.add(bytes, p_.bucket_bytes));
   }
   // Layer l's backward is done: its gradients reduce-scattered at once (ZeRO-2 and 3), or, on the
   // last micro-batch with overlapped reduction, into the buckets.
@@ -1153,13 +1151,12 @@ class StageBuilder {
         }
       }
     }
-    if (bucket_ <= 0) bucket_key_ = key_of(st_.first_layer);
+    if (bucket_.held() <= 0) bucket_key_ = key_of(st_.first_layer);
     // (A staged plan's tied word embedding is reduced on its own, reduce_tied.)
-    bucket_ += x_.grad_bytes *
-               ((first_virtual_holder ? m_.embedding_params() - word_ : 0) +
-                (last_virtual_holder && !x_.asymmetric ? m_.output_params() : 0)) /
-               t_;
-    flush_bucket();
+    reduce_bucket(bucket_.close(x_.grad_bytes *
+                                ((first_virtual_holder ? m_.embedding_params() - word_ : 0) +
+                                 (last_virtual_holder && !x_.asymmetric ? m_.output_params() : 0)) /
+                                t_));
     flush_experts();
   }
 
@@ -1199,7 +1196,7 @@ class StageBuilder {
   std::map<double, std::pair<const Tasks*, const Tasks*>> moe_pieces_;
   std::vector<ScheduleItem> order_;
   std::vector<int> last_bwd_mb_;
-  double bucket_ = 0, expert_bucket_ = 0;
+  GradBuckets bucket_, expert_bucket_;
   uint32_t bucket_key_ = 0;
   uint32_t issued_ = 0;  // data-parallel collectives issued so far, as the last returned
   double head_grad_ = 0, word_ = 0;
