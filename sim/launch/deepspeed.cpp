@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "sim/launch/launcher.h"
+#include "sim/workload/plan/plan_keys.h"
 
 namespace hetsim::launch {
 
@@ -135,7 +136,10 @@ class DeepSpeedLauncher final : public Launcher {
     } else {
       a.emplace_back("--no-pipeline-parallel");
     }
-    if (p.sequence_parallel) a.emplace_back("--sequence-parallel");
+    // The plan's flag keys, as the plan keys' table gives Megatron-DeepSpeed's flags.
+    for (std::string& f :
+         workload::launch_flags(p, workload::FlagLauncher::deepspeed, &l.unsupported))
+      a.push_back(std::move(f));
     add("--micro-batch-size", lay.micro_batch);
     add("--global-batch-size", lay.global_batch);
     add("--seq-length", p.sequence_length);

@@ -596,6 +596,31 @@ TEST(DeepSpeedExport, PipelineWithZero2OrInterleavingIsNotExpressible) {
   EXPECT_NE(text.find("zero_stage 2 with pipeline parallel 4"), std::string::npos) << text;
 }
 
+TEST(DeepSpeedExport, FlagKeysTakeMegatronDeepSpeedsFlagsFromThePlanKeysTable) {
+  // The DT-FM fork's --no-bias-dropout-fusion and sequence parallelism pass as Megatron-DeepSpeed's
+  // flags; --tp-comm-overlap has none there, and is listed as unsupported.
+  const Inputs in = inputs("gpt3-1.3b", "dgx-a100", 1,
+                           "tensor_parallel: 2\nsequence_parallel: true\ntp_comm_overlap: true\n"
+                           "bias_dropout_fusion: false\nmicro_batch_size: 1\n"
+                           "global_batch_size: 8\n");
+  const Launch l = export_to(in, "deepspeed");
+  const Parsed p = parse_megatron(l.command);
+  EXPECT_TRUE(p.has("--sequence-parallel"));
+  EXPECT_TRUE(p.has("--no-bias-dropout-fusion"));
+  EXPECT_FALSE(p.has("--tp-comm-overlap"));
+  EXPECT_EQ(lines(l.unsupported),
+            lines({"tp_comm_overlap: Megatron-DeepSpeed has no --tp-comm-overlap (Transformer "
+                   "Engine's userbuffers); exported without it"}));
+  // The defaults pass none of them.
+  const Launch plain =
+      export_to(inputs("gpt3-1.3b", "dgx-a100", 1, "micro_batch_size: 1\nglobal_batch_size: 8\n"),
+                "deepspeed");
+  const Parsed q = parse_megatron(plain.command);
+  EXPECT_FALSE(q.has("--sequence-parallel"));
+  EXPECT_FALSE(q.has("--no-bias-dropout-fusion"));
+  EXPECT_TRUE(plain.unsupported.empty()) << lines(plain.unsupported);
+}
+
 // ---- torchrun --------------------------------------------------------------------------------
 
 TEST(TorchrunExport, ZeroStageChoosesTheFsdpShardingStrategy) {

@@ -134,6 +134,7 @@ void add_memory_and_precision_keys(std::vector<PlanKeyRow>& keys) {
         "All-gather / reduce-scatter instead of all-reduce around tensor-parallel regions",
         "plan, memory, job, estimate, export"},
        {.flag = &Plan::sequence_parallel},
+       {.on = "--sequence-parallel"},
        {.on = "--sequence-parallel"}},
       {{"tp_comm_overlap",
         T::flag,
@@ -145,7 +146,10 @@ void add_memory_and_precision_keys(std::vector<PlanKeyRow>& keys) {
         "(needs sequence_parallel)",
         "plan, job, estimate, export"},
        {.kernel_flag = &KernelChoices::tp_comm_overlap},
-       {.on = "--tp-comm-overlap", .needs = "sequence_parallel"}},
+       {.on = "--tp-comm-overlap", .needs = "sequence_parallel"},
+       {.needs = "sequence_parallel",
+        .lacks_on = "tp_comm_overlap: Megatron-DeepSpeed has no --tp-comm-overlap (Transformer "
+                    "Engine's userbuffers); exported without it"}},
       {{"bias_dropout_fusion",
         T::flag,
         {},
@@ -156,6 +160,7 @@ void add_memory_and_precision_keys(std::vector<PlanKeyRow>& keys) {
         "--no-bias-dropout-fusion)",
         "plan, job, estimate, export"},
        {.kernel_flag = &KernelChoices::bias_dropout_fusion},
+       {.off = "--no-bias-dropout-fusion"},
        {.off = "--no-bias-dropout-fusion"}},
       {{"zero_stage",
         T::integer,
@@ -354,14 +359,14 @@ void check_rows(const std::vector<PlanKeyRow>& rows) {
     const bool typed = bound == 0 || (is_flag(f) && row.key.type == PlanKeyType::flag) ||
                        (f.integer != nullptr && row.key.type == PlanKeyType::integer) ||
                        (f.choice != nullptr && row.key.type == PlanKeyType::choice);
-    const LaunchFlag& m = row.megatron;
-    const bool no_flag = m.on.empty() && m.off.empty() && m.needs.empty();
-    if (bound > 1 || !typed || (!no_flag && !is_flag(f)) ||
-        (!m.needs.empty() && !is_flag(find_row(rows, m.needs).field))) {
-      throw std::logic_error(
-          fmt::format("plan key {}: its field or Megatron-LM flag does not fit "
-                      "its type",
-                      row.key.name));
+    for (const LaunchFlag& m : {row.megatron, row.deepspeed}) {
+      const bool no_flag = m.on.empty() && m.off.empty() && m.needs.empty() && m.lacks_on.empty();
+      if (bound > 1 || !typed || (!no_flag && !is_flag(f)) ||
+          (!m.needs.empty() && !is_flag(find_row(rows, m.needs).field)) ||
+          (!m.on.empty() && !m.lacks_on.empty())) {
+        throw std::logic_error(fmt::format(
+            "plan key {}: its field or a launcher's flag does not fit its type", row.key.name));
+      }
     }
   }
 }
@@ -419,14 +424,18 @@ void read_bound_plan_keys(const YAML::Node& root, const std::string& file, Plan&
   }
 }
 
-std::vector<std::string> megatron_flags(const Plan& p) {
+std::vector<std::string> launch_flags(const Plan& p, FlagLauncher launcher,
+                                      std::vector<std::string>* unsupported) {
   std::vector<std::string> out;
   for (const PlanKeyRow& row : plan_key_rows()) {
-    const LaunchFlag& m = row.megatron;
-    if (m.on.empty() && m.off.empty()) continue;
+    const LaunchFlag& m = launcher == FlagLauncher::megatron ? row.megatron : row.deepspeed;
+    if (m.on.empty() && m.off.empty() && m.lacks_on.empty()) continue;
     if (!m.needs.empty() && !flag_of(find_row(plan_key_rows(), m.needs).field, p)) continue;
-    const std::string_view flag = flag_of(row.field, p) ? m.on : m.off;
+    const bool value = flag_of(row.field, p);
+    const std::string_view flag = value ? m.on : m.off;
     if (!flag.empty()) out.emplace_back(flag);
+    if (value && !m.lacks_on.empty() && unsupported != nullptr)
+      unsupported->emplace_back(m.lacks_on);
   }
   return out;
 }
@@ -441,6 +450,32 @@ std::vector<std::string> plan_choices(std::string_view name) {
 
 std::vector<std::string> plan_key_names() { return config::key_names(plan_keys()); }
 
+namespace {
+// What a launcher passes for a flag key, as the reference page says it.
+std::string flag_text(const LaunchFlag& f) {
+  std::string out;
+  auto add = [&out](const std::string& part) { out += (out.empty() ? "" : "; ") + part; };
+  if (!f.on.empty()) add(fmt::format("true: `{}`", f.on));
+  if (!f.off.empty()) add(fmt::format("false: `{}`", f.off));
+  if (!f.lacks_on.empty()) add("true: none (exported without it)");
+  if (!f.needs.empty() && !out.empty()) add(fmt::format("with `{}` only", f.needs));
+  return out.empty() ? "none" : out;
+}
+
+// The flag keys' launcher flags: what `hetsim export` passes for them.
+std::string launch_flags_markdown() {
+  std::string out =
+      "\n## Launcher flags\n\nWhat `hetsim export` passes for a flag key (a key's default passes "
+      "nothing).\n\n| key | Megatron-LM | Megatron-DeepSpeed |\n| --- | --- | --- |\n";
+  for (const PlanKeyRow& row : plan_key_rows()) {
+    if (row.key.type != PlanKeyType::flag) continue;
+    out += fmt::format("| `{}` | {} | {} |\n", row.key.name, flag_text(row.megatron),
+                       flag_text(row.deepspeed));
+  }
+  return out;
+}
+}  // namespace
+
 std::string plan_keys_markdown() {
   return "# Plan keys\n\n"
          "<!-- Generated by `hetsim reference plan-keys` from sim/workload/plan/plan_keys.cpp; do "
@@ -448,7 +483,7 @@ std::string plan_keys_markdown() {
          "The keys of a transformer plan file. What each does, with examples: "
          "[models, clusters and plans](../models-clusters-plans.md#plans). Editors check plans "
          "against [the JSON Schema](../schemas/plan.schema.json).\n\n" +
-         config::keys_markdown(plan_keys(), true);
+         config::keys_markdown(plan_keys(), true) + launch_flags_markdown();
 }
 
 nlohmann::ordered_json plan_json_schema() {

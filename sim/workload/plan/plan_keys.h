@@ -39,17 +39,23 @@ struct PlanField {
 };
 
 // A launcher's flag for a flag key: `on` where the key is true, `off` where it is false, and
-// neither unless the flag key `needs` (if any) is true too.
+// neither unless the flag key `needs` (if any) is true too. `lacks_on`: why the launcher cannot
+// pass the key's true (it is exported without it, and the launch lists it as unsupported).
 struct LaunchFlag {
-  std::string_view on = {}, off = {}, needs = {};
+  std::string_view on = {}, off = {}, needs = {}, lacks_on = {};
 };
 
+// The launchers whose flags the table gives: Megatron-LM's (launch/megatron.cpp) and
+// Megatron-DeepSpeed's (launch/deepspeed.cpp: Megatron-LM's arguments of 2021-22 and its own).
+enum class FlagLauncher : uint8_t { megatron, deepspeed };
+
 // A row of the table: the key as the loader checks it and the reference documents it, the field it
-// reads into, and Megatron-LM's flag for it (launch/megatron.cpp).
+// reads into, and each launcher's flag for it.
 struct PlanKeyRow {
   PlanKey key;
   PlanField field = {};
   LaunchFlag megatron = {};
+  LaunchFlag deepspeed = {};
 };
 
 // The table's rows, in its order.
@@ -67,8 +73,13 @@ std::vector<std::string> plan_key_names();
 // true or false, an integer in the row's range, a choice by its position. A key not given keeps
 // its field's value (the Plan's default). Throws InputError naming the file, line and key.
 void read_bound_plan_keys(const YAML::Node& root, const std::string& file, Plan& p);
-// Megatron-LM's flags for the plan's flag keys, in the table's order.
-std::vector<std::string> megatron_flags(const Plan& p);
+// A launcher's flags for the plan's flag keys, in the table's order; what it cannot pass joins
+// `unsupported` (where given), one line each.
+std::vector<std::string> launch_flags(const Plan& p, FlagLauncher launcher,
+                                      std::vector<std::string>* unsupported = nullptr);
+inline std::vector<std::string> megatron_flags(const Plan& p) {
+  return launch_flags(p, FlagLauncher::megatron);
+}
 
 // The plan reference page (Markdown) and the JSON Schema of a plan file, generated from the
 // table: what docs/reference/plan-keys.md and docs/schemas/plan.schema.json hold.
