@@ -58,6 +58,15 @@ using config::get_string;
 using config::where;
 namespace limits = config::limits;
 
+// An integer plan key at the top of a plan file, in the range its row of the plan keys' table
+// gives (plan_keys.cpp); `default_value` where the file leaves it out (none: it is required).
+long plan_int(const std::string& file, const YAML::Node& root, std::string_view key,
+              std::optional<long> default_value = std::nullopt) {
+  const PlanKey& row = plan_key(key);
+  return get_int(file, root, "", key, static_cast<long>(row.min), static_cast<long>(row.max),
+                 default_value);
+}
+
 // "0-7,16" -> GPU ids, or a YAML list of ints.
 std::vector<platform::GpuId> device_list(const std::string& file, const YAML::Node& n,
                                          const std::string& path, size_t gpu_count) {
@@ -211,8 +220,7 @@ void check_pipeline_schedule(const std::string& file, const YAML::Node& root, co
 // expert_parallel, capacity_factor, routing: read; checked against the replicas in check_moe.
 void read_moe(const std::string& file, const YAML::Node& root, const ModelConfig& model, Plan& p) {
   // At most 2^15: the expert gradients' keys hold the expert-parallel rank in 15 bits.
-  p.expert_parallel =
-      static_cast<int>(get_int(file, root, "", "expert_parallel", 1, limits::kExperts / 2, 1));
+  p.expert_parallel = static_cast<int>(plan_int(file, root, "expert_parallel", 1));
   if (!model.moe()) {
     for (const char* k :
          {"expert_parallel", "capacity_factor", "routing", "expert_tensor_parallel"}) {
@@ -231,8 +239,7 @@ void read_moe(const std::string& file, const YAML::Node& root, const ModelConfig
         where(file, root["expert_parallel"]), p.expert_parallel, model.experts, model.name));
   }
   if (root["expert_tensor_parallel"]) {
-    p.expert_tensor_parallel =
-        static_cast<int>(get_int(file, root, "", "expert_tensor_parallel", 1, limits::kGpus, 1));
+    p.expert_tensor_parallel = static_cast<int>(plan_int(file, root, "expert_tensor_parallel", 1));
   }
   p.capacity_factor = config::get_number(file, root, "", "capacity_factor", 0.0);
   if (root["capacity_factor"] && !(p.capacity_factor > 0 && p.capacity_factor <= model.experts)) {
@@ -631,15 +638,14 @@ Plan load_grid_plan(const YAML::Node& root, const std::string& file, const Model
         rows * columns, n,
         root["devices"] ? " (devices)" : " (the whole cluster; set devices to use fewer)"));
   }
-  p.global_batch_size = get_int(file, root, "", "global_batch_size", 1, limits::kBatch);
+  p.global_batch_size = plan_int(file, root, "global_batch_size");
   if (p.global_batch_size % columns != 0) {
     throw InputError(fmt::format(
         "{}: global_batch_size: {} images do not split over the grid's {} columns (batch "
         "parallel): use a multiple of {}",
         where(file, root["global_batch_size"]), p.global_batch_size, columns, columns));
   }
-  p.micro_batch_size =
-      get_int(file, root, "", "micro_batch_size", 1, limits::kBatch, p.global_batch_size / columns);
+  p.micro_batch_size = plan_int(file, root, "micro_batch_size", p.global_batch_size / columns);
   if (p.global_batch_size % (p.micro_batch_size * columns) != 0) {
     throw InputError(fmt::format(
         "{}: micro_batch_size: {} does not divide the {} images of each column",
@@ -789,7 +795,7 @@ void settle_shares(const std::string& file, const YAML::Node& n, const std::stri
 // micro_batch_size, within what hetsim simulates.
 int64_t staged_micro_batches(const YAML::Node& root, const std::string& file, Plan& p) {
   const int64_t mb = p.micro_batch_size;
-  p.global_batch_size = get_int(file, root, "", "global_batch_size", 1, limits::kBatch, mb);
+  p.global_batch_size = plan_int(file, root, "global_batch_size", mb);
   if (p.global_batch_size % mb != 0) {
     throw InputError(fmt::format(
         "{}: global_batch_size: {} is not a multiple of micro_batch_size {} (each micro-batch "
@@ -904,9 +910,8 @@ void check_plan(const std::string& file, const YAML::Node& root, const ModelConf
 void read_training_keys(const YAML::Node& root, const std::string& file, const ModelConfig& model,
                         Plan& p) {
   read_bound_plan_keys(root, file, p);  // the flags, counts and choices the table binds
-  p.micro_batch_size = get_int(file, root, "", "micro_batch_size", 1, limits::kBatch, 1);
-  p.sequence_length =
-      get_int(file, root, "", "sequence_length", 1, limits::kSequence, model.sequence);
+  p.micro_batch_size = plan_int(file, root, "micro_batch_size", 1);
+  p.sequence_length = plan_int(file, root, "sequence_length", model.sequence);
   if (p.micro_batch_size * p.sequence_length > limits::kTokensPerMicroBatch) {
     throw InputError(file + ": micro_batch_size x sequence_length = " +
                      std::to_string(p.micro_batch_size * p.sequence_length) +
@@ -930,8 +935,8 @@ void read_training_keys(const YAML::Node& root, const std::string& file, const M
   p.attention_defaulted = !root["attention"];
   p.bucket_bytes = config::get_quantity(file, root, "", "bucket_size", config::Dimension::bytes,
                                         p.framework.bucket_bytes.value_or(p.bucket_bytes));
-  p.zero_stage = static_cast<int>(
-      get_int(file, root, "", "zero_stage", 0, 3, p.framework.zero_stage.value_or(0)));
+  p.zero_stage =
+      static_cast<int>(plan_int(file, root, "zero_stage", p.framework.zero_stage.value_or(0)));
   read_moe(file, root, model, p);
 }
 
@@ -1020,7 +1025,7 @@ Plan load_replica_plan(const YAML::Node& root, const std::string& file, const Mo
   check_work(file, p);
   int64_t total = 0;
   for (const ReplicaPlan& r : p.replicas) total += r.micro_batches * p.micro_batch_size;
-  p.global_batch_size = get_int(file, root, "", "global_batch_size", 1, limits::kBatch, total);
+  p.global_batch_size = plan_int(file, root, "global_batch_size", total);
   if (p.global_batch_size != total) {
     throw InputError(where(file, root["global_batch_size"]) +
                      ": global_batch_size: " + std::to_string(p.global_batch_size) +
@@ -1151,11 +1156,10 @@ std::pair<std::vector<int>, std::vector<int>> virtual_stage_layers(const YAML::N
 Plan load_uniform_plan(const YAML::Node& root, const std::string& file, const ModelConfig& model,
                        const platform::Cluster& cluster, Plan& p) {
   const int v = p.interleave;
-  const int tp = static_cast<int>(get_int(file, root, "", "tensor_parallel", 1, limits::kGpus, 1));
-  const int pp =
-      static_cast<int>(get_int(file, root, "", "pipeline_parallel", 1, limits::kGpus, 1));
+  const int tp = static_cast<int>(plan_int(file, root, "tensor_parallel", 1));
+  const int pp = static_cast<int>(plan_int(file, root, "pipeline_parallel", 1));
   const std::vector<platform::GpuId> devices = plan_devices(file, root, cluster);
-  const int cp = static_cast<int>(get_int(file, root, "", "context_parallel", 1, limits::kGpus, 1));
+  const int cp = static_cast<int>(plan_int(file, root, "context_parallel", 1));
   p.context_parallel = cp;
   if (cp > 1) {
     // Megatron-LM splits each sequence into 2 cp chunks, two per rank (the first and the last
@@ -1176,8 +1180,7 @@ Plan load_uniform_plan(const YAML::Node& root, const std::string& file, const Mo
     }
   }
   const long dp_default = static_cast<long>(devices.size()) / (static_cast<long>(tp) * pp * cp);
-  const int dp = static_cast<int>(
-      get_int(file, root, "", "data_parallel", 1, limits::kGpus, std::max(1L, dp_default)));
+  const int dp = static_cast<int>(plan_int(file, root, "data_parallel", std::max(1L, dp_default)));
   if (static_cast<size_t>(tp) * pp * dp * cp != devices.size()) {
     const std::string with_cp = cp > 1 ? " x context_parallel" : "";
     const std::string cp_n = cp > 1 ? " x " + std::to_string(cp) : "";
@@ -1192,7 +1195,7 @@ Plan load_uniform_plan(const YAML::Node& root, const std::string& file, const Mo
   p.tensor_parallel = tp;
   p.pipeline_parallel = pp;
   p.data_parallel = dp;
-  p.global_batch_size = get_int(file, root, "", "global_batch_size", 1, limits::kBatch);
+  p.global_batch_size = plan_int(file, root, "global_batch_size");
   if (p.global_batch_size % (p.micro_batch_size * dp) != 0) {
     throw InputError(where(file, root["global_batch_size"]) +
                      ": global_batch_size: " + std::to_string(p.global_batch_size) +
