@@ -991,25 +991,17 @@ double Estimator::bucket_stream(const Terms& terms, int s, CommKind kind, double
   if (s == S - 1 && !split_head) extra += grad_bytes * static_cast<double>(model_.output_params());
   const double finish = ready;
   // Buckets in the order backward fills them; the last takes the embedding and head.
-  std::vector<double>& buckets = buckets_;
-  buckets.clear();
+  const bool overlapped = plan.gradient_reduction == workload::GradReduction::overlapped;
+  const double filled = overlapped ? end[s] - last_backward[s] : finish;
+  double stream = filled;
   workload::GradBuckets fill;
   for (int l = 0; l < st.layers; ++l) {
-    if (const double full = fill.add(layer_grad, plan.bucket_bytes); full > 0)
-      buckets.push_back(full);
+    const double full = fill.add(layer_grad, plan.bucket_bytes);
+    if (full <= 0) continue;
+    const double issue = overlapped ? filled + (l + 1) * layer_backward[s] : filled;
+    stream = std::max(stream, issue) + dp_s(terms.lay, s, kind, full);
   }
   const double bucket = fill.close(extra);
-  const bool overlapped = plan.gradient_reduction == workload::GradReduction::overlapped;
-  double stream = overlapped ? end[s] - last_backward[s] : finish;
-  double filled = stream;
-  int layers_done = 0;
-  for (double bytes : buckets) {
-    const int layers = static_cast<int>(bytes / layer_grad + 0.5);
-    layers_done += layers;
-    const double issue =
-        overlapped ? end[s] - last_backward[s] + layers_done * layer_backward[s] : filled;
-    stream = std::max(stream, issue) + dp_s(terms.lay, s, kind, bytes);
-  }
   if (bucket > 0) stream = std::max(stream, finish) + dp_s(terms.lay, s, kind, bucket);
   return std::max(finish, stream);
 }

@@ -286,7 +286,7 @@ class Estimator {
   std::vector<size_t> picked_;
   std::vector<size_t> kind_latest_, kind_before_;  // per kind, per picked replica
   std::vector<double> end_, last_backward_, layer_backward_, params_;
-  std::vector<double> w_, fwd_, bwd_, buckets_;
+  std::vector<double> w_, fwd_, bwd_;
 };
 
 }  // namespace hetsim::policy

@@ -879,16 +879,16 @@ TEST(Frameworks, TheLossCountsEveryPassOverTheLogits) {
 
 TEST(FrameworkProfiles, MaskedSoftmaxSaysWhereTheFusedKernelRuns) {
   const Framework old = load_framework("megatron-lm-2021");
-  EXPECT_TRUE(old.masked_softmax_rules);
-  EXPECT_EQ(old.fused_softmax_up_to, 2048);
-  EXPECT_TRUE(old.unfused_softmax_fp32);
+  EXPECT_TRUE(old.masked_softmax.given);
+  EXPECT_EQ(old.masked_softmax.fused_up_to, 2048);
+  EXPECT_TRUE(old.masked_softmax.unfused_fp32);
   const Framework plain = load_framework_text(kFramework, "f.yaml");
-  EXPECT_FALSE(plain.masked_softmax_rules);
+  EXPECT_FALSE(plain.masked_softmax.given);
   const Framework any =
       load_framework_text(std::string(kFramework) + "masked_softmax: {unfused: plan}\n", "f.yaml");
-  EXPECT_TRUE(any.masked_softmax_rules);
-  EXPECT_EQ(any.fused_softmax_up_to, 0);
-  EXPECT_FALSE(any.unfused_softmax_fp32);
+  EXPECT_TRUE(any.masked_softmax.given);
+  EXPECT_EQ(any.masked_softmax.fused_up_to, 0);
+  EXPECT_FALSE(any.masked_softmax.unfused_fp32);
   EXPECT_EQ(
       error_of([] {
         load_framework_text(std::string(kFramework) + "masked_softmax: {fused_up_to: 8}\n",

@@ -1255,15 +1255,15 @@ TEST(LayerOps, MegatronSoftmaxRunsUnfusedWhereItsKernelCannot) {
   s.sequence = 2048;
   s.precision = Precision::fp16;
   s.flash_attention = false;
-  s.masked_softmax_rules = true;
-  s.fused_softmax_up_to = 2048;
-  s.unfused_softmax_fp32 = true;
+  s.softmax.given = true;
+  s.softmax.fused_up_to = 2048;
+  s.softmax.unfused_fp32 = true;
   EXPECT_TRUE(fused_softmax_runs(m, s, 16));
   EXPECT_FALSE(fused_softmax_runs(m, s, 2));  // tp8 at micro-batch 1: 2 heads a rank
   EXPECT_TRUE(fused_softmax_runs(m, s, 4));
   s.sequence = 4096;
   EXPECT_FALSE(fused_softmax_runs(m, s, 16));  // past the kernel's 2048 keys
-  s.fused_softmax_up_to = 0;
+  s.softmax.fused_up_to = 0;
   EXPECT_TRUE(fused_softmax_runs(m, s, 16));  // no limit
   s.sequence = 68;  // 128-key kernel: 8 rows a block, and 68 queries are no multiple of 8
   EXPECT_FALSE(fused_softmax_runs(m, s, 16));
@@ -1275,7 +1275,7 @@ TEST(LayerOps, MegatronSoftmaxRunsUnfusedWhereItsKernelCannot) {
   s.sequence = 2048;
   s.precision = Precision::fp32;
   EXPECT_FALSE(fused_softmax_runs(m, s, 16));
-  s.masked_softmax_rules = false;  // a framework that does not say: fused everywhere
+  s.softmax.given = false;  // a framework that does not say: fused everywhere
   EXPECT_TRUE(fused_softmax_runs(m, s, 16));
 
   // The attention kernels' bytes: 16 passes more forward and 17 backward over the 16-bit scores
@@ -1288,17 +1288,17 @@ TEST(LayerOps, MegatronSoftmaxRunsUnfusedWhereItsKernelCannot) {
     return Op{};
   };
   m.causal = false;
-  s.masked_softmax_rules = true;
-  s.fused_softmax_up_to = 2048;
+  s.softmax.given = true;
+  s.softmax.fused_up_to = 2048;
   s.tensor_parallel = 8;  // 2 heads a rank
   for (Precision p : {Precision::fp16, Precision::fp32}) {
     s.precision = p;
     const double e = p == Precision::fp32 ? 4 : 2;
     const double scores = e * 2 * 2048.0 * 2048;
     LayerShape fused = s;
-    fused.masked_softmax_rules = false;
+    fused.softmax.given = false;
     for (bool fp32 : {true, false}) {
-      s.unfused_softmax_fp32 = fp32;
+      s.softmax.unfused_fp32 = fp32;
       const double fwd = fp32 ? (e == 2 ? 16 : 4) : 2, bwd = fp32 ? (e == 2 ? 17 : 4) : 2;
       const Op a = attention(layer_forward(m, s)), f = attention(layer_forward(m, fused));
       const Op ab = attention(layer_backward(m, s)), fb = attention(layer_backward(m, fused));
@@ -1311,9 +1311,9 @@ TEST(LayerOps, MegatronSoftmaxRunsUnfusedWhereItsKernelCannot) {
   // Memory: a softmax taken in fp32 from 16-bit scores keeps its output in fp32, 2 bytes more an
   // element than the fused kernel's 16-bit one.
   s.precision = Precision::fp16;
-  s.unfused_softmax_fp32 = true;
+  s.softmax.unfused_fp32 = true;
   LayerShape fused = s;
-  fused.masked_softmax_rules = false;
+  fused.softmax.given = false;
   EXPECT_DOUBLE_EQ(layer_activation_bytes(m, s, Recompute::none) -
                        layer_activation_bytes(m, fused, Recompute::none),
                    2.0 * 2 * 2048.0 * 2048);

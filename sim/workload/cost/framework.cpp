@@ -376,11 +376,16 @@ Framework load_framework_text(const std::string& text, const std::string& file) 
       throw InputError(where(file, sm) +
                        ": masked_softmax: expected a map {fused_up_to: N, unfused: plan|fp32}");
     check_keys(file, sm, "masked_softmax", config::key_names(framework_keys(), "masked_softmax"));
-    f.masked_softmax_rules = true;
-    if (sm["fused_up_to"])
-      f.fused_softmax_up_to = get_int(file, sm, "masked_softmax", "fused_up_to", 17, 1048576, 0);
-    f.unfused_softmax_fp32 = get_choice(file, sm, "masked_softmax", "unfused",
-                                        choices("masked_softmax.unfused"), "plan") == 1;
+    f.masked_softmax.given = true;
+    if (sm["fused_up_to"]) {
+      const config::Key& row = config::find_key(framework_keys(), "masked_softmax.fused_up_to",
+                                                "workload::framework_keys()");
+      f.masked_softmax.fused_up_to =
+          get_int(file, sm, "masked_softmax", "fused_up_to", static_cast<long>(row.min),
+                  static_cast<long>(row.max), 0);
+    }
+    f.masked_softmax.unfused_fp32 = get_choice(file, sm, "masked_softmax", "unfused",
+                                               choices("masked_softmax.unfused"), "plan") == 1;
   }
   const size_t kernels = get_choice(file, root, "", "kernels", choices("kernels"), "fused");
   f.eager_kernels = kernels >= 1;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "sim/core/time.h"
+#include "sim/workload/model/ops.h"
 
 namespace hetsim::workload {
 
@@ -74,14 +75,7 @@ struct Framework {
   // the residual add separate kernels, the attention output copied back to token-major order,
   // the logits copied to fp32 for the loss.
   bool eager_kernels = false;
-  // Standard attention's scale-mask-softmax in a fused framework (`masked_softmax`; without it
-  // the fused kernel runs everywhere): the longest key length its fused kernel takes (0: any),
-  // and whether the unfused path casts the scores up to fp32, scales and masks them before the
-  // softmax and casts back (Megatron-LM with apply_query_key_layer_scaling) rather than masking
-  // and taking the softmax in place.
-  bool masked_softmax_rules = false;
-  int64_t fused_softmax_up_to = 0;
-  bool unfused_softmax_fp32 = false;
+  MaskedSoftmax masked_softmax;  // `masked_softmax` (ops.h)
   // Whether each micro-batch's weight gradients are added into the parameters' gradients by a
   // kernel of their own (`gradient_accumulation: add`: PyTorch autograd's AccumulateGrad, as
   // DeepSpeed's engine without ZeRO runs fp16 training: param.grad += the new gradient, a read of

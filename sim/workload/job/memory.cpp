@@ -58,11 +58,8 @@ double layer_activation_bytes(const ModelConfig& m, const LayerShape& s, Recompu
   // Standard attention stores the softmax output (16-bit), its dropout mask (1 byte) and the
   // dropout's output: 5 a s^2 b; without dropout the softmax output alone, 2 a s^2 b; flash
   // attention and selective recompute store none of them. A softmax taken in fp32 from 16-bit
-  // scores (fused_softmax_runs, LayerShape::unfused_softmax_fp32) keeps its output in fp32: 2
-  // bytes more.
-  const bool fp32_softmax =
-      !s.flash_attention && s.unfused_softmax_fp32 && e == 2 &&
-      !fused_softmax_runs(m, s, s.micro_batch * (m.heads / s.tensor_parallel));
+  // scores (softmax_upcast) keeps its output in fp32: 2 bytes more.
+  const bool fp32_softmax = softmax_upcast(m, s, s.micro_batch * (m.heads / s.tensor_parallel));
   const double scores = (!s.flash_attention && r == Recompute::none)
                             ? ((dropout ? 5.0 : 2.0) * (e / 2) + (fp32_softmax ? 2.0 : 0.0)) *
                                   m.heads * static_cast<double>(s.sequence) * sb / t

@@ -181,15 +181,15 @@ struct Builder {
   // The extra passes over the scores, in the scores' element size, where a fused framework's
   // softmax runs unfused (fused_softmax_runs), over the fused kernel's one read and one write
   // (forward; backward two reads and a write):
-  // - in fp32 from 16-bit scores (LayerShape::unfused_softmax_fp32): the cast up (2 + 4 bytes),
+  // - in fp32 from 16-bit scores (softmax_upcast): the cast up (2 + 4 bytes),
   //   the scale (4 + 4), the mask (4 + 4), the softmax (4 + 4) and the cast down (4 + 2): 32
   //   bytes over the fused 4, 16 passes; backward the same five, 40 bytes over 6, 17 passes;
   // - fp32 scores with the scale: the scale and the mask, 2 x (4 + 4), 4 passes either way;
   // - in the plan's precision (no scale): the mask, 2 passes either way.
   double unfused_softmax_passes(int64_t rows, bool forward) const {
     if (fused_softmax_runs(m, s, rows)) return 0;
-    if (!s.unfused_softmax_fp32) return 2;
-    return s.precision != Precision::fp32 ? (forward ? 16 : 17) : 4;
+    if (softmax_upcast(m, s, rows)) return forward ? 16 : 17;
+    return s.softmax.unfused_fp32 ? 4 : 2;
   }
   void attention(bool forward) {
     const int64_t heads = m.heads / s.tensor_parallel;
@@ -783,13 +783,18 @@ std::vector<Step> parallel_layer_backward(Builder& b) {
 bool fused_softmax_runs(const ModelConfig& m, const LayerShape& s, int64_t rows) {
   // A framework file without `masked_softmax` keeps the fused kernel everywhere; an eager
   // framework's attention counts its own kernels.
-  if (s.eager || !s.masked_softmax_rules) return true;
+  if (s.eager || !s.softmax.given) return true;
   const int64_t sq = s.sequence, sk = s.sequence * s.context_parallel;
   const int64_t pow2 = static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(sk)));
   const int64_t per_block = (128 / std::min<int64_t>(pow2, 32)) * (pow2 <= 128 ? 2 : 1);
   return s.precision != Precision::fp32 && sk > 16 &&
-         (s.fused_softmax_up_to == 0 || sk <= s.fused_softmax_up_to) && sq % 4 == 0 &&
+         (s.softmax.fused_up_to == 0 || sk <= s.softmax.fused_up_to) && sq % 4 == 0 &&
          rows % 4 == 0 && (m.causal ? rows : sq) % per_block == 0;
+}
+
+bool softmax_upcast(const ModelConfig& m, const LayerShape& s, int64_t rows) {
+  return !s.flash_attention && s.softmax.unfused_fp32 && s.precision != Precision::fp32 &&
+         !fused_softmax_runs(m, s, rows);
 }
 
 // Pre-norm (GPT, Llama): norm, block, residual add; post-norm (OLMo 2): block, norm, add;

@@ -111,6 +111,19 @@ struct KernelChoices {
   auto operator<=>(const KernelChoices&) const = default;
 };
 
+// Standard attention's scale-mask-softmax in a fused framework (a framework file's
+// `masked_softmax`, Framework::masked_softmax, copied whole into every LayerShape): whether the
+// framework says where its fused kernel runs (without it, the fused kernel everywhere), the
+// longest key length the kernel takes (0: any), and whether the unfused path casts the scores up
+// to fp32, scales and masks them before the softmax and casts back (Megatron-LM with
+// apply_query_key_layer_scaling) rather than masking and taking the softmax in place.
+struct MaskedSoftmax {
+  bool given = false;
+  int64_t fused_up_to = 0;
+  bool unfused_fp32 = false;
+  auto operator<=>(const MaskedSoftmax&) const = default;
+};
+
 struct LayerShape {
   int64_t micro_batch = 1;
   int64_t sequence = 1;
@@ -141,13 +154,7 @@ struct LayerShape {
   // every weight gradient is cast back and added to the parameter's fp32 gradient.
   bool eager = false;
   bool autocast = false;
-  // Standard attention's softmax in a fused framework (Framework::masked_softmax_rules,
-  // fused_softmax_up_to and unfused_softmax_fp32): whether the framework says where its fused
-  // kernel runs, the longest key length it takes (0: any), and whether the unfused path runs it
-  // in fp32.
-  bool masked_softmax_rules = false;
-  int64_t fused_softmax_up_to = 0;
-  bool unfused_softmax_fp32 = false;
+  MaskedSoftmax softmax;  // the framework's (Framework::masked_softmax)
   // Framework::separate_grad_accumulation outside autocast: every weight gradient added into the
   // parameter's gradient (in the plan's precision) by a kernel of its own, each micro-batch.
   bool grad_accumulate = false;
@@ -158,10 +165,14 @@ struct LayerShape {
 
 // Whether standard attention's scale-mask-softmax runs as the framework's fused kernel
 // (Megatron-LM's FusedScaleMaskSoftmax, is_kernel_available): 16-bit scores of more than 16 and
-// at most LayerShape::fused_softmax_up_to keys, the queries and `rows` (micro-batch x local
+// at most MaskedSoftmax::fused_up_to keys, the queries and `rows` (micro-batch x local
 // heads) in multiples of 4, and a kernel block's rows (4 warps of one row each past 128 keys, of
 // two rows up to 128) dividing `rows` (causal) or the queries. Elsewhere PyTorch's kernels run it.
 bool fused_softmax_runs(const ModelConfig& m, const LayerShape& s, int64_t rows);
+// Whether standard attention's softmax runs unfused in fp32 from 16-bit scores
+// (MaskedSoftmax::unfused_fp32 where the fused kernel does not run): its extra passes over the
+// scores (the layer programs) and its output kept in fp32 (layer_activation_bytes).
+bool softmax_upcast(const ModelConfig& m, const LayerShape& s, int64_t rows);
 
 // The programs of one transformer layer (a MoE layer where shape.moe_layer), and of the embedding
 // (first stage) and the head (last stage: final norm, logits, cross-entropy), forward and backward.

@@ -1349,9 +1349,7 @@ LayerShape stage_shape(const Plan& plan, int tensor_parallel, int64_t batch) {
   shape.flash_attention = plan.flash_attention;
   shape.precision = plan.precision;
   shape.eager = plan.framework.eager_kernels;
-  shape.masked_softmax_rules = plan.framework.masked_softmax_rules;
-  shape.fused_softmax_up_to = plan.framework.fused_softmax_up_to;
-  shape.unfused_softmax_fp32 = plan.framework.unfused_softmax_fp32;
+  shape.softmax = plan.framework.masked_softmax;
   // Autocast runs the matmuls in the plan's lower precision over fp32 parameters; an fp32 plan
   // trains without it (no casts: `hetsim compare` on a PyTorch CPU trace found them absent).
   shape.autocast =
