@@ -289,11 +289,31 @@ const std::vector<FlowId>& FlowNetwork::component(const std::vector<FlowId>& see
 void FlowNetwork::recompute_rates(const std::vector<FlowId>& flows) {
   ++recomputations_;
   const Time now = engine_.now();
-  number_constraints(flows, now);
-  fill_rates(flows);
-  for (LinkId l : touched_) local_[l] = kNone;  // the numbering is for this recomputation only
+  if (flows.size() == 1 && alone(flows.front())) {
+    // Nothing shares its links: its rate is its tightest link or cap, as the filling below
+    // would find it (a private link's share is capacity / count; the cap constraint's share is
+    // that over a weight of 1), without numbering a constraint. A third of the recomputations
+    // of SimAI's example are such.
+    Flow& f = flows_[flows.front()];
+    f.remaining = remaining_now(f);
+    f.since = now;
+    double rate = f.spec.max_rate_Bps > 0 && !f.spec.links.empty() ? f.spec.max_rate_Bps : kInf;
+    for (const LinkUse& u : f.spec.links) rate = std::min(rate, capacity_[u.link] / u.count);
+    f.rate = rate;
+  } else {
+    number_constraints(flows, now);
+    fill_rates(flows);
+    for (LinkId l : touched_) local_[l] = kNone;  // the numbering is for this recomputation only
+  }
   schedule_completions(flows, now);
   for (FlowObserver* o : observers_) o->on_rates(*this, now);
+}
+
+bool FlowNetwork::alone(FlowId id) const {
+  for (const LinkUse& u : flows_[id].spec.links) {
+    if (link_flows_[u.link].size() != 1) return false;
+  }
+  return true;
 }
 
 // Settles the flows' progress at their old rates and numbers the constraints they share: the
@@ -319,7 +339,12 @@ void FlowNetwork::number_constraints(const std::vector<FlowId>& flows, Time now)
   rem_.clear();
   weight_.clear();
   own_cap_.clear();
+  cons_start_.clear();
+  cons_.clear();
+  if (pos_.size() < flows_.size()) pos_.resize(flows_.size());
   for (FlowId id : flows) {
+    pos_[id] = static_cast<uint32_t>(cons_start_.size());
+    cons_start_.push_back(static_cast<uint32_t>(cons_.size()));
     Flow& f = flows_[id];
     f.remaining = remaining_now(f);
     f.since = now;
@@ -348,8 +373,10 @@ void FlowNetwork::number_constraints(const std::vector<FlowId>& flows, Time now)
       }
       if (local == kDuplicate) continue;
       weight_[local] += u.count;
+      cons_.push_back(LinkUse{local, u.count});
     }
   }
+  cons_start_.push_back(static_cast<uint32_t>(cons_.size()));
   cap_local_.resize(flows_.size(), kNone);
   for (size_t i = 0; i < flows.size(); ++i) {
     if (own_cap_[i] < kInf && !flows_[flows[i]].spec.links.empty()) {
@@ -366,8 +393,7 @@ void FlowNetwork::fill_rates(const std::vector<FlowId>& flows) {
   // CSR adjacency: local constraint -> flows under it.
   adj_start_.assign(n + 1, 0);
   for (FlowId id : flows) {
-    for (const LinkUse& u : flows_[id].spec.links)
-      if (local_[u.link] < kDuplicate) ++adj_start_[local_[u.link] + 1];
+    for (const LinkUse& c : constraints_of(id)) ++adj_start_[c.link + 1];
     if (cap_local_[id] != kNone) ++adj_start_[cap_local_[id] + 1];
   }
   for (size_t i = 0; i < n; ++i) adj_start_[i + 1] += adj_start_[i];
@@ -375,8 +401,7 @@ void FlowNetwork::fill_rates(const std::vector<FlowId>& flows) {
   std::vector<uint32_t>& fill = fill_;
   fill.assign(adj_start_.begin(), adj_start_.end() - 1);
   for (FlowId id : flows) {
-    for (const LinkUse& u : flows_[id].spec.links)
-      if (local_[u.link] < kDuplicate) adj_[fill[local_[u.link]]++] = id;
+    for (const LinkUse& c : constraints_of(id)) adj_[fill[c.link]++] = id;
     if (cap_local_[id] != kNone) adj_[fill[cap_local_[id]]++] = id;
   }
   // Progressive filling: repeatedly saturate the constraint with the smallest fair share.
@@ -400,11 +425,10 @@ void FlowNetwork::fill_rates(const std::vector<FlowId>& flows) {
       Flow& f = flows_[id];
       if (f.rate >= 0) continue;
       f.rate = share;
-      for (const LinkUse& u : f.spec.links) {
-        const uint32_t j = local_[u.link];
-        if (j >= kDuplicate) continue;  // private (folded into the cap), or a duplicate
-        rem_[j] -= share * u.count;
-        weight_[j] -= u.count;
+      for (const LinkUse& c : constraints_of(id)) {
+        const uint32_t j = c.link;
+        rem_[j] -= share * c.count;
+        weight_[j] -= c.count;
         ++stamp_[j];
         if (weight_[j] > 0) push(std::max(0.0, rem_[j]) / weight_[j], j, stamp_[j]);
       }

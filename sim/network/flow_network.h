@@ -117,6 +117,7 @@ class FlowNetwork {
   // The active flows that share links with the seeds, directly or through others (component_).
   const std::vector<FlowId>& component(const std::vector<FlowId>& seeds);
   void recompute_rates(const std::vector<FlowId>& flows);
+  bool alone(FlowId id) const;  // no other active flow crosses its links
   void number_constraints(const std::vector<FlowId>& flows, Time now);
   void fill_rates(const std::vector<FlowId>& flows);
   void schedule_completions(const std::vector<FlowId>& flows, Time now);
@@ -169,6 +170,13 @@ class FlowNetwork {
   std::vector<FlowId> adj_;
   std::vector<LinkId> touched_;
   std::vector<uint32_t> cap_local_;  // per flow id: local index of its own cap
+  // The constraints each flow of the component crosses (link: the local index, in the order of
+  // its links; private links and duplicates left out), by its position (pos_, per flow id).
+  std::vector<LinkUse> cons_;
+  std::vector<uint32_t> cons_start_, pos_;
+  std::span<const LinkUse> constraints_of(FlowId id) const {
+    return {cons_.data() + cons_start_[pos_[id]], cons_.data() + cons_start_[pos_[id] + 1]};
+  }
   std::vector<double> own_cap_;      // by position: the tightest of its cap and private links
   std::vector<uint32_t> fill_;
   using HeapItem = std::tuple<double, uint32_t, uint32_t>;

@@ -100,6 +100,22 @@ TEST(FlowNetwork, OwnCapLimitsAFlowAndFreesTheRest) {
   EXPECT_NEAR(f.at[1], 0.1, 1e-11);  // the other 8 GB/s
 }
 
+TEST(FlowNetwork, AFlowAloneTakesItsTightestLinkOrCapUntilAnotherJoins) {
+  // A crosses link 0 (10 GB/s) once and link 1 (4 GB/s) twice, capped at 3 GB/s: alone it moves
+  // at 2 GB/s (link 1 over its two crossings). B joins link 1 at 0.25 s: three crossings share
+  // it, 4/3 GB/s each. A has 0.5 GB left, done at 0.25 + 0.375 s; B then has link 1 alone
+  // (4 GB/s) for its last 0.5 GB.
+  FlowSpec a = flow({{0, 1}, {1, 2}}, 1e9);
+  a.max_rate_Bps = 3e9;
+  const Finish f = run_flows({10e9, 4e9}, {std::move(a), flow({{1, 1}}, 1e9, Time::us(250000))});
+  EXPECT_NEAR(f.at[0], 0.625, 1e-11);
+  EXPECT_NEAR(f.at[1], 0.75, 1e-11);
+  // Capped below its links, a flow alone moves at its cap.
+  FlowSpec capped = flow({{0, 1}, {1, 2}}, 1e9);
+  capped.max_rate_Bps = 1e9;
+  EXPECT_NEAR(run_flows({10e9, 4e9}, {std::move(capped)}).at[0], 1.0, 1e-11);
+}
+
 TEST(FlowNetwork, SmallMessagesAreLatencyBound) {
   const Finish f = run_flows({100e9}, {flow({{0, 1}}, 8, Time::us(2)), flow({}, 1e6, Time::us(3))});
   EXPECT_NEAR(f.at[0], 2e-6 + 8e-11, 1e-12);  // 8 B at 100 GB/s is 80 ps: latency dominates
