@@ -177,7 +177,7 @@ class FlowNetwork {
   std::span<const LinkUse> constraints_of(FlowId id) const {
     return {cons_.data() + cons_start_[pos_[id]], cons_.data() + cons_start_[pos_[id] + 1]};
   }
-  std::vector<double> own_cap_;      // by position: the tightest of its cap and private links
+  std::vector<double> own_cap_;  // by position: the tightest of its cap and private links
   std::vector<uint32_t> fill_;
   using HeapItem = std::tuple<double, uint32_t, uint32_t>;
   std::vector<HeapItem> heap_;
