@@ -25,10 +25,11 @@ plan=tests/data/study/tp4-pp2-dp2.yaml
 i=0
 for set in "" schedule=interleaved schedule=gpipe zero_stage=1 zero_stage=2 zero_stage=3 \
   recompute=none recompute=selective recompute=full framework=deepspeed \
-  framework=megatron-lm-2021 framework=pytorch-fsdp2; do
+  framework=megatron-lm-2021 framework=pytorch-fsdp2 "schedule=interleaved zero_stage=3" \
+  "framework=pytorch-fsdp2 zero_stage=3 recompute=full"; do
   i=$((i + 1))
   args=()
-  [ -n "$set" ] && args=(--plan-set "$set")
+  for one in $set; do args+=(--plan-set "$one"); done
   "$h" simulate --model gpt3-13b --cluster dgx-a100 --nodes 2 --plan "$plan" "${args[@]}" --json \
     2>&1 | keep > "$out/simulate-$i.json"
 done
@@ -50,6 +51,18 @@ framework: megatron-lm-2021
 PLAN
 "$h" simulate --model experiments/dtfm/gpt3-xl-dtfm.yaml --cluster aws-p3.16xlarge \
   --plan "$out/dtfm-plan.yaml" --json 2>&1 | keep > "$out/dtfm.json"
+
+# Layered accumulation (Cephalo's) under ZeRO-3: each layer's gather issued a layer ahead.
+cat > "$out/layered-plan.yaml" <<'PLAN'
+data_parallel: 16
+micro_batch_size: 2
+global_batch_size: 128
+sequence_length: 2048
+gradient_accumulation: layered
+zero_stage: 3
+PLAN
+"$h" simulate --model gpt3-1.3b --cluster dgx-a100 --nodes 2 --plan "$out/layered-plan.yaml" \
+  --json 2>&1 | keep > "$out/layered.json"
 
 for policy in megatron zero whale cannikin amp metis hetpipe flashflex cephalo; do
   "$h" plan --model gpt3-1.3b --cluster mixed-h100-a100 --global-batch-size 256 \

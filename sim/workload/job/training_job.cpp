@@ -7,6 +7,7 @@
 #include <cmath>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <set>
 
 #include "sim/core/error.h"
@@ -944,6 +945,38 @@ class StageBuilder {
   uint32_t gather_layer(int l, uint32_t key) {
     return b_.dp_collective(CommKind::allgather, layer_weights_of(l), "zero3.params", key);
   }
+  // A pass's layers in the order it runs them: `count` layers from `start`, a step of +1
+  // (forward) or -1 (backward).
+  // `stage_key`: every layer's collectives keyed with the stage's (layered), else each with its
+  // own (key_of).
+  struct LayerWalk {
+    int start, count, step;
+    std::optional<uint32_t> stage_key = {};
+    int at(int i) const { return start + i * step; }
+  };
+  uint32_t key_in(const LayerWalk& w, int l) const {
+    return w.stage_key ? *w.stage_key : key_of(l);
+  }
+  // ZeRO-3 gathers layer weights one layer ahead of the walk (PyTorch FSDP's BACKWARD_PRE and its
+  // host running ahead of the device, DeepSpeed's and Megatron-FSDP's prefetch): the first
+  // layer's as the pass starts (first_gather, issued where the caller says), each later layer's
+  // while the one before it runs, and each waited for before its layer runs. `run(l)` emits
+  // layer l's work. Without ZeRO-3, the layers alone.
+  uint32_t first_gather(const LayerWalk& w) {
+    return zero3() && w.count > 0 ? gather_layer(w.at(0), key_in(w, w.at(0))) : 0;
+  }
+  template <class Run>
+  void prefetched(const LayerWalk& w, uint32_t issued, Pass pass, uint32_t mb, uint32_t chunk,
+                  Run run) {
+    const bool zero3 = this->zero3();
+    for (int i = 0; i < w.count; ++i) {
+      const int l = w.at(i);
+      const uint32_t mine = issued;
+      if (zero3 && i + 1 < w.count) issued = gather_layer(w.at(i + 1), key_in(w, w.at(i + 1)));
+      if (zero3) wait_layer(mine, l, pass, mb, chunk);
+      run(l);
+    }
+  }
   // Waiting for layer l's gathered weights, and, under FSDP2 (Framework::gather_copy_out),
   // copying them out of the all-gather's buffer into the layer's parameters: a kernel on the
   // compute stream that reads and writes the layer's weights.
@@ -986,35 +1019,30 @@ class StageBuilder {
     const auto key = static_cast<uint32_t>(f_.s);
     const bool zero3 = this->zero3();
     const Time per_pass = p_.framework.host_per_pass;
+    const LayerWalk up{0, st_.layers, 1, key}, down{st_.layers - 1, st_.layers, -1, key};
     const uint32_t outer = zero3 ? gather_outer(true, true, key, key) : 0;
-    uint32_t next = zero3 && st_.layers > 0 ? gather_layer(0, key) : 0;
+    const uint32_t first_up = first_gather(up);
     if (outer > 0) b_.dp_wait(outer);
     for (uint32_t mb = 0; mb < M; ++mb) {
       b_.host(per_pass, Pass::forward, mb, 0);
       b_.emit(*ef_, Pass::forward, -1, mb, 0);
     }
-    for (int l = 0; l < st_.layers; ++l) {
-      const uint32_t mine = next;
-      if (zero3 && l + 1 < st_.layers) next = gather_layer(l + 1, key);
-      if (zero3) wait_layer(mine, l, Pass::forward, 0, 0);
+    prefetched(up, first_up, Pass::forward, 0, 0, [&](int l) {
       for (uint32_t mb = 0; mb < M; ++mb) b_.emit(fwd_of(l), Pass::forward, l, mb, 0);
-    }
-    next = zero3 && st_.layers > 0 ? gather_layer(st_.layers - 1, key) : 0;
+    });
+    const uint32_t first_down = first_gather(down);
     for (uint32_t mb = 0; mb < M; ++mb) {
       b_.emit(*hf_, Pass::forward, -1, mb, 0);
       b_.host(per_pass, Pass::backward, mb, 0);
       b_.emit(*hb_, Pass::backward, -1, mb, 0);
     }
-    for (int l = st_.layers - 1; l >= 0; --l) {
-      const uint32_t mine = next;
-      if (zero3 && l > 0) next = gather_layer(l - 1, key);
-      if (zero3) wait_layer(mine, l, Pass::backward, 0, 0);
+    prefetched(down, first_down, Pass::backward, 0, 0, [&](int l) {
       for (uint32_t mb = 0; mb < M; ++mb) {
         rerun(l, l, mb, 0);
         b_.emit(bwd_of(l), Pass::backward, l, mb, 0);
       }
       layer_done(l, key, true);
-    }
+    });
     for (uint32_t mb = 0; mb < M; ++mb) b_.emit(*eb_, Pass::backward, -1, mb, 0);
     if (f_.dp && p_.zero_stage >= 2) scatter_outer(true, true, key, key);
   }
@@ -1036,20 +1064,18 @@ class StageBuilder {
       const uint32_t outer = zero3 && it.forward ? gather_outer(vs == 0, vs == V_ - 1, key_of(0),
                                                                 key_of(m_.layers - 1))
                                                  : 0;
-      const uint32_t next = zero3 && n > 0
-                                ? gather_layer(it.forward ? first : first + n - 1,
-                                               key_of(it.forward ? first : first + n - 1))
-                                : 0;
+      const LayerWalk walk = it.forward ? LayerWalk{first, n, 1} : LayerWalk{first + n - 1, n, -1};
+      const uint32_t next = first_gather(walk);
       if (it.forward) {
-        forward(it, vs, first, n, outer, next);
+        forward(it, vs, walk, outer, next);
       } else {
-        backward(it, vs, first, n, next);
+        backward(it, vs, walk, next);
       }
     }
   }
 
-  void forward(const ScheduleItem& it, int vs, int first, int n, uint32_t outer, uint32_t next) {
-    const bool zero3 = this->zero3();
+  void forward(const ScheduleItem& it, int vs, const LayerWalk& walk, uint32_t outer,
+               uint32_t next) {
     const PassEnds ends = pass_ends(p_, t_, vs, V_, true);
     if (ends.receive) {
       b_.emit_one(TaskKind::recv, Pass::forward, it.micro_batch, it.chunk);
@@ -1060,12 +1086,8 @@ class StageBuilder {
       if (outer > 0) b_.dp_wait(outer);
       b_.emit(*ef_, Pass::forward, -1, it.micro_batch, it.chunk);
     }
-    for (int l = first; l < first + n; ++l) {
-      const uint32_t mine = next;
-      if (zero3 && l + 1 < first + n) next = gather_layer(l + 1, key_of(l + 1));
-      if (zero3) wait_layer(mine, l, Pass::forward, it.micro_batch, it.chunk);
-      b_.emit(fwd_of(l), Pass::forward, l, it.micro_batch, it.chunk);
-    }
+    prefetched(walk, next, Pass::forward, it.micro_batch, it.chunk,
+               [&](int l) { b_.emit(fwd_of(l), Pass::forward, l, it.micro_batch, it.chunk); });
     if (ends.head) {
       if (outer > 0) b_.dp_wait(outer);
       b_.emit(*hf_, Pass::forward, -1, it.micro_batch, it.chunk);
@@ -1073,8 +1095,8 @@ class StageBuilder {
     if (ends.send) b_.emit_one(TaskKind::send, Pass::forward, it.micro_batch, it.chunk);
   }
 
-  void backward(const ScheduleItem& it, int vs, int first, int n, uint32_t next) {
-    const bool zero3 = this->zero3();
+  void backward(const ScheduleItem& it, int vs, const LayerWalk& walk, uint32_t next) {
+    const int first = walk.at(walk.count - 1);
     const PassEnds ends = pass_ends(p_, t_, vs, V_, false);
     if (ends.receive) {
       b_.emit_one(TaskKind::recv, Pass::backward, it.micro_batch, it.chunk);
@@ -1086,14 +1108,11 @@ class StageBuilder {
     // alike (with shared stages, they join the stage's last bucket).
     if (x_.asymmetric && f_.dp && vs == V_ - 1 && last && overlapped())
       add(m_.layers - 1, head_grad_);
-    for (int l = first + n - 1; l >= first; --l) {
-      const uint32_t mine = next;
-      if (zero3 && l > first) next = gather_layer(l - 1, key_of(l - 1));
-      if (zero3) wait_layer(mine, l, Pass::backward, it.micro_batch, it.chunk);
+    prefetched(walk, next, Pass::backward, it.micro_batch, it.chunk, [&](int l) {
       rerun(l, l - first, it.micro_batch, it.chunk);
       b_.emit(bwd_of(l), Pass::backward, l, it.micro_batch, it.chunk);
       layer_done(l, key_of(l), last);
-    }
+    });
     if (ends.embedding) b_.emit(*eb_, Pass::backward, -1, it.micro_batch, it.chunk);
     if (f_.dp && p_.zero_stage >= 2)
       scatter_outer(ends.embedding, ends.head, key_of(0), key_of(m_.layers - 1));
