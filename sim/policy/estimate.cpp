@@ -840,20 +840,13 @@ double Estimator::stage_params(const Plan& plan, const StagePlan& st, int s) con
 
 std::pair<double, double> Estimator::outer_collectives(const Terms& terms, int s, int vs,
                                                        const StagePlan& st) {
-  double outer_w = 0, outer_g = 0;
-  if (vs == 0) {
-    outer_w += static_cast<double>(model_.embedding_params());
-    outer_g += static_cast<double>(model_.embedding_params());
-  }
-  if (vs == terms.V - 1) {
-    outer_w += model_.head_params(terms.S);
-    outer_g += static_cast<double>(model_.output_params());
-  }
-  const double tp = static_cast<double>(st.tensor_parallel());
-  const double og = terms.plan.zero_stage == 3
-                        ? dp_s(terms.lay, s, CommKind::allgather, terms.e * outer_w / tp)
-                        : 0.0;
-  const double os = dp_s(terms.lay, s, CommKind::reducescatter, terms.grad_bytes * outer_g / tp);
+  const workload::OuterParams outer = workload::outer_params(model_, terms.S, st.tensor_parallel());
+  const bool first = vs == 0, last = vs == terms.V - 1;
+  const double og = terms.plan.zero_stage == 3 ? dp_s(terms.lay, s, CommKind::allgather,
+                                                      terms.e * outer.weights_on(first, last))
+                                               : 0.0;
+  const double os =
+      dp_s(terms.lay, s, CommKind::reducescatter, terms.grad_bytes * outer.grads_on(first, last));
   return {og, os};
 }
 
@@ -982,13 +975,8 @@ double Estimator::bucket_stream(const Terms& terms, int s, CommKind kind, double
   const StagePlan& st = plan.replicas.front().stages[s];
   const int t = st.tensor_parallel();
   const double layer_grad = grad_bytes * terms.layer_params / t;
-  const bool split_head = model_.output_ranks(t) == t;
-  double extra = grad_bytes *
-                 ((s == 0 ? model_.embedding_params() : 0) +
-                  (s == S - 1 && split_head ? model_.output_params() : 0)) /
-                 t;
-  // A classifier's gradients are whole on every rank.
-  if (s == S - 1 && !split_head) extra += grad_bytes * static_cast<double>(model_.output_params());
+  const double extra =
+      grad_bytes * workload::outer_params(model_, S, t).grads_on(s == 0, s == S - 1);
   const double finish = ready;
   // Buckets in the order backward fills them; the last takes the embedding and head.
   const bool overlapped = plan.gradient_reduction == workload::GradReduction::overlapped;

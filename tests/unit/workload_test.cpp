@@ -654,6 +654,47 @@ TEST(PassEnds, ReceivesGathersEmbeddingHeadAndSendsSitWhereThePipelinePutsThem) 
   EXPECT_EQ(receives, 8);
 }
 
+TEST(OuterParams, TheEmbeddingSplitsOverTheRanksAndAClassifierIsWholeOnEach) {
+  const ModelConfig lm = small_gpt(8);
+  const double emb = static_cast<double>(lm.embedding_params());
+  const OuterParams o = outer_params(lm, 2, 4);
+  EXPECT_DOUBLE_EQ(o.weights_on(true, false), emb / 4);
+  EXPECT_DOUBLE_EQ(o.grads_on(false, true), static_cast<double>(lm.output_params()) / 4);
+  EXPECT_DOUBLE_EQ(o.weights_on(true, true), (emb + lm.head_params(2)) / 4);
+  EXPECT_EQ(o.grads_on(false, false), 0);
+  // A staged plan's tied word embedding is reduced apart: not among the embedding's gradients.
+  EXPECT_DOUBLE_EQ(outer_params(lm, 2, 4, true).grads_on(true, false),
+                   (emb - static_cast<double>(lm.vocab) * lm.hidden) / 4);
+  // A classifier (Megatron-LM's Classification model) is whole on every tensor-parallel rank.
+  auto classifier = [](int classes) {
+    return load_model_yaml_text(
+        "name: cls\nfamily: bert\nlayers: 4\nhidden: 1024\nheads: 16\nvocab: 50304\n"
+        "sequence: 1024\nactivation: gelu\nnorm: layernorm\nposition: learned\n"
+        "tied_embeddings: false\nhead: classification\nclasses: " +
+            std::to_string(classes) + "\ncausal: false\nbias: true\n",
+        "cls.yaml");
+  };
+  const ModelConfig cls = classifier(3);
+  const OuterParams c = outer_params(cls, 1, 4);
+  EXPECT_DOUBLE_EQ(c.grads_on(false, true), static_cast<double>(cls.output_params()));
+  EXPECT_DOUBLE_EQ(c.grads_on(true, true), static_cast<double>(cls.embedding_params()) / 4 +
+                                               static_cast<double>(cls.output_params()));
+  // The job builder reduces it so: 1000 more classes add 1000 x (hidden + 1) gradients to what
+  // each tensor-parallel rank reduces among the replicas, not a quarter of that.
+  const platform::Cluster cl = cluster("dgx-a100", 1);
+  auto reduced = [&](const ModelConfig& m) {
+    const Plan p = load_plan_text(
+        "tensor_parallel: 4\ndata_parallel: 2\nglobal_batch_size: 4\nsequence_length: 1024\n",
+        "p.yaml", m, cl);
+    const TrainingJob job = build_training_job(m, p, cl, DatasheetCostModel());
+    double bytes = 0;
+    for (const DpCollective& d : job.copies[0].dp)
+      if (d.kind != CommKind::allgather) bytes += d.bytes;
+    return bytes / (p.fp32_main_grads ? 4 : element_bytes(p.precision));
+  };
+  EXPECT_DOUBLE_EQ(reduced(classifier(1003)) - reduced(cls), 1000.0 * (1024 + 1));
+}
+
 TEST(GradBuckets, ABucketGoesOutOnceItHoldsItsSizeAndTheRestGoesLast) {
   // 40 MB layers into 100 MB buckets: out after the third layer (120 MB) and the sixth; the
   // seventh's 40 MB and the embedding's 30 MB go out last. Bytes are conserved.

@@ -33,6 +33,22 @@ std::vector<StepCut> cut_steps(const std::vector<Step>& steps) {
   return cuts;
 }
 
+double OuterParams::on(bool first, bool last, double e, double h) const {
+  if (head_ranks == t) return ((first ? e : 0.0) + (last ? h : 0.0)) / t;
+  return (first ? e / t : 0.0) + (last ? h / head_ranks : 0.0);
+}
+
+OuterParams outer_params(const ModelConfig& m, int stages, int t, bool word_apart) {
+  OuterParams o;
+  o.embedding = static_cast<double>(m.embedding_params());
+  o.embedding_grads = o.embedding - (word_apart ? static_cast<double>(m.vocab) * m.hidden : 0.0);
+  o.head = m.head_params(stages);
+  o.head_grads = static_cast<double>(m.output_params());
+  o.t = t;
+  o.head_ranks = m.output_ranks(t);
+  return o;
+}
+
 PassEnds pass_ends(const Plan& plan, int tensor_parallel, int vs, int V, bool forward) {
   PassEnds e;
   const bool first = vs == 0, last = vs == V - 1;

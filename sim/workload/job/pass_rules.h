@@ -55,6 +55,29 @@ struct PassEnds {
 };
 PassEnds pass_ends(const Plan& plan, int tensor_parallel, int vs, int V, bool forward);
 
+// What lies outside the layers, as one tensor-parallel rank of a `t`-way stage holds it: the
+// embedding on the first stage (split over the `t` ranks), the final norm and the head on the
+// last (split over ModelConfig::output_ranks: a language-model head over all `t`, a classifier
+// whole on each). ZeRO-3 gathers the weights as a pass starts; ZeRO-2 and 3 reduce-scatter the
+// gradients after the backward pass, and the head's close the last gradient bucket. The word
+// embedding's gradients leave the embedding's where a staged plan reduces its tied copies on
+// their own (`word_apart`).
+struct OuterParams {
+  double embedding = 0, embedding_grads = 0;  // parameters, all ranks together
+  double head = 0, head_grads = 0;            // ModelConfig::head_params, output_params
+  int t = 1, head_ranks = 1;
+  // One rank's share of a stage that holds the first stage's part, the last's, or both: summed
+  // over the parts before it is split where both are split alike.
+  double weights_on(bool first, bool last) const { return on(first, last, embedding, head); }
+  double grads_on(bool first, bool last) const {
+    return on(first, last, embedding_grads, head_grads);
+  }
+
+ private:
+  double on(bool first, bool last, double e, double h) const;
+};
+OuterParams outer_params(const ModelConfig& m, int stages, int t, bool word_apart = false);
+
 // What a layer runs again before its backward pass (Plan::recompute): its whole forward pass
 // (full), the attention core (selective: Megatron-LM's), or the share of the forward pass that
 // torchtitan's op-level policy does not keep (selective_op); nothing without recomputation, or

@@ -765,12 +765,11 @@ class StageBuilder {
     // reduce-scattered once the backward pass is done (a staged plan's tied word embedding is
     // reduced on its own, reduce_tied).
     const double e = x_.e, gb = x_.grad_bytes;
-    head_grad_ = gb * m_.output_params() / m_.output_ranks(t_);
-    word_ = x_.staged_tied ? static_cast<double>(m_.vocab) * m_.hidden : 0.0;
-    embedding_weights_ = e * static_cast<double>(m_.embedding_params()) / t_;
-    head_weights_ = e * m_.head_params(f_.P) / m_.output_ranks(t_);
-    embedding_grads_ = gb * (static_cast<double>(m_.embedding_params()) - word_) / t_;
-    head_grads_ = gb * static_cast<double>(m_.output_params()) / m_.output_ranks(t_);
+    outer_ = outer_params(m_, f_.P, t_, x_.staged_tied);
+    embedding_weights_ = e * outer_.weights_on(true, false);
+    head_weights_ = e * outer_.weights_on(false, true);
+    embedding_grads_ = gb * outer_.grads_on(true, false);
+    head_grads_ = gb * outer_.grads_on(false, true);
   }
 
   StageCopy build() && {
@@ -1107,7 +1106,7 @@ class StageBuilder {
     // Asymmetric: the head's gradients open the last segment's first bucket, in every replica
     // alike (with shared stages, they join the stage's last bucket).
     if (x_.asymmetric && f_.dp && vs == V_ - 1 && last && overlapped())
-      add(m_.layers - 1, head_grad_);
+      add(m_.layers - 1, head_grads_);
     prefetched(walk, next, Pass::backward, it.micro_batch, it.chunk, [&](int l) {
       rerun(l, l - first, it.micro_batch, it.chunk);
       b_.emit(bwd_of(l), Pass::backward, l, it.micro_batch, it.chunk);
@@ -1162,7 +1161,7 @@ class StageBuilder {
     const bool first_virtual_holder = f_.s == 0;
     const bool last_virtual_holder = f_.s == f_.P - 1;
     if (!overlapped()) {
-      if (x_.asymmetric && last_virtual_holder) add(m_.layers - 1, head_grad_);
+      if (x_.asymmetric && last_virtual_holder) add(m_.layers - 1, head_grads_);
       for (int c = x_.v - 1; c >= 0; --c) {
         for (int l = st_.layers_of(c) - 1; l >= 0; --l) {
           add(st_.first_of(c) + l, layer_grad_of(st_.first_of(c) + l));
@@ -1171,11 +1170,11 @@ class StageBuilder {
       }
     }
     if (bucket_.held() <= 0) bucket_key_ = key_of(st_.first_layer);
-    // (A staged plan's tied word embedding is reduced on its own, reduce_tied.)
-    reduce_bucket(bucket_.close(x_.grad_bytes *
-                                ((first_virtual_holder ? m_.embedding_params() - word_ : 0) +
-                                 (last_virtual_holder && !x_.asymmetric ? m_.output_params() : 0)) /
-                                t_));
+    // The embedding's and the head's gradients (a staged plan's tied word embedding is reduced on
+    // its own, reduce_tied; asymmetric replicas added the head's first).
+    reduce_bucket(
+        bucket_.close(x_.grad_bytes * outer_.grads_on(first_virtual_holder,
+                                                      last_virtual_holder && !x_.asymmetric)));
     flush_experts();
   }
 
@@ -1218,7 +1217,7 @@ class StageBuilder {
   GradBuckets bucket_, expert_bucket_;
   uint32_t bucket_key_ = 0;
   uint32_t issued_ = 0;  // data-parallel collectives issued so far, as the last returned
-  double head_grad_ = 0, word_ = 0;
+  OuterParams outer_;
   double embedding_weights_ = 0, head_weights_ = 0, embedding_grads_ = 0, head_grads_ = 0;
   ScheduleItem unsent_grad_{};
   bool grad_unsent_ = false;
