@@ -5,6 +5,7 @@
 #include <map>
 #include <tuple>
 
+#include "sim/workload/job/pass_rules.h"
 #include "sim/workload/model/cnn.h"
 
 namespace hetsim::workload {
@@ -195,9 +196,9 @@ double workspace(const TrainingJob& job, const StageCopy& g, const StagePlan& st
       // And what lies outside the layers, held whole from the forward pass to the end of
       // the backward pass (FSDP's root unit).
       const int P = p.stages(g.replica);
-      double outer = g.stage == 0 ? static_cast<double>(m.embedding_params()) : 0.0;
-      if (static_cast<int>(g.stage) == P - 1) outer += m.head_params(P);
-      work += e * (2 * static_cast<double>(largest) + outer) / s.tensor_parallel;
+      const double outer = outer_params(m, P, s.tensor_parallel)
+                               .weights_on(g.stage == 0, static_cast<int>(g.stage) == P - 1);
+      work += e * (2 * static_cast<double>(largest) / s.tensor_parallel + outer);
     }
   }
   work += p.framework.reserved_memory;  // the process's own: context, libraries, allocator
