@@ -373,7 +373,7 @@ void FlowNetwork::number_constraints(const std::vector<FlowId>& flows, Time now)
       }
       if (local == kDuplicate) continue;
       weight_[local] += u.count;
-      cons_.push_back(LinkUse{local, u.count});
+      cons_.push_back(Crossing{local, u.count});
     }
   }
   cons_start_.push_back(static_cast<uint32_t>(cons_.size()));
@@ -393,7 +393,7 @@ void FlowNetwork::fill_rates(const std::vector<FlowId>& flows) {
   // CSR adjacency: local constraint -> flows under it.
   adj_start_.assign(n + 1, 0);
   for (FlowId id : flows) {
-    for (const LinkUse& c : constraints_of(id)) ++adj_start_[c.link + 1];
+    for (const Crossing& c : constraints_of(id)) ++adj_start_[c.constraint + 1];
     if (cap_local_[id] != kNone) ++adj_start_[cap_local_[id] + 1];
   }
   for (size_t i = 0; i < n; ++i) adj_start_[i + 1] += adj_start_[i];
@@ -401,7 +401,7 @@ void FlowNetwork::fill_rates(const std::vector<FlowId>& flows) {
   std::vector<uint32_t>& fill = fill_;
   fill.assign(adj_start_.begin(), adj_start_.end() - 1);
   for (FlowId id : flows) {
-    for (const LinkUse& c : constraints_of(id)) adj_[fill[c.link]++] = id;
+    for (const Crossing& c : constraints_of(id)) adj_[fill[c.constraint]++] = id;
     if (cap_local_[id] != kNone) adj_[fill[cap_local_[id]]++] = id;
   }
   // Progressive filling: repeatedly saturate the constraint with the smallest fair share.
@@ -425,8 +425,8 @@ void FlowNetwork::fill_rates(const std::vector<FlowId>& flows) {
       Flow& f = flows_[id];
       if (f.rate >= 0) continue;
       f.rate = share;
-      for (const LinkUse& c : constraints_of(id)) {
-        const uint32_t j = c.link;
+      for (const Crossing& c : constraints_of(id)) {
+        const uint32_t j = c.constraint;
         rem_[j] -= share * c.count;
         weight_[j] -= c.count;
         ++stamp_[j];

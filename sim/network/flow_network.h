@@ -170,11 +170,14 @@ class FlowNetwork {
   std::vector<FlowId> adj_;
   std::vector<LinkId> touched_;
   std::vector<uint32_t> cap_local_;  // per flow id: local index of its own cap
-  // The constraints each flow of the component crosses (link: the local index, in the order of
-  // its links; private links and duplicates left out), by its position (pos_, per flow id).
-  std::vector<LinkUse> cons_;
+  // The numbered constraints each flow of the component crosses, in the order of its links
+  // (private links and duplicates left out), by the flow's position in it (pos_, per flow id).
+  struct Crossing {
+    uint32_t constraint, count;
+  };
+  std::vector<Crossing> cons_;
   std::vector<uint32_t> cons_start_, pos_;
-  std::span<const LinkUse> constraints_of(FlowId id) const {
+  std::span<const Crossing> constraints_of(FlowId id) const {
     return {cons_.data() + cons_start_[pos_[id]], cons_.data() + cons_start_[pos_[id] + 1]};
   }
   std::vector<double> own_cap_;  // by position: the tightest of its cap and private links

@@ -945,9 +945,8 @@ class StageBuilder {
     return b_.dp_collective(CommKind::allgather, layer_weights_of(l), "zero3.params", key);
   }
   // A pass's layers in the order it runs them: `count` layers from `start`, a step of +1
-  // (forward) or -1 (backward).
-  // `stage_key`: every layer's collectives keyed with the stage's (layered), else each with its
-  // own (key_of).
+  // (forward) or -1 (backward); their collectives keyed with the stage's key (`stage_key`:
+  // layered accumulation) or each with its layer's (key_of).
   struct LayerWalk {
     int start, count, step;
     std::optional<uint32_t> stage_key = {};
@@ -1095,7 +1094,7 @@ class StageBuilder {
   }
 
   void backward(const ScheduleItem& it, int vs, const LayerWalk& walk, uint32_t next) {
-    const int first = walk.at(walk.count - 1);
+    const int first = walk.at(walk.count - 1);  // the chunk's first layer, the walk's last
     const PassEnds ends = pass_ends(p_, t_, vs, V_, false);
     if (ends.receive) {
       b_.emit_one(TaskKind::recv, Pass::backward, it.micro_batch, it.chunk);
