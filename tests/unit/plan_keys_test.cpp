@@ -99,6 +99,32 @@ TEST(PlanKeys, TheReferenceAndTheSchemaListEveryKey) {
   EXPECT_FALSE(schema["additionalProperties"].get<bool>());
 }
 
+TEST(PlanKeys, AKeyGivenWithoutTheValueItNeedsIsRefusedByItsRow) {
+  const platform::Cluster c = test::cluster("dgx-a100");
+  const ModelConfig m = test::small_gpt();
+  const std::string base = "pipeline_parallel: 2\nglobal_batch_size: 8\n";
+  auto error = [&](const std::string& keys) { return test::plan_error(base + keys, m, c); };
+  EXPECT_EQ(error("interleave: 2\n"), "p.yaml:3: interleave: needs schedule: interleaved");
+  EXPECT_EQ(error("schedule: 1f1b\ninterleave: 2\n"),
+            "p.yaml:4: interleave: needs schedule: interleaved");
+  EXPECT_EQ(error("interleave: 1\n"), "no error");  // at its default it asks nothing
+  EXPECT_EQ(error("schedule: interleaved\ninterleave: 2\n"), "no error");
+  EXPECT_EQ(error("microbatch_group: 2\n"),
+            "p.yaml:3: microbatch_group: needs schedule: interleaved");
+  EXPECT_EQ(error("recompute: selective\nrecompute_layers: 1\n"),
+            "p.yaml:4: recompute_layers: needs recompute: full (it says how many layers of each "
+            "stage recompute in full)");
+  EXPECT_EQ(error("recompute: full\nrecompute_layers: 1\n"), "no error");
+  // The schema says the same: if the key is given (not at its default), the other must be.
+  const nlohmann::ordered_json all = plan_json_schema()["allOf"];
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_EQ(all[0]["if"]["required"], nlohmann::ordered_json({"interleave"}));
+  EXPECT_EQ(all[0]["if"]["properties"]["interleave"]["not"]["const"], 1);
+  EXPECT_EQ(all[0]["then"]["properties"]["schedule"]["const"], "interleaved");
+  EXPECT_FALSE(all[1]["if"].contains("properties"));  // microbatch_group: any value
+  EXPECT_EQ(all[2]["then"]["properties"]["recompute"]["const"], "full");
+}
+
 // A file with `key: [[oops]]` (at its path: `host.per_kernel` inside `host:`) on top of `base`,
 // a valid file whose maps are written in flow style on one line each.
 std::string with_bad_value(std::string base, std::string_view key) {

@@ -918,18 +918,7 @@ void read_training_keys(const YAML::Node& root, const std::string& file, const M
                      " tokens in one micro-batch, more than hetsim simulates (" +
                      std::to_string(limits::kTokensPerMicroBatch) + ")");
   }
-  if (p.schedule != Schedule::interleaved && p.interleave != 1) {
-    throw InputError(where(file, root["interleave"]) + ": interleave: needs schedule: interleaved");
-  }
-  if (p.microbatch_group > 0 && p.schedule != Schedule::interleaved) {
-    throw InputError(where(file, root["microbatch_group"]) +
-                     ": microbatch_group: needs schedule: interleaved");
-  }
-  if (p.recompute_layers > 0 && p.recompute != Recompute::full) {
-    throw InputError(where(file, root["recompute_layers"]) +
-                     ": recompute_layers: needs recompute: full (it says how many layers of each "
-                     "stage recompute in full)");
-  }
+  check_key_needs(root, file, p);  // interleave and microbatch_group, recompute_layers
   p.flash_attention =
       config::get_choice(file, root, "", "attention", plan_choices("attention"), "flash") == 0;
   p.attention_defaulted = !root["attention"];

@@ -3,7 +3,8 @@
 // (docs/reference/plan-keys.md) and the JSON Schema editors check plans with
 // (docs/schemas/plan.schema.json) from it. A row may also bind the key to its Plan field, which
 // the loader then reads by the row alone, and give Megatron-LM's flag for it, which the Megatron-LM
-// launcher then writes: a new key is a row here plus its mechanism (a flag that chooses a layer's
+// launcher then writes, and the key's value it needs, if any (KeyNeeds), which the loader and the
+// schema check: a new key is a row here plus its mechanism (a flag that chooses a layer's
 // kernels: a row, a field of KernelChoices in ops.h, and the layer programs that read it).
 // Convolutional networks' grid plans (workload/model/cnn.h) have keys of their own.
 #pragma once
@@ -49,13 +50,22 @@ struct LaunchFlag {
 // Megatron-DeepSpeed's (launch/deepspeed.cpp: Megatron-LM's arguments of 2021-22 and its own).
 enum class FlagLauncher : uint8_t { megatron, deepspeed };
 
+// A key that means something only beside another key's value (interleave beside schedule:
+// interleaved): given, and for an integer key with a number as its default other than that
+// default, the plan must also say `key: value` (a key not given counts as its row's default). The
+// refusal adds `why` in parentheses.
+struct KeyNeeds {
+  std::string_view key = {}, value = {}, why = {};
+};
+
 // A row of the table: the key as the loader checks it and the reference documents it, the field it
-// reads into, and each launcher's flag for it.
+// reads into, each launcher's flag for it, and the key's value it needs.
 struct PlanKeyRow {
   PlanKey key;
   PlanField field = {};
   LaunchFlag megatron = {};
   LaunchFlag deepspeed = {};
+  KeyNeeds needs = {};
 };
 
 // The table's rows, in its order.
@@ -73,6 +83,9 @@ std::vector<std::string> plan_key_names();
 // true or false, an integer in the row's range, a choice by its position. A key not given keeps
 // its field's value (the Plan's default). Throws InputError naming the file, line and key.
 void read_bound_plan_keys(const YAML::Node& root, const std::string& file, Plan& p);
+// Refuses a key given without the value of another key it needs (KeyNeeds), naming the file, its
+// line and both keys. After read_bound_plan_keys (an integer key's value is the field's).
+void check_key_needs(const YAML::Node& root, const std::string& file, const Plan& p);
 // A launcher's flags for the plan's flag keys, in the table's order; what it cannot pass joins
 // `unsupported` (where given), one line each.
 std::vector<std::string> launch_flags(const Plan& p, FlagLauncher launcher,
