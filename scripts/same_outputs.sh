@@ -4,8 +4,9 @@
 # `diff -r BEFORE AFTER`. Wall times are left out; nothing else is.
 #   scripts/same_outputs.sh BUILD_DIR OUT_DIR
 # It runs (from the repository root): simulate --json on gpt3-13b over tests/data/study/
-# tp4-pp2-dp2.yaml with twelve --plan-set variants (schedules, ZeRO stages, recompute modes,
-# frameworks); DT-FM's model on one p3.16xlarge; plan --json for each of the nine policies
+# tp4-pp2-dp2.yaml with fourteen --plan-set variants (schedules, ZeRO stages, recompute modes,
+# frameworks, two under ZeRO-3 together); layered accumulation under ZeRO-3 on gpt3-1.3b; DT-FM's
+# model on one p3.16xlarge; plan --json for each of the nine policies
 # (--no-search) with each one's plan replayed, and two full searches; every `hetsim reference`
 # page; the tables the e2e validation tests print; and `bench training`'s iterations and events.
 set -euo pipefail
